@@ -1,0 +1,51 @@
+"""Errors raised by rendezvous handlers (seed names kept as aliases)."""
+
+from __future__ import annotations
+
+from .._exceptions import AelasticError
+
+__all__ = (
+    "RendezvousError",
+    "RendezvousClosedError",
+    "RendezvousTimeoutError",
+    "RendezvousConnectionError",
+    "RendezvousStateError",
+    "RendezvousGracefulExitError",
+    "RendezvousNonRetryableError",
+    "RendezvousClosedException",
+    "RendezvousTimeoutException",
+)
+
+
+class RendezvousError(AelasticError):
+    """Base class of every rendezvous error."""
+
+
+class RendezvousClosedError(RendezvousError):
+    """The rendezvous of this run was closed: the job is finishing, do not rejoin."""
+
+
+class RendezvousTimeoutError(RendezvousError, TimeoutError):
+    """The rendezvous did not complete in time (join, last call or close timeout)."""
+
+
+class RendezvousConnectionError(RendezvousError, ConnectionError):
+    """The rendezvous backend (store, etcd) could not be reached."""
+
+
+class RendezvousStateError(RendezvousError):
+    """The rendezvous state in the backend is malformed or inconsistent."""
+
+
+class RendezvousGracefulExitError(RendezvousError):
+    """The node should exit without error (for example it was not admitted and the run ended)."""
+
+
+class RendezvousNonRetryableError(RendezvousError):
+    """A failure that should not be retried by the same agent process (seed name)."""
+
+
+#: Seed 003's name for :class:`RendezvousClosedError`.
+RendezvousClosedException = RendezvousClosedError
+#: Seed 003's name for :class:`RendezvousTimeoutError`.
+RendezvousTimeoutException = RendezvousTimeoutError

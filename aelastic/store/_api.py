@@ -1,0 +1,129 @@
+"""The async key-value store interface every aelastic component awaits against.
+
+It mirrors the operation set of ``torch.distributed.Store``: keys are ``str``,
+values are ``bytes`` (``str`` values are encoded as UTF-8), counters written by
+:meth:`Store.add` are decimal ASCII so that torch clients read the same numbers.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from types import TracebackType
+
+__all__ = ("Store", "Value", "DEFAULT_TIMEOUT", "to_bytes")
+
+#: Default timeout, in seconds, of blocking operations (torch's store default).
+DEFAULT_TIMEOUT = 300.0
+
+Value = bytes | str
+
+
+def to_bytes(value: Value) -> bytes:
+    """Return ``value`` as bytes, encoding ``str`` as UTF-8."""
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+class Store(abc.ABC):
+    """An async key-value store with torch's Store semantics.
+
+    Blocking operations take ``timeout`` in seconds; ``None`` means the store's
+    :attr:`timeout`. They raise :class:`~aelastic.store.StoreTimeoutError` when it
+    expires and :class:`~aelastic.store.StoreClosedError` or
+    :class:`~aelastic.store.StoreConnectionError` when the store goes away while
+    they wait: a blocked call never hangs past its timeout. Cancelling any call
+    leaves the store usable by other tasks.
+
+    Stores are async context managers: ``async with store: ...`` closes it on exit.
+    """
+
+    #: Default timeout of blocking operations, in seconds.
+    timeout: float = DEFAULT_TIMEOUT
+
+    @abc.abstractmethod
+    async def set(self, key: str, value: Value) -> None:
+        """Set ``key`` to ``value``, overwriting it; wakes waiters on ``key``."""
+
+    @abc.abstractmethod
+    async def get(self, key: str, *, timeout: float | None = None) -> bytes:
+        """Return the value of ``key``, waiting until it exists."""
+
+    @abc.abstractmethod
+    async def add(self, key: str, amount: int) -> int:
+        """Add ``amount`` to the integer counter ``key`` (missing counts as 0); return the sum."""
+
+    @abc.abstractmethod
+    async def compare_set(self, key: str, expected: Value, desired: Value) -> bytes:
+        """Set ``key`` to ``desired`` if its value is ``expected``; torch's semantics.
+
+        * key missing, ``expected`` empty: set it, return ``desired``;
+        * key missing, ``expected`` non-empty: set nothing, return ``expected``;
+        * key present and equal to ``expected``: set it, return ``desired``;
+        * key present and different: set nothing, return the current value.
+        """
+
+    @abc.abstractmethod
+    async def wait(self, keys: Sequence[str], *, timeout: float | None = None) -> None:
+        """Wait until every key in ``keys`` exists."""
+
+    @abc.abstractmethod
+    async def check(self, keys: Sequence[str]) -> bool:
+        """Return whether every key in ``keys`` exists, without waiting."""
+
+    @abc.abstractmethod
+    async def delete_key(self, key: str) -> bool:
+        """Delete ``key``; return whether it existed."""
+
+    @abc.abstractmethod
+    async def num_keys(self) -> int:
+        """Return the number of keys (queues not included)."""
+
+    @abc.abstractmethod
+    async def list_keys(self) -> list[str]:
+        """Return every key (queues not included)."""
+
+    @abc.abstractmethod
+    async def multi_get(
+        self, keys: Sequence[str], *, timeout: float | None = None
+    ) -> list[bytes]:
+        """Return the values of ``keys`` in order, waiting until all exist."""
+
+    @abc.abstractmethod
+    async def multi_set(self, keys: Sequence[str], values: Sequence[Value]) -> None:
+        """Set each of ``keys`` to the matching entry of ``values``."""
+
+    @abc.abstractmethod
+    async def append(self, key: str, value: Value) -> None:
+        """Append ``value`` to ``key``'s value, creating the key if missing."""
+
+    @abc.abstractmethod
+    async def queue_push(self, key: str, value: Value) -> None:
+        """Push ``value`` onto the FIFO queue ``key``; wakes one blocked popper."""
+
+    @abc.abstractmethod
+    async def queue_pop(
+        self, key: str, *, block: bool = True, timeout: float | None = None
+    ) -> bytes:
+        """Pop the oldest value of queue ``key``.
+
+        With ``block=False`` an empty queue raises
+        :class:`~aelastic.store.QueueEmptyError`; otherwise wait for a value.
+        """
+
+    @abc.abstractmethod
+    async def queue_len(self, key: str) -> int:
+        """Return the number of values in queue ``key``."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, default no-op
+        """Release the store's resources. Idempotent; safe under cancellation."""
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

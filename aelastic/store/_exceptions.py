@@ -1,0 +1,56 @@
+"""Errors raised by stores, their clients and servers."""
+
+from __future__ import annotations
+
+from .._exceptions import AelasticError
+
+__all__ = (
+    "StoreError",
+    "StoreTimeoutError",
+    "StoreConnectionError",
+    "StoreClosedError",
+    "QueueEmptyError",
+    "ProtocolError",
+    "StoreLimitError",
+)
+
+
+class StoreError(AelasticError):
+    """Base class of every store error.
+
+    ``endpoint`` is ``"host:port"`` (or a store's description) when known, ``key``
+    the key the failed operation was about, if any.
+    """
+
+    def __init__(self, message: str, *, endpoint: str | None = None, key: str | None = None):
+        self.endpoint = endpoint
+        self.key = key
+        where = f" [store {endpoint}]" if endpoint else ""
+        super().__init__(f"{message}{where}")
+
+
+class StoreTimeoutError(StoreError, TimeoutError):
+    """A blocking operation (``get``, ``wait``, ``multi_get``, ``queue_pop``) timed out.
+
+    Also a :class:`TimeoutError`, so ``except TimeoutError`` catches it.
+    """
+
+
+class StoreConnectionError(StoreError, ConnectionError):
+    """The store could not be reached, or the connection to it was lost."""
+
+
+class StoreClosedError(StoreError):
+    """The store (client or server) was closed while the operation was pending or before it."""
+
+
+class QueueEmptyError(StoreError):
+    """A non-blocking ``queue_pop`` found the queue empty."""
+
+
+class ProtocolError(StoreError):
+    """A peer sent bytes that do not follow the TCPStore wire protocol."""
+
+
+class StoreLimitError(StoreError, ValueError):
+    """A key, value or request exceeds a configured limit of the store."""
