@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 from ..store import Store
@@ -44,6 +45,11 @@ class RendezvousInfo:
 
 class RendezvousHandler(abc.ABC):
     """Main rendezvous interface: one instance per agent (node).
+
+    A handler is an async context manager: ``async with handler:`` starts what it
+    runs in the background (a hosted store, heartbeats) in its own task group, and
+    leaving the block calls :meth:`shutdown`. Backends with nothing to run in the
+    background need not override :meth:`__aenter__`.
 
     Methods that touch the network are coroutines. Cancelling any of them leaves
     the handler usable: a cancelled :meth:`next_rendezvous` withdraws this node
@@ -105,3 +111,14 @@ class RendezvousHandler(abc.ABC):
         Idempotent and safe under cancellation. Does not close the rendezvous for
         the other nodes.
         """
+
+    async def __aenter__(self) -> RendezvousHandler:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.shutdown()

@@ -83,9 +83,7 @@ class Store(abc.ABC):
         """Return every key (queues not included)."""
 
     @abc.abstractmethod
-    async def multi_get(
-        self, keys: Sequence[str], *, timeout: float | None = None
-    ) -> list[bytes]:
+    async def multi_get(self, keys: Sequence[str], *, timeout: float | None = None) -> list[bytes]:
         """Return the values of ``keys`` in order, waiting until all exist."""
 
     @abc.abstractmethod
