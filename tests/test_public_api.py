@@ -1,0 +1,33 @@
+"""Every public module declares its surface in a tuple ``__all__`` whose names exist.
+
+Modeled on anyio's ``tests/test_all_attributes.py``: private modules (``_x``) are
+skipped; public modules must export exactly what they name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import pytest
+
+import aelastic
+
+
+def _public_modules() -> list[str]:
+    names = ["aelastic"]
+    for info in pkgutil.walk_packages(aelastic.__path__, "aelastic."):
+        if "._" in info.name or info.name == "aelastic.__main__":
+            continue
+        names.append(info.name)
+    return names
+
+
+@pytest.mark.parametrize("name", _public_modules())
+def test_module_declares_its_surface(name: str) -> None:
+    module = importlib.import_module(name)
+    exported = getattr(module, "__all__", None)
+    assert isinstance(exported, tuple), f"{name}.__all__ must be a tuple"
+    missing = [attr for attr in exported if not hasattr(module, attr)]
+    assert not missing, f"{name}.__all__ names missing attributes: {missing}"
+    assert len(set(exported)) == len(exported), f"{name}.__all__ has duplicates"
