@@ -1,0 +1,652 @@
+"""Parse ``aelastic run`` arguments: argv + environment -> :class:`RunArgs`. No side effects.
+
+Every torchrun 2.13 flag is accepted with torchrun's default, its underscore alias and
+its ``PET_<DEST>`` environment default (a value on the command line wins; boolean
+flags read ``PET_X=0|1``), so Kubeflow's elastic policy, which drives torchrun only
+through ``PET_*`` variables, drives ``aelastic run`` unchanged. Nothing here touches a
+process, a file or ``os.environ``: the caller passes the environment in and applies
+what :class:`RunArgs` asks for (``OMP_NUM_THREADS``, warnings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from ._exceptions import AelasticError
+from ._launch_config import DEFAULT_SIGNALS, LaunchConfig, LaunchConfigError
+
+__all__ = (
+    "PROG",
+    "RunArgs",
+    "UsageError",
+    "build_parser",
+    "count_gpus",
+    "parse_run_args",
+)
+
+PROG = "python -m aelastic run"
+_EXIT_BARRIER_ENV = "TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT"
+_STANDALONE_ENDPOINT = "localhost:0"
+
+
+class UsageError(AelasticError, ValueError):
+    """A flag or value of ``aelastic run`` is wrong; the message names it and the fix."""
+
+
+@dataclass(frozen=True)
+class RunArgs:
+    """The parsed command line.
+
+    ``entrypoint`` and ``args`` are the worker command (``args`` still holds literal
+    ``${local_rank}`` macros; the agent substitutes them per worker). ``set_env`` lists
+    environment variables the CLI should set in its own process before launching
+    (torchrun's ``OMP_NUM_THREADS=1`` rule), ``warnings`` what it should print once.
+    """
+
+    config: LaunchConfig
+    entrypoint: str
+    args: list[str]
+    set_env: dict[str, str]
+    warnings: tuple[str, ...]
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser that raises :class:`UsageError` instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        if "training_script" in message:
+            raise UsageError(
+                f"no training script given; usage: {PROG} [options] SCRIPT [SCRIPT_ARGS...]"
+            )
+        raise UsageError(f"{message} (see '{PROG} --help')")
+
+
+# (option strings, dest, kind, default); kind: "str" | "flag". Values are converted
+# after the command line and PET_* are merged, so a bad PET_ value is named as such.
+_OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
+    (("--nnodes",), "nnodes", "str", "1:1", "number of nodes, N or MIN:MAX"),
+    (
+        ("--nproc-per-node", "--nproc_per_node"),
+        "nproc_per_node",
+        "str",
+        "1",
+        "workers per node: an int, cpu, gpu or auto",
+    ),
+    (
+        ("--rdzv-backend", "--rdzv_backend"),
+        "rdzv_backend",
+        "str",
+        "static",
+        "rendezvous backend: static, c10d, etcd, etcd-v2 or a plugin name",
+    ),
+    (
+        ("--rdzv-endpoint", "--rdzv_endpoint"),
+        "rdzv_endpoint",
+        "str",
+        "",
+        "rendezvous endpoint, host[:port]",
+    ),
+    (("--rdzv-id", "--rdzv_id"), "rdzv_id", "str", "none", "run id shared by all nodes"),
+    (
+        ("--rdzv-conf", "--rdzv_conf"),
+        "rdzv_conf",
+        "str",
+        "",
+        "rendezvous settings, key1=value1,key2=value2",
+    ),
+    (
+        ("--standalone",),
+        "standalone",
+        "flag",
+        False,
+        "single node: c10d rendezvous on a free local port, random run id",
+    ),
+    (
+        ("--max-restarts", "--max_restarts"),
+        "max_restarts",
+        "str",
+        "0",
+        "worker-group restarts allowed after failures",
+    ),
+    (
+        ("--monitor-interval", "--monitor_interval"),
+        "monitor_interval",
+        "str",
+        "0.1",
+        "seconds between worker checks (kept for compatibility; exits are noticed at once)",
+    ),
+    (
+        ("--start-method", "--start_method"),
+        "start_method",
+        "str",
+        "spawn",
+        "spawn, fork or forkserver (function entrypoints only)",
+    ),
+    (
+        ("--event-log-handler", "--event_log_handler"),
+        "event_log_handler",
+        "str",
+        "null",
+        "event destination: null, console or a registered handler name",
+    ),
+    (("--role",), "role", "str", "default", "role name of this node's workers"),
+    (("-m", "--module"), "module", "flag", False, "run the script as 'python -m SCRIPT'"),
+    (
+        ("--no-python", "--no_python"),
+        "no_python",
+        "flag",
+        False,
+        "execute SCRIPT directly, not through python",
+    ),
+    (
+        ("--run-path", "--run_path"),
+        "run_path",
+        "flag",
+        False,
+        "run SCRIPT with runpy.run_path semantics (takes precedence over --no-python)",
+    ),
+    (
+        ("--log-dir", "--log_dir"),
+        "log_dir",
+        "str",
+        None,
+        "base directory of worker logs and error files (default: a new temp dir)",
+    ),
+    (
+        ("-r", "--redirects"),
+        "redirects",
+        "str",
+        "0",
+        "redirect std streams to files: 0 none, 1 out, 2 err, 3 both, or 0:1,1:2",
+    ),
+    (
+        ("-t", "--tee"),
+        "tee",
+        "str",
+        "0",
+        "like --redirects, and also tail the files to the console",
+    ),
+    (
+        ("--local-ranks-filter", "--local_ranks_filter"),
+        "local_ranks_filter",
+        "str",
+        "",
+        "console shows only these local ranks, e.g. 0,1",
+    ),
+    (
+        ("--duplicate-stdout-filters", "--duplicate_stdout_filters"),
+        "duplicate_stdout_filters",
+        "str",
+        "",
+        "copy tee'd stdout lines containing any of these (comma list; ,, is a comma)",
+    ),
+    (
+        ("--duplicate-stderr-filters", "--duplicate_stderr_filters"),
+        "duplicate_stderr_filters",
+        "str",
+        "",
+        "copy tee'd stderr lines containing any of these (comma list; ,, is a comma)",
+    ),
+    (("--node-rank", "--node_rank"), "node_rank", "str", "0", "node rank (static backend)"),
+    (
+        ("--master-addr", "--master_addr"),
+        "master_addr",
+        "str",
+        "127.0.0.1",
+        "rank-0 address (static backend)",
+    ),
+    (
+        ("--master-port", "--master_port"),
+        "master_port",
+        "str",
+        None,
+        "rank-0 port (static backend; default 29500)",
+    ),
+    (
+        ("--local-addr", "--local_addr"),
+        "local_addr",
+        "str",
+        None,
+        "this node's address (default: the FQDN)",
+    ),
+    (
+        ("--logs-specs", "--logs_specs"),
+        "logs_specs",
+        "str",
+        None,
+        "name of a LogsSpecs entry point (accepted for compatibility)",
+    ),
+    (
+        ("--numa-binding", "--numa_binding"),
+        "numa_binding",
+        "str",
+        None,
+        "node, socket, exclusive or core-complex (accepted; no effect here)",
+    ),
+    (
+        ("--signals-to-handle", "--signals_to_handle"),
+        "signals_to_handle",
+        "str",
+        DEFAULT_SIGNALS,
+        "signals the agent traps and forwards to its workers",
+    ),
+    (
+        ("--shutdown-timeout", "--shutdown_timeout"),
+        "shutdown_timeout",
+        "str",
+        None,
+        "grace seconds before SIGKILL (default: $TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30)",
+    ),
+    (
+        ("--exit-barrier-timeout", "--exit_barrier_timeout"),
+        "exit_barrier_timeout",
+        "str",
+        None,
+        f"seconds to wait for other nodes at exit (default: ${_EXIT_BARRIER_ENV}, else 300)",
+    ),
+    (
+        ("--virtual-local-rank", "--virtual_local_rank"),
+        "virtual_local_rank",
+        "flag",
+        False,
+        "every worker gets LOCAL_RANK=0 and its own CUDA_VISIBLE_DEVICES",
+    ),
+)
+
+# Options without a PET_ variable (as in torchrun).
+_NO_ENV = frozenset({"logs_specs", "numa_binding"})
+_NUMA_MODES = ("node", "socket", "exclusive", "core-complex")
+_START_METHODS = ("spawn", "fork", "forkserver")
+_DEFAULTS = {dest: default for _, dest, _, default, _ in _OPTIONS}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``run`` command's parser (values stay raw strings; see :func:`parse_run_args`)."""
+    parser = _Parser(
+        prog=PROG,
+        description=(
+            "Launch a distributed job: a drop-in for torchrun. Every option also reads "
+            "PET_<OPTION> from the environment (e.g. PET_NPROC_PER_NODE); the command "
+            "line wins."
+        ),
+    )
+    for flags, dest, kind, default, help_ in _OPTIONS:
+        shown = "" if kind == "flag" else f" (default: {default})"
+        if kind == "flag":
+            parser.add_argument(*flags, dest=dest, action="store_const", const=True, help=help_)
+        else:
+            parser.add_argument(*flags, dest=dest, metavar=dest.upper(), help=help_ + shown)
+    parser.add_argument("training_script", help="the worker script (or module with -m)")
+    parser.add_argument("training_script_args", nargs=argparse.REMAINDER)
+    parser.set_defaults(**{dest: None for _, dest, _, _, _ in _OPTIONS})
+    return parser
+
+
+def _flag_name(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+class _Values:
+    """Merged option values: command line, else ``PET_<DEST>``, else torchrun's default."""
+
+    def __init__(self, ns: argparse.Namespace, environ: Mapping[str, str]) -> None:
+        self._ns = ns
+        self._env = environ
+
+    def source(self, dest: str) -> str:
+        """How to name this option's value in an error message."""
+        if getattr(self._ns, dest) is not None:
+            return _flag_name(dest)
+        return f"PET_{dest.upper()}" if self._from_env(dest) is not None else _flag_name(dest)
+
+    def given(self, dest: str) -> bool:
+        return getattr(self._ns, dest) is not None or self._from_env(dest) is not None
+
+    def _from_env(self, dest: str) -> str | None:
+        if dest in _NO_ENV:
+            return None
+        return self._env.get(f"PET_{dest.upper()}")
+
+    def str_(self, dest: str) -> Any:
+        value = getattr(self._ns, dest)
+        if value is None:
+            value = self._from_env(dest)
+        return _DEFAULTS[dest] if value is None else value
+
+    def flag(self, dest: str) -> bool:
+        if getattr(self._ns, dest):
+            return True
+        raw = self._from_env(dest)
+        if raw is None or raw == "":
+            return bool(_DEFAULTS[dest])
+        try:
+            return bool(int(raw))
+        except ValueError:
+            raise UsageError(
+                f"PET_{dest.upper()}={raw!r}: a boolean option reads 0 or 1 from the environment"
+            ) from None
+
+    def int_(self, dest: str, *, minimum: int | None = None) -> int | None:
+        raw = self.str_(dest)
+        if raw is None:
+            return None
+        try:
+            value = int(raw)
+        except ValueError:
+            raise UsageError(f"{self.source(dest)} {raw!r}: expected an integer") from None
+        if minimum is not None and value < minimum:
+            raise UsageError(f"{self.source(dest)} {raw}: must be >= {minimum}")
+        return value
+
+    def float_(self, dest: str, *, minimum: float, strict: bool = False) -> float | None:
+        raw = self.str_(dest)
+        if raw is None:
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            raise UsageError(f"{self.source(dest)} {raw!r}: expected a number of seconds") from None
+        if value < minimum or (strict and value == minimum):
+            bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
+            raise UsageError(f"{self.source(dest)} {raw}: must be {bound} seconds")
+        return value
+
+
+def parse_nnodes(value: str, source: str = "--nnodes") -> tuple[int, int]:
+    """``"N"`` -> (N, N); ``"MIN:MAX"`` -> (MIN, MAX); requires ``0 < MIN <= MAX``."""
+    fix = "write N or MIN:MAX with 0 < MIN <= MAX, e.g. --nnodes 2:4"
+    parts = value.split(":")
+    try:
+        if len(parts) == 1:
+            low = high = int(parts[0])
+        elif len(parts) == 2:
+            low, high = int(parts[0]), int(parts[1])
+        else:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"{source} {value!r} is not N or MIN:MAX; {fix}") from None
+    if not 0 < low <= high:
+        raise UsageError(f"{source} {value!r}: need 0 < MIN <= MAX; {fix}")
+    return low, high
+
+
+def count_gpus(environ: Mapping[str, str] | None = None) -> int:
+    """The NVIDIA GPUs this process may use, without importing torch.
+
+    Counts ``/proc/driver/nvidia/gpus/*`` and narrows to ``CUDA_VISIBLE_DEVICES``
+    when that is set (an empty value hides every GPU).
+    """
+    env = os.environ if environ is None else environ
+    try:
+        present = len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        present = 0
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or present == 0:
+        return present
+    entries = [v for v in visible.split(",") if v.strip()]
+    count = 0
+    for entry in entries:
+        if entry.strip().startswith("-"):
+            break  # CUDA stops at the first invalid index
+        count += 1
+    return min(count, present)
+
+
+def parse_nproc(value: str, environ: Mapping[str, str], source: str) -> int:
+    """An int, ``cpu`` (CPU count), ``gpu`` (GPU count, error if none) or ``auto``."""
+    try:
+        count = int(value)
+    except ValueError:
+        pass
+    else:
+        if count < 1:
+            raise UsageError(f"{source} {value}: need at least 1 worker per node")
+        return count
+    cpus = os.cpu_count() or 1
+    if value == "cpu":
+        return cpus
+    if value == "gpu":
+        gpus = count_gpus(environ)
+        if gpus == 0:
+            raise UsageError(
+                f"{source} gpu: no NVIDIA GPU is visible to this process "
+                "(/proc/driver/nvidia/gpus is empty or CUDA_VISIBLE_DEVICES hides them); "
+                "give a number of workers or 'cpu'"
+            )
+        return gpus
+    if value == "auto":
+        return count_gpus(environ) or cpus
+    raise UsageError(
+        f"{source} {value!r}: expected a positive integer, cpu, gpu or auto "
+        "(e.g. --nproc-per-node 4)"
+    )
+
+
+def parse_rdzv_conf(value: str, source: str = "--rdzv-conf") -> dict[str, Any]:
+    """``"k1=v1,k2=v2"`` -> ``{"k1": "v1", "k2": "v2"}``; values stay strings."""
+    configs: dict[str, Any] = {}
+    if not value:
+        return configs
+    for item in value.split(","):
+        key, sep, val = item.partition("=")
+        key, val = key.strip(), val.strip()
+        if not sep or not key or not val:
+            raise UsageError(
+                f"{source} {value!r}: item {item!r} is not key=value; "
+                "write e.g. --rdzv-conf join_timeout=60,last_call_timeout=1"
+            )
+        configs[key] = val
+    return configs
+
+
+def split_filters(value: str) -> list[str]:
+    """A comma list where ``,,`` stands for a literal comma (torchrun's filter syntax)."""
+    if not value:
+        return []
+    marker = "\x00"
+    return [p.replace(marker, ",") for p in value.replace(",,", marker).split(",") if p]
+
+
+def parse_ranks_filter(value: str, source: str) -> set[int] | None:
+    if not value:
+        return None
+    try:
+        ranks = {int(v) for v in value.split(",")}
+    except ValueError:
+        raise UsageError(
+            f"{source} {value!r}: expected a comma-separated list of local ranks, e.g. 0,1"
+        ) from None
+    if any(r < 0 for r in ranks):
+        raise UsageError(f"{source} {value!r}: local ranks are >= 0")
+    return ranks
+
+
+def parse_signals(value: str, source: str) -> str:
+    """Check a comma list of signal names; return it normalised (``SIGTERM,SIGUSR1``)."""
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    out = []
+    for name in names:
+        full = name.upper() if name.upper().startswith("SIG") else "SIG" + name.upper()
+        if not isinstance(getattr(signal, full, None), signal.Signals):
+            raise UsageError(
+                f"{source} {value!r}: {name!r} is not a signal of this platform; "
+                "write names such as SIGTERM,SIGINT,SIGUSR1"
+            )
+        if full in ("SIGKILL", "SIGSTOP"):
+            raise UsageError(f"{source}: {full} cannot be trapped; remove it from the list")
+        out.append(full)
+    return ",".join(out)
+
+
+def check_std_spec(value: str, source: str) -> str:
+    """Validate a ``-r``/``-t`` value: a digit 0-3 or a map ``local_rank:digit,...``."""
+    fix = "write 0 (none), 1 (stdout), 2 (stderr), 3 (both), or a map such as 0:3,1:1"
+    value = value.strip()
+    if value.isdigit():
+        if int(value) > 3:
+            raise UsageError(f"{source} {value!r}: {fix}")
+        return value
+    for item in value.split(","):
+        rank, sep, std = item.partition(":")
+        if not sep or not rank.strip().isdigit() or std.strip() not in ("0", "1", "2", "3"):
+            raise UsageError(f"{source} {value!r}: {fix}")
+    return value
+
+
+def parse_run_args(
+    argv: Sequence[str],
+    environ: Mapping[str, str] | None = None,
+    *,
+    python: str | None = None,
+) -> RunArgs:
+    """Turn ``aelastic run``'s argv and an environment into a :class:`RunArgs`.
+
+    Pure: reads ``environ`` (default ``os.environ``) and ``/proc`` (for ``gpu``), never
+    writes anything. ``python`` overrides the worker interpreter (default
+    ``$PYTHON_EXEC``, else ``sys.executable``).
+
+    Raises:
+        UsageError: a flag or value is wrong; the message is one line naming it and the fix.
+    """
+    env = os.environ if environ is None else environ
+    ns = build_parser().parse_args(list(argv))
+    v = _Values(ns, env)
+    warnings: list[str] = []
+
+    module, no_python, run_path = v.flag("module"), v.flag("no_python"), v.flag("run_path")
+    if module and no_python:
+        raise UsageError(
+            "-m/--module and --no-python exclude each other: -m runs 'python -m MODULE', "
+            "--no-python runs SCRIPT as an executable; keep one"
+        )
+    script: str = ns.training_script
+    if not script:
+        raise UsageError(f"empty training script; usage: {PROG} [options] SCRIPT [ARGS...]")
+
+    min_nodes, max_nodes = parse_nnodes(v.str_("nnodes"), v.source("nnodes"))
+    nproc = parse_nproc(v.str_("nproc_per_node"), env, v.source("nproc_per_node"))
+    max_restarts = v.int_("max_restarts", minimum=0)
+    assert max_restarts is not None
+    monitor_interval = v.float_("monitor_interval", minimum=0.0, strict=True)
+    assert monitor_interval is not None
+    node_rank = v.int_("node_rank", minimum=0)
+    assert node_rank is not None
+    master_port = v.int_("master_port", minimum=0)
+    if master_port is not None and master_port > 65535:
+        raise UsageError(f"{v.source('master_port')} {master_port}: a TCP port is 0-65535")
+    shutdown_timeout = v.float_("shutdown_timeout", minimum=0.0)
+    exit_barrier_timeout = v.float_("exit_barrier_timeout", minimum=0.0)
+    if exit_barrier_timeout is None:
+        raw = env.get(_EXIT_BARRIER_ENV)
+        if raw:
+            try:
+                exit_barrier_timeout = float(raw)
+            except ValueError:
+                exit_barrier_timeout = -1.0
+            if exit_barrier_timeout < 0:
+                raise UsageError(f"{_EXIT_BARRIER_ENV}={raw!r}: need a number of seconds >= 0")
+        else:
+            exit_barrier_timeout = 300.0
+
+    start_method = v.str_("start_method")
+    if start_method not in _START_METHODS:
+        raise UsageError(
+            f"{v.source('start_method')} {start_method!r}: choose spawn, fork or forkserver"
+        )
+    numa = v.str_("numa_binding")
+    if numa is not None:
+        if numa not in _NUMA_MODES:
+            raise UsageError(f"--numa-binding {numa!r}: choose one of {', '.join(_NUMA_MODES)}")
+        warnings.append(f"--numa-binding {numa} is accepted but has no effect in aelastic")
+    logs_specs = v.str_("logs_specs")
+    if logs_specs is not None:
+        warnings.append(
+            f"--logs-specs {logs_specs} is accepted but ignored: aelastic uses its own "
+            "log layout (--log-dir, -r, -t, --local-ranks-filter)"
+        )
+    redirects = check_std_spec(v.str_("redirects"), v.source("redirects"))
+    tee = check_std_spec(v.str_("tee"), v.source("tee"))
+    ranks_filter = parse_ranks_filter(v.str_("local_ranks_filter"), v.source("local_ranks_filter"))
+    signals = parse_signals(v.str_("signals_to_handle"), v.source("signals_to_handle"))
+    rdzv_conf = parse_rdzv_conf(v.str_("rdzv_conf"), v.source("rdzv_conf"))
+
+    backend: str = v.str_("rdzv_backend")
+    endpoint: str = v.str_("rdzv_endpoint")
+    run_id: str = v.str_("rdzv_id")
+    if v.flag("standalone") or (
+        backend == "static" and not endpoint and master_port is None and max_nodes == 1
+    ):
+        backend, endpoint, run_id = "c10d", _STANDALONE_ENDPOINT, str(uuid.uuid4())
+    if master_port is None:
+        master_port = 29500
+    if backend == "static":
+        rdzv_conf["rank"] = node_rank
+        if not endpoint:
+            endpoint = f"{v.str_('master_addr')}:{master_port}"
+    else:
+        if node_rank != 0:
+            warnings.append(
+                f"--node-rank is only used by the static backend; ignored with {backend}"
+            )
+
+    set_env: dict[str, str] = {}
+    if "OMP_NUM_THREADS" not in env and nproc > 1:
+        set_env["OMP_NUM_THREADS"] = "1"
+        warnings.append(
+            "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; "
+            "set OMP_NUM_THREADS yourself to tune it"
+        )
+
+    args: list[str] = []
+    entrypoint: str
+    if run_path:
+        # runpy.run_path(script, run_name="__main__") in a fresh interpreter is what
+        # 'python script' does; running it that way needs no function pickling.
+        entrypoint = python or env.get("PYTHON_EXEC") or sys.executable
+        args = ["-u", script]
+    elif no_python:
+        entrypoint = script
+    else:
+        entrypoint = python or env.get("PYTHON_EXEC") or sys.executable
+        args = ["-u", *(["-m"] if module else []), script]
+    args.extend(ns.training_script_args)
+
+    try:
+        config = LaunchConfig(
+            min_nodes=min_nodes,
+            max_nodes=max_nodes,
+            nproc_per_node=nproc,
+            run_id=run_id,
+            role=v.str_("role"),
+            rdzv_endpoint=endpoint,
+            rdzv_backend=backend,
+            rdzv_configs=rdzv_conf,
+            max_restarts=max_restarts,
+            monitor_interval=monitor_interval,
+            start_method=start_method,
+            log_line_prefix_template=env.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"),
+            local_addr=v.str_("local_addr"),
+            event_log_handler=v.str_("event_log_handler"),
+            numa_options=numa,
+            signals_to_handle=signals,
+            duplicate_stdout_filters=split_filters(v.str_("duplicate_stdout_filters")),
+            duplicate_stderr_filters=split_filters(v.str_("duplicate_stderr_filters")),
+            virtual_local_rank=v.flag("virtual_local_rank"),
+            shutdown_timeout=shutdown_timeout,
+            exit_barrier_timeout=exit_barrier_timeout,
+            log_dir=v.str_("log_dir"),
+            redirects=redirects,
+            tee=tee,
+            local_ranks_filter=ranks_filter,
+        )
+    except LaunchConfigError as exc:  # pragma: no cover - the checks above come first
+        raise UsageError(str(exc)) from None
+    return RunArgs(config, entrypoint, args, set_env, tuple(warnings))

@@ -1,0 +1,131 @@
+"""``LaunchConfig``: what one node of a job runs (torch's fields and defaults, plus a few)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._exceptions import AelasticError
+
+__all__ = ("DEFAULT_SIGNALS", "LaunchConfig", "LaunchConfigError")
+
+#: The signals the agent traps and forwards to its workers by default (torchrun's set).
+DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+
+_DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+_DEFAULT_EXIT_BARRIER_TIMEOUT = 300.0
+_DEFAULT_RDZV_TIMEOUT = 900
+
+
+class LaunchConfigError(AelasticError, ValueError):
+    """A :class:`LaunchConfig` field holds a value that cannot work; the message names the fix."""
+
+
+@dataclass
+class LaunchConfig:
+    """The settings of one node (agent) of a job: torch's ``LaunchConfig`` field for field.
+
+    The fields and defaults are those of ``torch.distributed.launcher.api.LaunchConfig``
+    (so ``rdzv_backend`` defaults to ``"etcd"`` and ``max_restarts`` to 3, as there;
+    the ``run`` command passes torchrun's own defaults). aelastic adds
+    ``exit_barrier_timeout``, ``log_dir``, ``redirects``, ``tee`` and
+    ``local_ranks_filter``, which torch keeps in ``logs_specs`` and environment
+    variables; ``master_addr``/``master_port`` of the static backend come from
+    ``rdzv_endpoint`` as in torch.
+
+    ``redirects`` and ``tee`` take what ``-r``/``-t`` take: ``0``-``3``, a string such as
+    ``"3"`` or ``"0:1,1:2"``, an ``aelastic.workers.Std`` or a ``{local_rank: Std}`` map.
+
+    ``shutdown_timeout`` of None means the environment variable
+    ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, else 30 seconds; it is read when the launch
+    starts, never written. Constructing a config changes nothing process-global.
+
+    Raises:
+        LaunchConfigError: from ``__post_init__`` when a field cannot work
+            (``min_nodes`` > ``max_nodes``, a negative restart budget, ...).
+    """
+
+    min_nodes: int
+    max_nodes: int
+    nproc_per_node: int
+    logs_specs: Any = None
+    run_id: str = ""
+    role: str = "default_role"
+    rdzv_endpoint: str = ""
+    rdzv_backend: str = "etcd"
+    rdzv_configs: dict[str, Any] = field(default_factory=dict)
+    rdzv_timeout: int = -1
+    max_restarts: int = 3
+    monitor_interval: float = 0.1
+    start_method: str = "spawn"
+    log_line_prefix_template: str | None = None
+    metrics_cfg: dict[str, str] = field(default_factory=dict)
+    local_addr: str | None = None
+    event_log_handler: str = "null"
+    numa_options: Any = None
+    signals_to_handle: str = DEFAULT_SIGNALS
+    duplicate_stdout_filters: list[str] | None = None
+    duplicate_stderr_filters: list[str] | None = None
+    virtual_local_rank: bool = False
+    shutdown_timeout: float | None = None
+    # aelastic additions
+    exit_barrier_timeout: float = _DEFAULT_EXIT_BARRIER_TIMEOUT
+    log_dir: str | None = None
+    redirects: Any = 0
+    tee: Any = 0
+    local_ranks_filter: set[int] | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_nodes <= self.max_nodes:
+            raise LaunchConfigError(
+                f"min_nodes={self.min_nodes}, max_nodes={self.max_nodes}: "
+                "need 0 < min_nodes <= max_nodes"
+            )
+        if self.nproc_per_node < 1:
+            raise LaunchConfigError(
+                f"nproc_per_node={self.nproc_per_node}: need at least 1 worker per node"
+            )
+        if self.max_restarts < 0:
+            raise LaunchConfigError(
+                f"max_restarts={self.max_restarts}: need >= 0 (0 means no restart)"
+            )
+        if self.monitor_interval <= 0:
+            raise LaunchConfigError(
+                f"monitor_interval={self.monitor_interval}: need a positive number of seconds"
+            )
+        if self.shutdown_timeout is not None and self.shutdown_timeout < 0:
+            raise LaunchConfigError(
+                f"shutdown_timeout={self.shutdown_timeout}: need >= 0 seconds (or None)"
+            )
+        if self.exit_barrier_timeout < 0:
+            raise LaunchConfigError(
+                f"exit_barrier_timeout={self.exit_barrier_timeout}: need >= 0 seconds"
+            )
+        if self.rdzv_timeout is not None and self.rdzv_timeout != -1:
+            self.rdzv_configs["timeout"] = self.rdzv_timeout
+        else:
+            self.rdzv_configs.setdefault("timeout", _DEFAULT_RDZV_TIMEOUT)
+
+    def resolved_shutdown_timeout(self, environ: Mapping[str, str] | None = None) -> float:
+        """The grace seconds before SIGKILL: the field, else the env variable, else 30.
+
+        Raises:
+            LaunchConfigError: ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` is not a number >= 0.
+        """
+        if self.shutdown_timeout is not None:
+            return float(self.shutdown_timeout)
+        env = os.environ if environ is None else environ
+        raw = env.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
+        if not raw:
+            return _DEFAULT_SHUTDOWN_TIMEOUT
+        try:
+            value = float(raw)
+        except ValueError:
+            value = -1.0
+        if value < 0:
+            raise LaunchConfigError(
+                f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={raw!r}: need a number of seconds >= 0"
+            )
+        return value
