@@ -1,0 +1,44 @@
+"""The elastic agent: one node's worker group, driven by an async state machine.
+
+``LocalElasticAgent(spec)`` runs ``spec.local_world_size`` worker subprocesses;
+``await agent.run()`` returns a :class:`RunResult`. Importing this package never
+imports torch.
+"""
+
+from ._api import ElasticAgent as ElasticAgent
+from ._api import SimpleElasticAgent as SimpleElasticAgent
+from ._env import worker_env as worker_env
+from ._exceptions import AgentConfigError as AgentConfigError
+from ._exceptions import AgentError as AgentError
+from ._exceptions import SignalException as SignalException
+from ._local import LocalElasticAgent as LocalElasticAgent
+from ._policy import Action as Action
+from ._policy import Decision as Decision
+from ._policy import decide_after_exit as decide_after_exit
+from ._policy import decide_after_membership_change as decide_after_membership_change
+from ._types import DEFAULT_ROLE as DEFAULT_ROLE
+from ._types import RunResult as RunResult
+from ._types import Worker as Worker
+from ._types import WorkerGroup as WorkerGroup
+from ._types import WorkerSpec as WorkerSpec
+from ._types import WorkerState as WorkerState
+
+__all__ = (
+    "DEFAULT_ROLE",
+    "Action",
+    "AgentConfigError",
+    "AgentError",
+    "Decision",
+    "ElasticAgent",
+    "LocalElasticAgent",
+    "RunResult",
+    "SignalException",
+    "SimpleElasticAgent",
+    "Worker",
+    "WorkerGroup",
+    "WorkerSpec",
+    "WorkerState",
+    "decide_after_exit",
+    "decide_after_membership_change",
+    "worker_env",
+)

@@ -1,0 +1,599 @@
+"""The agent's state machine as coroutines: ``ElasticAgent`` and ``SimpleElasticAgent``.
+
+One round is: rendezvous -> rank assignment -> start -> wait for whichever comes
+first (a worker exit, a membership change, a cancellation) -> act on the decision
+of :mod:`aelastic.agent._policy`. Nothing polls: a worker's exit and a membership
+change wake the agent the moment they happen.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import json
+import logging
+import os
+import signal
+import socket
+import time
+import traceback
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+
+from ..events import Event, EventSource, record
+from ..metrics import put_metric
+from ..rendezvous import RendezvousGracefulExitError, RendezvousInfo
+from ..store import Store
+from ._exceptions import AgentError, SignalException
+from ._policy import (
+    Action,
+    Decision,
+    decide_after_exit,
+    decide_after_membership_change,
+    flakiness,
+    restart_count,
+)
+from ._ranks import RankAssignment, RoleInfo, assign_ranks, identical_assignment
+from ._types import DEFAULT_ROLE, RunResult, Worker, WorkerGroup, WorkerSpec, WorkerState
+
+__all__ = ("ElasticAgent", "SimpleElasticAgent")
+
+log = logging.getLogger("aelastic.agent")
+
+#: Store key prefixes (torch's names, so mixed tooling reads the same keys).
+_ROLE_INFO_PREFIX = "torchelastic/role_info"
+_ASSIGNED_RANKS_PREFIX = "torchelastic/assigned_ranks"
+_TERMINAL_STATE_SYNC_ID = "torchelastic/agent/terminal_state"
+#: Bound on leaving the rendezvous during an abnormal exit (a dead backend must not hang us).
+_RDZV_SHUTDOWN_TIMEOUT = 10.0
+
+
+def _hostname() -> str:
+    # gethostname, not getfqdn: no DNS round trip on the restart path (torchrun's #73656).
+    return socket.gethostname()
+
+
+class ElasticAgent(abc.ABC):
+    """Manages one node's worker processes for an elastic job.
+
+    ``result = await agent.run()``; ``result.is_failed()`` then ``result.failures``
+    (by global rank), else ``result.return_values`` (by global rank).
+    """
+
+    @abc.abstractmethod
+    async def run(self, role: str = DEFAULT_ROLE) -> RunResult:
+        """Run the workers, restarting them on failure up to ``max_restarts`` times."""
+
+    @abc.abstractmethod
+    def get_worker_group(self, role: str = DEFAULT_ROLE) -> WorkerGroup:
+        """The (mutable, live) :class:`WorkerGroup` of ``role``."""
+
+
+class SimpleElasticAgent(ElasticAgent):
+    """An agent for one :class:`WorkerSpec`; subclasses say how workers start and stop.
+
+    Subclass hooks (all called from the task running :meth:`run`):
+    :meth:`_start_workers`, :meth:`_stop_workers`, :meth:`_wait_for_worker_exit`,
+    :meth:`_worker_exit_codes`, :meth:`_monitor_workers`, :meth:`_shutdown`.
+    Resources a round needs (processes, the workers' store) go on
+    ``self._round_stack``, closed when the round ends, even on cancellation.
+
+    ``exit_barrier_timeout`` and ``shutdown_timeout`` override the spec's values.
+    """
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        exit_barrier_timeout: float | None = None,
+        shutdown_timeout: float | None = None,
+    ) -> None:
+        self._worker_group = WorkerGroup(spec)
+        self._remaining_restarts = spec.max_restarts
+        self._store: Store | None = None
+        self._exit_barrier_timeout = (
+            spec.exit_barrier_timeout if exit_barrier_timeout is None else exit_barrier_timeout
+        )
+        self._shutdown_timeout = (
+            spec.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
+        )
+        self._total_execution_time = 0
+        #: Worker starts so far; names the log directory ``attempt_<n>`` (never reused).
+        self._attempt = -1
+        self._round_stack: AsyncExitStack | None = None
+        self._run_scope: anyio.CancelScope | None = None
+        self._signal: signal.Signals | None = None
+        self._running = False
+        self._use_agent_store = False
+        self._rdzv_info: RendezvousInfo | None = None
+
+    # -- public -----------------------------------------------------------------------
+
+    def get_worker_group(self, role: str = DEFAULT_ROLE) -> WorkerGroup:
+        return self._worker_group
+
+    @property
+    def remaining_restarts(self) -> int:
+        """Restarts left in the failure budget."""
+        return self._remaining_restarts
+
+    def send_signal(self, sig: int, *, terminate: bool = True) -> None:
+        """Handle a signal the embedding program received (the CLI forwards its signals here).
+
+        With ``terminate=True`` (torchrun's behaviour for every handled signal) the agent
+        stops its workers by sending them ``sig`` (then SIGKILL after the shutdown
+        timeout), leaves the rendezvous, and :meth:`run` raises
+        :class:`SignalException` with ``.sigval == sig``. With ``terminate=False`` the
+        signal is only forwarded to the running workers' process groups (e.g. SIGUSR1
+        as a preemption notice) and the run goes on.
+
+        Call it from the event loop's thread (e.g. a task reading
+        ``anyio.open_signal_receiver``); it never blocks. Calls before :meth:`run`
+        make the next run stop at once; only the first terminating signal counts.
+        """
+        sigval = signal.Signals(sig)
+        if not terminate:
+            self._forward_signal(sigval)
+            return
+        if self._signal is None:
+            self._signal = sigval
+        if self._run_scope is not None:
+            self._run_scope.cancel()
+
+    async def run(self, role: str = DEFAULT_ROLE) -> RunResult:
+        """Run the worker group until it succeeds or fails for good; return the result.
+
+        Failures (a non-zero worker exit) restart the group up to ``max_restarts``
+        times; membership changes restart it without spending that budget. On
+        success the agent waits in the exit barrier for the other nodes.
+
+        Cancellation: cancelling the task awaiting ``run()`` stops the workers
+        (SIGTERM, then SIGKILL after ``shutdown_timeout``), closes the round's
+        resources, leaves the rendezvous (``shutdown()``, shielded and bounded) and
+        re-raises the cancellation. No signal handler is installed.
+
+        Raises:
+            SignalException: :meth:`send_signal` asked the agent to terminate.
+            RendezvousError: the rendezvous failed (closed, timed out, unreachable).
+            AgentError: the agent cannot carry on (malformed store data...).
+        """
+        if self._running:
+            raise AgentError("agent.run() is already running; an agent runs one group at a time")
+        self._running = True
+        start = time.monotonic()
+        result: RunResult | None = None
+        try:
+            with anyio.CancelScope() as scope:
+                self._run_scope = scope
+                if self._signal is not None:
+                    scope.cancel()
+                try:
+                    result = await self._invoke_run(role)
+                finally:
+                    self._run_scope = None
+            if self._signal is not None and result is None:
+                raise SignalException(
+                    f"agent received {self._signal.name}; workers were stopped", self._signal
+                )
+        except RendezvousGracefulExitError as exc:
+            log.info("[%s] rendezvous asked this node to exit gracefully: %s", role, exc)
+            result = RunResult(state=WorkerState.STOPPED)
+        except BaseException:
+            self._total_execution_time = int(time.monotonic() - start)
+            if self._worker_group.state not in (WorkerState.SUCCEEDED, WorkerState.FAILED):
+                self._worker_group.state = WorkerState.UNKNOWN
+            await self._leave_rendezvous()
+            raise
+        finally:
+            self._running = False
+        assert result is not None
+        self._total_execution_time = int(time.monotonic() - start)
+        self._record_metrics(result)
+        self._record_worker_events(result)
+        return result
+
+    # -- hooks for subclasses ------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
+        """Start ``local_world_size`` workers; return ``{local_rank: worker id}``.
+
+        Put the started processes' context on ``self._round_stack``.
+        """
+
+    @abc.abstractmethod
+    async def _stop_workers(
+        self, worker_group: WorkerGroup, sig: signal.Signals = signal.SIGTERM
+    ) -> None:
+        """Stop every worker (``sig``, SIGKILL after the shutdown timeout) and reap them.
+
+        Must cope with workers already gone; safe to call twice.
+        """
+
+    @abc.abstractmethod
+    async def _wait_for_worker_exit(self, worker_group: WorkerGroup) -> None:
+        """Return when one more local worker has exited (the moment it does)."""
+
+    @abc.abstractmethod
+    def _worker_exit_codes(self, worker_group: WorkerGroup) -> Mapping[int, int]:
+        """``{local_rank: exitcode}`` of the workers exited so far in this round."""
+
+    @abc.abstractmethod
+    async def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        """The group's result now (no waiting): HEALTHY, FAILED+failures, SUCCEEDED+values."""
+
+    @abc.abstractmethod
+    async def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM) -> None:
+        """Release what the agent holds outside a round (called once, on abnormal exit)."""
+
+    def _forward_signal(self, sig: signal.Signals) -> None:  # noqa: B027 - optional hook
+        """Send ``sig`` to the running workers without stopping them (default: nothing)."""
+
+    # -- the state machine -------------------------------------------------------------
+
+    async def _invoke_run(self, role: str = DEFAULT_ROLE) -> RunResult:
+        wg = self._worker_group
+        spec = wg.spec
+        log.info("[%s] starting workers for entrypoint: %s", role, spec.get_entrypoint_name())
+        while True:
+            async with AsyncExitStack() as stack:
+                self._round_stack = stack
+                try:
+                    await self._initialize_workers(wg)
+                    decision = await self._wait_for_outcome(wg)
+                    wg.state = decision.state
+                    put_metric(f"workers.{role}.remaining_restarts", self._remaining_restarts)
+                    put_metric(f"workers.{role}.{wg.state.value}", 1)
+                    if decision.action is Action.SUCCEED:
+                        result = await self._monitor_workers(wg)
+                        log.info("[%s] worker group successfully finished", role)
+                        await self._exit_barrier()
+                        return result
+                    if decision.action is Action.FAIL:
+                        result = await self._monitor_workers(wg)
+                        await self._stop_workers(wg)
+                        wg.state = WorkerState.FAILED
+                        log.error(
+                            "[%s] worker group FAILED, no restarts left: %s",
+                            role,
+                            _describe_exits(self._worker_exit_codes(wg)),
+                        )
+                        return result
+                    if decision.action is Action.RESTART:
+                        log.warning(
+                            "[%s] worker group FAILED (%s); %d/%d restarts left, restarting",
+                            role,
+                            _describe_exits(self._worker_exit_codes(wg)),
+                            self._remaining_restarts,
+                            spec.max_restarts,
+                        )
+                        self._remaining_restarts = decision.remaining_restarts
+                    else:
+                        log.info(
+                            "[%s] rendezvous membership changed (group_rank=%s); restarting"
+                            " the worker group without spending a restart",
+                            role,
+                            wg.group_rank,
+                        )
+                    await self._restart_workers(wg)
+                finally:
+                    self._round_stack = None
+
+    async def _wait_for_outcome(self, worker_group: WorkerGroup) -> Decision:
+        """Race the workers' exits against a membership change; return the first decision."""
+        spec = worker_group.spec
+        lws = spec.local_world_size
+        decided: list[Decision] = []
+
+        async with anyio.create_task_group() as tg:
+
+            async def watch_exits() -> None:
+                while True:
+                    await self._wait_for_worker_exit(worker_group)
+                    codes = self._worker_exit_codes(worker_group).values()
+                    decision = decide_after_exit(codes, lws, self._remaining_restarts)
+                    if decision.action is not Action.WAIT:
+                        decided.append(decision)
+                        tg.cancel_scope.cancel()
+                        return
+
+            async def watch_membership() -> None:
+                await spec.rdzv_handler.wait_for_membership_change()
+                codes = self._worker_exit_codes(worker_group).values()
+                decided.append(
+                    decide_after_membership_change(codes, lws, self._remaining_restarts)
+                )
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch_exits)
+            tg.start_soon(watch_membership)
+        return decided[0]
+
+    async def _initialize_workers(self, worker_group: WorkerGroup) -> None:
+        """Rendezvous, then start a fresh set of workers; the group becomes HEALTHY."""
+        role = worker_group.spec.role
+        log.info("[%s] rendezvous'ing worker group", role)
+        await self._rendezvous(worker_group)
+        log.info("[%s] starting worker group", role)
+        self._attempt += 1
+        worker_ids = await self._start_workers(worker_group)
+        for local_rank, worker_id in worker_ids.items():
+            worker_group.workers[local_rank].id = worker_id
+        worker_group.state = WorkerState.HEALTHY
+        for worker in worker_group.workers:
+            self._record(self._construct_event("START", EventSource.WORKER, worker))
+
+    async def _restart_workers(self, worker_group: WorkerGroup) -> None:
+        """Stop every local worker; the caller's loop re-rendezvous and starts them again."""
+        log.info("[%s] stopping worker group", worker_group.spec.role)
+        await self._stop_workers(worker_group)
+        worker_group.state = WorkerState.STOPPED
+
+    async def _rendezvous(self, worker_group: WorkerGroup) -> None:
+        """Join the next round, assign ranks, and agree on the workers' store endpoint."""
+        spec = worker_group.spec
+        started = time.monotonic()
+        info = await spec.rdzv_handler.next_rendezvous()
+        self._rdzv_info = info
+        self._store = info.store
+        worker_group.store = info.store
+        worker_group.group_rank = info.rank
+        worker_group.group_world_size = info.world_size
+        self._record(
+            self._construct_event(
+                "RENDEZVOUS", EventSource.AGENT, duration_ms=_ms_since(started)
+            )
+        )
+        started = time.monotonic()
+        workers = await self._assign_worker_ranks(info.store, info.rank, info.world_size, spec)
+        worker_group.workers = workers
+        self._record(
+            self._construct_event(
+                "ASSIGN_WORKER_RANKS", EventSource.AGENT, duration_ms=_ms_since(started)
+            )
+        )
+        log.info(
+            "[%s] rendezvous complete: restart_count=%d master=%s:%s group_rank=%d"
+            " group_world_size=%d global_ranks=%s role_ranks=%s world_size=%d",
+            spec.role,
+            restart_count(spec.max_restarts, self._remaining_restarts),
+            worker_group.master_addr,
+            worker_group.master_port,
+            info.rank,
+            info.world_size,
+            [w.global_rank for w in workers],
+            [w.role_rank for w in workers],
+            workers[0].world_size,
+        )
+
+    async def _worker_store_endpoint(self) -> tuple[str, int, bool]:
+        """Group rank 0: decide (and host, if needed) the workers' store; ``(addr, port, agent)``.
+
+        ``agent`` is ``TORCHELASTIC_USE_AGENT_STORE``. Subclasses host the store on
+        ``self._round_stack``; this default requires an explicit ``master_port``.
+        """
+        spec = self._worker_group.spec
+        if spec.master_port is None:
+            raise AgentError("this agent cannot host a store: set WorkerSpec.master_port")
+        return spec.master_addr or spec.local_addr or _hostname(), spec.master_port, False
+
+    async def _assign_worker_ranks(
+        self, store: Store, group_rank: int, group_world_size: int, spec: WorkerSpec
+    ) -> list[Worker]:
+        """Assign global and role ranks (seed 004's algorithm) in O(1) requests per agent.
+
+        Every agent but group rank 0 ``set``s its role info and ``get``s its assignment;
+        group rank 0 ``multi_get``s the others' infos and ``multi_set``s every
+        assignment (which also carries the workers' store endpoint). With
+        ``TORCH_ELASTIC_WORKER_IDENTICAL=1`` ranks are computed locally and only the
+        endpoint crosses the store. Also sets ``master_addr``/``master_port`` on the group.
+        """
+        wg = self._worker_group
+        identical = os.environ.get("TORCH_ELASTIC_WORKER_IDENTICAL") == "1"
+        mine: RankAssignment
+        if group_rank == 0:
+            addr, port, agent_store = await self._worker_store_endpoint()
+            self._use_agent_store = agent_store
+            if identical:
+                mine = identical_assignment(0, group_world_size, spec.local_world_size)
+                if group_world_size > 1:
+                    await store.set(
+                        f"{_ASSIGNED_RANKS_PREFIX}/endpoint",
+                        json.dumps([addr, port, agent_store]),
+                    )
+            else:
+                infos = [RoleInfo(spec.role, 0, spec.local_world_size)]
+                if group_world_size > 1:
+                    keys = [f"{_ROLE_INFO_PREFIX}/{r}" for r in range(1, group_world_size)]
+                    infos += [RoleInfo.deserialize(v) for v in await store.multi_get(keys)]
+                answers = [
+                    _with_endpoint(a, addr, port, agent_store) for a in assign_ranks(infos)
+                ]
+                if group_world_size > 1:
+                    await store.multi_set(
+                        [f"{_ASSIGNED_RANKS_PREFIX}/{r}" for r in range(1, group_world_size)],
+                        [a.serialize() for a in answers[1:]],
+                    )
+                mine = answers[0]
+        elif identical:
+            mine = identical_assignment(group_rank, group_world_size, spec.local_world_size)
+            raw = await store.get(f"{_ASSIGNED_RANKS_PREFIX}/endpoint")
+            addr, port, agent_store = json.loads(raw)
+        else:
+            info = RoleInfo(spec.role, group_rank, spec.local_world_size)
+            await store.set(f"{_ROLE_INFO_PREFIX}/{group_rank}", info.serialize())
+            mine = RankAssignment.deserialize(
+                await store.get(f"{_ASSIGNED_RANKS_PREFIX}/{group_rank}")
+            )
+            addr, port, agent_store = mine.master_addr, mine.master_port, mine.use_agent_store
+        if addr is None or port is None:
+            raise AgentError("group rank 0 published no worker store endpoint")
+        wg.master_addr, wg.master_port = str(addr), int(port)
+        self._use_agent_store = bool(agent_store)
+        return [
+            Worker(
+                local_rank=i,
+                global_rank=mine.base_global_rank + i,
+                role_rank=mine.base_role_rank + i,
+                world_size=mine.world_size,
+                role_world_size=mine.role_world_size,
+            )
+            for i in range(spec.local_world_size)
+        ]
+
+    async def _exit_barrier(self) -> None:
+        """Wait up to ``exit_barrier_timeout`` for every node to finish its workers.
+
+        Keeps this agent (and the workers' store it may host) alive until the other
+        nodes are done. Errors other than cancellation are logged, not raised.
+        """
+        from ..store import barrier
+
+        wg = self._worker_group
+        if self._store is None or wg.group_world_size is None:
+            return
+        log.info(
+            "local worker group finished (%s); waiting up to %s s for other agents",
+            wg.state.value,
+            self._exit_barrier_timeout,
+        )
+        started = time.monotonic()
+        try:
+            await barrier(
+                self._store,
+                wg.group_world_size,
+                key_prefix=_TERMINAL_STATE_SYNC_ID,
+                timeout=self._exit_barrier_timeout,
+            )
+        except Exception:
+            log.exception(
+                "error waiting on the exit barrier after %.1f s", time.monotonic() - started
+            )
+        else:
+            log.info("done waiting for other agents after %.3f s", time.monotonic() - started)
+
+    async def _leave_rendezvous(self) -> None:
+        """Abnormal exit: release local resources and leave the rendezvous, shielded, bounded."""
+        with anyio.move_on_after(self._shutdown_timeout + _RDZV_SHUTDOWN_TIMEOUT, shield=True):
+            try:
+                await self._shutdown(self._signal or signal.SIGTERM)
+            except Exception:
+                log.exception("error while shutting the agent down")
+            try:
+                await self._worker_group.spec.rdzv_handler.shutdown()
+            except Exception:
+                log.exception("error while leaving the rendezvous")
+
+    # -- events and metrics ------------------------------------------------------------
+
+    def _record(self, event: Event) -> None:
+        try:
+            record(event, self._worker_group.spec.event_log_handler)
+        except Exception:
+            log.exception("failed to record event %s", event.name)
+
+    def get_event_failed(self) -> Event:
+        """The agent's FAILED event (with the current traceback as ``raw_error``)."""
+        return self._construct_event("FAILED", EventSource.AGENT, raw_error=traceback.format_exc())
+
+    def get_event_succeeded(self) -> Event:
+        """The agent's SUCCEEDED event."""
+        return self._construct_event("SUCCEEDED", EventSource.AGENT)
+
+    def _record_worker_events(self, result: RunResult) -> None:
+        for worker in self._worker_group.workers:
+            failure = result.failures.get(worker.global_rank)
+            state = self._get_worker_state(worker, result)
+            raw_error = json.dumps(failure.error_file_data) if failure else None
+            exit_code = failure.exitcode if failure else None
+            self._record(
+                self._construct_event(
+                    state, EventSource.WORKER, worker, raw_error, exit_code=exit_code
+                )
+            )
+
+    def _get_worker_state(self, worker: Worker, result: RunResult) -> str:
+        failure = result.failures.get(worker.global_rank)
+        if result.state in (WorkerState.UNHEALTHY, WorkerState.FAILED) and not failure:
+            return "TERMINATED"  # stopped by this agent after another worker failed
+        return result.state.value
+
+    def _construct_event(
+        self,
+        state: str,
+        source: EventSource,
+        worker: Worker | None = None,
+        raw_error: str | None = None,
+        duration_ms: float | None = None,
+        exit_code: int | None = None,
+    ) -> Event:
+        """Build ``torchelastic.worker.status.<state>`` with torch's metadata keys."""
+        wg = self._worker_group
+        spec = wg.spec
+        md: dict[str, Any] = {
+            "group_world_size": wg.group_world_size,
+            "entry_point": spec.get_entrypoint_name(),
+        }
+        global_rank: int | None = None
+        worker_id: str | None = None
+        if worker is not None:
+            md["local_rank"] = (worker.local_rank,)
+            md["role_rank"] = (worker.role_rank,)
+            md["role_world_size"] = (worker.role_world_size,)
+            md["exit_code"] = (exit_code,)
+            md["worker_pid"] = (worker.id,)
+            global_rank = worker.global_rank
+            worker_id = None if worker.id is None else str(worker.id)
+        metadata: dict[str, str | int | float | bool | None] = {
+            "run_id": spec.rdzv_handler.get_run_id(),
+            "global_rank": global_rank,
+            "group_rank": wg.group_rank,
+            "worker_id": worker_id,
+            "role": spec.role,
+            "hostname": _hostname(),
+            "state": state,
+            "total_run_time": self._total_execution_time,
+            "rdzv_backend": spec.rdzv_handler.get_backend(),
+            "raw_error": raw_error,
+            "metadata": json.dumps(md),
+            "agent_restarts": restart_count(spec.max_restarts, self._remaining_restarts),
+            "duration_ms": duration_ms,
+        }
+        return Event(f"torchelastic.worker.status.{state}", source=source, metadata=metadata)
+
+    def _record_metrics(self, group_results: RunResult) -> None:
+        """Seed 004's end-of-run metrics: run_total, success/failure x retries, flakiness."""
+        is_failed = group_results.is_failed()
+        spec = self._worker_group.spec
+        role = spec.role
+        restarts_happened = self._remaining_restarts != spec.max_restarts
+        put_metric(
+            f"workers.{role}.flakiness",
+            flakiness(is_failed, spec.max_restarts, self._remaining_restarts),
+        )
+        put_metric(f"workers.{role}.run_total", 1)
+        for name, condition in (
+            ("run_success_with_retries", not is_failed and restarts_happened),
+            ("run_success_no_retries", not is_failed and not restarts_happened),
+            ("run_failed_with_retries", is_failed and restarts_happened),
+            ("run_failed_no_retries", is_failed and not restarts_happened),
+        ):
+            self._record_metric_with_condition(name, condition)
+
+    def _record_metric_with_condition(self, metric_name: str, condition: bool) -> None:
+        put_metric(f"workers.{self._worker_group.spec.role}.{metric_name}", 1 if condition else 0)
+
+
+def _with_endpoint(a: RankAssignment, addr: str, port: int, agent_store: bool) -> RankAssignment:
+    return dataclasses.replace(a, master_addr=addr, master_port=port, use_agent_store=agent_store)
+
+
+def _ms_since(started: float) -> float:
+    return round((time.monotonic() - started) * 1000.0, 3)
+
+
+def _describe_exits(codes: Mapping[int, int]) -> str:
+    failed = {rank: code for rank, code in codes.items() if code != 0}
+    return ", ".join(f"local_rank {r} exited {c}" for r, c in sorted(failed.items())) or "no exit"

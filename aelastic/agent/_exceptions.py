@@ -1,0 +1,29 @@
+"""Errors raised by the elastic agent."""
+
+from __future__ import annotations
+
+import signal
+
+from .._exceptions import AelasticError
+
+__all__ = ("AgentConfigError", "AgentError", "SignalException")
+
+
+class AgentError(AelasticError):
+    """Base class of the agent's errors."""
+
+
+class AgentConfigError(AgentError, ValueError):
+    """A :class:`~aelastic.agent.WorkerSpec` or agent argument is invalid."""
+
+
+class SignalException(AgentError):
+    """The agent was told to terminate by a forwarded signal (``agent.send_signal``).
+
+    Raised by ``agent.run()`` after the workers were stopped with ``sigval`` (then
+    SIGKILL after the shutdown timeout). ``sigval`` is the :class:`signal.Signals`.
+    """
+
+    def __init__(self, msg: str, sigval: signal.Signals) -> None:
+        super().__init__(msg)
+        self.sigval = sigval

@@ -1,0 +1,251 @@
+"""``LocalElasticAgent``: workers are local subprocesses (aelastic.workers), one group each."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+
+from ..errors import ProcessFailure
+from ..store import StoreServer
+from ..store import is_loopback as _is_loopback
+from ..workers import (
+    LogDestinations,
+    ProcessExit,
+    ProcessSpec,
+    WorkerProcesses,
+    callable_process_args,
+    open_worker_processes,
+    read_callable_result,
+)
+from ._api import SimpleElasticAgent, _hostname
+from ._env import worker_env
+from ._policy import restart_count
+from ._types import RunResult, WorkerGroup, WorkerSpec, WorkerState
+
+__all__ = ("LocalElasticAgent",)
+
+log = logging.getLogger("aelastic.agent")
+
+_LOOPBACK = "127.0.0.1"
+
+
+class LocalElasticAgent(SimpleElasticAgent):
+    """Runs ``spec.local_world_size`` worker subprocesses on this node.
+
+    Binary entrypoints run as ``[entrypoint, *args]``; callables run in a spawned
+    Python interpreter and their return values land in ``RunResult.return_values``.
+    Each worker is its own process group and dies with the agent (PR_SET_PDEATHSIG).
+
+    Workers' store: for every round the group-rank-0 agent hosts a fresh
+    TCPStore-compatible :class:`~aelastic.store.StoreServer` on an ephemeral port and
+    hands it to all workers (``MASTER_ADDR``/``MASTER_PORT``,
+    ``TORCHELASTIC_USE_AGENT_STORE=True``): no key of an earlier round is ever read
+    and there is no free-port race. An explicit ``spec.master_port`` is honoured
+    instead (the static backend's endpoint).
+
+    ``worker_env_extra`` is added to every worker's environment (e.g.
+    ``TORCHELASTIC_SIGNALS_TO_HANDLE``); the agent's own ``os.environ`` is never
+    modified. Arguments ``exit_barrier_timeout``, ``shutdown_timeout`` and
+    ``log_line_prefix_template`` override the spec's values.
+    """
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        *,
+        exit_barrier_timeout: float | None = None,
+        shutdown_timeout: float | None = None,
+        log_line_prefix_template: str | None = None,
+        worker_env_extra: Mapping[str, str] | None = None,
+        start_method: str = "spawn",
+    ) -> None:
+        super().__init__(spec, exit_barrier_timeout, shutdown_timeout)
+        if start_method != "spawn":
+            raise ValueError(
+                f"start_method={start_method!r}: aelastic always spawns a fresh interpreter"
+                " for callable entrypoints; use 'spawn'"
+            )
+        self._log_line_prefix_template = log_line_prefix_template or spec.log_line_prefix_template
+        self._worker_env_extra = dict(worker_env_extra or {})
+        self._procs: WorkerProcesses | None = None
+        self._exits: dict[int, ProcessExit] = {}
+        self._error_files: dict[int, str | None] = {}
+        self._result_files: dict[int, str] = {}
+        self._result_dir: tempfile.TemporaryDirectory[str] | None = None
+
+    # -- the workers' store ------------------------------------------------------------
+
+    async def _worker_store_endpoint(self) -> tuple[str, int, bool]:
+        spec = self._worker_group.spec
+        if spec.master_port is not None:
+            return await super()._worker_store_endpoint()
+        wg = self._worker_group
+        stack = self._round_stack
+        assert stack is not None
+        advertised = spec.master_addr or spec.local_addr
+        if advertised is not None:
+            bind = advertised
+        elif wg.group_world_size == 1 or self._rendezvous_is_local():
+            bind = advertised = _LOOPBACK
+        else:
+            bind, advertised = "", _hostname()
+        server = StoreServer(bind, 0, allow_non_loopback=not _is_loopback(bind))
+        await stack.enter_async_context(server)
+        log.debug("hosting the workers' store on %s (advertised %s)", server.address, advertised)
+        return advertised, server.port, True
+
+    def _rendezvous_is_local(self) -> bool:
+        rdzv = self._rdzv_info
+        info = None if rdzv is None else rdzv.bootstrap_store_info
+        return info is not None and _is_loopback(info.master_addr)
+
+    # -- starting and stopping ---------------------------------------------------------
+
+    async def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
+        spec = worker_group.spec
+        stack = self._round_stack
+        assert stack is not None
+        assert worker_group.group_rank is not None and worker_group.group_world_size is not None
+        assert worker_group.master_addr is not None and worker_group.master_port is not None
+        run_id = spec.rdzv_handler.get_run_id()
+        dests = LogDestinations.for_attempt(
+            spec.log_dir,
+            run_id,
+            self._attempt,
+            spec.local_world_size,
+            spec.redirects,
+            spec.tee,
+            spec.local_ranks_filter,
+            self._log_line_prefix_template,
+            role=spec.role,
+            global_ranks=[w.global_rank for w in worker_group.workers],
+        )
+        base_env = os.environ.copy()
+        restarts = restart_count(spec.max_restarts, self._remaining_restarts)
+        self._exits = {}
+        self._error_files = {}
+        self._result_files = {}
+        specs = []
+        for worker in worker_group.workers:
+            rank = worker.local_rank
+            dest = dests[rank]
+            env = worker_env(
+                base_env,
+                local_rank=rank,
+                global_rank=worker.global_rank,
+                role_rank=worker.role_rank,
+                world_size=worker.world_size,
+                role_world_size=worker.role_world_size,
+                role=spec.role,
+                local_world_size=spec.local_world_size,
+                group_rank=worker_group.group_rank,
+                group_world_size=worker_group.group_world_size,
+                master_addr=worker_group.master_addr,
+                master_port=worker_group.master_port,
+                restart_count=restarts,
+                max_restarts=spec.max_restarts,
+                run_id=run_id,
+                use_agent_store=self._use_agent_store,
+                error_file=dest.error_file,
+                extra=self._worker_env_extra,
+            )
+            self._error_files[rank] = dest.error_file
+            specs.append(
+                ProcessSpec(
+                    local_rank=rank,
+                    args=self._worker_args(spec, rank),
+                    env=env,
+                    stdout_file=dest.stdout_file,
+                    stderr_file=dest.stderr_file,
+                    tee=dest.tee,
+                    console_prefix=dest.console_prefix,
+                    show_on_console=dest.show_on_console,
+                    error_file=dest.error_file,
+                )
+            )
+        procs = await stack.enter_async_context(
+            open_worker_processes(specs, shutdown_timeout=self._shutdown_timeout)
+        )
+        self._procs = procs
+        # LIFO: runs before the processes' own exit, so a forwarded signal reaches them.
+        stack.push_async_callback(self._stop_on_round_exit)
+        return dict(procs.pids)
+
+    def _worker_args(self, spec: WorkerSpec, local_rank: int) -> list[str]:
+        entrypoint = spec.entrypoint
+        if isinstance(entrypoint, str):
+            return [entrypoint, *(str(a) for a in spec.args)]
+        assert entrypoint is not None
+        if self._result_dir is None:
+            self._result_dir = tempfile.TemporaryDirectory(prefix="aelastic_results_")
+        path = os.path.join(self._result_dir.name, f"attempt_{self._attempt}_{local_rank}.json")
+        self._result_files[local_rank] = path
+        return list(callable_process_args(entrypoint, spec.args, result_file=path))
+
+    async def _stop_on_round_exit(self) -> None:
+        await self._stop_workers(self._worker_group, self._signal or signal.SIGTERM)
+        self._procs = None
+
+    async def _stop_workers(
+        self, worker_group: WorkerGroup, sig: signal.Signals = signal.SIGTERM
+    ) -> None:
+        procs = self._procs
+        if procs is None:
+            return
+        with anyio.CancelScope(shield=True):
+            await procs.stop(sig=sig, timeout=self._shutdown_timeout)
+
+    async def _wait_for_worker_exit(self, worker_group: WorkerGroup) -> None:
+        assert self._procs is not None
+        exit_ = await self._procs.wait_for_exit()
+        self._exits[exit_.local_rank] = exit_
+
+    def _worker_exit_codes(self, worker_group: WorkerGroup) -> Mapping[int, int]:
+        return {rank: e.exitcode for rank, e in self._exits.items()}
+
+    def _forward_signal(self, sig: signal.Signals) -> None:
+        if self._procs is not None:
+            self._procs.send_signal(sig)
+
+    async def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        spec = worker_group.spec
+        by_local = {w.local_rank: w for w in worker_group.workers}
+        failures: dict[int, ProcessFailure] = {}
+        for rank, exit_ in self._exits.items():
+            if exit_.failed:
+                failures[by_local[rank].global_rank] = ProcessFailure(
+                    local_rank=rank,
+                    pid=exit_.pid,
+                    exitcode=exit_.exitcode,
+                    error_file=self._error_files.get(rank),
+                    exit_time=exit_.timestamp,
+                )
+        if failures:
+            return RunResult(state=WorkerState.FAILED, failures=failures)
+        if len(self._exits) < spec.local_world_size:
+            return RunResult(state=WorkerState.HEALTHY)
+        values: dict[int, Any] = {}
+        for worker in worker_group.workers:
+            path = self._result_files.get(worker.local_rank)
+            values[worker.global_rank] = None if path is None else read_callable_result(path)
+        return RunResult(state=WorkerState.SUCCEEDED, return_values=values)
+
+    async def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM) -> None:
+        await self._stop_workers(self._worker_group, death_sig)
+        if self._result_dir is not None:
+            self._result_dir.cleanup()
+            self._result_dir = None
+
+    async def run(self, role: str = "default") -> RunResult:
+        try:
+            return await super().run(role)
+        finally:
+            if self._result_dir is not None:
+                self._result_dir.cleanup()
+                self._result_dir = None
