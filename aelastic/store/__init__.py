@@ -1,28 +1,48 @@
 """Async key-value stores that speak torch's TCPStore protocol.
 
-Public API of ``aelastic.store``; the implementation lives in private modules.
+* :class:`Store` - the async interface (torch's Store operations);
+* :class:`StoreServer` - a TCPStore-compatible server (torch clients work against it);
+* :class:`TCPStoreClient` - an async client (works against ours and torch's server);
+* :class:`LocalStore` - in-process store; :class:`PrefixStore` - namespaced view;
+* :func:`barrier`, :func:`synchronize`, :func:`get_all` - coordination helpers.
 """
 
 from ._api import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
 from ._api import Store as Store
 from ._api import Value as Value
+from ._client import TCPStoreClient as TCPStoreClient
 from ._exceptions import ProtocolError as ProtocolError
 from ._exceptions import QueueEmptyError as QueueEmptyError
 from ._exceptions import StoreClosedError as StoreClosedError
+from ._exceptions import StoreConfigError as StoreConfigError
 from ._exceptions import StoreConnectionError as StoreConnectionError
 from ._exceptions import StoreError as StoreError
 from ._exceptions import StoreLimitError as StoreLimitError
 from ._exceptions import StoreTimeoutError as StoreTimeoutError
+from ._local import LocalStore as LocalStore
+from ._prefix import PrefixStore as PrefixStore
+from ._server import StoreServer as StoreServer
+from ._utils import barrier as barrier
+from ._utils import get_all as get_all
+from ._utils import synchronize as synchronize
 
 __all__ = (
     "DEFAULT_TIMEOUT",
+    "LocalStore",
+    "PrefixStore",
     "ProtocolError",
     "QueueEmptyError",
     "Store",
     "StoreClosedError",
+    "StoreConfigError",
     "StoreConnectionError",
     "StoreError",
     "StoreLimitError",
+    "StoreServer",
     "StoreTimeoutError",
+    "TCPStoreClient",
     "Value",
+    "barrier",
+    "get_all",
+    "synchronize",
 )

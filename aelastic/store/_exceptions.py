@@ -12,6 +12,7 @@ __all__ = (
     "QueueEmptyError",
     "ProtocolError",
     "StoreLimitError",
+    "StoreConfigError",
 )
 
 
@@ -54,3 +55,7 @@ class ProtocolError(StoreError):
 
 class StoreLimitError(StoreError, ValueError):
     """A key, value or request exceeds a configured limit of the store."""
+
+
+class StoreConfigError(StoreError, ValueError):
+    """A store server or client was given invalid settings (address, port, limits)."""

@@ -1,0 +1,108 @@
+"""``python -m aelastic store``: a standalone TCPStore-compatible server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from ._exceptions import StoreError
+from ._protocol import MAX_KEY_COUNT, MAX_KEY_SIZE, MAX_VALUE_SIZE
+from ._server import MAX_CONNECTIONS, StoreServer
+
+__all__ = ("main",)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"aelastic store: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port {value} is out of range 0-65535")
+    return value
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m aelastic store",
+        description="Serve a TCPStore-compatible key-value store (torch clients can connect).",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=_port, default=29400, help="port (0 picks a free one)")
+    p.add_argument(
+        "--allow-non-loopback",
+        action="store_true",
+        help="allow binding a non-loopback address (the store has no authentication)",
+    )
+    p.add_argument("--max-key-size", type=_positive, default=MAX_KEY_SIZE, metavar="BYTES")
+    p.add_argument("--max-value-size", type=_positive, default=MAX_VALUE_SIZE, metavar="BYTES")
+    p.add_argument("--max-key-count", type=_positive, default=MAX_KEY_COUNT, metavar="N")
+    p.add_argument("--max-connections", type=_positive, default=MAX_CONNECTIONS, metavar="N")
+    p.add_argument(
+        "--uvloop", action="store_true", help="run on uvloop (faster) if it is installed"
+    )
+    p.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
+    return p
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with StoreServer(
+        args.host,
+        args.port,
+        max_key_size=args.max_key_size,
+        max_value_size=args.max_value_size,
+        max_key_count=args.max_key_count,
+        max_connections=args.max_connections,
+        allow_non_loopback=args.allow_non_loopback,
+    ) as server:
+        print(f"aelastic store listening on {server.address}", flush=True)
+        await stop.wait()
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run the store until SIGTERM/SIGINT; return the exit code (2 on bad flags)."""
+    try:
+        args = _build_parser().parse_args(list(argv))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
+    runner = asyncio.run
+    if args.uvloop:
+        try:
+            import uvloop
+        except ImportError:
+            print("aelastic store: --uvloop given but uvloop is not installed", file=sys.stderr)
+            return 2
+        runner = uvloop.run
+    try:
+        runner(_serve(args))
+    except StoreError as exc:
+        print(f"aelastic store: {exc}", file=sys.stderr)
+        return 1
+    return 0

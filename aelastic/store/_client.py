@@ -1,0 +1,537 @@
+"""``TCPStoreClient``: an async client of torch's TCPStore protocol.
+
+Concurrency design
+------------------
+One client object is shared by many tasks. Non-blocking requests (SET, ADD,
+CHECK, GET of a present key, ...) are **pipelined** on one *main* connection:
+each request is appended to a write buffer flushed once per event-loop
+iteration, and responses are matched to requests in order, because both
+torch's server and ours answer requests of one connection in order. Requests
+of 64 concurrent tasks therefore share a handful of TCP segments.
+
+A server answers ``WAIT`` only once the keys exist, which would stall every
+later request on a pipelined connection. So calls that may block (``get``,
+``wait``, ``multi_get``, ``queue_pop`` of missing keys, ``barrier_arrive``) first
+try a non-blocking fast path on the main connection (``CHECK`` + ``GET``
+pipelined in one round trip) and only if the keys are missing borrow a
+**dedicated pooled connection** on which they send ``WAIT``. A blocked task
+thus never delays other tasks. When such a wait times out or is cancelled, its
+pooled connection is closed rather than reused: the server drops a closed
+connection's waits, which is simpler and race-free compared to the
+``CANCEL_WAIT`` dance (whose answer may race a ``STOP_WAITING``). The client
+stays usable; the next blocking call opens a fresh connection.
+
+All keys are sent with torch's ``/`` prefix (like ``torch.distributed.TCPStore``)
+so our clients and torch's read and write the same keys.
+"""
+
+# The Store API takes per-call timeouts (torch parity), hence ASYNC109.
+# ruff: noqa: ASYNC109
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import socket
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from . import _protocol as P
+from ._api import DEFAULT_TIMEOUT, Store, Value, to_bytes
+from ._exceptions import (
+    ProtocolError,
+    QueueEmptyError,
+    StoreClosedError,
+    StoreConnectionError,
+    StoreError,
+    StoreTimeoutError,
+)
+from ._local import KEY_PREFIX, describe_keys, strip_prefix
+
+__all__ = ("TCPStoreClient",)
+
+_Replies = Sequence[tuple[P.Reply, int]]
+_U8 = ((P.Reply.U8, 0),)
+_I64 = ((P.Reply.I64, 0),)
+_BYTES = ((P.Reply.BYTES, 0),)
+_CHECK_GET = ((P.Reply.U8, 0), (P.Reply.BYTES, 0))
+_POP = ((P.Reply.QUEUE_POP, 0),)
+_LIST = ((P.Reply.STRING_LIST, 0),)
+
+
+class _Conn(asyncio.Protocol):
+    """One TCP connection: buffered pipelined writes, responses matched in order."""
+
+    def __init__(self, endpoint: str, loop: asyncio.AbstractEventLoop) -> None:
+        self.endpoint = endpoint
+        self.loop = loop
+        self.parser = P.ResponseParser()
+        self.futures: deque[asyncio.Future[Any]] = deque()
+        self.transport: asyncio.Transport | None = None
+        self.error: StoreError | None = None
+        self._wbuf: list[bytes] = []
+        self._flush_pending = False
+
+    # -- asyncio.Protocol ---------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            values = self.parser.feed(data)
+        except ProtocolError as exc:
+            self.close(
+                StoreConnectionError(
+                    f"server sent a malformed response: {exc}", endpoint=self.endpoint
+                )
+            )
+            return
+        futures = self.futures
+        for v in values:
+            fut = futures.popleft()
+            if not fut.done():
+                fut.set_result(v)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = f": {exc}" if exc else " (closed by the server)"
+        self._fail(StoreConnectionError(f"connection lost{reason}", endpoint=self.endpoint))
+
+    # -- API ------------------------------------------------------------------
+
+    def _fail(self, error: StoreError) -> None:
+        if self.error is None:
+            self.error = error
+        futures, self.futures = self.futures, deque()
+        for fut in futures:
+            if not fut.done():
+                fut.set_exception(self.error)
+                fut.exception()  # mark retrieved: the awaiting task may be gone
+
+    def close(self, error: StoreError | None = None) -> None:
+        """Abort the connection; pending and later requests raise ``error``."""
+        self._fail(error or StoreClosedError("the client is closed", endpoint=self.endpoint))
+        if self.transport is not None:
+            self.transport.abort()
+
+    def request(self, data: bytes, replies: _Replies) -> list[asyncio.Future[Any]]:
+        """Queue ``data`` for sending; return one future per expected reply."""
+        if self.error is not None:
+            raise self.error
+        self._wbuf.append(data)
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.loop.call_soon(self._flush)
+        out = []
+        for kind, count in replies:
+            self.parser.expect(kind, count)
+            fut = self.loop.create_future()
+            self.futures.append(fut)
+            out.append(fut)
+        return out
+
+    def send(self, data: bytes) -> None:
+        """Queue ``data`` for a request without a response."""
+        if self.error is not None:
+            raise self.error
+        self._wbuf.append(data)
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_pending = False
+        buf, self._wbuf = self._wbuf, []
+        if self.error is None and self.transport is not None and buf:
+            self.transport.write(b"".join(buf) if len(buf) > 1 else buf[0])
+
+
+class TCPStoreClient(Store):
+    """Async client of a TCPStore server (ours, or torch's own).
+
+    ::
+
+        async with TCPStoreClient("127.0.0.1", 29400, timeout=30) as store:
+            await store.set("k", "v")
+            assert await store.get("k") == b"v"
+
+    ``__aenter__`` connects, retrying with exponential backoff and jitter for up
+    to ``connect_timeout`` seconds, then raises
+    :class:`~aelastic.store.StoreConnectionError` naming the endpoint. Many
+    tasks may use one client at once (see the module docstring for how blocking
+    calls avoid stalling the others). Blocking calls raise
+    :class:`~aelastic.store.StoreTimeoutError` after ``timeout`` (default
+    :attr:`timeout`), :class:`~aelastic.store.StoreConnectionError` if the
+    connection is lost (e.g. the server stops) and
+    :class:`~aelastic.store.StoreClosedError` if the client is closed meanwhile.
+    Cancelling any call leaves the client usable. If the main connection is
+    lost, pending calls fail and the next call reconnects.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        connect_timeout: float = 60.0,
+        max_idle_connections: int = 8,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.max_idle_connections = max_idle_connections
+        self.endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self._main: _Conn | None = None
+        self._main_lock: asyncio.Lock | None = None
+        self._idle: list[_Conn] = []
+        self._busy: set[_Conn] = set()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"TCPStoreClient({self.endpoint!r})"
+
+    # -- connection management ----------------------------------------------
+
+    @classmethod
+    async def aconnect(
+        cls,
+        host: str,
+        port: int,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        connect_timeout: float = 60.0,
+    ) -> TCPStoreClient:
+        """Create a client and connect it; the caller must ``aclose()`` it."""
+        client = cls(host, port, timeout=timeout, connect_timeout=connect_timeout)
+        await client.connect()
+        return client
+
+    async def connect(self) -> None:
+        """Open the main connection now (otherwise done by the first call)."""
+        await self._get_main()
+
+    async def __aenter__(self) -> TCPStoreClient:
+        await self.connect()
+        return self
+
+    async def _open(self) -> _Conn:
+        """Connect + VALIDATE + PING, retrying with backoff and jitter until the deadline."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.connect_timeout
+        delay = 0.02
+        attempts = 0
+        last: BaseException | None = None
+        while True:
+            if self._closed:
+                raise StoreClosedError("the client is closed", endpoint=self.endpoint)
+            attempts += 1
+            remaining = deadline - loop.time()
+            conn: _Conn | None = None
+            try:
+                with anyio.fail_after(max(remaining, 0.001)):
+                    _, conn = await loop.create_connection(
+                        lambda: _Conn(self.endpoint, loop), self.host, self.port
+                    )
+                    nonce = os.getpid() & 0xFFFFFFFF
+                    conn.send(P.request_validate())
+                    (fut,) = conn.request(P.request_ping(nonce), ((P.Reply.U32, 0),))
+                    echoed = await fut
+                if echoed != nonce:
+                    conn.close()
+                    raise StoreConnectionError(
+                        f"handshake failed: PING {nonce} answered with {echoed}; "
+                        "is this a TCPStore server (torch >= 2.4)?",
+                        endpoint=self.endpoint,
+                    )
+                return conn
+            except (OSError, StoreConnectionError, TimeoutError) as exc:
+                if conn is not None:
+                    conn.close()
+                last = exc
+                if isinstance(exc, StoreConnectionError) and "handshake failed" in str(exc):
+                    raise
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise StoreConnectionError(
+                    f"could not connect within {self.connect_timeout} s "
+                    f"({attempts} attempts; last error: {last}); is the store running there?",
+                    endpoint=self.endpoint,
+                )
+            await anyio.sleep(min(delay * random.uniform(0.5, 1.0), remaining))
+            delay = min(delay * 2, 2.0)
+
+    async def _get_main(self) -> _Conn:
+        main = self._main
+        if main is not None and main.error is None:
+            return main
+        if self._closed:
+            raise StoreClosedError("the client is closed", endpoint=self.endpoint)
+        if self._main_lock is None:
+            self._main_lock = asyncio.Lock()
+        async with self._main_lock:
+            main = self._main
+            if main is None or main.error is not None:
+                main = self._main = await self._open()
+            return main
+
+    async def _borrow(self) -> _Conn:
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.error is None:
+                self._busy.add(conn)
+                return conn
+        conn = await self._open()
+        if self._closed:
+            conn.close()
+            raise StoreClosedError("the client is closed", endpoint=self.endpoint)
+        self._busy.add(conn)
+        return conn
+
+    def _release(self, conn: _Conn, reusable: bool) -> None:
+        self._busy.discard(conn)
+        if (
+            reusable
+            and not self._closed
+            and conn.error is None
+            and len(self._idle) < self.max_idle_connections
+        ):
+            self._idle.append(conn)
+        else:
+            conn.close()
+
+    async def aclose(self) -> None:
+        """Close every connection; pending calls raise StoreClosedError. Idempotent."""
+        self._closed = True
+        conns = [*self._idle, *self._busy]
+        if self._main is not None:
+            conns.append(self._main)
+        self._idle.clear()
+        self._busy.clear()
+        self._main = None
+        for conn in conns:
+            conn.close()
+
+    # -- request helpers ------------------------------------------------------------
+
+    def _k(self, key: str) -> bytes:
+        return (KEY_PREFIX + key).encode()
+
+    def _error(self, exc: StoreError, what: str, key: str | None) -> StoreError:
+        msg = str(exc)
+        suffix = f" [store {self.endpoint}]"
+        if msg.endswith(suffix):
+            msg = msg[: -len(suffix)]
+        return type(exc)(f"{what}: {msg}", endpoint=self.endpoint, key=key)
+
+    async def _call(self, data: bytes, replies: _Replies, what: str, key: str | None) -> list[Any]:
+        conn = await self._get_main()
+        try:
+            futures = conn.request(data, replies)
+            return [await f for f in futures]
+        except (StoreConnectionError, StoreClosedError) as exc:
+            raise self._error(exc, what, key) from None
+
+    async def _send(self, data: bytes, what: str, key: str | None) -> None:
+        conn = await self._get_main()
+        try:
+            conn.send(data)
+        except (StoreConnectionError, StoreClosedError) as exc:
+            raise self._error(exc, what, key) from None
+
+    async def _blocking(
+        self,
+        keys: Sequence[str],
+        raw: Sequence[bytes],
+        timeout: float | None,
+        then: bytes | None,
+        then_replies: _Replies,
+        *,
+        deadline: float | None = None,
+    ) -> Any:
+        """WAIT for ``raw`` on a pooled connection, then send ``then`` on it."""
+        what = f"waiting for {describe_keys(keys)}"
+        key = keys[0] if len(keys) == 1 else None
+        t = self.timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        if deadline is None:
+            deadline = loop.time() + t
+        conn = await self._borrow()
+        reusable = False
+        try:
+            (fut,) = conn.request(P.request_wait(raw), _U8)
+            with anyio.move_on_after(deadline - loop.time()) as scope:
+                answer = await fut
+            if scope.cancelled_caught:
+                raise StoreTimeoutError(
+                    f"timed out after {t} s {what}", endpoint=self.endpoint, key=key
+                )
+            if answer != P.STOP_WAITING:
+                raise StoreConnectionError(
+                    f"server answered WAIT with {answer}, expected STOP_WAITING",
+                    endpoint=self.endpoint,
+                    key=key,
+                )
+            result = None
+            if then is not None:
+                futures = conn.request(then, then_replies)
+                result = [await f for f in futures][-1]
+            reusable = True
+            return result
+        except StoreClosedError as exc:
+            raise self._error(exc, f"closed while {what}", key) from None
+        except StoreConnectionError as exc:
+            raise self._error(exc, what, key) from None
+        finally:
+            self._release(conn, reusable)
+
+    # -- Store API ------------------------------------------------------------
+
+    async def set(self, key: str, value: Value) -> None:
+        await self._send(P.request_set(self._k(key), to_bytes(value)), "set", key)
+
+    async def get(self, key: str, *, timeout: float | None = None) -> bytes:
+        raw = self._k(key)
+        ready, value = await self._call(
+            P.request_check([raw]) + P.request_get(raw), _CHECK_GET, "get", key
+        )
+        if ready == P.CHECK_READY:
+            result: bytes = value
+            return result
+        result = await self._blocking([key], [raw], timeout, P.request_get(raw), _BYTES)
+        return result
+
+    async def add(self, key: str, amount: int) -> int:
+        (value,) = await self._call(P.request_add(self._k(key), amount), _I64, "add", key)
+        result: int = value
+        return result
+
+    async def compare_set(self, key: str, expected: Value, desired: Value) -> bytes:
+        (value,) = await self._call(
+            P.request_compare_set(self._k(key), to_bytes(expected), to_bytes(desired)),
+            _BYTES,
+            "compare_set",
+            key,
+        )
+        result: bytes = value
+        return result
+
+    async def wait(self, keys: Sequence[str], *, timeout: float | None = None) -> None:
+        keys = list(keys)
+        raw = [self._k(k) for k in keys]
+        if await self._check_raw(raw, keys):
+            return
+        await self._blocking(keys, raw, timeout, None, ())
+
+    async def _check_raw(self, raw: list[bytes], keys: list[str]) -> bool:
+        (answer,) = await self._call(
+            P.request_check(raw), _U8, "check", keys[0] if len(keys) == 1 else None
+        )
+        return bool(answer == P.CHECK_READY)
+
+    async def check(self, keys: Sequence[str]) -> bool:
+        keys = list(keys)
+        return await self._check_raw([self._k(k) for k in keys], keys)
+
+    async def delete_key(self, key: str) -> bool:
+        (value,) = await self._call(P.request_delete_key(self._k(key)), _I64, "delete_key", key)
+        return bool(value)
+
+    async def num_keys(self) -> int:
+        (value,) = await self._call(P.request_num_keys(), _I64, "num_keys", None)
+        result: int = value
+        return result
+
+    async def list_keys(self) -> list[str]:
+        (value,) = await self._call(P.request_list_keys(), _LIST, "list_keys", None)
+        return [strip_prefix(k) for k in value]
+
+    async def multi_get(self, keys: Sequence[str], *, timeout: float | None = None) -> list[bytes]:
+        keys = list(keys)
+        if not keys:
+            return []
+        raw = [self._k(k) for k in keys]
+        replies = ((P.Reply.U8, 0), (P.Reply.BYTES_LIST, len(raw)))
+        ready, values = await self._call(
+            P.request_check(raw) + P.request_multi_get(raw), replies, "multi_get", None
+        )
+        if ready != P.CHECK_READY:
+            values = await self._blocking(keys, raw, timeout, P.request_multi_get(raw), replies[1:])
+        result: list[bytes] = values
+        return result
+
+    async def multi_set(self, keys: Sequence[str], values: Sequence[Value]) -> None:
+        if len(keys) != len(values):
+            raise ValueError(f"multi_set got {len(keys)} keys but {len(values)} values")
+        await self._send(
+            P.request_multi_set([self._k(k) for k in keys], [to_bytes(v) for v in values]),
+            "multi_set",
+            None,
+        )
+
+    async def append(self, key: str, value: Value) -> None:
+        await self._send(P.request_append(self._k(key), to_bytes(value)), "append", key)
+
+    async def queue_push(self, key: str, value: Value) -> None:
+        await self._send(P.request_queue_push(self._k(key), to_bytes(value)), "queue_push", key)
+
+    async def queue_pop(
+        self, key: str, *, block: bool = True, timeout: float | None = None
+    ) -> bytes:
+        raw = self._k(key)
+        (value,) = await self._call(P.request_queue_pop(raw), _POP, "queue_pop", key)
+        if value is not None:
+            result: bytes = value
+            return result
+        if not block:
+            raise QueueEmptyError(f"queue {key!r} is empty", endpoint=self.endpoint, key=key)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.timeout if timeout is None else timeout)
+        while True:
+            value = await self._blocking(
+                [key], [raw], timeout, P.request_queue_pop(raw), _POP, deadline=deadline
+            )
+            if value is not None:
+                result = value
+                return result
+
+    async def queue_len(self, key: str) -> int:
+        (value,) = await self._call(P.request_queue_len(self._k(key)), _I64, "queue_len", key)
+        result: int = value
+        return result
+
+    async def barrier_arrive(
+        self, key: str, world_size: int, *, timeout: float | None = None
+    ) -> None:
+        """Server-side BARRIER (opcode 18): return once ``world_size`` clients arrived at ``key``.
+
+        Needs a server that implements BARRIER (ours; torch's from early 2026).
+        """
+        raw = self._k(key)
+        what = f"in barrier {key!r} of {world_size}"
+        t = self.timeout if timeout is None else timeout
+        conn = await self._borrow()
+        reusable = False
+        try:
+            (fut,) = conn.request(P.request_barrier(raw, world_size), _U8)
+            with anyio.move_on_after(t) as scope:
+                await fut
+            if scope.cancelled_caught:
+                raise StoreTimeoutError(
+                    f"timed out after {t} s {what}", endpoint=self.endpoint, key=key
+                )
+            reusable = True
+        except (StoreConnectionError, StoreClosedError) as exc:
+            raise self._error(exc, what, key) from None
+        finally:
+            self._release(conn, reusable)

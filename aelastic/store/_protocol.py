@@ -1,0 +1,551 @@
+"""Sans-IO implementation of torch's TCPStore wire protocol (torch >= 2.4 numbering).
+
+Nothing here touches a socket: :class:`RequestParser` turns the bytes a server
+receives into request tuples, the ``encode_*`` functions build responses and
+requests, and :class:`ResponseParser` turns the bytes a client receives into
+values. Both parsers accept data in arbitrary pieces (a frame may be split
+anywhere) and raise :class:`~aelastic.store.ProtocolError` on bytes that cannot be
+a valid frame: unknown opcode, a length above the configured limits, a first
+message that is not ``VALIDATE`` with the right magic. After an error the parser
+is unusable and the connection must be closed.
+
+Wire format (little-endian): a request is ``u8 opcode`` then its arguments; strings
+are ``u64 length`` + bytes; key lists are ``u64 count`` + strings. See
+``tcpstore_protocol.md`` for the table of requests and responses.
+
+Requests are plain tuples ``(opcode, *args)`` for speed (this is the server's hot
+path); keys and values are ``bytes``:
+
+=================  ==========================================
+``VALIDATE``       ``(0, magic)``
+``SET``            ``(1, key, value)``
+``COMPARE_SET``    ``(2, key, expected, desired)``
+``GET``            ``(3, key)``
+``ADD``            ``(4, key, delta)``
+``CHECK``          ``(5, keys)``  (``keys`` is a list)
+``WAIT``           ``(6, keys)``
+``GETNUMKEYS``     ``(7,)``
+``DELETE_KEY``     ``(8, key)``
+``APPEND``         ``(9, key, value)``
+``MULTI_GET``      ``(10, keys)``
+``MULTI_SET``      ``(11, keys, values)``
+``CANCEL_WAIT``    ``(12,)``
+``PING``           ``(13, nonce)``
+``QUEUE_PUSH``     ``(14, key, value)``
+``QUEUE_POP``      ``(15, key)``
+``QUEUE_LEN``      ``(16, key)``
+``LIST_KEYS``      ``(17,)``
+``BARRIER``        ``(18, key, world_size)``
+=================  ==========================================
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from ._exceptions import ProtocolError
+
+__all__ = (
+    "MAGIC",
+    "Opcode",
+    "Reply",
+    "STOP_WAITING",
+    "WAIT_CANCELED",
+    "CHECK_READY",
+    "CHECK_NOT_READY",
+    "MAX_KEY_SIZE",
+    "MAX_VALUE_SIZE",
+    "MAX_KEY_COUNT",
+    "Request",
+    "RequestParser",
+    "ResponseParser",
+)
+
+#: The magic number carried by ``VALIDATE``, the mandatory first request.
+MAGIC = 0x3C85F7CE
+
+#: ``WAIT``/``BARRIER`` answer: every key exists (or every participant arrived).
+STOP_WAITING = 0
+#: ``CANCEL_WAIT`` answer.
+WAIT_CANCELED = 1
+#: ``CHECK`` answers.
+CHECK_READY = 0
+CHECK_NOT_READY = 1
+
+#: torch's libuv server limits, our defaults.
+MAX_KEY_SIZE = 8 * 1024
+MAX_VALUE_SIZE = 8 * 1024 * 1024
+MAX_KEY_COUNT = 128 * 1024
+
+
+class Opcode(enum.IntEnum):
+    """Request opcodes of torch >= 2.4."""
+
+    VALIDATE = 0
+    SET = 1
+    COMPARE_SET = 2
+    GET = 3
+    ADD = 4
+    CHECK = 5
+    WAIT = 6
+    GETNUMKEYS = 7
+    DELETE_KEY = 8
+    APPEND = 9
+    MULTI_GET = 10
+    MULTI_SET = 11
+    CANCEL_WAIT = 12
+    PING = 13
+    QUEUE_PUSH = 14
+    QUEUE_POP = 15
+    QUEUE_LEN = 16
+    LIST_KEYS = 17
+    BARRIER = 18
+
+
+#: A parsed request: ``(opcode, *args)``, see the module docstring.
+Request = tuple[Any, ...]
+
+_U8 = struct.Struct("<B")
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_I64 = struct.Struct("<q")
+_VALIDATE_FRAME = b"\x00" + _U32.pack(MAGIC)
+
+_OP_NAMES = {op.value: op.name for op in Opcode}
+
+
+class _Incomplete(Exception):
+    """Internal: the frame needs at least ``end`` bytes of the buffer."""
+
+    __slots__ = ("end",)
+
+    def __init__(self, end: int) -> None:
+        self.end = end
+
+
+# ---------------------------------------------------------------------------
+# Server side: request parser and response encoders
+# ---------------------------------------------------------------------------
+
+
+class RequestParser:
+    """Incremental parser of the requests a TCPStore server receives.
+
+    :meth:`feed` takes whatever bytes arrived and returns the complete requests
+    they finish, keeping a partial trailing frame for the next call. Limits are
+    enforced as soon as a length prefix is read, before its data arrives, so an
+    oversized length never makes the parser buffer it.
+
+    ``require_validate`` (default) makes anything but ``VALIDATE`` with the right
+    magic as the first request a :class:`ProtocolError`.
+    """
+
+    __slots__ = ("_buf", "_need", "_validated", "max_key_count", "max_key_size", "max_value_size")
+
+    def __init__(
+        self,
+        *,
+        max_key_size: int = MAX_KEY_SIZE,
+        max_value_size: int = MAX_VALUE_SIZE,
+        max_key_count: int = MAX_KEY_COUNT,
+        require_validate: bool = True,
+    ) -> None:
+        self.max_key_size = max_key_size
+        self.max_value_size = max_value_size
+        self.max_key_count = max_key_count
+        self._buf = bytearray()
+        self._need = 0
+        self._validated = not require_validate
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete request held back (non-zero at EOF = half-sent message)."""
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Request]:
+        """Parse ``data`` (appended to any held-back bytes); return complete requests.
+
+        Raises :class:`ProtocolError` on malformed input; the parser must then be
+        discarded together with its connection.
+        """
+        if self._buf:
+            self._buf += data
+            if len(self._buf) < self._need:
+                return []
+            buf: bytes = bytes(self._buf)
+            self._buf = bytearray()
+        else:
+            buf = bytes(data)
+        out: list[Request] = []
+        pos = 0
+        end = len(buf)
+        parse = self._parse_one
+        try:
+            while pos < end:
+                pos = parse(buf, pos, end, out)
+        except _Incomplete as inc:
+            self._buf = bytearray(buf[pos:])
+            self._need = inc.end - pos
+        return out
+
+    # -- helpers ---------------------------------------------------------
+
+    @staticmethod
+    def _string(buf: bytes, p: int, end: int, limit: int, what: str) -> tuple[bytes, int]:
+        q = p + 8
+        if q > end:
+            raise _Incomplete(q)
+        (n,) = _U64.unpack_from(buf, p)
+        if n > limit:
+            raise ProtocolError(f"{what} length {n} exceeds the limit of {limit} bytes")
+        e = q + n
+        if e > end:
+            raise _Incomplete(e)
+        return buf[q:e], e
+
+    def _keys(self, buf: bytes, p: int, end: int, signed: bool = False) -> tuple[int, int]:
+        q = p + 8
+        if q > end:
+            raise _Incomplete(q)
+        (n,) = (_I64 if signed else _U64).unpack_from(buf, p)
+        if n < 0 or n > self.max_key_count:
+            raise ProtocolError(
+                f"key count {n} is outside the limit of 0..{self.max_key_count} keys per request"
+            )
+        return n, q
+
+    def _parse_one(self, buf: bytes, pos: int, end: int, out: list[Request]) -> int:
+        op = buf[pos]
+        p = pos + 1
+        string = self._string
+        mk = self.max_key_size
+        mv = self.max_value_size
+        if not self._validated:
+            if op != 0:
+                raise ProtocolError(
+                    f"first request must be VALIDATE (opcode 0), got opcode {op}: "
+                    "not a TCPStore client (torch >= 2.4)"
+                )
+            q = p + 4
+            if q > end:
+                raise _Incomplete(q)
+            (magic,) = _U32.unpack_from(buf, p)
+            if magic != MAGIC:
+                raise ProtocolError(f"VALIDATE carries magic {magic:#x}, expected {MAGIC:#x}")
+            self._validated = True
+            out.append((0, magic))
+            return q
+        if op == 1 or op == 9 or op == 14:  # SET, APPEND, QUEUE_PUSH
+            key, p = string(buf, p, end, mk, "key")
+            value, p = string(buf, p, end, mv, "value")
+            out.append((op, key, value))
+            return p
+        if op == 3 or op == 8 or op == 15 or op == 16:  # GET, DELETE_KEY, QUEUE_POP, QUEUE_LEN
+            key, p = string(buf, p, end, mk, "key")
+            out.append((op, key))
+            return p
+        if op == 6 or op == 5 or op == 10:  # WAIT, CHECK, MULTI_GET
+            n, p = self._keys(buf, p, end)
+            keys = []
+            for _ in range(n):
+                key, p = string(buf, p, end, mk, "key")
+                keys.append(key)
+            out.append((op, keys))
+            return p
+        if op == 4 or op == 18:  # ADD, BARRIER
+            key, p = string(buf, p, end, mk, "key")
+            q = p + 8
+            if q > end:
+                raise _Incomplete(q)
+            (num,) = _I64.unpack_from(buf, p)
+            if op == 18 and num <= 0:
+                raise ProtocolError(f"BARRIER world size must be positive, got {num}")
+            out.append((op, key, num))
+            return q
+        if op == 2:  # COMPARE_SET
+            key, p = string(buf, p, end, mk, "key")
+            expected, p = string(buf, p, end, mv, "value")
+            desired, p = string(buf, p, end, mv, "value")
+            out.append((op, key, expected, desired))
+            return p
+        if op == 11:  # MULTI_SET
+            n, p = self._keys(buf, p, end, signed=True)
+            keys = []
+            values = []
+            for _ in range(n):
+                key, p = string(buf, p, end, mk, "key")
+                value, p = string(buf, p, end, mv, "value")
+                keys.append(key)
+                values.append(value)
+            out.append((op, keys, values))
+            return p
+        if op == 7 or op == 12 or op == 17:  # GETNUMKEYS, CANCEL_WAIT, LIST_KEYS
+            out.append((op,))
+            return p
+        if op == 13:  # PING
+            q = p + 4
+            if q > end:
+                raise _Incomplete(q)
+            (nonce,) = _U32.unpack_from(buf, p)
+            out.append((op, nonce))
+            return q
+        if op == 0:
+            raise ProtocolError("VALIDATE sent twice on one connection")
+        raise ProtocolError(f"unknown opcode {op} (torch >= 2.4 uses 0-18)")
+
+
+def encode_bytes(value: bytes) -> bytes:
+    """Response of GET and COMPARE_SET (one of MULTI_GET): ``u64 len`` + bytes."""
+    return _U64.pack(len(value)) + value
+
+
+def encode_i64(value: int) -> bytes:
+    """Response of ADD, GETNUMKEYS, DELETE_KEY, QUEUE_LEN."""
+    return _I64.pack(value)
+
+
+def encode_u8(value: int) -> bytes:
+    """Response of CHECK, WAIT, BARRIER, CANCEL_WAIT."""
+    return _U8.pack(value)
+
+
+def encode_u32(value: int) -> bytes:
+    """Response of PING (the nonce echoed)."""
+    return _U32.pack(value)
+
+
+def encode_bytes_list(values: Sequence[bytes]) -> bytes:
+    """Response of MULTI_GET: each value as ``u64 len`` + bytes, no count."""
+    pack = _U64.pack
+    return b"".join([pack(len(v)) + v for v in values])
+
+
+def encode_string_list(values: Sequence[bytes]) -> bytes:
+    """Response of LIST_KEYS: ``i64 count`` then each string."""
+    return _I64.pack(len(values)) + encode_bytes_list(values)
+
+
+def encode_queue_pop(value: bytes | None) -> bytes:
+    """Response of QUEUE_POP: ``i64 0`` when empty, else ``i64 1`` + the value."""
+    if value is None:
+        return _I64.pack(0)
+    return _I64.pack(1) + _U64.pack(len(value)) + value
+
+
+# ---------------------------------------------------------------------------
+# Client side: request encoders and response parser
+# ---------------------------------------------------------------------------
+
+
+def _s(data: bytes) -> bytes:
+    return _U64.pack(len(data)) + data
+
+
+def _klist(keys: Sequence[bytes]) -> bytes:
+    pack = _U64.pack
+    return pack(len(keys)) + b"".join([pack(len(k)) + k for k in keys])
+
+
+def request_validate() -> bytes:
+    return _VALIDATE_FRAME
+
+
+def request_ping(nonce: int) -> bytes:
+    return b"\x0d" + _U32.pack(nonce & 0xFFFFFFFF)
+
+
+def request_set(key: bytes, value: bytes) -> bytes:
+    return b"\x01" + _U64.pack(len(key)) + key + _U64.pack(len(value)) + value
+
+
+def request_compare_set(key: bytes, expected: bytes, desired: bytes) -> bytes:
+    return b"\x02" + _s(key) + _s(expected) + _s(desired)
+
+
+def request_get(key: bytes) -> bytes:
+    return b"\x03" + _U64.pack(len(key)) + key
+
+
+def request_add(key: bytes, delta: int) -> bytes:
+    return b"\x04" + _U64.pack(len(key)) + key + _I64.pack(delta)
+
+
+def request_check(keys: Sequence[bytes]) -> bytes:
+    return b"\x05" + _klist(keys)
+
+
+def request_wait(keys: Sequence[bytes]) -> bytes:
+    return b"\x06" + _klist(keys)
+
+
+def request_num_keys() -> bytes:
+    return b"\x07"
+
+
+def request_delete_key(key: bytes) -> bytes:
+    return b"\x08" + _s(key)
+
+
+def request_append(key: bytes, value: bytes) -> bytes:
+    return b"\x09" + _s(key) + _s(value)
+
+
+def request_multi_get(keys: Sequence[bytes]) -> bytes:
+    return b"\x0a" + _klist(keys)
+
+
+def request_multi_set(keys: Sequence[bytes], values: Sequence[bytes]) -> bytes:
+    parts = [b"\x0b", _I64.pack(len(keys))]
+    for k, v in zip(keys, values, strict=True):
+        parts.append(_s(k))
+        parts.append(_s(v))
+    return b"".join(parts)
+
+
+def request_cancel_wait() -> bytes:
+    return b"\x0c"
+
+
+def request_queue_push(key: bytes, value: bytes) -> bytes:
+    return b"\x0e" + _s(key) + _s(value)
+
+
+def request_queue_pop(key: bytes) -> bytes:
+    return b"\x0f" + _s(key)
+
+
+def request_queue_len(key: bytes) -> bytes:
+    return b"\x10" + _s(key)
+
+
+def request_list_keys() -> bytes:
+    return b"\x11"
+
+
+def request_barrier(key: bytes, world_size: int) -> bytes:
+    return b"\x12" + _s(key) + _I64.pack(world_size)
+
+
+class Reply(enum.IntEnum):
+    """Shapes of responses a client can expect (see :class:`ResponseParser`)."""
+
+    BYTES = 0  # u64 len + bytes -> bytes
+    I64 = 1  # -> int
+    U8 = 2  # -> int
+    U32 = 3  # -> int
+    BYTES_LIST = 4  # n x (u64 len + bytes), n given by the caller -> list[bytes]
+    STRING_LIST = 5  # i64 n + n strings -> list[bytes]
+    QUEUE_POP = 6  # i64 flag [+ bytes] -> bytes | None
+
+
+class ResponseParser:
+    """Incremental parser of the responses a TCPStore client receives.
+
+    The protocol is not self-describing, so the caller announces each response it
+    expects, in request order, with :meth:`expect`; :meth:`feed` then returns the
+    values of the responses the data completes, in the same order. Responses larger
+    than ``max_value_size`` raise :class:`ProtocolError`.
+    """
+
+    __slots__ = ("_buf", "_expected", "_need", "max_count", "max_value_size")
+
+    def __init__(
+        self, *, max_value_size: int = 1 << 40, max_count: int = MAX_KEY_COUNT * 8
+    ) -> None:
+        self._buf = bytearray()
+        self._need = 0
+        self._expected: deque[tuple[Reply, int]] = deque()
+        self.max_value_size = max_value_size
+        self.max_count = max_count
+
+    @property
+    def pending(self) -> int:
+        """Number of responses expected but not yet complete."""
+        return len(self._expected)
+
+    def expect(self, reply: Reply, count: int = 0) -> None:
+        """Announce the next response's shape (``count`` for :attr:`Reply.BYTES_LIST`)."""
+        self._expected.append((reply, count))
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Any]:
+        """Parse ``data``; return the values of the responses it completes."""
+        if self._buf:
+            self._buf += data
+            if len(self._buf) < self._need:
+                return []
+            buf = bytes(self._buf)
+            self._buf = bytearray()
+        else:
+            buf = bytes(data)
+        out: list[Any] = []
+        pos = 0
+        end = len(buf)
+        expected = self._expected
+        try:
+            while pos < end:
+                if not expected:
+                    raise ProtocolError(
+                        f"server sent {end - pos} unexpected bytes (no request pending)"
+                    )
+                kind, count = expected[0]
+                value, pos2 = self._parse(buf, pos, end, kind, count)
+                expected.popleft()
+                out.append(value)
+                pos = pos2
+        except _Incomplete as inc:
+            self._buf = bytearray(buf[pos:])
+            self._need = inc.end - pos
+        return out
+
+    def _string(self, buf: bytes, p: int, end: int) -> tuple[bytes, int]:
+        q = p + 8
+        if q > end:
+            raise _Incomplete(q)
+        (n,) = _U64.unpack_from(buf, p)
+        if n > self.max_value_size:
+            raise ProtocolError(f"response length {n} exceeds {self.max_value_size} bytes")
+        e = q + n
+        if e > end:
+            raise _Incomplete(e)
+        return buf[q:e], e
+
+    def _parse(self, buf: bytes, p: int, end: int, kind: Reply, count: int) -> tuple[Any, int]:
+        if kind == 0:
+            return self._string(buf, p, end)
+        if kind == 2:
+            return buf[p], p + 1
+        if kind == 1:
+            q = p + 8
+            if q > end:
+                raise _Incomplete(q)
+            return _I64.unpack_from(buf, p)[0], q
+        if kind == 3:
+            q = p + 4
+            if q > end:
+                raise _Incomplete(q)
+            return _U32.unpack_from(buf, p)[0], q
+        if kind == 6:
+            q = p + 8
+            if q > end:
+                raise _Incomplete(q)
+            (flag,) = _I64.unpack_from(buf, p)
+            if flag == 0:
+                return None, q
+            return self._string(buf, q, end)
+        if kind == 5:
+            q = p + 8
+            if q > end:
+                raise _Incomplete(q)
+            (count,) = _I64.unpack_from(buf, p)
+            if count < 0 or count > self.max_count:
+                raise ProtocolError(f"LIST_KEYS count {count} is out of range")
+            p = q
+        values = []
+        for _ in range(count):
+            v, p = self._string(buf, p, end)
+            values.append(v)
+        return values, p
