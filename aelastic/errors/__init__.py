@@ -1,0 +1,27 @@
+"""Worker failures: ``@record`` error files, ``ProcessFailure``, ``ChildFailedError``.
+
+The error file contract is torch's (``TORCHELASTIC_ERROR_FILE`` holding
+``{"message": {"message", "extraInfo": {"py_callstack", "timestamp"}}}``), so a
+worker decorated with torch's ``@record`` reports to aelastic and a worker
+decorated with :func:`record` reports to torch's tools. Never imports torch.
+"""
+
+from ._child_failed import ChildFailedError as ChildFailedError
+from ._failure import NOT_AVAILABLE as NOT_AVAILABLE
+from ._failure import ProcessFailure as ProcessFailure
+from ._failure import signal_name_of as signal_name_of
+from ._record import ERROR_FILE_ENV as ERROR_FILE_ENV
+from ._record import ErrorHandler as ErrorHandler
+from ._record import error_file_data as error_file_data
+from ._record import record as record
+
+__all__ = (
+    "ERROR_FILE_ENV",
+    "NOT_AVAILABLE",
+    "ChildFailedError",
+    "ErrorHandler",
+    "ProcessFailure",
+    "error_file_data",
+    "record",
+    "signal_name_of",
+)

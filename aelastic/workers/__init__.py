@@ -1,0 +1,59 @@
+"""Worker processes for the agent: start, watch, stop, logs, signals, callables.
+
+:func:`open_worker_processes` starts one process per :class:`ProcessSpec`,
+each in its own process group and (Linux) dying with the agent, reports each
+exit the moment it happens, and stops and reaps everything on leaving its
+block, also on cancellation. :class:`LogDestinations` lays out the per-attempt
+log directory; :func:`callable_process_args` runs a Python callable in a
+spawned interpreter with JSON arguments and result. Never imports torch.
+"""
+
+from ._callable import JSON_RULE as JSON_RULE
+from ._callable import callable_process_args as callable_process_args
+from ._callable import callable_reference as callable_reference
+from ._callable import check_json_value as check_json_value
+from ._callable import read_callable_result as read_callable_result
+from ._exceptions import CallableResultError as CallableResultError
+from ._exceptions import NoMoreExitsError as NoMoreExitsError
+from ._exceptions import WorkerProcessError as WorkerProcessError
+from ._exceptions import WorkerStartError as WorkerStartError
+from ._logs import DEFAULT_LOG_LINE_PREFIX_TEMPLATE as DEFAULT_LOG_LINE_PREFIX_TEMPLATE
+from ._logs import LOG_LINE_PREFIX_ENV as LOG_LINE_PREFIX_ENV
+from ._logs import LogDestinations as LogDestinations
+from ._processes import DEFAULT_KILL_TIMEOUT as DEFAULT_KILL_TIMEOUT
+from ._processes import WorkerProcesses as WorkerProcesses
+from ._processes import open_worker_processes as open_worker_processes
+from ._signals import DEFAULT_SIGNALS_TO_HANDLE as DEFAULT_SIGNALS_TO_HANDLE
+from ._signals import open_signal_forwarder as open_signal_forwarder
+from ._signals import parse_signals as parse_signals
+from ._spec import ProcessExit as ProcessExit
+from ._spec import ProcessSpec as ProcessSpec
+from ._std import Std as Std
+from ._std import parse_std_spec as parse_std_spec
+from ._std import to_map as to_map
+
+__all__ = (
+    "DEFAULT_KILL_TIMEOUT",
+    "DEFAULT_LOG_LINE_PREFIX_TEMPLATE",
+    "DEFAULT_SIGNALS_TO_HANDLE",
+    "JSON_RULE",
+    "LOG_LINE_PREFIX_ENV",
+    "CallableResultError",
+    "LogDestinations",
+    "NoMoreExitsError",
+    "ProcessExit",
+    "ProcessSpec",
+    "Std",
+    "WorkerProcessError",
+    "WorkerProcesses",
+    "WorkerStartError",
+    "callable_process_args",
+    "callable_reference",
+    "check_json_value",
+    "open_signal_forwarder",
+    "open_worker_processes",
+    "parse_signals",
+    "parse_std_spec",
+    "read_callable_result",
+    "to_map",
+)

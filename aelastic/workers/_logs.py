@@ -1,0 +1,171 @@
+"""Where each worker's output and error file go: the per-run log directory layout.
+
+Layout (one directory per run, one per attempt, never deleted)::
+
+    <log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
+
+``log_dir=None`` uses one ``tempfile.mkdtemp(prefix="aelastic_")`` per run id
+and process; ``log_dir=os.devnull`` disables files (redirected streams are
+discarded, error files are off). If an attempt directory already exists (a
+membership restart keeps the restart count), ``attempt_<n>_<k>`` is used, so
+the logs of an earlier start are never overwritten.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
+from string import Template
+
+from ._spec import ProcessSpec
+from ._std import Std, to_map
+
+__all__ = ("DEFAULT_LOG_LINE_PREFIX_TEMPLATE", "LOG_LINE_PREFIX_ENV", "LogDestinations")
+
+LOG_LINE_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+#: torch's default console prefix, e.g. ``[default0]:``.
+DEFAULT_LOG_LINE_PREFIX_TEMPLATE = "[${role_name}${local_rank}]:"
+
+_temp_dirs: dict[str, str] = {}
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _run_dir(log_dir: str | None, run_id: str) -> str:
+    safe_id = _SAFE.sub("_", run_id) or "run"
+    if log_dir is None:
+        base = _temp_dirs.get(safe_id)
+        if base is None or not os.path.isdir(base):
+            base = _temp_dirs[safe_id] = tempfile.mkdtemp(prefix="aelastic_")
+        log_dir = base
+    return os.path.join(log_dir, safe_id)
+
+
+def _fresh_attempt_dir(run_dir: str, attempt: int) -> str:
+    os.makedirs(run_dir, exist_ok=True)
+    name = f"attempt_{attempt}"
+    k = 0
+    while True:
+        path = os.path.join(run_dir, name if k == 0 else f"{name}_{k}")
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            k += 1
+
+
+@dataclass(frozen=True)
+class LogDestinations:
+    """Per-local-rank log files, error files, tee flags and console prefixes of one start.
+
+    ``attempt_dir`` is None when files are disabled. :meth:`process_spec`
+    builds a :class:`ProcessSpec` from them.
+    """
+
+    attempt_dir: str | None
+    stdouts: dict[int, str | None] = field(default_factory=dict)
+    stderrs: dict[int, str | None] = field(default_factory=dict)
+    error_files: dict[int, str | None] = field(default_factory=dict)
+    tee: dict[int, Std] = field(default_factory=dict)
+    prefixes: dict[int, str] = field(default_factory=dict)
+    show_on_console: dict[int, bool] = field(default_factory=dict)
+
+    @classmethod
+    def for_attempt(
+        cls,
+        log_dir: str | None,
+        run_id: str,
+        attempt: int,
+        local_world_size: int,
+        redirects: Std | Mapping[int, Std] = Std.NONE,
+        tee: Std | Mapping[int, Std] = Std.NONE,
+        local_ranks_filter: Set[int] | None = None,
+        prefix_template: str | None = None,
+        *,
+        role: str = "default",
+        global_ranks: Mapping[int, int] | None = None,
+    ) -> LogDestinations:
+        """Create the attempt directory and compute every rank's destinations.
+
+        A stream named in ``tee`` is redirected to its file *and* copied to the
+        console (tee implies redirect, like torch). Console lines of tee'd
+        streams carry the prefix from ``prefix_template``, else
+        ``$TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``, else ``[${role_name}${local_rank}]:``
+        (``${rank}`` is the global rank from ``global_ranks``). Ranks outside
+        ``local_ranks_filter`` show nothing on the console; their files are
+        unaffected. Raises ValueError for a bad rank or template.
+        """
+        redirect_map = to_map(redirects, local_world_size)
+        tee_map = to_map(tee, local_world_size)
+        if local_ranks_filter is not None:
+            bad = sorted(r for r in local_ranks_filter if not 0 <= r < local_world_size)
+            if bad:
+                raise ValueError(
+                    f"local ranks filter names {bad}, but only local ranks"
+                    f" 0..{local_world_size - 1} exist"
+                )
+        template = Template(
+            prefix_template
+            or os.environ.get(LOG_LINE_PREFIX_ENV)
+            or DEFAULT_LOG_LINE_PREFIX_TEMPLATE
+        )
+        disabled = log_dir == os.devnull
+        attempt_dir = None if disabled else _fresh_attempt_dir(_run_dir(log_dir, run_id), attempt)
+
+        dest = cls(attempt_dir)
+        for rank in range(local_world_size):
+            files = redirect_map[rank] | tee_map[rank]
+            rank_dir = None if attempt_dir is None else os.path.join(attempt_dir, str(rank))
+            if rank_dir is not None:
+                os.makedirs(rank_dir, exist_ok=True)
+            for flag, name, target in (
+                (Std.OUT, "stdout.log", dest.stdouts),
+                (Std.ERR, "stderr.log", dest.stderrs),
+            ):
+                if not files & flag:
+                    target[rank] = None
+                elif rank_dir is None:
+                    # Files are off: a tee'd stream still reaches the console.
+                    target[rank] = None if tee_map[rank] & flag else os.devnull
+                else:
+                    target[rank] = os.path.join(rank_dir, name)
+            dest.error_files[rank] = (
+                None if rank_dir is None else os.path.join(rank_dir, "error.json")
+            )
+            dest.tee[rank] = tee_map[rank]
+            try:
+                prefix = template.substitute(
+                    role_name=role,
+                    rank=(global_ranks or {}).get(rank, rank),
+                    local_rank=rank,
+                )
+            except (KeyError, ValueError) as exc:
+                raise ValueError(
+                    f"invalid log line prefix template {template.template!r}: {exc!r};"
+                    " it may use ${role_name}, ${rank} and ${local_rank}"
+                ) from None
+            dest.prefixes[rank] = prefix if tee_map[rank] else ""
+            dest.show_on_console[rank] = local_ranks_filter is None or rank in local_ranks_filter
+        return dest
+
+    def process_spec(self, local_rank: int, args: list[str], env: Mapping[str, str]) -> ProcessSpec:
+        """A :class:`ProcessSpec` for ``local_rank`` with these destinations.
+
+        ``TORCHELASTIC_ERROR_FILE`` is set in the child's environment to the
+        rank's error file (empty when files are disabled), like torch.
+        """
+        env = dict(env)
+        env["TORCHELASTIC_ERROR_FILE"] = self.error_files.get(local_rank) or ""
+        return ProcessSpec(
+            local_rank=local_rank,
+            args=args,
+            env=env,
+            stdout_file=self.stdouts.get(local_rank),
+            stderr_file=self.stderrs.get(local_rank),
+            tee=self.tee.get(local_rank, Std.NONE),
+            console_prefix=self.prefixes.get(local_rank, ""),
+            show_on_console=self.show_on_console.get(local_rank, True),
+            error_file=self.error_files.get(local_rank),
+        )

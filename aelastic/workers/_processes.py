@@ -1,0 +1,481 @@
+"""Worker processes: start, notice exits the moment they happen, stop, reap.
+
+Each worker runs in its own session (so its process group id is its pid) and,
+on Linux, with ``PR_SET_PDEATHSIG=SIGKILL`` so it dies with the agent even when
+the agent is SIGKILLed. Exits arrive through the event loop's child watcher
+(a waitpid thread, pidfd or SIGCHLD, depending on the loop): no polling.
+Output that must be prefixed, tee'd or filtered flows through a pipe into the
+agent, which writes whole lines to the console and raw bytes to the log file;
+everything else is wired straight to the file or the inherited console.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import IO, Any, Literal
+
+import anyio
+import sniffio
+
+from ..errors import ProcessFailure
+from ._exceptions import NoMoreExitsError, WorkerProcessError, WorkerStartError
+from ._pdeathsig import pdeathsig_preexec
+from ._spec import ProcessExit, ProcessSpec
+from ._std import Std
+
+__all__ = ("WorkerProcesses", "open_worker_processes")
+
+log = logging.getLogger(__name__)
+
+#: How long to wait for processes to die after SIGKILL before giving up on them.
+DEFAULT_KILL_TIMEOUT = 5.0
+#: How long to wait, once every process is dead, for their output pipes to drain.
+_DRAIN_TIMEOUT = 2.0
+#: A console line longer than this is flushed even without a newline.
+_MAX_PENDING = 1 << 16
+
+_ConsoleName = Literal["stdout", "stderr"]
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class _Sink:
+    """Where one piped stream of one worker goes: a log file and/or the console."""
+
+    def __init__(self, file_fd: int | None, console: _ConsoleName | None, prefix: bytes) -> None:
+        self.file_fd = file_fd
+        self.console = console
+        self.prefix = prefix
+        self._pending = b""
+
+    def feed(self, data: bytes) -> None:
+        if self.file_fd is not None:
+            try:
+                _write_all(self.file_fd, data)
+            except OSError as exc:
+                log.error("cannot write worker output to its log file (%s); dropping it", exc)
+                self.file_fd = None
+        if self.console is None:
+            return
+        self._pending += data
+        head, sep, tail = self._pending.rpartition(b"\n")
+        if sep:
+            self._pending = tail
+            self._emit(head.split(b"\n"))
+        if len(self._pending) > _MAX_PENDING:
+            line, self._pending = self._pending, b""
+            self._emit([line])
+
+    def finish(self) -> None:
+        if self._pending:
+            line, self._pending = self._pending, b""
+            self._emit([line])
+
+    def _emit(self, lines: list[bytes]) -> None:
+        if self.console is None:
+            return
+        prefix = self.prefix
+        data = b"".join(prefix + line + b"\n" for line in lines)
+        stream: IO[Any] = sys.stdout if self.console == "stdout" else sys.stderr
+        try:
+            buffer = getattr(stream, "buffer", None)
+            if buffer is not None:
+                stream.flush()
+                buffer.write(data)
+                buffer.flush()
+            else:
+                stream.write(data.decode(errors="replace"))
+                stream.flush()
+        except (OSError, ValueError) as exc:
+            log.error("cannot write worker output to the console (%s); file only now", exc)
+            self.console = None
+
+
+class _WorkerProtocol(asyncio.SubprocessProtocol):
+    def __init__(self, owner: WorkerProcesses, local_rank: int, sinks: dict[int, _Sink]) -> None:
+        self._owner = owner
+        self._local_rank = local_rank
+        self._sinks = sinks
+        self.drained = asyncio.Event()
+        self.transport: asyncio.SubprocessTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.SubprocessTransport)
+        self.transport = transport
+        self._owner._on_started(self._local_rank, transport)
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        sink = self._sinks.get(fd)
+        if sink is not None:
+            sink.feed(data if isinstance(data, bytes) else data.encode())
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        sink = self._sinks.get(fd)
+        if sink is not None:
+            sink.finish()
+
+    def process_exited(self) -> None:
+        self._owner._on_exit(self._local_rank)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # Called once the process exited and every pipe is closed.
+        for sink in self._sinks.values():
+            sink.finish()
+        self.drained.set()
+
+
+class _Worker:
+    def __init__(self, spec: ProcessSpec) -> None:
+        self.spec = spec
+        self.transport: asyncio.SubprocessTransport | None = None
+        self.protocol: _WorkerProtocol | None = None
+        self.pid = -1
+        self.exited = anyio.Event()
+        self.file_fds: list[int] = []
+
+
+class WorkerProcesses:
+    """The live worker processes of one start, from :func:`open_worker_processes`.
+
+    ``pids`` maps local rank to pid; ``exits`` holds every exit noticed so far
+    (a worker is alive while its rank is absent). ``unreaped`` lists the
+    processes that survived SIGKILL during :meth:`stop` (Linux D-state).
+    """
+
+    def __init__(self, specs: Sequence[ProcessSpec], kill_timeout: float) -> None:
+        self.specs: dict[int, ProcessSpec] = {s.local_rank: s for s in specs}
+        self.pids: dict[int, int] = {}
+        self.exits: dict[int, ProcessExit] = {}
+        self.unreaped: dict[int, int] = {}
+        self._kill_timeout = kill_timeout
+        self._workers: dict[int, _Worker] = {}
+        self._send, self._receive = anyio.create_memory_object_stream[ProcessExit](math.inf)
+        self._expected = len(specs)
+
+    # -- observation -------------------------------------------------------
+
+    def is_alive(self, local_rank: int) -> bool:
+        """True while the worker of ``local_rank`` has started and not exited."""
+        return local_rank in self._workers and local_rank not in self.exits
+
+    @property
+    def alive(self) -> dict[int, int]:
+        """``{local_rank: pid}`` of the workers that have not exited."""
+        return {r: w.pid for r, w in self._workers.items() if r not in self.exits}
+
+    async def wait_for_exit(self) -> ProcessExit:
+        """Return the next exit not returned before, as soon as it happens.
+
+        Raises :class:`NoMoreExitsError` once every worker's exit has been
+        returned. Cancellation is safe: no exit is lost.
+        """
+        try:
+            return await self._receive.receive()
+        except anyio.EndOfStream:
+            raise NoMoreExitsError(
+                f"all {self._expected} worker exits were already returned by wait_for_exit;"
+                " read WorkerProcesses.exits instead"
+            ) from None
+
+    async def wait_all(self) -> dict[int, ProcessExit]:
+        """Wait until every worker exited; returns ``{local_rank: ProcessExit}``."""
+        for worker in list(self._workers.values()):
+            await worker.exited.wait()
+        return dict(self.exits)
+
+    def failures(self) -> dict[int, ProcessFailure]:
+        """``{local_rank: ProcessFailure}`` for every non-zero exit so far (reads error files)."""
+        return {
+            rank: ProcessFailure(
+                local_rank=rank,
+                pid=ex.pid,
+                exitcode=ex.exitcode,
+                error_file=self.specs[rank].error_file,
+                exit_time=ex.timestamp,
+            )
+            for rank, ex in sorted(self.exits.items())
+            if ex.failed
+        }
+
+    # -- control -----------------------------------------------------------
+
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` to the process group of every live worker (e.g. forward SIGUSR1)."""
+        for pid in self.alive.values():
+            self._killpg(pid, sig)
+
+    async def stop(
+        self,
+        sig: int = signal.SIGTERM,
+        timeout: float = 30.0,  # noqa: ASYNC109 - a grace period, not a deadline of the call
+    ) -> dict[int, ProcessExit]:
+        """Stop every worker: ``sig`` to each process group, one shared deadline, SIGKILL.
+
+        ``sig`` goes to the group of every worker (also of workers that already
+        exited, so their leftover children get it). After ``timeout`` seconds
+        on one deadline for all, every group gets SIGKILL. Processes that are
+        still not reaped ``kill_timeout`` seconds later (uninterruptible, Linux
+        D-state) are logged with advice, recorded in ``unreaped`` and abandoned:
+        this method always returns. Returns ``exits``.
+
+        Cancelling it cancels the waiting, not the signals already sent;
+        :func:`open_worker_processes` calls it shielded on exit.
+        """
+        if not self._workers:
+            return dict(self.exits)
+        for worker in self._workers.values():
+            self._killpg(worker.pid, sig)
+        if sig != signal.SIGKILL and self.alive:
+            with anyio.move_on_after(timeout):
+                await self.wait_all()
+            for rank, pid in self.alive.items():
+                log.warning(
+                    "worker local_rank=%s (pid %s) did not exit within %.1fs of %s;"
+                    " sending SIGKILL",
+                    rank,
+                    pid,
+                    timeout,
+                    signal.Signals(sig).name,
+                )
+        for worker in self._workers.values():
+            self._killpg(worker.pid, signal.SIGKILL)
+        if self.alive:
+            with anyio.move_on_after(self._kill_timeout):
+                await self.wait_all()
+        for rank, pid in self.alive.items():
+            self.unreaped[rank] = pid
+            log.error(
+                "worker local_rank=%s (pid %s) survived SIGKILL for %.1fs; it is probably in"
+                " uninterruptible sleep (state D in /proc/%s/stat: a hung GPU, NCCL, RDMA or"
+                " network file system call). Giving up on it; recycle this host.",
+                rank,
+                pid,
+                self._kill_timeout,
+                pid,
+            )
+        return dict(self.exits)
+
+    # -- internals ---------------------------------------------------------
+
+    @staticmethod
+    def _killpg(pgid: int, sig: int) -> None:
+        # The group outlives its leader while members remain, and its id cannot be
+        # reused as a pid meanwhile, so signalling the group of an exited leader
+        # reaches exactly its leftover children (or nobody: ESRCH).
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+
+    def _on_started(self, local_rank: int, transport: asyncio.SubprocessTransport) -> None:
+        worker = self._workers[local_rank]
+        worker.transport = transport
+        worker.pid = transport.get_pid()
+        self.pids[local_rank] = worker.pid
+
+    def _on_exit(self, local_rank: int) -> None:
+        worker = self._workers.get(local_rank)
+        if worker is None or worker.transport is None or local_rank in self.exits:
+            return
+        code = worker.transport.get_returncode()
+        exit_ = ProcessExit(
+            local_rank=local_rank,
+            pid=worker.pid,
+            exitcode=code if code is not None else -1,
+            timestamp=time.time(),
+        )
+        self.exits[local_rank] = exit_
+        self._send.send_nowait(exit_)
+        worker.exited.set()
+        if len(self.exits) == self._expected:
+            self._send.close()
+
+    async def _start_all(self, specs: Sequence[ProcessSpec]) -> None:
+        loop = asyncio.get_running_loop()
+        for spec in specs:
+            worker = _Worker(spec)
+            self._workers[spec.local_rank] = worker
+            try:
+                await self._start_one(loop, worker)
+            except BaseException:
+                del self._workers[spec.local_rank]
+                self._expected = len(self._workers)
+                raise
+            finally:
+                for fd in worker.file_fds if worker.transport is None else ():
+                    os.close(fd)
+
+    async def _start_one(self, loop: asyncio.AbstractEventLoop, worker: _Worker) -> None:
+        spec = worker.spec
+        sinks: dict[int, _Sink] = {}
+        stdio: dict[int, int | None] = {}
+        prefix = spec.console_prefix.encode()
+        streams: tuple[tuple[int, str | None, Std, _ConsoleName], ...] = (
+            (1, spec.stdout_file, Std.OUT, "stdout"),
+            (2, spec.stderr_file, Std.ERR, "stderr"),
+        )
+        for fd, path, flag, console in streams:
+            to_console = spec.show_on_console and (path is None or bool(spec.tee & flag))
+            if path is not None:
+                file_fd = _open_log(path, spec.local_rank)
+                worker.file_fds.append(file_fd)
+            else:
+                file_fd = None
+            if to_console and (prefix or file_fd is not None):
+                stdio[fd] = subprocess.PIPE
+                sinks[fd] = _Sink(file_fd, console, prefix)
+            elif file_fd is not None:
+                stdio[fd] = file_fd
+            elif to_console:
+                stdio[fd] = None
+            else:
+                stdio[fd] = subprocess.DEVNULL
+        if spec.error_file:
+            _prepare_error_file(spec.error_file, spec.local_rank)
+
+        protocol = _WorkerProtocol(self, spec.local_rank, sinks)
+        try:
+            transport, _ = await loop.subprocess_exec(
+                lambda: protocol,
+                *spec.args,
+                stdin=None,
+                stdout=stdio[1],
+                stderr=stdio[2],
+                env=dict(spec.env),
+                cwd=spec.cwd,
+                start_new_session=True,
+                preexec_fn=pdeathsig_preexec(),
+            )
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            raise WorkerStartError(
+                f"could not start the worker of local rank {spec.local_rank}"
+                f" ({list(spec.args)[:3]!r}...): {type(exc).__name__}: {exc}."
+                " Check that the entry point exists and is executable, and the cwd exists."
+            ) from exc
+        worker.protocol = protocol
+        if worker.transport is None:  # loops that skip connection_made
+            self._on_started(spec.local_rank, transport)
+        # The child holds its own copies of file descriptors wired straight to it.
+        for fd in list(worker.file_fds):
+            if fd not in {s.file_fd for s in sinks.values()}:
+                os.close(fd)
+                worker.file_fds.remove(fd)
+
+    async def _close(self) -> None:
+        """Wait (bounded) for pipes to drain, close transports and log files."""
+        reaped = [w for r, w in self._workers.items() if r in self.exits]
+        with anyio.move_on_after(_DRAIN_TIMEOUT):
+            for worker in reaped:
+                if worker.protocol is not None:
+                    await worker.protocol.drained.wait()
+        for worker in self._workers.values():
+            if worker.transport is not None:
+                worker.transport.close()
+            for fd in worker.file_fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            worker.file_fds.clear()
+        self._send.close()
+        self._receive.close()
+
+
+def _open_log(path: str, local_rank: int) -> int:
+    try:
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise WorkerStartError(
+            f"cannot open log file {path!r} for local rank {local_rank}: {exc}."
+            " Choose a writable --log-dir."
+        ) from exc
+
+
+def _prepare_error_file(path: str, local_rank: int) -> None:
+    # A stale error file would be read as this attempt's root cause.
+    try:
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    except OSError as exc:
+        raise WorkerStartError(
+            f"cannot prepare error file {path!r} for local rank {local_rank}: {exc}"
+        ) from exc
+
+
+def _check_specs(specs: Sequence[ProcessSpec]) -> None:
+    if not specs:
+        raise ValueError("open_worker_processes needs at least one ProcessSpec")
+    ranks = [s.local_rank for s in specs]
+    if len(set(ranks)) != len(ranks):
+        raise ValueError(f"ProcessSpec local ranks must be unique, got {ranks}")
+    for spec in specs:
+        if isinstance(spec.args, str | bytes) or not spec.args:
+            raise ValueError(
+                f"ProcessSpec(local_rank={spec.local_rank}).args must be a non-empty argv"
+                f" sequence such as [sys.executable, '-u', 'train.py'], got {spec.args!r}"
+            )
+        bad = [a for a in spec.args if not isinstance(a, str)]
+        if bad:
+            raise ValueError(
+                f"ProcessSpec(local_rank={spec.local_rank}).args must all be str; convert"
+                f" {bad!r} with str()"
+            )
+
+
+@contextlib.asynccontextmanager
+async def open_worker_processes(
+    specs: Sequence[ProcessSpec],
+    *,
+    shutdown_timeout: float = 30.0,
+    kill_timeout: float = DEFAULT_KILL_TIMEOUT,
+) -> AsyncIterator[WorkerProcesses]:
+    """Start one process per spec; on exit of the block, stop and reap them all.
+
+    Each worker gets its own session and process group and (Linux) the
+    parent-death signal SIGKILL. On leaving the block, normally, by an error
+    or by **cancellation**, surviving workers get SIGTERM, then SIGKILL after
+    ``shutdown_timeout`` seconds (one deadline for all), the cleanup runs
+    shielded from cancellation, every process is reaped (bounded by
+    ``kill_timeout`` after SIGKILL), every pipe and log file descriptor is
+    closed, and the original exception or cancellation propagates.
+
+    Raises :class:`WorkerStartError` if a process cannot be started (the ones
+    already started are stopped first) and :class:`ValueError` for bad specs.
+    Needs the asyncio backend of anyio (plain asyncio or uvloop).
+    """
+    _check_specs(specs)
+    try:
+        library = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        library = "none"
+    if library != "asyncio":
+        raise WorkerProcessError(
+            f"open_worker_processes runs on anyio's asyncio backend (asyncio or uvloop), not"
+            f" {library!r}; run the agent with anyio.run(..., backend='asyncio')"
+        )
+    processes = WorkerProcesses(specs, kill_timeout)
+    try:
+        await processes._start_all(specs)
+        yield processes
+    finally:
+        with anyio.CancelScope(shield=True):
+            try:
+                await processes.stop(signal.SIGTERM, shutdown_timeout)
+            finally:
+                await processes._close()
