@@ -1,0 +1,142 @@
+"""Event objects of the current torch elastic API: ``Event``, ``RdzvEvent`` and their enums.
+
+Both classes serialise to the same JSON shape as torch (``json.dumps(asdict(obj))``), so a
+consumer of torch's events reads aelastic's unchanged and vice versa.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+from ._exceptions import EventFormatError
+
+__all__ = ("Event", "EventMetadataValue", "EventSource", "NodeState", "RdzvEvent")
+
+#: The type of an :class:`Event` metadata value (torch's alias).
+EventMetadataValue = str | int | float | bool | None
+
+
+class EventSource(str, Enum):
+    """Known identifiers of the event producers."""
+
+    AGENT = "AGENT"
+    WORKER = "WORKER"
+
+
+class NodeState(str, Enum):
+    """The states a node can be in during rendezvous."""
+
+    INIT = "INIT"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+def _load(data: str | bytes, kind: str) -> dict[str, Any]:
+    try:
+        loaded = json.loads(data)
+    except ValueError as exc:
+        raise EventFormatError(f"cannot parse {kind}: {exc}; expected a JSON object") from None
+    if not isinstance(loaded, dict):
+        raise EventFormatError(f"cannot parse {kind}: expected a JSON object, got {loaded!r:.80}")
+    return loaded
+
+
+@dataclass
+class Event:
+    """A generic event of an elastic job (an agent's or a worker's meaningful action).
+
+    Args:
+        name: the event name, e.g. ``torchelastic.worker.status.SUCCEEDED``.
+        source: the producer, :class:`EventSource`.
+        timestamp: when the event occurred, in milliseconds (0 when unknown).
+        metadata: data associated with the event (JSON scalars).
+    """
+
+    name: str
+    source: EventSource
+    timestamp: int = 0
+    metadata: dict[str, EventMetadataValue] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.serialize()
+
+    def serialize(self) -> str:
+        """Return the event as a JSON object string (torch's shape)."""
+        return json.dumps(asdict(self))
+
+    @staticmethod
+    def deserialize(data: str | bytes | Event) -> Event:
+        """Parse :meth:`serialize`'s output (an :class:`Event` is returned as is).
+
+        Raises :class:`~aelastic.events.EventFormatError` on malformed input.
+        """
+        if isinstance(data, Event):
+            return data
+        d = _load(data, "Event")
+        try:
+            d["source"] = EventSource[d["source"]]
+            return Event(**d)
+        except (KeyError, TypeError) as exc:
+            raise EventFormatError(
+                f"not an Event: {exc!r}; expected keys name, source (AGENT|WORKER), "
+                "timestamp, metadata"
+            ) from None
+
+
+@dataclass
+class RdzvEvent:
+    """A rendezvous event.
+
+    Args:
+        name: ``<file>:<function>`` of the code that recorded it.
+        run_id: the rendezvous run id.
+        message: what happened.
+        hostname: the node's hostname.
+        pid: the node's process id.
+        node_state: the node's :class:`NodeState`.
+        master_endpoint: the rendezvous store's endpoint, if known.
+        rank: the node's rank, if known.
+        local_id: the node's local id within the rendezvous, if defined.
+        error_trace: the traceback when ``node_state`` is FAILED.
+    """
+
+    name: str
+    run_id: str
+    message: str
+    hostname: str
+    pid: int
+    node_state: NodeState
+    master_endpoint: str = ""
+    rank: int | None = None
+    local_id: int | None = None
+    error_trace: str = ""
+
+    def __str__(self) -> str:
+        return self.serialize()
+
+    def serialize(self) -> str:
+        """Return the event as a JSON object string (torch's shape)."""
+        return json.dumps(asdict(self))
+
+    @staticmethod
+    def deserialize(data: str | bytes | RdzvEvent) -> RdzvEvent:
+        """Parse :meth:`serialize`'s output (an :class:`RdzvEvent` is returned as is).
+
+        Raises :class:`~aelastic.events.EventFormatError` on malformed input.
+        """
+        if isinstance(data, RdzvEvent):
+            return data
+        d = _load(data, "RdzvEvent")
+        try:
+            d["node_state"] = NodeState[d["node_state"]]
+            return RdzvEvent(**d)
+        except (KeyError, TypeError) as exc:
+            raise EventFormatError(
+                f"not an RdzvEvent: {exc!r}; expected keys name, run_id, message, hostname, "
+                "pid, node_state (INIT|RUNNING|SUCCEEDED|FAILED), master_endpoint, rank, "
+                "local_id, error_trace"
+            ) from None

@@ -1,0 +1,627 @@
+"""The one machinery behind every events API: destinations, hand-off and dispatch.
+
+Design
+------
+A *destination* is a name (``null``, ``console``, ``dynamic_rendezvous``, ``file``,
+``store``, any custom one; legacy event types are destinations too) with a list of
+handlers and a set of subscribers.
+
+:func:`record` does no I/O on the caller's path. It
+
+1. appends the event to the buffer of each subscriber of the destination (a bounded
+   deque; a wake-up is scheduled on the subscriber's loop only when it is waiting), and
+2. when the destination has a handler that does something (anything but
+   ``logging.NullHandler``/``NullEventHandler``), appends it to the destination's bounded
+   queue and, only if that queue's drainer is idle, wakes it.
+
+A destination with only null handlers and no subscriber costs one dict lookup and two
+attribute reads (the null fast path).
+
+Queues are drained by one daemon thread, ``aelastic-events``, which runs its own asyncio
+loop (started on first use, restarted in a forked child). Each destination has one
+drainer task, so a slow destination never delays another, and each handler sees a
+destination's events in recording order. Handlers run there:
+
+* ``logging.Handler``: through the destination's stdlib logger
+  (``aelastic-events-<destination>``, non-propagating, level from ``LOGLEVEL``);
+* synchronous callables / ``record`` methods: called in the dispatcher thread;
+* ``async def`` handlers: awaited on the event loop that was running when they were
+  registered (their *home* loop: a store client belongs to the loop that opened it),
+  through ``run_coroutine_threadsafe``; handlers registered outside any loop run on the
+  dispatcher's loop. If the home loop has stopped, the handler fails (logged, counted).
+
+This works the same whether :func:`record` is called from synchronous code with no loop,
+from a worker thread, or from inside a running loop: the caller only appends to a deque.
+
+When a queue is full (``AELASTIC_EVENTS_QUEUE_SIZE``, default 100000 per destination)
+:func:`record` drops the new event, counts it (:func:`statistics`) and warns once, rather
+than block. :func:`arecord` and flushes are never dropped. At interpreter exit pending
+events are flushed for up to ``AELASTIC_EVENTS_EXIT_FLUSH_TIMEOUT`` seconds (default 5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import collections
+import contextlib
+import inspect
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+
+from ._exceptions import EventHandlerError, EventsError, UnknownDestinationError
+from ._signal import AsyncWaiter, Signal, ThreadWaiter, Waiter
+
+__all__ = (
+    "DestinationStatistics",
+    "EventLike",
+    "HandlerLike",
+    "arecord",
+    "destination",
+    "flush",
+    "flush_blocking",
+    "record",
+    "register_handler",
+    "registry",
+    "statistics",
+    "unregister_handler",
+)
+
+log = logging.getLogger("aelastic.events")
+
+_BATCH = 512
+
+
+class EventLike(Protocol):
+    """Anything recordable: ``Event``, ``RdzvEvent``, ``legacy.Event``."""
+
+    def serialize(self) -> str: ...
+
+
+#: A handler: a ``logging.Handler``, an object with a (sync or async) ``record(event)``
+#: method, or a (sync or async) callable taking the event.
+HandlerLike = Any
+
+
+def _queue_size() -> int:
+    raw = os.environ.get("AELASTIC_EVENTS_QUEUE_SIZE", "100000")
+    try:
+        size = int(raw)
+    except ValueError:
+        size = 0
+    if size <= 0:
+        raise EventsError(
+            f"AELASTIC_EVENTS_QUEUE_SIZE={raw!r} is not a positive integer; unset it or set "
+            "it to the number of events a destination may buffer"
+        )
+    return size
+
+
+def _message(event: Any) -> str:
+    serialize = getattr(event, "serialize", None)
+    return serialize() if serialize is not None else str(event)
+
+
+class _Handler:
+    """A registered handler, normalised to one calling convention."""
+
+    __slots__ = ("batch", "call", "home", "is_async", "is_null", "logging_handler", "original")
+
+    def __init__(self, original: HandlerLike) -> None:
+        from ._handlers import is_null_handler
+
+        self.original = original
+        self.is_null = is_null_handler(original)
+        self.logging_handler: logging.Handler | None = None
+        self.batch: Callable[[list[Any]], None] | None = None
+        self.home: asyncio.AbstractEventLoop | None = None
+        if isinstance(original, logging.Handler):
+            self.logging_handler = original
+            self.batch = getattr(original, "record_batch", None)
+            self.call: Callable[[Any], Any] = original.handle
+            self.is_async = False
+            return
+        fn = getattr(original, "record", None)
+        if fn is None or not callable(fn):
+            if not callable(original):
+                raise TypeError(
+                    f"cannot use {original!r} as an event handler: pass a logging.Handler, an "
+                    "object with a record(event) method, or a callable taking the event"
+                )
+            fn = original
+        self.call = fn
+        self.is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
+        )
+        if self.is_async:
+            try:
+                self.home = asyncio.get_running_loop()
+            except RuntimeError:
+                self.home = None
+
+
+@dataclass(frozen=True)
+class DestinationStatistics:
+    """Counters of one destination (see :func:`statistics`)."""
+
+    name: str
+    handlers: int
+    subscribers: int
+    queued: int
+    processed: int
+    dropped: int
+    handler_errors: int
+
+
+class Destination:
+    """One destination: its handlers, subscribers, queue and stdlib logger."""
+
+    def __init__(self, name: str, capacity: int) -> None:
+        self.name = name
+        self.capacity = capacity
+        self.handlers: tuple[_Handler, ...] = ()
+        #: the destination's own handler: the built-in one, replaced (not added to) by
+        #: legacy ``configure()`` and ``configure_file()``
+        self.primary: _Handler | None = None
+        self.subscribers: tuple[Any, ...] = ()
+        #: True when some handler does real work (the queue is used)
+        self.dispatch = False
+        #: True when a record must do anything at all (dispatch or a subscriber)
+        self.active = False
+        self.logger = logging.getLogger(f"aelastic-events-{name}")
+        self.logger.setLevel(os.environ.get("LOGLEVEL", "INFO"))
+        self.logger.propagate = False
+        self.queue: collections.deque[tuple[Any, Waiter | None]] = collections.deque()
+        self.idle = True
+        self.running = False
+        self.wakeup: Signal | None = None
+        self.processed = 0
+        self.dropped = 0
+        self.handler_errors = 0
+        self._warned = False
+
+    # -- configuration (any thread; rebuilds immutable tuples read by the fast path) --
+    def _refresh(self) -> None:
+        handlers = list(self.handlers)
+        if self.primary is not None:
+            handlers.append(self.primary)
+        self.dispatch = any(not h.is_null for h in handlers)
+        self.active = self.dispatch or bool(self.subscribers)
+
+    def all_handlers(self) -> tuple[_Handler, ...]:
+        return (self.primary, *self.handlers) if self.primary is not None else self.handlers
+
+    def add(self, handler: _Handler) -> None:
+        if handler.logging_handler is not None:
+            self.logger.addHandler(handler.logging_handler)
+        self.handlers = (*self.handlers, handler)
+        self._refresh()
+
+    def remove(self, original: HandlerLike) -> bool:
+        kept = tuple(h for h in self.handlers if h.original is not original)
+        found = len(kept) != len(self.handlers)
+        if isinstance(original, logging.Handler):
+            self.logger.removeHandler(original)
+        if self.primary is not None and self.primary.original is original:
+            self.primary, found = None, True
+        self.handlers = kept
+        self._refresh()
+        return found
+
+    def set_primary(self, handler: _Handler | None) -> _Handler | None:
+        """Replace the destination's own handler; return the previous one."""
+        old, self.primary = self.primary, handler
+        if old is not None and old.logging_handler is not None:
+            self.logger.removeHandler(old.logging_handler)
+        if handler is not None and handler.logging_handler is not None:
+            self.logger.addHandler(handler.logging_handler)
+        self._refresh()
+        return old
+
+    def set_subscribers(self, subscribers: tuple[Any, ...]) -> None:
+        self.subscribers = subscribers
+        self._refresh()
+
+    # -- hand-off (any thread, never blocks) --
+    def put(self, event: Any, waiter: Waiter | None) -> None:
+        queue = self.queue
+        if waiter is None and len(queue) >= self.capacity:
+            self.dropped += 1
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "events destination %r: queue full (%d events), dropping new events; "
+                    "its handlers are too slow. Raise AELASTIC_EVENTS_QUEUE_SIZE or use a "
+                    "faster handler",
+                    self.name,
+                    self.capacity,
+                )
+            return
+        queue.append((event, waiter))
+        if self.idle:
+            self.idle = False
+            _dispatcher.wake(self)
+
+    def statistics(self) -> DestinationStatistics:
+        return DestinationStatistics(
+            name=self.name,
+            handlers=sum(1 for h in self.all_handlers() if not h.is_null),
+            subscribers=len(self.subscribers),
+            queued=len(self.queue),
+            processed=self.processed,
+            dropped=self.dropped,
+            handler_errors=self.handler_errors,
+        )
+
+    # -- the drainer (dispatcher loop) --
+    async def drain(self) -> None:
+        queue = self.queue
+        while True:
+            while queue:
+                batch = [queue.popleft() for _ in range(min(len(queue), _BATCH))]
+                await self._process(batch)
+            self.idle = True
+            if queue:  # a put raced with us going idle: it saw idle False, nobody woke us
+                self.idle = False
+                continue
+            assert self.wakeup is not None
+            await self.wakeup.wait()
+            self.wakeup.clear()
+
+    async def _process(self, batch: list[tuple[Any, Waiter | None]]) -> None:
+        events = [event for event, _ in batch if event is not _FLUSH]
+        errors: list[BaseException] = []
+        if events:
+            for handler in self.all_handlers():
+                if handler.is_null:
+                    continue
+                try:
+                    await self._run(handler, events)
+                except Exception as exc:
+                    self.handler_errors += 1
+                    errors.append(exc)
+                    log.error(
+                        "events destination %r: handler %r failed: %r",
+                        self.name,
+                        handler.original,
+                        exc,
+                        exc_info=exc,
+                    )
+            self.processed += len(events)
+        for _, waiter in batch:
+            if waiter is not None:
+                waiter.done(errors)
+
+    async def _run(self, handler: _Handler, events: list[Any]) -> None:
+        if handler.logging_handler is not None:
+            if handler.batch is not None:
+                handler.batch(events)
+                return
+            logger = self.logger
+            if logger.isEnabledFor(logging.INFO):
+                for event in events:
+                    logger.info(_message(event))
+            return
+        call = handler.call
+        if not handler.is_async:
+            for event in events:
+                result = call(event)
+                if inspect.isawaitable(result):
+                    await result
+            return
+        home = handler.home
+        if home is None or home is asyncio.get_running_loop():
+            for event in events:
+                await call(event)
+            return
+        for event in events:
+            await _run_on(home, call, event)
+
+
+async def _run_on(home: asyncio.AbstractEventLoop, call: Callable[[Any], Any], event: Any) -> None:
+    """Await ``call(event)`` on the loop ``home`` (another thread's loop)."""
+    if home.is_closed() or not home.is_running():
+        raise EventsError(
+            f"async handler {call!r} belongs to an event loop that is no longer running; "
+            "unregister handlers before their loop ends"
+        )
+    coro = call(event)
+    try:
+        future = asyncio.run_coroutine_threadsafe(coro, home)
+    except RuntimeError:
+        coro.close()
+        raise EventsError(f"async handler {call!r}: its event loop closed") from None
+    wrapped = asyncio.wrap_future(future)
+    try:
+        await asyncio.wait({wrapped})
+    finally:
+        if not wrapped.done():  # we were cancelled (dispatcher shutdown)
+            future.cancel()
+    if wrapped.cancelled():
+        raise EventsError(f"async handler {call!r} was cancelled: its event loop shut down")
+    wrapped.result()
+
+
+class _FlushMarker:
+    def serialize(self) -> str:  # pragma: no cover - never handed to a handler
+        return "{}"
+
+
+_FLUSH = _FlushMarker()
+
+
+class _Dispatcher:
+    """The daemon thread and the asyncio loop on which queues are drained."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._pending: list[Destination] = []
+        self._spawn: Signal | None = None
+        self._ready = threading.Event()
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self._thread
+
+    def wake(self, dest: Destination) -> None:
+        """Start ``dest``'s drainer or wake it; any thread."""
+        loop = self._loop
+        if loop is None:
+            loop = self._start()
+        if threading.current_thread() is self._thread:
+            self._wake_in_loop(dest)
+        else:
+            try:
+                loop.call_soon_threadsafe(self._wake_in_loop, dest)
+            except RuntimeError:  # interpreter shutdown: the loop is gone
+                dest.idle = True
+
+    def _wake_in_loop(self, dest: Destination) -> None:
+        if dest.running:
+            assert dest.wakeup is not None
+            dest.wakeup.set()
+        else:
+            dest.running = True
+            dest.wakeup = Signal()
+            self._pending.append(dest)
+            assert self._spawn is not None
+            self._spawn.set()
+
+    def _start(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                self._ready.clear()
+                thread = threading.Thread(target=self._main, name="aelastic-events", daemon=True)
+                self._thread = thread
+                thread.start()
+                self._ready.wait()
+            assert self._loop is not None
+            return self._loop
+
+    def _main(self) -> None:
+        anyio.run(self._serve, backend="asyncio")
+
+    async def _serve(self) -> None:
+        self._spawn = Signal()
+        self._loop = asyncio.get_running_loop()
+        self._ready.set()
+        async with anyio.create_task_group() as tg:
+            while True:
+                await self._spawn.wait()
+                self._spawn.clear()
+                pending, self._pending = self._pending, []
+                for dest in pending:
+                    tg.start_soon(dest.drain, name=f"aelastic-events-{dest.name}")
+
+    def reset_after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._loop = None
+        self._thread = None
+        self._pending = []
+        self._spawn = None
+        self._ready = threading.Event()
+
+
+class _Registry:
+    """Every destination by name, plus the subscribers to all destinations."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.destinations: dict[str, Destination] = {}
+        self.global_subscribers: tuple[Any, ...] = ()
+        self.capacity = _queue_size()
+        #: built-in destinations created on first use: name -> installs their handlers
+        self.factories: dict[str, Callable[[Destination], None]] = {}
+
+    def get(self, name: str) -> Destination:
+        dest = self.destinations.get(name)
+        if dest is not None:
+            return dest
+        with self.lock:
+            dest = self.destinations.get(name)
+            if dest is not None:
+                return dest
+            factory = self.factories.get(name)
+            if factory is None:
+                known = ", ".join(repr(n) for n in sorted({*self.destinations, *self.factories}))
+                raise UnknownDestinationError(
+                    f"unknown events destination {name!r} (known: {known}); register one "
+                    f"with aelastic.events.register_handler({name!r}, handler)"
+                )
+            return self._create(name, factory)
+
+    def ensure(self, name: str, *, builtin: bool = True) -> Destination:
+        """Return ``name``'s destination, creating it if needed (without its built-in
+        handler when ``builtin`` is false)."""
+        dest = self.destinations.get(name)
+        if dest is not None:
+            return dest
+        with self.lock:
+            if name in self.destinations:
+                return self.destinations[name]
+            return self._create(name, self.factories.get(name) if builtin else None)
+
+    def _create(self, name: str, factory: Callable[[Destination], None] | None) -> Destination:
+        dest = Destination(name, self.capacity)
+        if factory is not None:
+            factory(dest)
+        dest.set_subscribers(self.global_subscribers)
+        self.destinations[name] = dest
+        return dest
+
+    def reset_after_fork(self) -> None:
+        self.lock = threading.RLock()
+        self.global_subscribers = ()
+        for dest in self.destinations.values():
+            dest.queue.clear()
+            dest.idle = True
+            dest.running = False
+            dest.wakeup = None
+            dest.set_subscribers(())
+
+
+_dispatcher = _Dispatcher()
+registry = _Registry()
+
+
+def destination(name: str) -> Destination:
+    """Return the destination ``name`` (raises :class:`UnknownDestinationError`)."""
+    return registry.get(name)
+
+
+def record(event: EventLike, destination: str = "null") -> None:
+    """Record ``event`` to ``destination``; returns at once, never blocks, never does I/O.
+
+    The event reaches the destination's subscribers immediately and its handlers soon
+    after, in the dispatcher thread (see the module documentation). Raises
+    :class:`UnknownDestinationError` for a destination nobody registered.
+    """
+    dest = registry.destinations.get(destination) or registry.get(destination)
+    if not dest.active:
+        return
+    for subscriber in dest.subscribers:
+        subscriber.push(event, destination)
+    if dest.dispatch:
+        dest.put(event, None)
+
+
+async def arecord(event: EventLike, destination: str = "null") -> None:
+    """Record ``event`` and wait until every handler of ``destination`` processed it.
+
+    Raises :class:`EventHandlerError` (the first failure as ``__cause__``) when a handler
+    failed. Cancelling the wait does not withdraw the event: it is processed anyway.
+    Do not await it from a handler of the same destination (that would wait on itself).
+    """
+    dest = registry.destinations.get(destination) or registry.get(destination)
+    for subscriber in dest.subscribers:
+        subscriber.push(event, destination)
+    if not dest.dispatch:
+        return
+    waiter = AsyncWaiter()
+    dest.put(event, waiter)
+    await waiter.wait()
+    if waiter.errors:
+        raise EventHandlerError(
+            f"{len(waiter.errors)} handler(s) of events destination {destination!r} failed "
+            f"on {getattr(event, 'name', event)!r}: {waiter.errors[0]!r}"
+        ) from waiter.errors[0]
+
+
+def _flushable(names: Iterable[str] | None) -> list[Destination]:
+    with registry.lock:
+        dests = list(registry.destinations.values())
+    if names is not None:
+        wanted = set(names)
+        dests = [d for d in dests if d.name in wanted]
+    return [d for d in dests if d.running or d.queue]
+
+
+async def flush(destinations: Iterable[str] | None = None) -> None:
+    """Wait until every event recorded before this call was processed by its handlers.
+
+    ``destinations`` limits the wait to those destinations (default: all). Handler
+    failures were already logged; they are not raised here. Cancellation-safe.
+    """
+    waiters = []
+    for dest in _flushable(destinations):
+        waiter = AsyncWaiter()
+        dest.put(_FLUSH, waiter)
+        waiters.append(waiter)
+    for waiter in waiters:
+        await waiter.wait()
+
+
+def flush_blocking(timeout: float | None = None) -> bool:
+    """Synchronous :func:`flush`: block this thread until processed or ``timeout`` expires.
+
+    Returns whether everything was processed in time. Never call it from the event loop
+    that runs an async handler (it would wait on itself) nor from a handler.
+    """
+    if threading.current_thread() is _dispatcher.thread:
+        raise EventsError("flush_blocking() called from an events handler: it would deadlock")
+    waiters = []
+    for dest in _flushable(None):
+        waiter = ThreadWaiter()
+        dest.put(_FLUSH, waiter)
+        waiters.append(waiter)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for waiter in waiters:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not waiter.wait(remaining):
+            return False
+    return True
+
+
+def register_handler(destination: str, handler: HandlerLike) -> HandlerLike:
+    """Add ``handler`` to ``destination`` (created if new); return ``handler``.
+
+    ``handler`` is a ``logging.Handler``, an object with a ``record(event)`` method, or a
+    callable taking the event; ``record``/the callable may be ``async def``: it then runs
+    on the event loop that is running now (or on the dispatcher's loop when none is).
+    """
+    entry = _Handler(handler)
+    with registry.lock:
+        registry.ensure(destination).add(entry)
+    return handler
+
+
+def unregister_handler(destination: str, handler: HandlerLike) -> bool:
+    """Remove ``handler`` from ``destination``; return whether it was registered."""
+    with registry.lock:
+        dest = registry.destinations.get(destination)
+        return dest.remove(handler) if dest is not None else False
+
+
+def statistics() -> dict[str, DestinationStatistics]:
+    """Return the counters of every destination created so far, by name."""
+    with registry.lock:
+        return {name: dest.statistics() for name, dest in registry.destinations.items()}
+
+
+def _exit_flush() -> None:
+    if _dispatcher.thread is None:
+        return
+    try:
+        timeout = float(os.environ.get("AELASTIC_EVENTS_EXIT_FLUSH_TIMEOUT", "5"))
+    except ValueError:
+        timeout = 5.0
+    with contextlib.suppress(Exception):  # best effort at exit
+        flush_blocking(timeout)
+
+
+def _after_fork_in_child() -> None:
+    _dispatcher.reset_after_fork()
+    registry.reset_after_fork()
+
+
+atexit.register(_exit_flush)
+os.register_at_fork(after_in_child=_after_fork_in_child)
