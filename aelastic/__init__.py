@@ -10,4 +10,21 @@ from ._exceptions import AelasticError as AelasticError
 
 __version__ = "0.1.0"
 
-__all__ = ("AelasticError", "__version__")
+__all__ = ("AelasticError", "LaunchConfig", "__version__", "elastic_launch", "launch")
+
+# The launch API is loaded on first use, so ``import aelastic`` stays light.
+_LAZY = {
+    "LaunchConfig": "aelastic.launcher",
+    "elastic_launch": "aelastic.launcher",
+    "launch": "aelastic.launcher",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'aelastic' has no attribute {name!r}")

@@ -342,7 +342,8 @@ class _Values:
         except ValueError:
             raise UsageError(f"{self.source(dest)} {raw!r}: expected an integer") from None
         if minimum is not None and value < minimum:
-            raise UsageError(f"{self.source(dest)} {raw}: must be >= {minimum}")
+            hint = " (0 means no restart)" if dest == "max_restarts" else ""
+            raise UsageError(f"{self.source(dest)} {raw}: must be >= {minimum}{hint}")
         return value
 
     def float_(self, dest: str, *, minimum: float, strict: bool = False) -> float | None:
@@ -438,7 +439,7 @@ def parse_rdzv_conf(value: str, source: str = "--rdzv-conf") -> dict[str, Any]:
     for item in value.split(","):
         key, sep, val = item.partition("=")
         key, val = key.strip(), val.strip()
-        if not sep or not key or not val:
+        if not sep or not key or not val:  # every key needs a value, as in torchrun
             raise UsageError(
                 f"{source} {value!r}: item {item!r} is not key=value; "
                 "write e.g. --rdzv-conf join_timeout=60,last_call_timeout=1"
@@ -486,19 +487,15 @@ def parse_signals(value: str, source: str) -> str:
     return ",".join(out)
 
 
-def check_std_spec(value: str, source: str) -> str:
+def check_std_spec(value: str, source: str, local_world_size: int) -> str:
     """Validate a ``-r``/``-t`` value: a digit 0-3 or a map ``local_rank:digit,...``."""
-    fix = "write 0 (none), 1 (stdout), 2 (stderr), 3 (both), or a map such as 0:3,1:1"
-    value = value.strip()
-    if value.isdigit():
-        if int(value) > 3:
-            raise UsageError(f"{source} {value!r}: {fix}")
-        return value
-    for item in value.split(","):
-        rank, sep, std = item.partition(":")
-        if not sep or not rank.strip().isdigit() or std.strip() not in ("0", "1", "2", "3"):
-            raise UsageError(f"{source} {value!r}: {fix}")
-    return value
+    from .workers import Std, to_map
+
+    try:
+        to_map(Std.from_str(value), local_world_size)
+    except ValueError as exc:
+        raise UsageError(f"{source} {value!r}: {exc}") from None
+    return value.strip()
 
 
 def parse_run_args(
@@ -572,8 +569,21 @@ def parse_run_args(
             f"--logs-specs {logs_specs} is accepted but ignored: aelastic uses its own "
             "log layout (--log-dir, -r, -t, --local-ranks-filter)"
         )
-    redirects = check_std_spec(v.str_("redirects"), v.source("redirects"))
-    tee = check_std_spec(v.str_("tee"), v.source("tee"))
+    redirects = check_std_spec(v.str_("redirects"), v.source("redirects"), nproc)
+    tee = check_std_spec(v.str_("tee"), v.source("tee"), nproc)
+    out_filters = split_filters(v.str_("duplicate_stdout_filters"))
+    err_filters = split_filters(v.str_("duplicate_stderr_filters"))
+    if out_filters or err_filters:
+        warnings.append(
+            "--duplicate-stdout-filters/--duplicate-stderr-filters are accepted but not "
+            "implemented yet: no filtered_*.log files are written"
+        )
+    virtual_local_rank = v.flag("virtual_local_rank")
+    if virtual_local_rank:
+        warnings.append(
+            "--virtual-local-rank is accepted but has no effect in aelastic: LOCAL_RANK "
+            "stays the real local rank"
+        )
     ranks_filter = parse_ranks_filter(v.str_("local_ranks_filter"), v.source("local_ranks_filter"))
     signals = parse_signals(v.str_("signals_to_handle"), v.source("signals_to_handle"))
     rdzv_conf = parse_rdzv_conf(v.str_("rdzv_conf"), v.source("rdzv_conf"))
@@ -637,9 +647,9 @@ def parse_run_args(
             event_log_handler=v.str_("event_log_handler"),
             numa_options=numa,
             signals_to_handle=signals,
-            duplicate_stdout_filters=split_filters(v.str_("duplicate_stdout_filters")),
-            duplicate_stderr_filters=split_filters(v.str_("duplicate_stderr_filters")),
-            virtual_local_rank=v.flag("virtual_local_rank"),
+            duplicate_stdout_filters=out_filters,
+            duplicate_stderr_filters=err_filters,
+            virtual_local_rank=virtual_local_rank,
             shutdown_timeout=shutdown_timeout,
             exit_barrier_timeout=exit_barrier_timeout,
             log_dir=v.str_("log_dir"),

@@ -1,0 +1,94 @@
+"""``python -m aelastic run``: a drop-in for ``torchrun`` (same flags, defaults, PET_* variables).
+
+Exit status:
+
+* ``0``: every worker of this node succeeded.
+* ``1``: the job failed (the ``ChildFailedError`` summary is on stderr, root cause last)
+  or the agent could not carry on (a one-line ``aelastic run: error: ...``).
+* ``2``: a bad flag or value (one line naming it and the fix); nothing was started.
+* ``128 + signum``: a handled signal (``--signals-to-handle``) stopped the job, e.g. 143
+  for SIGTERM and 130 for SIGINT; the workers received the same signal first, then
+  SIGKILL after ``--shutdown-timeout``. (torchrun exits 1 with a traceback here.)
+
+No Python traceback is printed for any of these; ``LOGLEVEL=DEBUG`` shows the agent's log.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from functools import partial
+
+__all__ = ("main",)
+
+_PREFIX = "aelastic run"
+
+
+def _err(message: str) -> None:
+    print(f"{_PREFIX}: {message}", file=sys.stderr, flush=True)
+
+
+def _setup_logging() -> None:
+    import logging
+
+    level = os.environ.get("LOGLEVEL", "WARNING").upper()
+    logging.basicConfig(
+        level=level if isinstance(logging.getLevelName(level), int) else "WARNING",
+        format="[aelastic %(levelname)s %(asctime)s] %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def main(argv: Sequence[str]) -> int:
+    """Parse ``argv`` (the arguments after ``run``), launch this node, return the exit code."""
+    from ._launch_args import UsageError, parse_run_args
+
+    try:
+        parsed = parse_run_args(list(argv))
+    except UsageError as exc:
+        _err(f"error: {exc}")
+        return 2
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0
+
+    for warning in parsed.warnings:
+        _err(f"warning: {warning}")
+    # torchrun sets these in its own environment so every worker inherits them.
+    os.environ.update(parsed.set_env)
+    _setup_logging()
+
+    import anyio
+
+    from ._launch import run_launch
+    from .agent import SignalException
+    from .errors import ChildFailedError
+
+    try:
+        anyio.run(
+            partial(run_launch, parsed.config, parsed.entrypoint, parsed.args, handle_signals=True)
+        )
+    except ChildFailedError as exc:
+        print(exc.format_msg(), file=sys.stderr, flush=True)
+        return 1
+    except SignalException as exc:
+        _err(f"stopped by {exc.sigval.name}; the workers were stopped")
+        return 128 + int(exc.sigval)
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+    except Exception as exc:  # one line, no traceback
+        _err(f"error: {_describe(exc)}")
+        if os.environ.get("LOGLEVEL", "").upper() == "DEBUG":
+            import traceback
+
+            traceback.print_exception(exc)
+        return 1
+    return 0
+
+
+def _describe(exc: BaseException) -> str:
+    while len(getattr(exc, "exceptions", ())) == 1:
+        exc = exc.exceptions[0]  # type: ignore[attr-defined]
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if type(exc).__module__ == "builtins" else text

@@ -1,0 +1,14 @@
+"""The launch API: run one node of a distributed job from Python.
+
+``await aelastic.launch(config, entrypoint, *args)`` in an async program (a service
+that orchestrates jobs), ``aelastic.elastic_launch(config, entrypoint)(*args)`` from
+synchronous code. :class:`LaunchConfig` mirrors torch's
+``torch.distributed.launcher.api.LaunchConfig``. Never imports torch.
+"""
+
+from ._launch import elastic_launch as elastic_launch
+from ._launch import launch as launch
+from ._launch_config import LaunchConfig as LaunchConfig
+from ._launch_config import LaunchConfigError as LaunchConfigError
+
+__all__ = ("LaunchConfig", "LaunchConfigError", "elastic_launch", "launch")

@@ -1,0 +1,78 @@
+"""``aelastic run`` in-process: bad flags exit 2 with one line; --help exits 0."""
+
+from __future__ import annotations
+
+import pytest
+
+from aelastic._run_cli import main
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--nnodes", "3:2", "x.py"],
+        ["--nproc-per-node", "x", "x.py"],
+        ["--rdzv-conf", "foo", "x.py"],
+        ["--max-restarts", "-1", "x.py"],
+        ["-m", "--no-python", "mod"],
+        [],
+        ["--no-such-flag", "x.py"],
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert out == ""
+    assert len(lines) == 1, err
+    assert lines[0].startswith("aelastic run: error: ")
+    assert "Traceback" not in err
+
+
+def test_help_lists_every_torchrun_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in (
+        "--nnodes",
+        "--nproc-per-node",
+        "--rdzv-backend",
+        "--rdzv-endpoint",
+        "--rdzv-id",
+        "--rdzv-conf",
+        "--standalone",
+        "--max-restarts",
+        "--monitor-interval",
+        "--start-method",
+        "--event-log-handler",
+        "--role",
+        "--module",
+        "--no-python",
+        "--run-path",
+        "--log-dir",
+        "--redirects",
+        "--tee",
+        "--local-ranks-filter",
+        "--duplicate-stdout-filters",
+        "--duplicate-stderr-filters",
+        "--node-rank",
+        "--master-addr",
+        "--master-port",
+        "--local-addr",
+        "--logs-specs",
+        "--numa-binding",
+        "--signals-to-handle",
+        "--shutdown-timeout",
+        "--virtual-local-rank",
+        "--exit-barrier-timeout",
+    ):
+        assert flag in out, flag
+
+
+def test_pet_error_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PET_NPROC_PER_NODE", "many")
+    assert main(["x.py"]) == 2
+    assert "PET_NPROC_PER_NODE" in capsys.readouterr().err

@@ -1,0 +1,59 @@
+"""A tiny non-torch worker for launcher tests: records its environment, then acts.
+
+    node_worker.py OUT_DIR [--finish-at-world N] [--exit-code C] [--tag TAG]
+
+Writes ``OUT_DIR/<rank>-<world>-<restart>-<pid>.json`` with the torchelastic variables
+and prints ``READY rank=R world=W`` (flushed). Then exits with ``--exit-code``, except
+with ``--finish-at-world N`` when WORLD_SIZE != N: it then waits (at most 60 s) to be
+stopped by the agent, which a membership change does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+KEYS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_NAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE",
+    "OMP_NUM_THREADS",
+)
+
+
+def main(argv: list[str]) -> int:
+    out = argv[0]
+    opts = dict(zip(argv[1::2], argv[2::2], strict=False))
+    env = {k: os.environ.get(k) for k in KEYS}
+    env["argv"] = argv  # type: ignore[assignment]
+    env["tag"] = opts.get("--tag")
+    rank, world = env["RANK"], env["WORLD_SIZE"]
+    name = f"{rank}-{world}-{env['TORCHELASTIC_RESTART_COUNT']}-{os.getpid()}.json"
+    tmp = os.path.join(out, name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(env, f)
+    os.replace(tmp, os.path.join(out, name))
+    print(f"READY rank={rank} world={world}", flush=True)
+    finish = opts.get("--finish-at-world")
+    if finish is not None and world != finish:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+        return 3
+    return int(opts.get("--exit-code", "0"))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
