@@ -236,6 +236,7 @@ class SimpleElasticAgent(ElasticAgent):
     async def _invoke_run(self, role: str = DEFAULT_ROLE) -> RunResult:
         wg = self._worker_group
         spec = wg.spec
+        role = spec.role
         log.info("[%s] starting workers for entrypoint: %s", role, spec.get_entrypoint_name())
         while True:
             async with AsyncExitStack() as stack:
@@ -393,6 +394,9 @@ class SimpleElasticAgent(ElasticAgent):
         wg = self._worker_group
         identical = os.environ.get("TORCH_ELASTIC_WORKER_IDENTICAL") == "1"
         mine: RankAssignment
+        addr: str | None
+        port: int | None
+        agent_store: bool
         if group_rank == 0:
             addr, port, agent_store = await self._worker_store_endpoint()
             self._use_agent_store = agent_store

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import signal
@@ -13,11 +14,9 @@ import anyio
 
 from ..errors import ProcessFailure
 from ..store import StoreServer
-from ..store import is_loopback as _is_loopback
 from ..workers import (
     LogDestinations,
     ProcessExit,
-    ProcessSpec,
     WorkerProcesses,
     callable_process_args,
     open_worker_processes,
@@ -33,6 +32,15 @@ __all__ = ("LocalElasticAgent",)
 log = logging.getLogger("aelastic.agent")
 
 _LOOPBACK = "127.0.0.1"
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class LocalElasticAgent(SimpleElasticAgent):
@@ -115,7 +123,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         assert worker_group.master_addr is not None and worker_group.master_port is not None
         run_id = spec.rdzv_handler.get_run_id()
         dests = LogDestinations.for_attempt(
-            spec.log_dir,
+            None if spec.log_dir is None else os.fspath(spec.log_dir),
             run_id,
             self._attempt,
             spec.local_world_size,
@@ -124,7 +132,7 @@ class LocalElasticAgent(SimpleElasticAgent):
             spec.local_ranks_filter,
             self._log_line_prefix_template,
             role=spec.role,
-            global_ranks=[w.global_rank for w in worker_group.workers],
+            global_ranks={w.local_rank: w.global_rank for w in worker_group.workers},
         )
         base_env = os.environ.copy()
         restarts = restart_count(spec.max_restarts, self._remaining_restarts)
@@ -134,7 +142,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         specs = []
         for worker in worker_group.workers:
             rank = worker.local_rank
-            dest = dests[rank]
+            error_file = dests.error_files.get(rank)
             env = worker_env(
                 base_env,
                 local_rank=rank,
@@ -152,23 +160,11 @@ class LocalElasticAgent(SimpleElasticAgent):
                 max_restarts=spec.max_restarts,
                 run_id=run_id,
                 use_agent_store=self._use_agent_store,
-                error_file=dest.error_file,
+                error_file=error_file,
                 extra=self._worker_env_extra,
             )
-            self._error_files[rank] = dest.error_file
-            specs.append(
-                ProcessSpec(
-                    local_rank=rank,
-                    args=self._worker_args(spec, rank),
-                    env=env,
-                    stdout_file=dest.stdout_file,
-                    stderr_file=dest.stderr_file,
-                    tee=dest.tee,
-                    console_prefix=dest.console_prefix,
-                    show_on_console=dest.show_on_console,
-                    error_file=dest.error_file,
-                )
-            )
+            self._error_files[rank] = error_file
+            specs.append(dests.process_spec(rank, self._worker_args(spec, rank), env))
         procs = await stack.enter_async_context(
             open_worker_processes(specs, shutdown_timeout=self._shutdown_timeout)
         )

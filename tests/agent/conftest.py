@@ -1,0 +1,148 @@
+"""Agent test helpers: a reporter the workers dial into, and a one-node rendezvous seam."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from aelastic.rendezvous import RendezvousHandler, RendezvousInfo
+from aelastic.store import LocalStore
+
+SCRIPTS = Path(__file__).parent / "scripts"
+PROBE = str(SCRIPTS / "probe_worker.py")
+DDP = str(SCRIPTS / "ddp_worker.py")
+
+
+class LocalRendezvous(RendezvousHandler):
+    """A single-node rendezvous: every round is rank 0 of 1 over a fresh LocalStore.
+
+    :meth:`change_membership` makes the pending ``wait_for_membership_change`` return.
+    """
+
+    def __init__(self, run_id: str = "test-run") -> None:
+        self._run_id = run_id
+        self.round = 0
+        self._changed = anyio.Event()
+        self.shutdown_calls = 0
+
+    def get_backend(self) -> str:
+        return "local-test"
+
+    def get_run_id(self) -> str:
+        return self._run_id
+
+    async def next_rendezvous(self) -> RendezvousInfo:
+        self.round += 1
+        return RendezvousInfo(LocalStore(), 0, 1, None, self.round)
+
+    async def is_closed(self) -> bool:
+        return False
+
+    async def set_closed(self) -> None:
+        pass
+
+    async def num_nodes_waiting(self) -> int:
+        return 0
+
+    async def wait_for_membership_change(self) -> None:
+        await self._changed.wait()
+        self._changed = anyio.Event()
+
+    def change_membership(self) -> None:
+        self._changed.set()
+
+    async def shutdown(self) -> bool:
+        self.shutdown_calls += 1
+        return True
+
+
+@dataclass
+class Report:
+    """One worker's hello: pid, env; ``send(code)`` tells a holding worker to exit."""
+
+    pid: int
+    env: dict[str, Any]
+    stream: anyio.abc.SocketStream
+    receive: BufferedByteReceiveStream
+
+    @property
+    def rank(self) -> int:
+        return int(self.env["RANK"])
+
+    async def send(self, code: int) -> None:
+        await self.stream.send(str(code).encode())
+
+    async def wait_closed(self) -> None:
+        """Wait until the worker's end of the connection is gone (it exited)."""
+        try:
+            while await self.receive.receive():
+                pass
+        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+            return
+
+
+class Reporter:
+    """A TCP listener on 127.0.0.1:0 collecting the workers' hellos in arrival order."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.send, self.recv = anyio.create_memory_object_stream[Report](math.inf)
+        self.all: list[Report] = []
+
+    def args(self, mode: str = "hold", code: int = 3) -> tuple[str, ...]:
+        return ("-u", PROBE, "--report", str(self.port), "--mode", mode, "--code", str(code))
+
+    async def next(self, n: int = 1, timeout: float = 30) -> list[Report]:
+        with anyio.fail_after(timeout):
+            return [await self.recv.receive() for _ in range(n)]
+
+    async def _handle(self, stream: anyio.abc.SocketStream) -> None:
+        buffered = BufferedByteReceiveStream(stream)
+        line = await buffered.receive_until(b"\n", 65536)
+        obj = json.loads(line)
+        report = Report(obj["pid"], obj["env"], stream, buffered)
+        self.all.append(report)
+        await self.send.send(report)
+
+
+@asynccontextmanager
+async def open_reporter() -> AsyncIterator[Reporter]:
+    """Use inside the test (a task group cannot span a fixture's setup and teardown)."""
+    rep = Reporter()
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    rep.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, rep._handle)
+        yield rep
+        tg.cancel_scope.cancel()
+    await listener.aclose()
+    for r in rep.all:
+        await r.stream.aclose()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (reads /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fp:
+            state = fp.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+PYTHON = sys.executable

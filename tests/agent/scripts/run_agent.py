@@ -1,0 +1,92 @@
+"""Run a LocalElasticAgent in this process (for the signal tests): probe workers, one node.
+
+Forwards SIGTERM/SIGINT/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2 to ``agent.send_signal`` the
+way the CLI does, prints ``agent-ready <pid>`` once set up, and exits 128+signal when
+run() raises SignalException.
+"""
+
+import argparse
+import signal
+import sys
+
+import anyio
+
+from aelastic.agent import LocalElasticAgent, SignalException, WorkerSpec
+from aelastic.rendezvous import RendezvousHandler, RendezvousInfo
+from aelastic.store import LocalStore
+
+SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+
+
+class OneNode(RendezvousHandler):
+    def get_backend(self) -> str:
+        return "one-node"
+
+    def get_run_id(self) -> str:
+        return "signal-test"
+
+    async def next_rendezvous(self) -> RendezvousInfo:
+        return RendezvousInfo(LocalStore(), 0, 1)
+
+    async def is_closed(self) -> bool:
+        return False
+
+    async def set_closed(self) -> None:
+        pass
+
+    async def num_nodes_waiting(self) -> int:
+        return 0
+
+    async def shutdown(self) -> bool:
+        return True
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--report", required=True)
+    parser.add_argument("--mode", default="hold")
+    parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--shutdown-timeout", type=float, default=5.0)
+    parser.add_argument("--log-dir", default=None)
+    args = parser.parse_args()
+    spec = WorkerSpec(
+        role="default",
+        local_world_size=args.nproc,
+        rdzv_handler=OneNode(),
+        entrypoint=sys.executable,
+        args=("-u", sys.argv[0].replace("run_agent.py", "probe_worker.py"), "--report",
+              args.report, "--mode", args.mode),
+        max_restarts=0,
+        shutdown_timeout=args.shutdown_timeout,
+        log_dir=args.log_dir,
+    )
+    agent = LocalElasticAgent(spec)
+    async with anyio.create_task_group() as tg:
+        with anyio.open_signal_receiver(*SIGNALS) as signals:
+
+            async def forward() -> None:
+                async for sig in signals:
+                    agent.send_signal(sig)
+
+            tg.start_soon(forward)
+            print(f"agent-ready {__import__('os').getpid()}", flush=True)
+            try:
+                result = await agent.run()
+            except SignalException as exc:
+                print(f"agent-signal {exc.sigval.name}", flush=True)
+                tg.cancel_scope.cancel()
+                return 128 + int(exc.sigval)
+            tg.cancel_scope.cancel()
+    print(f"agent-result {result.state.value}", flush=True)
+    return 1 if result.is_failed() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(anyio.run(main))
