@@ -228,7 +228,7 @@ class SimpleElasticAgent(ElasticAgent):
     async def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM) -> None:
         """Release what the agent holds outside a round (called once, on abnormal exit)."""
 
-    def _forward_signal(self, sig: signal.Signals) -> None:  # noqa: B027 - optional hook
+    def _forward_signal(self, sig: signal.Signals) -> None:
         """Send ``sig`` to the running workers without stopping them (default: nothing)."""
 
     # -- the state machine -------------------------------------------------------------
@@ -303,9 +303,7 @@ class SimpleElasticAgent(ElasticAgent):
             async def watch_membership() -> None:
                 await spec.rdzv_handler.wait_for_membership_change()
                 codes = self._worker_exit_codes(worker_group).values()
-                decided.append(
-                    decide_after_membership_change(codes, lws, self._remaining_restarts)
-                )
+                decided.append(decide_after_membership_change(codes, lws, self._remaining_restarts))
                 tg.cancel_scope.cancel()
 
             tg.start_soon(watch_exits)
@@ -343,9 +341,7 @@ class SimpleElasticAgent(ElasticAgent):
         worker_group.group_rank = info.rank
         worker_group.group_world_size = info.world_size
         self._record(
-            self._construct_event(
-                "RENDEZVOUS", EventSource.AGENT, duration_ms=_ms_since(started)
-            )
+            self._construct_event("RENDEZVOUS", EventSource.AGENT, duration_ms=_ms_since(started))
         )
         started = time.monotonic()
         workers = await self._assign_worker_ranks(info.store, info.rank, info.world_size, spec)
@@ -412,9 +408,7 @@ class SimpleElasticAgent(ElasticAgent):
                 if group_world_size > 1:
                     keys = [f"{_ROLE_INFO_PREFIX}/{r}" for r in range(1, group_world_size)]
                     infos += [RoleInfo.deserialize(v) for v in await store.multi_get(keys)]
-                answers = [
-                    _with_endpoint(a, addr, port, agent_store) for a in assign_ranks(infos)
-                ]
+                answers = [_with_endpoint(a, addr, port, agent_store) for a in assign_ranks(infos)]
                 if group_world_size > 1:
                     await store.multi_set(
                         [f"{_ASSIGNED_RANKS_PREFIX}/{r}" for r in range(1, group_world_size)],

@@ -72,7 +72,9 @@ class RankAssignment:
                 bool(obj.get("use_agent_store", True)),
             )
         except (ValueError, KeyError, TypeError) as exc:
-            raise AgentError(f"malformed rank assignment in the rendezvous store: {data!r}") from exc
+            raise AgentError(
+                f"malformed rank assignment in the rendezvous store: {data!r}"
+            ) from exc
 
 
 def assign_ranks(infos: Sequence[RoleInfo]) -> list[RankAssignment]:

@@ -103,8 +103,8 @@ class Reporter:
     def args(self, mode: str = "hold", code: int = 3) -> tuple[str, ...]:
         return ("-u", PROBE, "--report", str(self.port), "--mode", mode, "--code", str(code))
 
-    async def next(self, n: int = 1, timeout: float = 30) -> list[Report]:
-        with anyio.fail_after(timeout):
+    async def next(self, n: int = 1) -> list[Report]:
+        with anyio.fail_after(30):
             return [await self.recv.receive() for _ in range(n)]
 
     async def _handle(self, stream: anyio.abc.SocketStream) -> None:
