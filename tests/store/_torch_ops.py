@@ -1,0 +1,121 @@
+"""The same store operations, run through torch's own ``TCPStore`` client.
+
+Run as a script (torch is imported only here, in a subprocess):
+
+* ``python _torch_ops.py client HOST PORT``: torch client against HOST:PORT, print results;
+* ``python _torch_ops.py master``: torch's libuv server + torch client, print results;
+* ``python _torch_ops.py serve``: torch's server only; print its port, exit on stdin EOF.
+
+The test module imports :data:`OPS` and runs them through our client too.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+OPS: list[tuple[Any, ...]] = [
+    ("set", "a", "1"),
+    ("get", "a"),
+    ("add", "c", 5),
+    ("add", "c", -2),
+    ("get", "c"),
+    ("compare_set", "cs", "", "x"),
+    ("compare_set", "cs2", "e", "x"),
+    ("check", ["cs2"]),
+    ("compare_set", "cs", "x", "y"),
+    ("compare_set", "cs", "z", "w"),
+    ("get", "cs"),
+    ("check", ["a"]),
+    ("check", ["a", "zz"]),
+    ("delete_key", "a"),
+    ("delete_key", "a"),
+    ("check", ["a"]),
+    ("append", "ap", "x"),
+    ("append", "ap", "y"),
+    ("get", "ap"),
+    ("multi_set", ["m1", "m2"], ["v1", "v2"]),
+    ("multi_get", ["m2", "m1"]),
+    ("set", "e", ""),
+    ("get", "e"),
+    ("check", ["e"]),
+    ("queue_push", "q", "e1"),
+    ("queue_push", "q", "e2"),
+    ("queue_len", "q"),
+    ("check", ["q"]),
+    ("queue_pop", "q", True),
+    ("queue_pop", "q", False),
+    ("queue_pop", "q", False),
+    ("queue_len", "q"),
+    ("wait", ["a"], 0.2),
+    ("get_timeout", "never", 0.2),
+    ("wait", ["m1"], 0.2),
+    ("num_keys",),
+    ("list_keys",),
+]
+
+
+def _out(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, list):
+        return [_out(v) for v in value]
+    return value
+
+
+def run_torch_ops(store: Any) -> list[Any]:
+    import datetime
+
+    import torch.distributed as dist
+
+    results: list[Any] = []
+    for op, *args in OPS:
+        try:
+            if op == "get_timeout":
+                store.set_timeout(datetime.timedelta(seconds=args[1]))
+                try:
+                    value = store.get(args[0])
+                finally:
+                    store.set_timeout(datetime.timedelta(seconds=30))
+            elif op == "wait":
+                value = store.wait(args[0], datetime.timedelta(seconds=args[1]))
+            elif op == "queue_pop":
+                value = store.queue_pop(args[0], block=args[1])
+            elif op == "list_keys":
+                value = sorted(store.list_keys())
+            else:
+                value = getattr(store, op)(*args)
+        except dist.QueueEmptyError:
+            value = "<empty>"
+        except dist.DistStoreError as exc:
+            if "timeout" not in str(exc):
+                raise
+            value = "<timeout>"
+        results.append(_out(value))
+    return results
+
+
+def main(argv: list[str]) -> int:
+    import datetime
+
+    from torch.distributed import TCPStore
+
+    timeout = datetime.timedelta(seconds=30)
+    mode = argv[0]
+    if mode == "client":
+        store = TCPStore(argv[1], int(argv[2]), is_master=False, timeout=timeout)
+        print(json.dumps(run_torch_ops(store)), flush=True)
+    elif mode == "master":
+        master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timeout)
+        store = TCPStore("127.0.0.1", master.port, is_master=False, timeout=timeout)
+        print(json.dumps(run_torch_ops(store)), flush=True)
+    elif mode == "serve":
+        master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timeout)
+        print(f"port {master.port}", flush=True)
+        sys.stdin.read()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,228 @@
+"""Wire compatibility with torch: torch's client on our server, our client on torch's server.
+
+torch is imported only in subprocesses (a torch client blocked on its socket holds
+the GIL, which would starve an in-process server).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from aelastic.store import QueueEmptyError, StoreServer, StoreTimeoutError, TCPStoreClient
+
+from ._torch_ops import OPS
+
+HERE = Path(__file__).parent
+TORCH_OPS = str(HERE / "_torch_ops.py")
+
+# What torch's own client reports against torch's own libuv server (checked below too).
+EXPECTED: list[Any] = [
+    None, "31", 5, 3, "33", "78", "65", False, "79", "79", "79", True, False, True, False,
+    False, None, None, "7879", None, ["7632", "7631"], None, "", True, None, None, 2, True,
+    "6531", "6532", "<empty>", 0, "<timeout>", "<timeout>", None, 6,
+    ["ap", "c", "cs", "e", "m1", "m2"],
+]  # fmt: skip
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _out(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, list):
+        return [_out(v) for v in value]
+    return value
+
+
+async def run_our_ops(store: TCPStoreClient) -> list[Any]:
+    results: list[Any] = []
+    for op, *args in OPS:
+        try:
+            if op == "get_timeout":
+                value: Any = await store.get(args[0], timeout=args[1])
+            elif op == "wait":
+                value = await store.wait(args[0], timeout=args[1])
+            elif op == "queue_pop":
+                value = await store.queue_pop(args[0], block=args[1])
+            elif op == "list_keys":
+                value = sorted(await store.list_keys())
+            else:
+                value = await getattr(store, op)(*args)
+        except QueueEmptyError:
+            value = "<empty>"
+        except StoreTimeoutError:
+            value = "<timeout>"
+        results.append(_out(value))
+    return results
+
+
+async def _torch_ops(*args: str) -> list[Any]:
+    proc = await anyio.run_process([sys.executable, TORCH_OPS, *args], check=False)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    result: list[Any] = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    return result
+
+
+async def test_torch_client_same_results_on_both_servers(store_server: StoreServer) -> None:
+    results: dict[str, list[Any]] = {}
+
+    async def run(name: str, *args: str) -> None:
+        results[name] = await _torch_ops(*args)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, "torch", "master")
+        tg.start_soon(run, "ours", "client", store_server.host, str(store_server.port))
+    assert results["torch"] == EXPECTED
+    assert results["ours"] == EXPECTED
+    # what the torch client wrote is visible in-process (same "/" key convention)
+    assert await store_server.local_store.get("ap") == b"xy"
+
+
+async def test_our_client_same_results_on_both_servers(store_server: StoreServer) -> None:
+    async with await anyio.open_process(
+        [sys.executable, TORCH_OPS, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as proc:
+        assert proc.stdout is not None and proc.stdin is not None
+        line = b""
+        with anyio.fail_after(60):
+            while not line.endswith(b"\n"):
+                line += await proc.stdout.receive(1)
+        port = int(line.split()[1])
+        try:
+            async with TCPStoreClient("127.0.0.1", port, timeout=30) as theirs:
+                assert await run_our_ops(theirs) == EXPECTED
+                # blocking get on torch's server, woken by another task's set
+                async with anyio.create_task_group() as tg:
+                    got: list[bytes] = []
+
+                    async def getter() -> None:
+                        got.append(await theirs.get("late", timeout=10))
+
+                    tg.start_soon(getter)
+                    await anyio.wait_all_tasks_blocked()
+                    await theirs.set("late", "v")
+                assert got == [b"v"]
+                # a timed-out wait leaves the client usable
+                with pytest.raises(StoreTimeoutError):
+                    await theirs.queue_pop("emptyq", timeout=0.1)
+                await theirs.queue_push("emptyq", "x")
+                assert await theirs.queue_pop("emptyq", timeout=5) == b"x"
+        finally:
+            await proc.stdin.aclose()
+            with anyio.fail_after(20):
+                await proc.wait()
+    async with TCPStoreClient(store_server.host, store_server.port, timeout=30) as ours:
+        assert await run_our_ops(ours) == EXPECTED
+
+
+WORKER = r"""
+import os, sys, datetime
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=60))
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+dist.barrier()
+print("result", dist.get_rank(), t.item(), flush=True)
+dist.destroy_process_group()
+"""
+
+
+async def test_two_gloo_workers_all_reduce(store_server: StoreServer) -> None:
+    outputs: dict[int, str] = {}
+
+    async def worker(rank: int) -> None:
+        env = {
+            **os.environ,
+            "MASTER_ADDR": store_server.host,
+            "MASTER_PORT": str(store_server.port),
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": str(rank),
+            "OMP_NUM_THREADS": "1",
+        }
+        proc = await anyio.run_process([sys.executable, "-c", WORKER], env=env, check=False)
+        assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+        outputs[rank] = proc.stdout.decode()
+
+    with anyio.fail_after(80):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker, 0)
+            tg.start_soon(worker, 1)
+    assert "result 0 3.0" in outputs[0]
+    assert "result 1 3.0" in outputs[1]
+
+
+TORCH_CONNECT = r"""
+import datetime, sys
+from torch.distributed import TCPStore
+try:
+    TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False,
+             timeout=datetime.timedelta(seconds=5))
+except Exception:
+    pass
+"""
+
+
+async def _capture_handshake(connect: Any) -> tuple[bytes, bytes]:
+    """Listen on a raw socket, run ``connect(port)``, return (first 5 bytes, next 5 bytes)."""
+    first: list[bytes] = []
+    got = anyio.Event()
+
+    async def handle(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            data = b""
+            with anyio.fail_after(30):
+                while len(data) < 10:
+                    data += await stream.receive()
+            first.append(data)
+            await stream.send(data[6:10])  # echo the PING nonce
+            got.set()
+            with anyio.move_on_after(10), contextlib.suppress(anyio.EndOfStream, OSError):
+                await stream.receive()  # until the client hangs up
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, handle)
+        await connect(port)
+        with anyio.fail_after(30):
+            await got.wait()
+        tg.cancel_scope.cancel()
+    return first[0][:5], first[0][5:10]
+
+
+async def test_client_protocol_bytes_match_torch() -> None:
+    """Mirror torch's TestClientProtocol: VALIDATE + magic, then PING with the pid."""
+    pids: list[int] = []
+
+    async def torch_connect(port: int) -> None:
+        async with await anyio.open_process(
+            [sys.executable, "-c", TORCH_CONNECT, str(port)]
+        ) as proc:
+            pids.append(proc.pid)
+            with anyio.fail_after(60):
+                await proc.wait()
+
+    validate, ping = await _capture_handshake(torch_connect)
+    assert validate == bytes.fromhex("00cef7853c")
+    assert ping[0] == 13
+    assert int.from_bytes(ping[1:], "little") == pids[0]
+
+    async def our_connect(port: int) -> None:
+        client = TCPStoreClient("127.0.0.1", port, timeout=5, connect_timeout=5)
+        await client.connect()
+        await client.aclose()
+
+    validate, ping = await _capture_handshake(our_connect)
+    assert validate == bytes.fromhex("00cef7853c")
+    assert ping == b"\x0d" + os.getpid().to_bytes(4, "little")
