@@ -1,11 +1,18 @@
 """Rendezvous: how the agents of a job find each other and agree on ranks.
 
 Public API of ``aelastic.rendezvous``; the implementation lives in private modules.
+Backends: ``c10d`` (alias ``tcp``, the dynamic rendezvous on an aelastic TCPStore),
+``static`` (fixed world), ``etcd``/``etcd-v2`` (loaded on demand) and plugins from
+the entry-point group ``aelastic.rendezvous``.
 """
 
 from ._api import RendezvousHandler as RendezvousHandler
 from ._api import RendezvousInfo as RendezvousInfo
 from ._api import RendezvousStoreInfo as RendezvousStoreInfo
+from ._c10d import C10dRendezvousHandler as C10dRendezvousHandler
+from ._c10d import create_c10d_handler as create_c10d_handler
+from ._dynamic import DynamicRendezvousHandler as DynamicRendezvousHandler
+from ._dynamic import DynamicSettings as DynamicSettings
 from ._exceptions import RendezvousClosedError as RendezvousClosedError
 from ._exceptions import RendezvousClosedException as RendezvousClosedException
 from ._exceptions import RendezvousConnectionError as RendezvousConnectionError
@@ -15,18 +22,48 @@ from ._exceptions import RendezvousNonRetryableError as RendezvousNonRetryableEr
 from ._exceptions import RendezvousStateError as RendezvousStateError
 from ._exceptions import RendezvousTimeoutError as RendezvousTimeoutError
 from ._exceptions import RendezvousTimeoutException as RendezvousTimeoutException
+from ._liveness import Liveness as Liveness
+from ._liveness import StoreLiveness as StoreLiveness
+from ._liveness import TickClock as TickClock
+from ._params import DEFAULT_C10D_PORT as DEFAULT_C10D_PORT
+from ._params import RendezvousParameters as RendezvousParameters
+from ._params import parse_endpoint as parse_endpoint
+from ._registry import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
+from ._registry import RendezvousHandlerRegistry as RendezvousHandlerRegistry
+from ._registry import create_handler as create_handler
+from ._registry import get_rendezvous_handler as get_rendezvous_handler
+from ._registry import register as register
+from ._registry import rendezvous_handler_registry as rendezvous_handler_registry
+from ._static import StaticRendezvousHandler as StaticRendezvousHandler
 
 __all__ = (
+    "C10dRendezvousHandler",
+    "DEFAULT_C10D_PORT",
+    "DynamicRendezvousHandler",
+    "DynamicSettings",
+    "ENTRY_POINT_GROUP",
+    "Liveness",
     "RendezvousClosedError",
     "RendezvousClosedException",
     "RendezvousConnectionError",
     "RendezvousError",
     "RendezvousGracefulExitError",
     "RendezvousHandler",
+    "RendezvousHandlerRegistry",
     "RendezvousInfo",
     "RendezvousNonRetryableError",
+    "RendezvousParameters",
     "RendezvousStateError",
     "RendezvousStoreInfo",
     "RendezvousTimeoutError",
     "RendezvousTimeoutException",
+    "StaticRendezvousHandler",
+    "StoreLiveness",
+    "TickClock",
+    "create_c10d_handler",
+    "create_handler",
+    "get_rendezvous_handler",
+    "parse_endpoint",
+    "register",
+    "rendezvous_handler_registry",
 )

@@ -1,0 +1,736 @@
+"""The dynamic (elastic) rendezvous, written against the :class:`Store` ABC.
+
+Algorithm (one round ``r``; keys in :mod:`._state`):
+
+* **Join.** A node reads ``round`` and takes a ticket with ``add(<r>/joined, 1)``;
+  ticket order is join order. Ticket 0 is the round's **coordinator**, the only
+  writer of the round's outcome. Every other holder registers (one
+  fire-and-forget ``multi_set``), then blocks on the coordinator's ticks. The holders
+  of ticket ``min_nodes-1`` and of tickets ``>= max_nodes-1`` push a ``joined``
+  message so the coordinator wakes exactly when a threshold may be crossed.
+* **Coordinator.** Blocks on its inbox queue (``queue_pop`` with a timeout, never
+  polling), publishes a numbered tick every ``keep_alive_interval`` and on every
+  change, sweeps liveness before each periodic tick, starts the last call when
+  ``min_nodes`` live holders are in, and completes at ``max_nodes`` or when the last
+  call expires: one ``running`` tick fixes the membership (the first ``max_nodes``
+  live tickets) and every member computes its own rank from it.
+* **Members** block on tick ``n+1`` (``get`` with timeout ``heartbeat_timeout``) and
+  acknowledge each tick (:class:`~._liveness.Liveness`). No tick in time means the
+  coordinator is gone: the member ends the round (``compare_set`` on ``round``).
+* **Ranks** are the position of a member's ticket among the members: join order.
+* **Late arrivals and spares** take a ticket after completion, push ``waiting`` and
+  keep watching the round's ticks; the coordinator republishes the tick with the
+  number of waiting holders, which wakes :meth:`wait_for_membership_change` on every
+  member when the world may grow. They join round ``r+1`` once the round dissolves.
+* **Round end.** A member that leaves (calls :meth:`next_rendezvous` again, shuts
+  down or lapses) dissolves the round: ``round`` goes from ``r`` to ``r+1`` by
+  ``compare_set`` and a ``dissolved`` tick tells everyone at once.
+* **Close.** ``closed`` is set and a ``close`` message makes the coordinator publish
+  a ``closed`` tick; a coordinator checks ``closed`` when a round starts.
+
+Costs: N nodes joining at once make O(N) requests in total, each O(1) bytes (the
+coordinator's completion tick carries only the removed tickets). A waiting node
+blocks on one key; an idle member costs one blocking read and one
+fire-and-forget write per tick. No wall clock crosses machines (see
+:mod:`._liveness`). Backends plug in a :class:`~aelastic.store.Store` (a TCPStore
+client, an etcd-backed store) and optionally their own :class:`~._liveness.Liveness`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import threading
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from types import TracebackType
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from ..store import PrefixStore, Store, StoreTimeoutError
+from . import _events
+from ._api import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
+from ._exceptions import (
+    RendezvousClosedError,
+    RendezvousError,
+    RendezvousGracefulExitError,
+    RendezvousTimeoutError,
+)
+from ._liveness import Liveness, StoreLiveness, TickClock
+from ._ops import Ops
+from ._params import RendezvousParameters
+from ._state import Keys, Message, Tick, descriptor, live_members
+
+__all__ = ("DynamicSettings", "DynamicRendezvousHandler")
+
+#: How many old tick keys stay in the store besides the latest ones.
+_TICKS_KEPT = 8
+
+_local_ids = iter(range(1 << 62))
+_local_ids_lock = threading.Lock()
+
+
+def _next_local_id() -> int:
+    with _local_ids_lock:
+        return next(_local_ids)
+
+
+@dataclass(frozen=True)
+class DynamicSettings:
+    """Timeouts of the dynamic rendezvous, in seconds (floats allowed).
+
+    ``heartbeat_timeout`` defaults to ``keep_alive_interval * keep_alive_max_attempt``:
+    a node that acknowledged no tick for that long is removed, and a coordinator that
+    published none for that long is considered gone.
+    """
+
+    join_timeout: float = 600.0
+    last_call_timeout: float = 30.0
+    close_timeout: float = 30.0
+    keep_alive_interval: float = 5.0
+    keep_alive_max_attempt: int = 3
+    heartbeat_timeout: float = 15.0
+    read_timeout: float = 60.0
+
+    @classmethod
+    def from_params(cls, params: RendezvousParameters) -> DynamicSettings:
+        """Read torch's ``--rdzv-conf`` keys; raise ValueError naming a bad one."""
+        interval = params.get_positive_float("keep_alive_interval", 5.0)
+        attempts = params.get_as_int("keep_alive_max_attempt", 3)
+        assert attempts is not None
+        if attempts < 1:
+            raise ValueError(f"rendezvous config keep_alive_max_attempt={attempts} must be >= 1")
+        return cls(
+            join_timeout=params.get_positive_float("join_timeout", 600.0),
+            last_call_timeout=params.get_positive_float("last_call_timeout", 30.0),
+            close_timeout=params.get_positive_float("close_timeout", 30.0),
+            keep_alive_interval=interval,
+            keep_alive_max_attempt=attempts,
+            heartbeat_timeout=params.get_positive_float("heartbeat_timeout", interval * attempts),
+            read_timeout=params.get_positive_float("read_timeout", 60.0),
+        )
+
+
+class _View:
+    """What this node knows of the round it is in; updated by its background task."""
+
+    def __init__(self, round_: int, ticket: int) -> None:
+        self.round = round_
+        self.ticket = ticket
+        self.tick: Tick | None = None
+        self.coordinator_lost = False
+        self.error: BaseException | None = None
+        self.member_tick: Tick | None = None  # the running tick this node was admitted by
+        self.scope: anyio.CancelScope | None = None
+        self.done = anyio.Event()  # the background task has ended
+        self.event = anyio.Event()
+
+    def wake(self) -> None:
+        self.event.set()
+        self.event = anyio.Event()
+
+    def publish(self, tick: Tick) -> None:
+        self.tick = tick
+        self.wake()
+
+    @property
+    def ended(self) -> bool:
+        """The round is over for this node (dissolved, closed, coordinator gone, error)."""
+        tick = self.tick
+        return (
+            self.coordinator_lost
+            or self.error is not None
+            or (tick is not None and tick.state in ("dissolved", "closed"))
+        )
+
+    def membership_changed(self, max_nodes: int) -> bool:
+        if self.ended:
+            return True
+        tick = self.tick
+        if tick is None or self.member_tick is None:
+            return False
+        if tick.state == "running" and tick.waiting > 0 and tick.world < max_nodes:
+            return True
+        return tick.state != "running" or self.ticket in tick.removed
+
+
+async def _first_of(a: anyio.Event, b: anyio.Event) -> None:
+    """Wait until either event is set."""
+    async with anyio.create_task_group() as tg:
+
+        async def wait(event: anyio.Event) -> None:
+            await event.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(wait, a)
+        tg.start_soon(wait, b)
+
+
+class DynamicRendezvousHandler(RendezvousHandler):
+    """Elastic rendezvous over any concurrency-safe :class:`Store`.
+
+    Use as an async context manager: ``async with handler:`` runs the node's background
+    task (the round's coordinator, or a member's tick watcher) in the handler's task
+    group; leaving the block leaves the current round (dissolving it for the others,
+    who re-rendezvous at once) without closing the rendezvous.
+
+    ``store`` must accept concurrent calls from several tasks (``TCPStoreClient``,
+    ``LocalStore``, ``StoreServer.local_store`` and an etcd store all do). Subclasses
+    that build their store when entered override :meth:`_open_store`.
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        min_nodes: int,
+        max_nodes: int,
+        settings: DynamicSettings | None = None,
+        *,
+        store: Store | None = None,
+        backend: str = "c10d",
+        liveness: Liveness | None = None,
+        local_addr: str | None = None,
+        bootstrap_store_info: RendezvousStoreInfo | None = None,
+        master_endpoint: str = "",
+    ) -> None:
+        if min_nodes < 1 or max_nodes < min_nodes:
+            raise ValueError(
+                f"need 1 <= min_nodes <= max_nodes, got min_nodes={min_nodes}, "
+                f"max_nodes={max_nodes}"
+            )
+        self._run_id = run_id
+        self._min = min_nodes
+        self._max = max_nodes
+        self._settings = settings or DynamicSettings()
+        self._store = store
+        self._backend = backend
+        self._liveness = liveness or StoreLiveness(self._settings.heartbeat_timeout)
+        self._keys = Keys(run_id)
+        self._local_id = _next_local_id()
+        self._hostname = socket.gethostname()
+        self._addr = local_addr or self._hostname
+        self._descriptor = descriptor(self._addr, self._hostname, os.getpid(), self._local_id)
+        self._bootstrap = bootstrap_store_info
+        self._master_endpoint = master_endpoint
+        self._tg: TaskGroup | None = None
+        self._stack: AsyncExitStack | None = None
+        self._view: _View | None = None
+        self._view_set = anyio.Event()
+        self._shut = False
+        self._lock: anyio.Lock | None = None
+
+    # -- plumbing ------------------------------------------------------------
+
+    def get_backend(self) -> str:
+        return self._backend
+
+    def get_run_id(self) -> str:
+        return self._run_id
+
+    @property
+    def use_agent_store(self) -> bool:
+        return True
+
+    @property
+    def settings(self) -> DynamicSettings:
+        return self._settings
+
+    @property
+    def store(self) -> Store:
+        """The rendezvous store (available once the handler is entered)."""
+        if self._store is None:
+            raise RendezvousError(
+                "the rendezvous handler is not started: use 'async with handler:' first"
+            )
+        return self._store
+
+    def _ops(self) -> Ops:
+        return Ops(self.store, self._settings.read_timeout)
+
+    def _event(
+        self, name: str, message: str, *, state: str = "RUNNING", rank: int | None = None
+    ) -> None:
+        _events.record(
+            self._run_id,
+            message,
+            name=name,
+            state=state,
+            master_endpoint=self._master_endpoint,
+            local_id=self._local_id,
+            rank=rank,
+        )
+
+    async def _open_store(self, stack: AsyncExitStack, tg: TaskGroup) -> Store:
+        """Return the store to use; subclasses may open (and register on ``stack``) one."""
+        if self._store is None:
+            raise RendezvousError("no rendezvous store was given to the handler")
+        return self._store
+
+    async def __aenter__(self) -> DynamicRendezvousHandler:
+        if self._tg is not None:
+            raise RendezvousError("the rendezvous handler is already started")
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            self._store = await self._open_store(stack, tg)
+        except BaseException as exc:
+            await stack.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._stack, self._tg, self._shut = stack, tg, False
+        self._lock = anyio.Lock()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        stack, tg = self._stack, self._tg
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._settings.close_timeout):
+                await self.shutdown()
+        finally:
+            if tg is not None:
+                tg.cancel_scope.cancel()
+            self._tg = self._stack = None
+            if stack is not None:
+                await stack.__aexit__(exc_type, exc, tb)
+
+    def _require_started(self) -> TaskGroup:
+        if self._tg is None or self._store is None:
+            raise RendezvousError(
+                "the rendezvous handler is not started: use 'async with handler:' "
+                "around next_rendezvous()"
+            )
+        return self._tg
+
+    # -- public API ----------------------------------------------------------
+
+    async def next_rendezvous(self) -> RendezvousInfo:
+        """Join the next round and return once it completed with this node admitted.
+
+        Leaves the round this node was in first (the others see the round dissolve
+        and re-rendezvous). Waits at most ``join_timeout`` (time spent as a spare of a
+        full round does not count). Cancellation or an error withdraws this node
+        from the pending round before propagating.
+
+        Raises:
+            RendezvousClosedError: the rendezvous is closed.
+            RendezvousGracefulExitError: closed while this node was a spare.
+            RendezvousTimeoutError: no round admitted this node within ``join_timeout``.
+            RendezvousConnectionError: the store is unreachable.
+            RendezvousStateError: the store holds malformed rendezvous state.
+        """
+        tg = self._require_started()
+        assert self._lock is not None
+        async with self._lock:
+            await self._leave()
+            self._shut = False
+            self._event("join", f"node {self._addr}#{self._local_id} joins", state="INIT")
+            deadline = anyio.current_time() + self._settings.join_timeout
+            try:
+                while True:
+                    info, was_spare = await self._attempt(tg, deadline)
+                    if info is not None:
+                        return info
+                    if was_spare:
+                        deadline = anyio.current_time() + self._settings.join_timeout
+            except RendezvousTimeoutError:
+                self._event("timeout", "join timed out", state="FAILED")
+                await self._withdraw()
+                raise
+            except BaseException:
+                await self._withdraw()
+                raise
+
+    async def _attempt(self, tg: TaskGroup, deadline: float) -> tuple[RendezvousInfo | None, bool]:
+        """Take a ticket in the current round and follow it until admitted or the round ends.
+
+        Returns ``(info, False)`` once admitted, ``(None, was_spare)`` when the round
+        ended for this node and the next one must be joined.
+        """
+        ops, keys = self._ops(), self._keys
+        round_ = await ops.add(keys.round, 0)
+        ticket = await ops.add(keys.joined(round_), 1) - 1
+        view = _View(round_, ticket)
+        self._set_view(view)
+        if ticket == 0:
+            await tg.start(self._background, view, self._coordinate)
+        else:
+            await self._liveness.attach(ops, keys, round_, ticket, self._descriptor)
+            if ticket + 1 == self._min or ticket + 1 >= self._max:
+                await ops.push(keys.inbox(round_), Message("joined", ticket).dumps())
+            await tg.start(self._background, view, self._watch)
+        waiting_sent = False
+        spare = False
+        while True:
+            event = view.event
+            if view.error is not None:
+                raise view.error
+            tick = view.tick
+            if view.coordinator_lost:
+                await self._stop(view)
+                return None, spare
+            if tick is not None:
+                if tick.state == "closed":
+                    await self._stop(view)
+                    if spare:
+                        raise RendezvousGracefulExitError(
+                            f"rendezvous {self._run_id!r} closed while this node was a spare"
+                        )
+                    raise RendezvousClosedError(f"rendezvous {self._run_id!r} is closed")
+                if tick.state == "dissolved" or ticket in tick.removed:
+                    await self._stop(view)
+                    return None, spare
+                if tick.state == "running":
+                    if tick.is_member(ticket):
+                        return self._admitted(view, tick), False
+                    spare = tick.world >= self._max
+                    if not waiting_sent:
+                        waiting_sent = True
+                        await ops.push(keys.inbox(round_), Message("waiting", ticket).dumps())
+            remaining = math.inf if spare else deadline - anyio.current_time()
+            if remaining <= 0:
+                raise RendezvousTimeoutError(
+                    f"rendezvous {self._run_id!r} did not admit this node within "
+                    f"join_timeout={self._settings.join_timeout}s (round {round_}: "
+                    f"{self._describe(tick)}); raise --rdzv-conf join_timeout or start "
+                    f"at least min_nodes={self._min} nodes"
+                )
+            with anyio.move_on_after(remaining):
+                await event.wait()
+
+    def _set_view(self, view: _View | None) -> None:
+        self._view = view
+        self._view_set.set()
+        self._view_set = anyio.Event()
+
+    def _describe(self, tick: Tick | None) -> str:
+        if tick is None:
+            return "no word from the round's coordinator yet"
+        return f"state {tick.state}, tick {tick.n}"
+
+    def _admitted(self, view: _View, tick: Tick) -> RendezvousInfo:
+        view.member_tick = tick
+        rank = tick.rank_of(view.ticket)
+        self._event(
+            "complete",
+            f"round {view.round} complete: rank {rank} of {tick.world}",
+            rank=rank,
+        )
+        return RendezvousInfo(
+            store=PrefixStore(self._keys.agent_prefix(view.round), self.store),
+            rank=rank,
+            world_size=tick.world,
+            bootstrap_store_info=self._bootstrap,
+            round=view.round,
+        )
+
+    async def is_closed(self) -> bool:
+        self._require_started()
+        return await self._ops().check(self._keys.closed)
+
+    async def set_closed(self) -> None:
+        """Close the rendezvous: every pending and later join raises RendezvousClosedError."""
+        self._require_started()
+        ops, keys = self._ops(), self._keys
+        with anyio.fail_after(self._settings.close_timeout):
+            await ops.set(keys.closed, "1")
+            round_ = await ops.add(keys.round, 0)
+            await ops.push(keys.inbox(round_), Message("close").dumps())
+        self._event("close", f"rendezvous closed (round {round_})", state="SUCCEEDED")
+
+    async def num_nodes_waiting(self) -> int:
+        """Nodes waiting to join a next round, spares excluded.
+
+        Served from the last tick of the round (the coordinator republishes it as soon
+        as a node arrives): no store request.
+        """
+        view = self._view
+        if view is None or view.tick is None or view.tick.state != "running":
+            return 0
+        tick = view.tick
+        return tick.waiting if tick.world < self._max else 0
+
+    async def wait_for_membership_change(self) -> None:
+        """Return once the round this node runs in changes.
+
+        That is: a member's heartbeat lapsed or it left, the coordinator is gone, the
+        rendezvous was closed, or nodes wait to join while the world is below
+        ``max_nodes``. Push-based: costs no store request. Before the first completed
+        round it waits until one completes and changes. Raises the error that stopped
+        the node's background task (e.g. RendezvousStateError), if any.
+        """
+        while True:
+            view, view_set = self._view, self._view_set
+            if view is None:
+                await view_set.wait()
+                continue
+            if view.error is not None:
+                raise view.error
+            if view.member_tick is not None and view.membership_changed(self._max):
+                return
+            await _first_of(view.event, view_set)
+
+    async def shutdown(self) -> bool:
+        """Leave the current round (the others re-rendezvous); does not close the run."""
+        if self._shut:
+            return True
+        self._shut = True
+        if self._tg is None:
+            return True
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._settings.close_timeout):
+                await self._leave()
+                return True
+        except RendezvousError:
+            return False
+        return False
+
+    # -- leaving -------------------------------------------------------------
+
+    async def _stop(self, view: _View) -> None:
+        if view.scope is not None:
+            view.scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await view.done.wait()
+
+    async def _dissolve(self, round_: int) -> None:
+        """Move joiners on to round ``round_ + 1`` (no-op if someone already did)."""
+        await self._ops().compare_set(self._keys.round, str(round_), str(round_ + 1))
+
+    async def _leave(self) -> None:
+        """Leave the round this node was admitted to, dissolving it for the others."""
+        view = self._view
+        self._set_view(None)
+        if view is None:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._settings.close_timeout):
+            try:
+                if not view.ended and view.member_tick is not None:
+                    await self._dissolve(view.round)
+                    await self._ops().push(
+                        self._keys.inbox(view.round), Message("leave", view.ticket).dumps()
+                    )
+                    if view.ticket == 0:  # our own coordinator publishes the dissolution
+                        with anyio.move_on_after(self._settings.read_timeout):
+                            await view.done.wait()
+            finally:
+                await self._stop(view)
+
+    async def _withdraw(self) -> None:
+        """Withdraw from a round that has not admitted this node (timeout, error, cancel)."""
+        view = self._view
+        self._set_view(None)
+        if view is None:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._settings.close_timeout):
+            try:
+                await self._stop(view)
+                if view.ended:
+                    return
+                if view.ticket == 0:
+                    # Nobody else can finish this round: hand it over to the next one.
+                    await self._dissolve(view.round)
+                    last = view.tick.n if view.tick is not None else -1
+                    await self._publish(view.round, Tick(last + 1, "dissolved"))
+                else:
+                    await self._ops().push(
+                        self._keys.inbox(view.round), Message("withdraw", view.ticket).dumps()
+                    )
+            except (RendezvousError, OSError):
+                pass
+
+    # -- background tasks ----------------------------------------------------
+
+    async def _background(
+        self,
+        view: _View,
+        body: Callable[[_View], Awaitable[None]],
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run ``body`` (coordinator or watcher); its errors go to the view, never up."""
+        with anyio.CancelScope() as scope:
+            view.scope = scope
+            task_status.started()
+            try:
+                await body(view)
+            except RendezvousError as exc:
+                view.error = exc
+            except Exception as exc:  # a bug must not take the agent's task group down
+                err = RendezvousError(f"rendezvous background task failed: {exc!r}")
+                err.__cause__ = exc
+                view.error = err
+            finally:
+                view.done.set()
+                view.wake()
+
+    async def _publish(self, round_: int, tick: Tick) -> None:
+        keys = self._keys
+        raw = tick.dumps()
+        ops = self._ops()
+        await ops.multi_set([keys.tick(round_, tick.n), keys.tick_latest(round_)], [raw, raw])
+        if tick.n >= _TICKS_KEPT:
+            await ops.delete(keys.tick(round_, tick.n - _TICKS_KEPT))
+
+    async def _watch(self, view: _View) -> None:
+        """Member side: block on each next tick, acknowledge it, judge the coordinator."""
+        ops, keys, s = self._ops(), self._keys, self._settings
+        r, ticket = view.round, view.ticket
+        latest = keys.tick_latest(r)
+        try:
+            tick = Tick.loads(latest, await ops.get(latest, timeout=s.heartbeat_timeout))
+        except StoreTimeoutError:
+            await self._coordinator_gone(view, None)
+            return
+        while True:
+            view.publish(tick)
+            if tick.state in ("dissolved", "closed") or ticket in tick.removed:
+                return
+            if tick.state == "joining" or tick.is_member(ticket):
+                await self._liveness.ack(ops, keys, r, ticket, tick.n)
+            key = keys.tick(r, tick.n + 1)
+            try:
+                tick = Tick.loads(key, await ops.get(key, timeout=s.heartbeat_timeout))
+            except StoreTimeoutError:
+                newest = Tick.loads(latest, await ops.get(latest))
+                if newest.n > tick.n:  # we fell behind; resynchronise
+                    tick = newest
+                    continue
+                await self._coordinator_gone(view, tick)
+                return
+
+    async def _coordinator_gone(self, view: _View, tick: Tick | None) -> None:
+        self._event(
+            "node_removed",
+            f"round {view.round}: coordinator published no tick for "
+            f"{self._settings.heartbeat_timeout}s; starting round {view.round + 1}",
+            state="FAILED",
+        )
+        await self._dissolve(view.round)
+        view.coordinator_lost = True
+        view.wake()
+
+    async def _coordinate(self, view: _View) -> None:
+        """Ticket 0: decide round ``view.round`` alone; see the module docstring."""
+        ops, keys, s = self._ops(), self._keys, self._settings
+        r = view.round
+        inbox = keys.inbox(r)
+        clock = TickClock()
+        removed: set[int] = set()
+        n = -1
+
+        async def publish(state: str, upto: int = 0, world: int = 0, waiting: int = 0) -> Tick:
+            nonlocal n
+            n += 1
+            tick = Tick(n, state, upto, world, waiting, tuple(sorted(removed)))
+            await self._publish(r, tick)
+            clock.publish(n, anyio.current_time())
+            view.publish(tick)
+            return tick
+
+        async def dissolve(reason: str) -> None:
+            await self._dissolve(r)
+            await publish("dissolved")
+            self._event("dissolved", f"round {r} dissolved: {reason}")
+
+        def remove(tickets: list[int], why: str) -> None:
+            for t in tickets:
+                if t not in removed and t != 0:
+                    removed.add(t)
+                    self._event("node_removed", f"round {r}: ticket {t} removed ({why})")
+
+        if await ops.check(keys.closed):
+            await publish("closed")
+            return
+        await publish("joining")
+        clock.observe(0, anyio.current_time())
+        joined = 1
+        next_tick = anyio.current_time() + s.keep_alive_interval
+        last_call: float | None = None
+
+        # -- joining: wait for min, then last call or max ------------------------
+        while True:
+            wake_at = next_tick if last_call is None else min(next_tick, last_call)
+            raw = await ops.pop(inbox, wake_at - anyio.current_time())
+            if raw is not None:
+                msg = Message.loads(inbox, raw)
+                if msg.op == "close":
+                    await publish("closed")
+                    return
+                if msg.op in ("withdraw", "leave"):
+                    remove([msg.ticket], msg.op)
+            now = anyio.current_time()
+            count = await ops.add(keys.joined(r), 0)
+            for t in range(joined, count):
+                clock.observe(t, now)
+            joined = max(joined, count)
+            if now >= next_tick:
+                candidates = [t for t in range(1, joined) if t not in removed]
+                gone = await self._liveness.lapsed(ops, keys, r, candidates, clock, now)
+                remove(gone, "heartbeat lapsed")
+                await publish("joining")
+                next_tick = now + s.keep_alive_interval
+            live = joined - len(removed)
+            if live >= self._max:
+                break
+            if live >= self._min:
+                if last_call is None:
+                    last_call = now + s.last_call_timeout
+                    self._event(
+                        "last_call",
+                        f"round {r}: {live} nodes (min {self._min}); last call "
+                        f"for {s.last_call_timeout}s",
+                    )
+            else:
+                last_call = None
+            if last_call is not None and now >= last_call:
+                break
+
+        # -- complete: the first max_nodes live tickets, in join order -----------
+        members = live_members(joined, removed, self._max)
+        upto = members[-1] + 1
+        world = len(members)
+
+        def waiting_count(total: int) -> int:
+            return total - upto - sum(1 for t in removed if t >= upto)
+
+        tick = await publish("running", upto, world, waiting_count(joined))
+        self._event("round_complete", f"round {r} complete with {world} nodes")
+
+        # -- running: heartbeat sweeps, waiting nodes, leaves, close -------------
+        while True:
+            raw = await ops.pop(inbox, next_tick - anyio.current_time())
+            if raw is not None:
+                msg = Message.loads(inbox, raw)
+                if msg.op == "close":
+                    await publish("closed")
+                    return
+                if msg.op in ("withdraw", "leave") and (
+                    msg.ticket == 0 or tick.is_member(msg.ticket)
+                ):
+                    if msg.ticket != 0:
+                        remove([msg.ticket], "left")
+                    await dissolve(f"ticket {msg.ticket} left")
+                    return
+                if msg.op in ("waiting", "joined"):
+                    joined = max(joined, await ops.add(keys.joined(r), 0))
+                    if waiting_count(joined) != tick.waiting:
+                        tick = await publish("running", upto, world, waiting_count(joined))
+                continue
+            now = anyio.current_time()
+            if now >= next_tick:
+                candidates = [t for t in members if t != 0]
+                gone = await self._liveness.lapsed(ops, keys, r, candidates, clock, now)
+                if gone:
+                    remove(gone, "heartbeat lapsed")
+                    await dissolve(f"tickets {gone} lapsed")
+                    return
+                tick = await publish("running", upto, world, tick.waiting)
+                next_tick = now + s.keep_alive_interval

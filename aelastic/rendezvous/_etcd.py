@@ -1,0 +1,771 @@
+"""The etcd rendezvous backend (``--rdzv-backend etcd``, alias ``etcd-v2``).
+
+Same semantics as the ``c10d`` backend (min..max nodes, last call, join timeout,
+late arrivals wait for the next round, spares beyond ``max_nodes``, close), built
+on what etcd offers instead of a shared counter: etcd has no atomic increment, so
+joining is one unconditional ``put`` of the node's own key, and every node counts
+the joiners from a watch. Liveness is an etcd lease per node (etcd's clock):
+every key a node writes for a round is attached to it, a keep-alive task refreshes
+it, and a node that dies loses its keys within the lease TTL, which every peer's
+watch sees at once.
+
+Layout under ``<etcd_prefix>/<run_id>/`` (``etcd_prefix`` defaults to ``/aelastic/rdzv``;
+rounds are zero-padded so that a round and the next are adjacent key ranges):
+
+``round``                   decimal: the open round, the one new joiners enter
+``closed``                  exists once the rendezvous is closed
+``r/<round>/join/<node>``   JSON node descriptor, on the node's lease
+``r/<round>/done``          JSON: the participants in rank order + the revision they were read at
+``r/<round>/store/...``     the agents' :class:`EtcdStore` of that round
+
+A round completes when its joiners reach ``max_nodes``, or ``last_call_timeout``
+after they reached ``min_nodes``, and only once every participant of the previous
+round has moved on or died. The node that sees the condition first writes ``done``
+and advances ``round`` in one transaction. Ranks follow the order of node ids
+(``addr:pid:local_id``, like torch's sorted node descriptors) among the first
+``max_nodes`` joiners (by join revision). Requests per node and round: about
+four (lease grant and keep-alive stream, one read, one join transaction, one watch);
+the completing node adds two.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+import os
+import socket
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from ..store import StoreClosedError, StoreConnectionError, StoreError
+from ._api import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
+from ._etcd_client import (
+    EtcdClient,
+    EtcdCompactedError,
+    EtcdConfig,
+    cmp_value,
+    cmp_version,
+    op_delete,
+    op_put,
+    op_range,
+    parse_endpoints,
+    prefix_end,
+)
+from ._etcd_store import EtcdStore
+from ._events import record
+from ._exceptions import (
+    RendezvousClosedError,
+    RendezvousConnectionError,
+    RendezvousError,
+    RendezvousGracefulExitError,
+    RendezvousStateError,
+    RendezvousTimeoutError,
+)
+
+__all__ = ("EtcdRendezvousHandler", "create_etcd_handler")
+
+log = logging.getLogger(__name__)
+
+_local_ids = itertools.count()
+_LOOPBACK = ("127.", "localhost", "::1")
+
+
+def _is_loopback(host: str) -> bool:
+    return host.startswith(_LOOPBACK) or host == "::1"
+
+
+@dataclass(frozen=True)
+class EtcdRendezvousSettings:
+    """The timing keys of ``--rdzv-conf`` (seconds), as the c10d backend reads them."""
+
+    join_timeout: float = 600.0
+    last_call_timeout: float = 30.0
+    close_timeout: float = 30.0
+    keep_alive_interval: float = 5.0
+    keep_alive_max_attempt: int = 3
+    prefix: str = "/aelastic/rdzv"
+
+    @property
+    def lease_ttl(self) -> int:
+        """A node is gone once etcd has not heard from it for this many seconds."""
+        return max(2, math.ceil(self.keep_alive_interval * self.keep_alive_max_attempt))
+
+
+def _config_from_params(params: Any) -> tuple[EtcdConfig, EtcdRendezvousSettings]:
+    def text(*names: str) -> str | None:
+        for name in names:
+            value = params.get(name)
+            if value is not None and str(value) != "":
+                return str(value)
+        return None
+
+    def positive(name: str, default: float) -> float:
+        value = params.get_as_float(name, default) if hasattr(params, "get_as_float") else None
+        if value is None:
+            raw = params.get(name, default)
+            try:
+                value = float(raw)
+            except (TypeError, ValueError):
+                raise ValueError(f"rendezvous config {name}={raw!r} is not a number") from None
+        if not value > 0:
+            raise ValueError(f"rendezvous config {name}={value!r} must be a positive number")
+        return float(value)
+
+    if not params.endpoint:
+        raise ValueError(
+            "the etcd rendezvous needs --rdzv-endpoint host:port[,host:port...] (etcd's "
+            "client URL; default port 2379)"
+        )
+    try:
+        endpoints = parse_endpoints(params.endpoint)
+    except ValueError as exc:
+        raise ValueError(f"--rdzv-endpoint {params.endpoint!r}: {exc}") from None
+    protocol = (text("protocol") or "http").lower()
+    config = EtcdConfig(
+        endpoints=tuple(endpoints),
+        protocol=protocol,
+        cacert=text("cacert", "ca_cert"),
+        cert=text("cert", "ssl_cert"),
+        key=text("key", "ssl_cert_key"),
+        username=text("username", "user"),
+        password=text("password"),
+        read_timeout=positive("read_timeout", 60.0),
+    )
+    attempts = positive("keep_alive_max_attempt", 3)
+    settings = EtcdRendezvousSettings(
+        join_timeout=positive("join_timeout", 600.0),
+        last_call_timeout=float(params.get("last_call_timeout", 30.0) or 0.0),
+        close_timeout=positive("close_timeout", 30.0),
+        keep_alive_interval=positive("keep_alive_interval", 5.0),
+        keep_alive_max_attempt=int(attempts),
+        prefix="/" + (text("etcd_prefix") or "/aelastic/rdzv").strip("/"),
+    )
+    if settings.last_call_timeout < 0:
+        raise ValueError("rendezvous config last_call_timeout must be >= 0")
+    return config, settings
+
+
+def create_etcd_handler(params: Any) -> EtcdRendezvousHandler:
+    """Registry factory for ``etcd`` and ``etcd-v2``: build (not connect) a handler.
+
+    Raises:
+        ValueError: a config key or the endpoint is malformed (the message names it).
+    """
+    config, settings = _config_from_params(params)
+    local_addr = params.local_addr
+    if not local_addr:
+        if all(_is_loopback(h) for h, _ in config.endpoints):
+            local_addr = "127.0.0.1"
+        else:
+            local_addr = socket.getfqdn()
+    return EtcdRendezvousHandler(
+        run_id=params.run_id,
+        min_nodes=params.min_nodes,
+        max_nodes=params.max_nodes,
+        config=config,
+        settings=settings,
+        local_addr=local_addr,
+        backend=params.backend,
+    )
+
+
+class _LeaseLost(Exception):
+    """This node's lease expired (etcd lost contact for longer than the TTL)."""
+
+
+@dataclass
+class _Round:
+    number: int
+    nodes: list[dict[str, Any]]
+    revision: int
+
+    @property
+    def ids(self) -> list[str]:
+        return [str(n["id"]) for n in self.nodes]
+
+
+class EtcdRendezvousHandler(RendezvousHandler):
+    """Dynamic rendezvous on etcd; enter it with ``async with`` before use.
+
+    Entering opens no connection yet; the first :meth:`next_rendezvous` grants this
+    node's lease and starts its keep-alive task in the handler's task group.
+    Leaving the block (or :meth:`shutdown`) revokes the lease, so peers see this
+    node leave at once. Errors: an unreachable etcd raises
+    :class:`RendezvousConnectionError` (at the latest after ``join_timeout``),
+    malformed state :class:`RendezvousStateError`.
+    """
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        min_nodes: int,
+        max_nodes: int,
+        config: EtcdConfig,
+        settings: EtcdRendezvousSettings | None = None,
+        local_addr: str = "127.0.0.1",
+        backend: str = "etcd",
+    ) -> None:
+        if not 1 <= min_nodes <= max_nodes:
+            raise ValueError(f"need 1 <= min_nodes ({min_nodes}) <= max_nodes ({max_nodes})")
+        self._run_id = run_id
+        self._min = min_nodes
+        self._max = max_nodes
+        self._backend = backend
+        self.settings = settings or EtcdRendezvousSettings()
+        self.client = EtcdClient(config)
+        self._base = f"{self.settings.prefix}/{run_id}/".encode()
+        self.local_addr = local_addr
+        self._local_id = next(_local_ids)
+        self.node_id = f"{local_addr}:{os.getpid():010d}:{self._local_id:06d}"
+        self._descriptor = json.dumps(
+            {
+                "id": self.node_id,
+                "addr": local_addr,
+                "hostname": socket.gethostname(),
+                "pid": os.getpid(),
+                "local_id": self._local_id,
+            },
+            separators=(",", ":"),
+        ).encode()
+        self._stack: AsyncExitStack | None = None
+        self._tg: TaskGroup | None = None
+        self._lease: int | None = None
+        self._lease_lock = anyio.Lock()
+        self._lease_lost = anyio.Event()
+        self._keep_alive_scope: anyio.CancelScope | None = None
+        self._joined: int | None = None  # round whose join key this node holds
+        self._round: _Round | None = None  # last round this node completed as participant
+        self._shut = False
+
+    # -- keys --------------------------------------------------------------------------
+
+    def _k(self, suffix: str) -> bytes:
+        return self._base + suffix.encode()
+
+    def _r(self, round_: int) -> bytes:
+        return self._base + f"r/{round_:010d}/".encode()
+
+    def _join_prefix(self, round_: int) -> bytes:
+        return self._r(round_) + b"join/"
+
+    def _join_key(self, round_: int) -> bytes:
+        return self._join_prefix(round_) + self.node_id.encode()
+
+    def _done_key(self, round_: int) -> bytes:
+        return self._r(round_) + b"done"
+
+    # -- API basics --------------------------------------------------------------------
+
+    def get_backend(self) -> str:
+        return self._backend
+
+    def get_run_id(self) -> str:
+        return self._run_id
+
+    @property
+    def use_agent_store(self) -> bool:
+        return True
+
+    def _where(self) -> str:
+        return f"etcd {self.client.config.describe()}"
+
+    def _record(
+        self, name: str, message: str, *, state: str = "RUNNING", rank: int | None = None
+    ) -> None:
+        record(
+            self._run_id,
+            message,
+            name=name,
+            state=state,
+            master_endpoint=self.client.config.describe(),
+            local_id=self._local_id,
+            rank=rank,
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> EtcdRendezvousHandler:
+        stack = AsyncExitStack()
+        await stack.enter_async_context(self.client)
+        self._tg = await stack.enter_async_context(anyio.create_task_group())
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        try:
+            await self.shutdown()
+        finally:
+            stack, self._stack = self._stack, None
+            if self._tg is not None:
+                self._tg.cancel_scope.cancel()
+            self._tg = None
+            if stack is not None:
+                await stack.aclose()
+
+    async def shutdown(self) -> bool:
+        """Revoke this node's lease (peers see it leave at once); idempotent, shielded."""
+        if self._shut:
+            return True
+        self._shut = True
+        clean = True
+        with anyio.move_on_after(self.settings.close_timeout, shield=True) as scope:
+            lease, self._lease = self._lease, None
+            if self._keep_alive_scope is not None:
+                self._keep_alive_scope.cancel()
+            if lease is not None:
+                try:
+                    await self.client.lease_revoke(lease)
+                except StoreError as exc:
+                    log.warning("could not revoke lease %x on %s: %s", lease, self._where(), exc)
+                    clean = False
+        if scope.cancelled_caught:
+            clean = False
+        if self._tg is None:  # used without ``async with``
+            await self.client.aclose()
+        return clean
+
+    # -- lease ---------------------------------------------------------------------------
+
+    async def _ensure_lease(self) -> int:
+        async with self._lease_lock:
+            if self._lease is not None:
+                return self._lease
+            if self._tg is None:
+                raise RendezvousError(
+                    "enter the etcd rendezvous handler with 'async with handler:' before "
+                    "calling next_rendezvous (it runs a lease keep-alive task)"
+                )
+            ttl = self.settings.lease_ttl
+            lease = await self.client.lease_grant(ttl)
+            self._lease = lease
+            self._lease_lost = anyio.Event()
+            await self._tg.start(self._keep_alive, lease, ttl)
+            return lease
+
+    async def _keep_alive(
+        self, lease: int, ttl: int, *, task_status: anyio.abc.TaskStatus[None]
+    ) -> None:
+        with anyio.CancelScope() as scope:
+            self._keep_alive_scope = scope
+            task_status.started()
+            await self.client.keep_alive(lease, ttl)
+            # Returned: etcd says the lease is gone (we were out of touch for > TTL).
+            log.warning(
+                "rendezvous %s: lease of node %s expired on %s; peers consider it gone",
+                self._run_id,
+                self.node_id,
+                self._where(),
+            )
+            if self._lease == lease:
+                self._lease = None
+                self._joined = None
+            self._lease_lost.set()
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _state_error(self, key: bytes, raw: bytes, what: str) -> RendezvousStateError:
+        return RendezvousStateError(
+            f"rendezvous key {key.decode()!r} on {self._where()} holds {raw[:80]!r}: {what}; "
+            "it was written by something else (use another run_id or delete the prefix)"
+        )
+
+    def _parse_round(self, raw: bytes | None) -> int | None:
+        if raw is None:
+            return None
+        text = raw.decode("ascii", "replace")
+        if not text.isdigit():
+            raise self._state_error(self._k("round"), raw, "expected a decimal round number")
+        return int(text)
+
+    def _parse_done(self, round_: int, raw: bytes) -> _Round:
+        key = self._done_key(round_)
+        try:
+            data = json.loads(raw)
+            nodes = data["nodes"]
+            revision = int(data["revision"])
+            if not isinstance(nodes, list) or not all(
+                isinstance(n, dict) and isinstance(n.get("id"), str) for n in nodes
+            ):
+                raise ValueError
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            raise self._state_error(
+                key, raw, "expected JSON {nodes: [...], revision: int}"
+            ) from None
+        return _Round(round_, nodes, revision)
+
+    def _translate(self, exc: StoreError, what: str) -> RendezvousError:
+        if isinstance(exc, RendezvousError):
+            return exc
+        if isinstance(exc, (StoreConnectionError, StoreClosedError)):
+            return RendezvousConnectionError(f"rendezvous {self._run_id}: {what}: {exc}")
+        return RendezvousStateError(f"rendezvous {self._run_id}: {what}: {exc}")
+
+    async def _read_open_round(self) -> tuple[int | None, bool]:
+        reply = await self.client.txn([], [op_range(self._k("round")), op_range(self._k("closed"))])
+        kvs_round = reply.responses[0].response_range.kvs
+        closed = bool(reply.responses[1].response_range.kvs)
+        return self._parse_round(bytes(kvs_round[0].value) if kvs_round else None), closed
+
+    # -- next_rendezvous -----------------------------------------------------------------
+
+    async def next_rendezvous(self) -> RendezvousInfo:
+        """Join the open round and wait until it completes with this node admitted.
+
+        Cancellation withdraws this node's join key (shielded, bounded by
+        ``close_timeout``) before propagating.
+        """
+        timeout = self.settings.join_timeout
+        self._round = None
+        self._record("RENDEZVOUS_JOIN", f"node {self.node_id} joining")
+        spare = [False]
+        try:
+            with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
+                try:
+                    info = await self._rendezvous(scope, spare)
+                except StoreError as exc:
+                    raise self._translate(exc, "joining the rendezvous") from exc
+            if scope.cancelled_caught:
+                raise self._join_timeout(timeout)
+        except RendezvousClosedError:
+            await self._withdraw()
+            self._record("RENDEZVOUS_CLOSED", "rendezvous closed", state="SUCCEEDED")
+            if spare[0]:
+                raise RendezvousGracefulExitError(
+                    f"rendezvous {self._run_id} closed while node {self.node_id} was a spare"
+                ) from None
+            raise
+        except BaseException:
+            await self._withdraw()
+            raise
+        self._record(
+            "RENDEZVOUS_COMPLETE",
+            f"round {info.round}: rank {info.rank} of {info.world_size}",
+            rank=info.rank,
+        )
+        return info
+
+    def _join_timeout(self, timeout: float) -> RendezvousError:
+        self._record("RENDEZVOUS_TIMEOUT", "join timeout", state="FAILED")
+        if self.client.stats.requests and self.client.stats.reconnects and not self._joined_ok:
+            return RendezvousConnectionError(
+                f"rendezvous {self._run_id}: could not reach {self._where()} within "
+                f"join_timeout={timeout:g}s ({self.client._unreachable(timeout)}); check "
+                "--rdzv-endpoint and that etcd is running"
+            )
+        return RendezvousTimeoutError(
+            f"rendezvous {self._run_id} did not complete within join_timeout={timeout:g}s "
+            f"(min_nodes={self._min}, max_nodes={self._max}; last seen {self._progress}); "
+            "start more nodes or raise join_timeout in --rdzv-conf"
+        )
+
+    _joined_ok = False
+    _progress = "no answer from etcd yet"
+
+    async def _withdraw(self) -> None:
+        joined, self._joined = self._joined, None
+        if joined is None or self._round is not None:
+            return
+        with anyio.move_on_after(self.settings.close_timeout, shield=True):
+            try:
+                await self.client.delete(self._join_key(joined))
+            except StoreError as exc:
+                log.debug("could not withdraw from round %d: %s", joined, exc)
+
+    async def _rendezvous(self, scope: anyio.CancelScope, spare: list[bool]) -> RendezvousInfo:
+        previous = self._joined
+        guess, closed = await self._read_open_round()
+        while True:
+            if closed:
+                raise RendezvousClosedError(f"rendezvous {self._run_id} is closed")
+            lease = await self._ensure_lease()
+            open_round = guess if guess is not None else 0
+            result = await self._join(open_round, lease, guess is None, previous)
+            if result is None:
+                previous = None if previous == open_round else previous
+                guess, closed = await self._read_open_round()
+                continue
+            revision, joined, prev_alive = result
+            self._joined, previous = open_round, open_round
+            self._joined_ok = True
+            try:
+                outcome = await self._await_round(open_round, revision, joined, prev_alive, spare)
+            except _LeaseLost:
+                previous = None  # our key vanished with the lease: join afresh
+                self._joined = None
+                guess, closed = await self._read_open_round()
+                continue
+            if isinstance(outcome, RendezvousInfo):
+                return outcome
+            # Not admitted: wait in the next round (a spare when the world is full).
+            if outcome.number == open_round and len(outcome.nodes) >= self._max:
+                spare[0] = True
+                scope.deadline = math.inf
+            guess, closed = open_round + 1, False
+
+    async def _join(
+        self, open_round: int, lease: int, create: bool, previous: int | None
+    ) -> tuple[int, int, int] | None:
+        """Move this node's join key to ``open_round``; None if the round moved on."""
+        round_key = self._k("round")
+        compare = [cmp_version(self._k("closed"), 0)]
+        success = []
+        if create:
+            compare.append(cmp_version(round_key, 0))
+            success.append(op_put(round_key, b"0"))
+        else:
+            compare.append(cmp_value(round_key, str(open_round).encode()))
+        if previous is not None and previous != open_round:
+            success.append(op_delete(self._join_key(previous)))
+        success.append(op_put(self._join_key(open_round), self._descriptor, lease))
+        count_at = len(success)
+        jp = self._join_prefix(open_round)
+        success.append(op_range(jp, prefix_end(jp), count_only=True))
+        if open_round > 0:
+            pp = self._join_prefix(open_round - 1)
+            success.append(op_range(pp, prefix_end(pp), count_only=True))
+        reply = await self.client.txn(compare, success)
+        if not reply.succeeded:
+            return None
+        joined = int(reply.responses[count_at].response_range.count)
+        prev_alive = (
+            int(reply.responses[count_at + 1].response_range.count) if open_round > 0 else 0
+        )
+        return int(reply.header.revision), joined, prev_alive
+
+    async def _await_round(
+        self, r: int, revision: int, joined: int, prev_alive: int, spare: list[bool]
+    ) -> RendezvousInfo | _Round:
+        """Follow round ``r`` by watch until it completes; return our info or the round.
+
+        Two watch streams (rounds ``r-1``..``r``, which are adjacent key ranges, and the
+        ``closed`` key) feed one channel; the last-call deadline bounds each receive.
+        """
+        send, receive = anyio.create_memory_object_stream[list[Any] | Exception](math.inf)
+        start = revision + 1
+        lost = self._lease_lost
+
+        async def pump(key: bytes, end: bytes | None) -> None:
+            try:
+                async with self.client.watch(key, end, start_revision=start) as watch:
+                    while True:
+                        await send.send(await watch.next())
+            except Exception as exc:  # handed to _follow, raised outside the task group
+                await send.send(exc)
+
+        async def lease() -> None:
+            await lost.wait()
+            await send.send([])
+
+        outcome: list[RendezvousInfo | _Round] = []
+        failure: list[Exception] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump, self._r(r - 1) if r > 0 else self._r(r), prefix_end(self._r(r)))
+            tg.start_soon(pump, self._k("closed"), None)
+            tg.start_soon(lease)
+            try:
+                outcome.append(await self._follow(r, joined, prev_alive, receive))
+            except Exception as exc:
+                failure.append(exc)
+            finally:
+                tg.cancel_scope.cancel()
+        if failure:
+            raise failure[0]
+        return outcome[0]
+
+    async def _follow(
+        self,
+        r: int,
+        joined: int,
+        prev_alive: int,
+        receive: MemoryObjectReceiveStream[list[Any] | Exception],
+    ) -> RendezvousInfo | _Round:
+        join_prefix = self._join_prefix(r)
+        prev_prefix = self._join_prefix(r - 1) if r > 0 else None
+        done_key = self._done_key(r)
+        closed_key = self._k("closed")
+        last_call: float | None = None
+        while True:
+            self._progress = f"round {r}: {joined} joined" + (
+                f", {prev_alive} still in round {r - 1}" if r > 0 else ""
+            )
+            if prev_alive <= 0 and joined >= self._min:
+                due = last_call is not None and anyio.current_time() >= last_call
+                if joined >= self._max or due:
+                    await self._complete(r)
+                    last_call = math.inf  # the done event follows
+                elif last_call is None:
+                    last_call = anyio.current_time() + self.settings.last_call_timeout
+                    self._record("RENDEZVOUS_LAST_CALL", f"round {r}: {joined} >= min {self._min}")
+            else:
+                last_call = None
+            events: list[Any] = []
+            wait = math.inf if last_call is None else max(0.0, last_call - anyio.current_time())
+            with anyio.move_on_after(wait):
+                item = await receive.receive()
+                if isinstance(item, EtcdCompactedError):
+                    raise RendezvousStateError(
+                        f"rendezvous {self._run_id}: etcd compacted history this node needs "
+                        f"({item}); call next_rendezvous again"
+                    )
+                if isinstance(item, Exception):
+                    raise item
+                events = item
+            if not events and self._lease_lost.is_set() and self._lease is None:
+                raise _LeaseLost
+            for event in events:
+                kv = event.kv
+                key = bytes(kv.key)
+                deleted = event.type == 1  # mvccpb.Event.DELETE
+                if key == closed_key and not deleted:
+                    raise RendezvousClosedError(f"rendezvous {self._run_id} is closed")
+                if key.startswith(join_prefix):
+                    if deleted:
+                        joined -= 1
+                    elif kv.version == 1:
+                        joined += 1
+                elif prev_prefix is not None and key.startswith(prev_prefix):
+                    if deleted:
+                        prev_alive -= 1
+                    elif kv.version == 1:
+                        prev_alive += 1
+                elif key == done_key and not deleted:
+                    done = self._parse_done(r, bytes(kv.value))
+                    ids = done.ids
+                    if self.node_id not in ids:
+                        return done
+                    self._round = done
+                    return RendezvousInfo(
+                        store=EtcdStore(self.client, self._r(r) + b"store/"),
+                        rank=ids.index(self.node_id),
+                        world_size=len(ids),
+                        bootstrap_store_info=RendezvousStoreInfo(
+                            str(done.nodes[0].get("addr", "")), 0
+                        ),
+                        round=r,
+                    )
+
+    async def _complete(self, r: int) -> None:
+        """Try to mark round ``r`` complete with its first ``max_nodes`` joiners."""
+        jp = self._join_prefix(r)
+        reply = await self.client.range(jp, prefix_end(jp), limit=self._max, sort_by_create=True)
+        nodes = []
+        for kv in reply.kvs:
+            try:
+                node = json.loads(bytes(kv.value))
+                node["id"] = bytes(kv.key)[len(jp) :].decode()
+            except (ValueError, TypeError, UnicodeDecodeError):
+                raise self._state_error(
+                    bytes(kv.key), bytes(kv.value), "expected a JSON node"
+                ) from None
+            nodes.append(node)
+        if len(nodes) < self._min:
+            return
+        nodes.sort(key=lambda n: str(n["id"]))
+        done = json.dumps(
+            {"nodes": nodes, "revision": int(reply.header.revision)}, separators=(",", ":")
+        )
+        await self.client.txn(
+            [cmp_version(self._done_key(r), 0), cmp_value(self._k("round"), str(r).encode())],
+            [
+                op_put(self._done_key(r), done.encode()),
+                op_put(self._k("round"), str(r + 1).encode()),
+            ],
+        )
+
+    # -- membership ----------------------------------------------------------------------
+
+    async def wait_for_membership_change(self) -> None:
+        """Return once a participant of the current round is gone (lease expired, left,
+        re-joined) or, when the world may grow, a node waits for the next round.
+
+        Push-based: one watch stream, no polling; survives etcd restarts.
+        """
+        current = self._round
+        if current is None:
+            await anyio.sleep_forever()
+            return
+        r = current.number
+        members = {n.encode() for n in current.ids}
+        members.discard(self.node_id.encode())
+        grows = len(current.nodes) < self._max
+        jp, np_ = self._join_prefix(r), self._join_prefix(r + 1)
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                start = current.revision + 1
+                while True:
+                    try:
+                        async with self.client.watch(
+                            self._r(r), prefix_end(self._r(r + 1)), start_revision=start
+                        ) as w:
+                            while True:
+                                for event in await w.next():
+                                    key = bytes(event.kv.key)
+                                    start = int(event.kv.mod_revision) + 1
+                                    if event.type == 1 and key.startswith(jp):
+                                        if key[len(jp) :] in members:
+                                            tg.cancel_scope.cancel()
+                                            return
+                                    elif event.type == 0 and grows and key.startswith(np_):
+                                        tg.cancel_scope.cancel()
+                                        return
+                    except EtcdCompactedError:
+                        tg.cancel_scope.cancel()  # history lost: report a change
+                        return
+                    except StoreError as exc:
+                        log.warning("membership watch failed (%s); re-watching", exc)
+                        await anyio.sleep(1)
+
+            async def lease() -> None:
+                await self._lease_lost.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            tg.start_soon(lease)
+        self._record("RENDEZVOUS_MEMBERSHIP_CHANGE", f"round {r}: membership changed")
+
+    # -- queries ---------------------------------------------------------------------------
+
+    async def num_nodes_waiting(self) -> int:
+        """Nodes waiting for the next round (spares excluded when the world is full)."""
+        try:
+            open_round, _ = await self._read_open_round()
+            if open_round is None:
+                return 0
+            jp = self._join_prefix(open_round)
+            reply = await self.client.range(jp, prefix_end(jp), count_only=True)
+        except StoreError as exc:
+            raise self._translate(exc, "counting waiting nodes") from exc
+        current = self._round
+        if current is not None and len(current.nodes) >= self._max:
+            return 0
+        return int(reply.count)
+
+    async def is_closed(self) -> bool:
+        try:
+            _, closed = await self._read_open_round()
+        except StoreError as exc:
+            raise self._translate(exc, "reading the closed flag") from exc
+        return closed
+
+    async def set_closed(self) -> None:
+        """Close the rendezvous: waiting nodes raise RendezvousClosedError at once."""
+        try:
+            with anyio.fail_after(self.settings.close_timeout):
+                await self.client.put(self._k("closed"), b"1")
+        except TimeoutError:
+            raise RendezvousTimeoutError(
+                f"rendezvous {self._run_id}: could not close within close_timeout="
+                f"{self.settings.close_timeout:g}s on {self._where()}"
+            ) from None
+        except StoreError as exc:
+            raise self._translate(exc, "closing the rendezvous") from exc
+        self._record("RENDEZVOUS_CLOSE", "rendezvous closed", state="SUCCEEDED")

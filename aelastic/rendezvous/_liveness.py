@@ -1,0 +1,130 @@
+"""How a round's coordinator decides that a member is gone, without comparing clocks.
+
+The coordinator publishes numbered ticks (every ``keep_alive_interval`` and on every
+change) and remembers, on its *own* monotonic clock, when it published each one.
+Members block on the next tick and acknowledge it. A member has lapsed when a tick
+it has not acknowledged has been out for longer than ``heartbeat_timeout``. Members
+judge the coordinator the same way: no new tick within ``heartbeat_timeout`` on their
+own clock means the coordinator is gone. No wall clock ever crosses machines.
+
+:class:`Liveness` is the strategy seam: :class:`StoreLiveness` keeps the evidence in
+store keys; an etcd backend can instead attach each member's node key to a lease and
+report the members whose key expired.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..store import StoreTimeoutError
+from ._ops import Ops
+from ._state import Keys, parse_int
+
+__all__ = ("Liveness", "StoreLiveness", "TickClock")
+
+
+@dataclass
+class TickClock:
+    """The coordinator's own-clock record of a round: when each tick was published and
+    when each ticket was first observed (``time.monotonic``/``anyio.current_time``)."""
+
+    published: dict[int, float] = field(default_factory=dict)
+    first_seen: dict[int, float] = field(default_factory=dict)
+    latest: int = -1
+
+    def publish(self, n: int, now: float) -> None:
+        self.published[n] = now
+        self.latest = n
+        if len(self.published) > 4096:  # keep memory bounded on very long runs
+            for old in sorted(self.published)[:2048]:
+                del self.published[old]
+
+    def observe(self, ticket: int, now: float) -> None:
+        self.first_seen.setdefault(ticket, now)
+
+    def lapsed_since(self, ticket: int, acked: int, now: float) -> float:
+        """Seconds since the oldest tick ``ticket`` should have acknowledged (0 if none)."""
+        due = acked + 1
+        if due > self.latest:
+            return 0.0
+        since = self.published.get(due)
+        if since is None:  # so old it was forgotten
+            return float("inf")
+        return now - max(since, self.first_seen.get(ticket, since))
+
+
+class Liveness(abc.ABC):
+    """Strategy: how members leave evidence of life and how the coordinator reads it."""
+
+    @abc.abstractmethod
+    async def attach(self, ops: Ops, keys: Keys, round_: int, ticket: int, descriptor: str) -> None:
+        """Register ticket holder ``ticket`` of ``round_`` (called once, right after joining)."""
+
+    @abc.abstractmethod
+    async def ack(self, ops: Ops, keys: Keys, round_: int, ticket: int, n: int) -> None:
+        """Acknowledge tick ``n`` (called by a member each time it receives a tick)."""
+
+    @abc.abstractmethod
+    async def lapsed(
+        self,
+        ops: Ops,
+        keys: Keys,
+        round_: int,
+        tickets: Sequence[int],
+        clock: TickClock,
+        now: float,
+    ) -> list[int]:
+        """Return the tickets among ``tickets`` whose holders are gone (coordinator side)."""
+
+
+class StoreLiveness(Liveness):
+    """Acknowledgements in ``<r>/seen/<ticket>`` keys, judged on the coordinator's clock.
+
+    Cost: one fire-and-forget ``set`` per member per tick, one ``multi_get`` per sweep
+    for the coordinator.
+    """
+
+    def __init__(self, heartbeat_timeout: float) -> None:
+        self.heartbeat_timeout = heartbeat_timeout
+
+    async def attach(self, ops: Ops, keys: Keys, round_: int, ticket: int, descriptor: str) -> None:
+        await ops.multi_set(
+            [keys.node(round_, ticket), keys.seen(round_, ticket)], [descriptor, "-1"]
+        )
+
+    async def ack(self, ops: Ops, keys: Keys, round_: int, ticket: int, n: int) -> None:
+        await ops.set(keys.seen(round_, ticket), str(n))
+
+    async def lapsed(
+        self,
+        ops: Ops,
+        keys: Keys,
+        round_: int,
+        tickets: Sequence[int],
+        clock: TickClock,
+        now: float,
+    ) -> list[int]:
+        if not tickets:
+            return []
+        names = [keys.seen(round_, t) for t in tickets]
+        try:
+            values: list[bytes | None] = list(
+                await ops.multi_get(
+                    names, timeout=min(self.heartbeat_timeout / 2, ops.read_timeout)
+                )
+            )
+        except StoreTimeoutError:
+            # A holder died between taking its ticket and registering: find the missing keys.
+            values = []
+            for name in names:
+                values.append(await ops.get(name, timeout=0.001) if await ops.check(name) else None)
+        gone: list[int] = []
+        for ticket, name, raw in zip(tickets, names, values, strict=True):
+            acked = -1 if raw is None else parse_int(name, raw)
+            if raw is None and now - clock.first_seen.get(ticket, now) <= self.heartbeat_timeout:
+                continue
+            if clock.lapsed_since(ticket, acked, now) > self.heartbeat_timeout:
+                gone.append(ticket)
+        return gone

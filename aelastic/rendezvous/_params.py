@@ -1,0 +1,165 @@
+"""Rendezvous parameters (``--rdzv-backend/-endpoint/-conf``) and endpoint parsing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._exceptions import RendezvousError
+
+__all__ = ("RendezvousParameters", "parse_endpoint", "DEFAULT_C10D_PORT")
+
+#: The port of a c10d rendezvous endpoint given without one (torch's default).
+DEFAULT_C10D_PORT = 29400
+
+_TRUE = frozenset({"1", "true", "t", "yes", "y"})
+_FALSE = frozenset({"0", "false", "f", "no", "n"})
+
+
+class RendezvousParameters:
+    """Everything a backend needs to build a handler.
+
+    ``config`` holds the backend-specific keys (``--rdzv-conf``); unknown keys are kept
+    and ignored by backends that do not read them. Validation errors raise
+    :class:`ValueError` naming the offending value and the fix.
+    """
+
+    def __init__(
+        self,
+        backend: str,
+        endpoint: str,
+        run_id: str,
+        min_nodes: int,
+        max_nodes: int,
+        local_addr: str | None = None,
+        **config: Any,
+    ) -> None:
+        if not isinstance(backend, str) or not backend.strip():
+            raise ValueError("the rendezvous backend must be a non-empty string (e.g. 'c10d')")
+        if not isinstance(run_id, str) or not run_id.strip():
+            raise ValueError("the rendezvous run_id must be a non-empty string shared by all nodes")
+        if "/" in run_id or any(c.isspace() for c in run_id):
+            raise ValueError(f"run_id {run_id!r} must not contain '/' or whitespace")
+        if not isinstance(min_nodes, int) or isinstance(min_nodes, bool) or min_nodes < 1:
+            raise ValueError(f"min_nodes ({min_nodes!r}) must be an integer >= 1")
+        if not isinstance(max_nodes, int) or isinstance(max_nodes, bool) or max_nodes < 1:
+            raise ValueError(f"max_nodes ({max_nodes!r}) must be an integer >= 1")
+        if min_nodes > max_nodes:
+            raise ValueError(f"min_nodes ({min_nodes}) must not exceed max_nodes ({max_nodes})")
+        self.backend = backend.strip()
+        self.endpoint = (endpoint or "").strip()
+        self.run_id = run_id
+        self.min_nodes = min_nodes
+        self.max_nodes = max_nodes
+        self.local_addr = local_addr
+        self.config: dict[str, Any] = dict(config)
+
+    def __repr__(self) -> str:
+        return (
+            f"RendezvousParameters(backend={self.backend!r}, endpoint={self.endpoint!r}, "
+            f"run_id={self.run_id!r}, min_nodes={self.min_nodes}, max_nodes={self.max_nodes}, "
+            f"local_addr={self.local_addr!r}, config={self.config!r})"
+        )
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Return the value of config ``key``, or ``default`` if it is not set."""
+        return self.config.get(key, default)
+
+    def get_as_bool(self, key: str, default: bool | None = None) -> bool | None:
+        """Return config ``key`` as a bool (1/0, true/false, t/f, yes/no, y/n)."""
+        value = self.get(key, default)
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text in _TRUE:
+                return True
+            if text in _FALSE:
+                return False
+        raise ValueError(
+            f"rendezvous config {key}={value!r} is not a boolean; use one of "
+            "1/0, true/false, t/f, yes/no, y/n"
+        )
+
+    def get_as_int(self, key: str, default: int | None = None) -> int | None:
+        """Return config ``key`` as an int."""
+        value = self.get(key, default)
+        if value is None:
+            return None
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            return int(value)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"rendezvous config {key}={value!r} is not an integer; pass e.g. {key}=10"
+            ) from None
+
+    def get_as_float(self, key: str, default: float | None = None) -> float | None:
+        """Return config ``key`` as a float (timeouts may be fractional seconds)."""
+        value = self.get(key, default)
+        if value is None:
+            return None
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"rendezvous config {key}={value!r} is not a number; pass e.g. {key}=30"
+            ) from None
+
+    def get_positive_float(self, key: str, default: float) -> float:
+        """Return config ``key`` as a float > 0; raise a diagnosing ValueError otherwise."""
+        value = self.get_as_float(key, default)
+        assert value is not None
+        if not value > 0:
+            raise ValueError(f"rendezvous config {key}={value!r} must be a positive number")
+        return value
+
+
+def parse_endpoint(endpoint: str, default_port: int | None) -> tuple[str, int]:
+    """Split ``host[:port]`` or ``[ipv6]:port`` into ``(host, port)``.
+
+    Raises :class:`RendezvousError` naming the endpoint when it is malformed or has no
+    port and ``default_port`` is None.
+    """
+    text = endpoint.strip()
+    if not text:
+        raise RendezvousError("the rendezvous endpoint is empty; pass --rdzv-endpoint host:port")
+    host: str
+    port_text: str | None
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0:
+            raise RendezvousError(f"rendezvous endpoint {endpoint!r}: missing ']' after IPv6 host")
+        host = text[1:close]
+        rest = text[close + 1 :]
+        if rest and not rest.startswith(":"):
+            raise RendezvousError(f"rendezvous endpoint {endpoint!r}: expected ':port' after ']'")
+        port_text = rest[1:] if rest else None
+    elif text.count(":") > 1:
+        # A bare IPv6 address without a port.
+        host, port_text = text, None
+    else:
+        host, _, port_text = text.partition(":")
+        if not _:
+            port_text = None
+    if not host:
+        raise RendezvousError(f"rendezvous endpoint {endpoint!r} has no host")
+    if port_text is None or port_text == "":
+        if default_port is None:
+            raise RendezvousError(
+                f"rendezvous endpoint {endpoint!r} has no port; pass host:port (e.g. {host}:29500)"
+            )
+        return host, default_port
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise RendezvousError(
+            f"rendezvous endpoint {endpoint!r}: port {port_text!r} is not a number"
+        ) from None
+    if not 0 <= port <= 65535:
+        raise RendezvousError(f"rendezvous endpoint {endpoint!r}: port {port} is out of range")
+    return host, port

@@ -1,0 +1,166 @@
+"""Backend registry: name -> factory, with built-ins, aliases and entry-point plugins."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from collections.abc import Callable
+from importlib.metadata import entry_points
+
+from ._api import RendezvousHandler
+from ._exceptions import RendezvousError
+from ._params import RendezvousParameters
+
+__all__ = (
+    "ENTRY_POINT_GROUP",
+    "HandlerFactory",
+    "RendezvousHandlerRegistry",
+    "rendezvous_handler_registry",
+    "register",
+    "create_handler",
+    "get_rendezvous_handler",
+)
+
+#: Out-of-tree backends: ``[project.entry-points."aelastic.rendezvous"] name = "pkg.mod:factory"``
+#: where ``factory(params: RendezvousParameters) -> RendezvousHandler``.
+ENTRY_POINT_GROUP = "aelastic.rendezvous"
+
+HandlerFactory = Callable[[RendezvousParameters], RendezvousHandler]
+
+_log = logging.getLogger("aelastic.rendezvous")
+
+
+def _c10d(params: RendezvousParameters) -> RendezvousHandler:
+    from ._c10d import create_c10d_handler
+
+    return create_c10d_handler(params)
+
+
+def _static(params: RendezvousParameters) -> RendezvousHandler:
+    from ._static import create_static_handler
+
+    return create_static_handler(params)
+
+
+def _etcd(params: RendezvousParameters) -> RendezvousHandler:
+    try:
+        module = importlib.import_module("aelastic.rendezvous._etcd")
+    except ImportError as exc:
+        raise RendezvousError(
+            f"the {params.backend!r} rendezvous backend is unavailable ({exc}); install "
+            "aelastic[etcd] or use --rdzv-backend c10d"
+        ) from exc
+    handler: RendezvousHandler = module.create_etcd_handler(params)
+    return handler
+
+
+class RendezvousHandlerRegistry:
+    """Maps backend names to handler factories.
+
+    Aliases resolve to a canonical name (``tcp`` -> ``c10d``); ``create_handler`` checks
+    that the handler reports that canonical name. Plugins from the entry-point group
+    :data:`ENTRY_POINT_GROUP` are loaded the first time an unknown name is asked for.
+    """
+
+    def __init__(self) -> None:
+        self._factories: dict[str, HandlerFactory] = {}
+        self._aliases: dict[str, str] = {}
+        self._plugins_loaded = False
+        self._lock = threading.Lock()
+
+    def register(self, name: str, factory: HandlerFactory) -> None:
+        """Register ``factory`` under ``name``; re-registering the same factory is a no-op.
+
+        Raises ValueError if a different factory already owns ``name``.
+        """
+        with self._lock:
+            current = self._factories.get(name)
+            if current is not None and current is not factory:
+                raise ValueError(
+                    f"rendezvous backend {name!r} is already registered to {current!r}"
+                )
+            self._factories[name] = factory
+
+    def alias(self, name: str, target: str) -> None:
+        """Make ``name`` another name of backend ``target``."""
+        self._aliases[name] = target
+
+    def names(self) -> list[str]:
+        """Every registered backend name and alias, sorted."""
+        return sorted({*self._factories, *self._aliases})
+
+    def _load_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            if ep.name in self._factories:
+                continue
+            try:
+                factory = ep.load()
+            except Exception as exc:
+                _log.warning("cannot load rendezvous plugin %r (%s): %s", ep.name, ep.value, exc)
+                continue
+            if not callable(factory):
+                _log.warning("rendezvous plugin %r (%s) is not callable", ep.name, ep.value)
+                continue
+            self.register(ep.name, factory)
+
+    def _resolve(self, backend: str) -> tuple[str, HandlerFactory]:
+        name = self._aliases.get(backend, backend)
+        factory = self._factories.get(name)
+        if factory is None:
+            self._load_plugins()
+            factory = self._factories.get(name)
+        if factory is None:
+            raise RendezvousError(
+                f"unknown rendezvous backend {backend!r}; choose one of "
+                f"{', '.join(self.names())} or install a plugin registered under the "
+                f"entry-point group {ENTRY_POINT_GROUP!r}"
+            )
+        return name, factory
+
+    def create_handler(self, params: RendezvousParameters) -> RendezvousHandler:
+        """Build the handler of ``params.backend``.
+
+        Raises RendezvousError for an unknown backend, ValueError for bad parameters.
+        """
+        name, factory = self._resolve(params.backend)
+        handler = factory(params)
+        reported = handler.get_backend()
+        if reported not in (name, params.backend):
+            raise RendezvousError(
+                f"rendezvous backend {name!r} built a handler that reports backend "
+                f"{reported!r}; the plugin's get_backend() must return {name!r}"
+            )
+        return handler
+
+
+def _default_registry() -> RendezvousHandlerRegistry:
+    registry = RendezvousHandlerRegistry()
+    registry.register("c10d", _c10d)
+    registry.alias("tcp", "c10d")
+    registry.register("static", _static)
+    registry.register("etcd", _etcd)
+    registry.register("etcd-v2", _etcd)
+    return registry
+
+
+#: The process-wide registry used by :func:`register` and :func:`get_rendezvous_handler`.
+rendezvous_handler_registry = _default_registry()
+
+
+def register(name: str, factory: HandlerFactory) -> None:
+    """Register a backend in the default registry."""
+    rendezvous_handler_registry.register(name, factory)
+
+
+def create_handler(params: RendezvousParameters) -> RendezvousHandler:
+    """Build a handler from the default registry."""
+    return rendezvous_handler_registry.create_handler(params)
+
+
+def get_rendezvous_handler(params: RendezvousParameters) -> RendezvousHandler:
+    """torch's name for :func:`create_handler`."""
+    return rendezvous_handler_registry.create_handler(params)

@@ -1,0 +1,215 @@
+"""The dynamic rendezvous's keys and JSON records, validated on every read.
+
+Layout (every key under ``rdzv/<run_id>/c/``):
+
+``round``                 decimal counter: the round new joiners enter
+``closed``                exists once the rendezvous is closed
+``<r>/joined``            decimal counter: tickets taken in round ``r`` (join order)
+``<r>/node/<ticket>``     JSON node descriptor of a ticket holder (diagnostics)
+``<r>/seen/<ticket>``     decimal: the last tick this ticket acknowledged
+``<r>/tick``              JSON :class:`Tick`: the latest tick of round ``r``
+``<r>/tick/<n>``          JSON :class:`Tick` number ``n`` (members block on ``n + 1``)
+``<r>/inbox``             queue of JSON :class:`Message` for the round's coordinator
+
+Every record is small (O(1) bytes) except a tick's ``removed`` list, which holds only
+the tickets that failed or withdrew in that round.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._exceptions import RendezvousStateError
+
+__all__ = ("Keys", "Tick", "Message", "parse_int", "TICK_STATES", "MESSAGE_OPS")
+
+#: joining: gathering nodes; running: membership fixed; dissolved: the round ended,
+#: join the next one; closed: the rendezvous is closed for good.
+TICK_STATES = frozenset({"joining", "running", "dissolved", "closed"})
+#: Messages a round's coordinator accepts in its inbox.
+MESSAGE_OPS = frozenset({"joined", "waiting", "withdraw", "leave", "close"})
+
+
+class Keys:
+    """Key names of one run's rendezvous state."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.base = f"rdzv/{run_id}/c"
+        self.round = f"{self.base}/round"
+        self.closed = f"{self.base}/closed"
+
+    def agent_prefix(self, round_: int) -> str:
+        """Prefix of the store handed to the agent for ``round_``."""
+        return f"rdzv/{self.run_id}/{round_}"
+
+    def joined(self, r: int) -> str:
+        return f"{self.base}/{r}/joined"
+
+    def node(self, r: int, ticket: int) -> str:
+        return f"{self.base}/{r}/node/{ticket}"
+
+    def seen(self, r: int, ticket: int) -> str:
+        return f"{self.base}/{r}/seen/{ticket}"
+
+    def tick_latest(self, r: int) -> str:
+        return f"{self.base}/{r}/tick"
+
+    def tick(self, r: int, n: int) -> str:
+        return f"{self.base}/{r}/tick/{n}"
+
+    def inbox(self, r: int) -> str:
+        return f"{self.base}/{r}/inbox"
+
+
+def parse_int(key: str, raw: bytes) -> int:
+    """Parse a decimal counter stored at ``key``."""
+    try:
+        text = raw.decode("ascii").strip()
+        if not text.lstrip("-").isdigit():
+            raise ValueError
+        return int(text)
+    except (UnicodeDecodeError, ValueError):
+        raise RendezvousStateError(
+            f"rendezvous key {key!r} holds {raw[:64]!r}, expected a decimal integer; "
+            "the store was written by something else (delete the key or use another run_id)"
+        ) from None
+
+
+def _load(key: str, raw: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, ValueError):
+        raise RendezvousStateError(
+            f"rendezvous key {key!r} holds {raw[:64]!r}, which is not JSON; "
+            "the store was written by something else (use another run_id)"
+        ) from None
+    if not isinstance(data, dict):
+        raise RendezvousStateError(f"rendezvous key {key!r}: expected a JSON object, got {data!r}")
+    return data
+
+
+def _field_int(key: str, data: dict[str, Any], name: str, minimum: int = 0) -> int:
+    value = data.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise RendezvousStateError(
+            f"rendezvous key {key!r}: field {name!r} must be an integer >= {minimum}, got {value!r}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One announcement of a round's coordinator; members acknowledge each tick.
+
+    In state ``running`` the members are the tickets below ``upto`` not in ``removed``;
+    a member's rank is its position among them (join order). ``waiting`` counts ticket
+    holders beyond ``upto`` (late arrivals, or spares when ``world`` is the maximum).
+    """
+
+    n: int
+    state: str
+    upto: int = 0
+    world: int = 0
+    waiting: int = 0
+    removed: tuple[int, ...] = field(default=())
+
+    def is_member(self, ticket: int) -> bool:
+        return self.state == "running" and ticket < self.upto and ticket not in self.removed
+
+    def rank_of(self, ticket: int) -> int:
+        return ticket - sum(1 for t in self.removed if t < ticket)
+
+    def dumps(self) -> str:
+        return json.dumps(
+            {
+                "n": self.n,
+                "state": self.state,
+                "upto": self.upto,
+                "world": self.world,
+                "waiting": self.waiting,
+                "removed": list(self.removed),
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def loads(cls, key: str, raw: bytes) -> Tick:
+        data = _load(key, raw)
+        state = data.get("state")
+        if state not in TICK_STATES:
+            raise RendezvousStateError(
+                f"rendezvous key {key!r}: unknown state {state!r} "
+                f"(expected one of {sorted(TICK_STATES)})"
+            )
+        removed = data.get("removed", [])
+        if not isinstance(removed, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in removed
+        ):
+            raise RendezvousStateError(
+                f"rendezvous key {key!r}: 'removed' must be a list of tickets, got {removed!r}"
+            )
+        tick = cls(
+            n=_field_int(key, data, "n"),
+            state=state,
+            upto=_field_int(key, data, "upto"),
+            world=_field_int(key, data, "world"),
+            waiting=_field_int(key, data, "waiting"),
+            removed=tuple(removed),
+        )
+        if tick.state == "running" and tick.world != tick.upto - sum(
+            1 for t in tick.removed if t < tick.upto
+        ):
+            raise RendezvousStateError(
+                f"rendezvous key {key!r}: world {tick.world} does not match upto {tick.upto} "
+                f"minus removed {list(tick.removed)}"
+            )
+        return tick
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message to a round's coordinator (pushed onto the round's inbox queue)."""
+
+    op: str
+    ticket: int = -1
+
+    def dumps(self) -> str:
+        return json.dumps({"op": self.op, "ticket": self.ticket}, separators=(",", ":"))
+
+    @classmethod
+    def loads(cls, key: str, raw: bytes) -> Message:
+        data = _load(key, raw)
+        op = data.get("op")
+        if op not in MESSAGE_OPS:
+            raise RendezvousStateError(
+                f"rendezvous key {key!r}: unknown message op {op!r} "
+                f"(expected one of {sorted(MESSAGE_OPS)})"
+            )
+        ticket = data.get("ticket", -1)
+        if not isinstance(ticket, int) or isinstance(ticket, bool) or ticket < -1:
+            raise RendezvousStateError(f"rendezvous key {key!r}: bad ticket {ticket!r}")
+        return cls(op=op, ticket=ticket)
+
+
+def descriptor(addr: str, hostname: str, pid: int, local_id: int) -> str:
+    """JSON descriptor of a node (diagnostics only; ranks never depend on it)."""
+    return json.dumps(
+        {"addr": addr, "hostname": hostname, "pid": pid, "local_id": local_id},
+        separators=(",", ":"),
+    )
+
+
+def live_members(joined: int, removed: Sequence[int] | set[int], max_nodes: int) -> list[int]:
+    """The first ``max_nodes`` tickets in ``range(joined)`` not in ``removed`` (join order)."""
+    gone = set(removed)
+    out: list[int] = []
+    for t in range(joined):
+        if t not in gone:
+            out.append(t)
+            if len(out) == max_nodes:
+                break
+    return out

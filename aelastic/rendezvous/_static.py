@@ -1,0 +1,148 @@
+"""The ``static`` backend: a fixed world, node ranks given, no elasticity.
+
+Node rank 0 hosts the store at the endpoint (``master_addr:master_port``); the other
+nodes connect to it as clients. Workers share that store (``use_agent_store``).
+"""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+from types import TracebackType
+
+from ..store import PrefixStore, Store, StoreError, StoreServer, TCPStoreClient
+from ._api import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
+from ._c10d import _is_ip
+from ._exceptions import RendezvousClosedError, RendezvousConnectionError, RendezvousError
+from ._ops import Ops
+from ._params import RendezvousParameters, parse_endpoint
+
+__all__ = ("StaticRendezvousHandler", "create_static_handler")
+
+
+class StaticRendezvousHandler(RendezvousHandler):
+    """A fixed world of ``max_nodes`` nodes; this node's rank is config ``rank``.
+
+    Entering the handler starts the store (rank 0) or connects to it (retrying for
+    config ``timeout`` seconds, default 600). :meth:`next_rendezvous` returns at once;
+    :meth:`num_nodes_waiting` is always 0 and :meth:`wait_for_membership_change` never
+    returns. :meth:`set_closed` marks the run closed for later :meth:`next_rendezvous`.
+    """
+
+    def __init__(self, params: RendezvousParameters) -> None:
+        rank = params.get_as_int("rank")
+        if rank is None:
+            raise ValueError(
+                "the static rendezvous needs this node's rank: pass --node-rank "
+                "(rendezvous config rank=<0..nnodes-1>)"
+            )
+        world = params.max_nodes
+        if params.min_nodes != params.max_nodes:
+            raise ValueError(
+                f"the static rendezvous needs a fixed world: min_nodes ({params.min_nodes}) "
+                f"!= max_nodes ({params.max_nodes}); use --nnodes=N or the c10d backend"
+            )
+        if not 0 <= rank < world:
+            raise ValueError(f"node rank {rank} is out of range for {world} nodes (0..{world - 1})")
+        self.host, self.port = parse_endpoint(params.endpoint, None)
+        self.rank = rank
+        self.world_size = world
+        self.timeout = params.get_positive_float("timeout", 600.0)
+        self._run_id = params.run_id
+        self._store: Store | None = None
+        self._stack: AsyncExitStack | None = None
+        self.server: StoreServer | None = None
+
+    def get_backend(self) -> str:
+        return "static"
+
+    def get_run_id(self) -> str:
+        return self._run_id
+
+    @property
+    def use_agent_store(self) -> bool:
+        return True
+
+    @property
+    def _closed_key(self) -> str:
+        return f"rdzv/{self._run_id}/static/closed"
+
+    async def __aenter__(self) -> StaticRendezvousHandler:
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            endpoint = f"{self.host}:{self.port}"
+            if self.rank == 0:
+                bind = self.host if _is_ip(self.host) or self.host == "localhost" else "::"
+                server = StoreServer(bind, self.port, allow_non_loopback=True)
+                try:
+                    await stack.enter_async_context(server)
+                except StoreError as exc:
+                    raise RendezvousConnectionError(
+                        f"node rank 0 cannot host the static rendezvous store at {endpoint}: {exc}"
+                    ) from exc
+                self.server = server
+                self._store = server.local_store
+            else:
+                client = TCPStoreClient(
+                    self.host, self.port, timeout=self.timeout, connect_timeout=self.timeout
+                )
+                try:
+                    await stack.enter_async_context(client)
+                except (StoreError, OSError) as exc:
+                    raise RendezvousConnectionError(
+                        f"cannot reach the static rendezvous store at {endpoint} (hosted by "
+                        f"node rank 0) within timeout={self.timeout}s: {exc}"
+                    ) from exc
+                self._store = client
+        except BaseException as exc:
+            await stack.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        stack, self._stack, self._store = self._stack, None, None
+        if stack is not None:
+            await stack.__aexit__(exc_type, exc, tb)
+
+    def _ops(self) -> Ops:
+        if self._store is None:
+            raise RendezvousError(
+                "the static rendezvous handler is not started: use 'async with handler:'"
+            )
+        return Ops(self._store, self.timeout)
+
+    async def next_rendezvous(self) -> RendezvousInfo:
+        ops = self._ops()
+        if await ops.check(self._closed_key):
+            raise RendezvousClosedError(f"rendezvous {self._run_id!r} is closed")
+        assert self._store is not None
+        return RendezvousInfo(
+            store=PrefixStore(f"rdzv/{self._run_id}/0", self._store),
+            rank=self.rank,
+            world_size=self.world_size,
+            bootstrap_store_info=RendezvousStoreInfo(self.host, self.port),
+            round=0,
+        )
+
+    async def is_closed(self) -> bool:
+        return await self._ops().check(self._closed_key)
+
+    async def set_closed(self) -> None:
+        await self._ops().set(self._closed_key, "1")
+
+    async def num_nodes_waiting(self) -> int:
+        return 0
+
+    async def shutdown(self) -> bool:
+        return True
+
+
+def create_static_handler(params: RendezvousParameters) -> StaticRendezvousHandler:
+    """Registry factory of the ``static`` backend."""
+    return StaticRendezvousHandler(params)
