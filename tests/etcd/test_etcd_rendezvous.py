@@ -1,0 +1,169 @@
+"""The etcd rendezvous backend against a real etcd: rounds, last call, spares, close, errors."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+import pytest
+
+from aelastic.rendezvous import (
+    RendezvousClosedError,
+    RendezvousConnectionError,
+    RendezvousInfo,
+    RendezvousTimeoutError,
+)
+from aelastic.rendezvous._etcd import EtcdRendezvousHandler, create_etcd_handler
+
+
+class Params:
+    """The subset of RendezvousParameters create_etcd_handler reads."""
+
+    def __init__(self, endpoint: str, run_id: str, min_nodes: int, max_nodes: int, **config: Any):
+        self.backend = "etcd"
+        self.endpoint = endpoint
+        self.run_id = run_id
+        self.min_nodes = min_nodes
+        self.max_nodes = max_nodes
+        self.local_addr: str | None = None
+        self.config = config
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.config.get(key, default)
+
+
+def make(endpoint: str, run_id: str, lo: int, hi: int, **config: Any) -> EtcdRendezvousHandler:
+    config.setdefault("last_call_timeout", 0.3)
+    config.setdefault("join_timeout", 20)
+    return create_etcd_handler(Params(endpoint, run_id, lo, hi, **config))
+
+
+async def rendezvous_all(handlers: list[EtcdRendezvousHandler]) -> list[RendezvousInfo]:
+    infos: dict[int, RendezvousInfo] = {}
+
+    async def one(i: int) -> None:
+        infos[i] = await handlers[i].next_rendezvous()
+
+    async with anyio.create_task_group() as tg:
+        for i in range(len(handlers)):
+            tg.start_soon(one, i)
+    return [infos[i] for i in range(len(handlers))]
+
+
+async def test_rendezvous_min_equals_max(etcd_endpoint: str, run_id: str) -> None:
+    async with AsyncExitStack() as stack:
+        hs = [await stack.enter_async_context(make(etcd_endpoint, run_id, 4, 4)) for _ in range(4)]
+        with anyio.fail_after(10):
+            infos = await rendezvous_all(hs)
+        assert sorted(i.rank for i in infos) == [0, 1, 2, 3]
+        assert {i.world_size for i in infos} == {4}
+        assert {i.round for i in infos} == {0}
+        # ranks follow node ids
+        by_rank = sorted(zip(infos, hs, strict=True), key=lambda p: p[0].rank)
+        assert [h.node_id for _, h in by_rank] == sorted(h.node_id for h in hs)
+        # the round's store is shared and namespaced
+        await infos[0].store.set("hello", "world")
+        assert await infos[3].store.get("hello") == b"world"
+        store, rank, world = infos[1]
+        assert (store, rank, world) == (infos[1].store, infos[1].rank, 4)
+        assert hs[0].use_agent_store and hs[0].get_backend() == "etcd"
+        assert await hs[0].num_nodes_waiting() == 0
+
+
+async def test_last_call_then_late_joiner_triggers_next_round(
+    etcd_endpoint: str, run_id: str
+) -> None:
+    async with AsyncExitStack() as stack:
+        hs = [await stack.enter_async_context(make(etcd_endpoint, run_id, 2, 4)) for _ in range(3)]
+        with anyio.fail_after(10):
+            infos = await rendezvous_all(hs[:2])  # min reached, last call expires
+        assert sorted(i.rank for i in infos) == [0, 1]
+        late_info: list[RendezvousInfo] = []
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+
+                async def late() -> None:
+                    late_info.append(await hs[2].next_rendezvous())
+
+                tg.start_soon(late)
+                # both participants notice the waiting node, push-based
+                await hs[0].wait_for_membership_change()
+                await hs[1].wait_for_membership_change()
+                assert await hs[0].num_nodes_waiting() == 1
+                infos = await rendezvous_all(hs[:2])
+        assert {i.round for i in infos + late_info} == {1}
+        assert sorted(i.rank for i in infos + late_info) == [0, 1, 2]
+
+
+async def test_spare_waits_and_replaces_a_departed_node(etcd_endpoint: str, run_id: str) -> None:
+    async with AsyncExitStack() as stack:
+        hs = [await stack.enter_async_context(make(etcd_endpoint, run_id, 1, 2)) for _ in range(2)]
+        spare = make(etcd_endpoint, run_id, 1, 2)
+        with anyio.fail_after(10):
+            infos = await rendezvous_all(hs)
+        assert sorted(i.rank for i in infos) == [0, 1]
+        got: list[RendezvousInfo] = []
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+
+                async def run_spare() -> None:
+                    async with spare:
+                        got.append(await spare.next_rendezvous())
+                        await spare.set_closed()
+
+                tg.start_soon(run_spare)
+                await anyio.wait_all_tasks_blocked()
+                assert await hs[0].num_nodes_waiting() == 0  # a spare is not "waiting"
+                await hs[1].shutdown()  # lease revoked: peers see it at once
+                await hs[0].wait_for_membership_change()
+                (info,) = await rendezvous_all(hs[:1])
+        assert info.world_size == 2 and got[0].world_size == 2
+        assert await hs[0].is_closed()
+
+
+async def test_close_wakes_waiters(etcd_endpoint: str, run_id: str) -> None:
+    async with make(etcd_endpoint, run_id, 3, 3) as a, make(etcd_endpoint, run_id, 3, 3) as b:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+
+                async def wait_a() -> None:
+                    with pytest.raises(RendezvousClosedError):
+                        await a.next_rendezvous()
+
+                tg.start_soon(wait_a)
+                await anyio.wait_all_tasks_blocked()
+                await b.set_closed()
+        assert await a.is_closed()
+        with pytest.raises(RendezvousClosedError):
+            await b.next_rendezvous()
+
+
+async def test_join_timeout_names_progress(etcd_endpoint: str, run_id: str) -> None:
+    async with make(etcd_endpoint, run_id, 2, 2, join_timeout=0.5) as h:
+        with anyio.fail_after(5), pytest.raises(RendezvousTimeoutError, match="1 joined"):
+            await h.next_rendezvous()
+        assert await h.num_nodes_waiting() == 0  # withdrawn
+
+
+async def test_unreachable_etcd_at_start_is_a_clear_error(run_id: str) -> None:
+    from _etcd_server import free_port
+
+    endpoint = f"127.0.0.1:{free_port()}"
+    async with make(endpoint, run_id, 1, 1, join_timeout=1, read_timeout=5) as h:
+        with anyio.fail_after(5), pytest.raises(RendezvousConnectionError, match=endpoint):
+            await h.next_rendezvous()
+
+
+def test_bad_config_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="bad port"):
+        make("127.0.0.1:x", "r", 1, 1)
+    with pytest.raises(ValueError, match="protocol"):
+        make("127.0.0.1:2379", "r", 1, 1, protocol="ftp")
+    with pytest.raises(ValueError, match="username"):
+        make("127.0.0.1:2379", "r", 1, 1, password="p")
+    with pytest.raises(ValueError, match="cacert"):
+        make("127.0.0.1:2379", "r", 1, 1, protocol="https", cacert="/nonexistent.pem")
+    h = make("h1:1,h2", "r", 1, 1, user="u", password="p", read_timeout="7")
+    assert h.client.config.endpoints == (("h1", 1), ("h2", 2379))
+    assert h.client.config.username == "u" and h.client.config.read_timeout == 7
