@@ -369,12 +369,23 @@ class SimpleElasticAgent(ElasticAgent):
         """Group rank 0: decide (and host, if needed) the workers' store; ``(addr, port, agent)``.
 
         ``agent`` is ``TORCHELASTIC_USE_AGENT_STORE``. Subclasses host the store on
-        ``self._round_stack``; this default requires an explicit ``master_port``.
+        ``self._round_stack``; this default honours an explicit ``master_port``: True
+        when the rendezvous serves that port itself (``use_agent_store`` and its
+        bootstrap endpoint), else False (worker rank 0 then hosts torch's store).
         """
         spec = self._worker_group.spec
         if spec.master_port is None:
             raise AgentError("this agent cannot host a store: set WorkerSpec.master_port")
-        return spec.master_addr or spec.local_addr or _hostname(), spec.master_port, False
+        boot = None if self._rdzv_info is None else self._rdzv_info.bootstrap_store_info
+        # The rendezvous itself serves that endpoint (torch's static backend): workers
+        # must connect to it as clients rather than bind it.
+        agent_store = (
+            spec.rdzv_handler.use_agent_store
+            and boot is not None
+            and boot.master_port == spec.master_port
+        )
+        addr = spec.master_addr or spec.local_addr or (boot.master_addr if boot else None)
+        return addr or _hostname(), spec.master_port, agent_store
 
     async def _assign_worker_ranks(
         self, store: Store, group_rank: int, group_world_size: int, spec: WorkerSpec
