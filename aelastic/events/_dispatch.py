@@ -50,6 +50,7 @@ import logging
 import os
 import threading
 import time
+import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -147,6 +148,11 @@ class _Handler:
                 self.home = None
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Identity, or equality (``obj.method`` makes a new but equal bound method each time)."""
+    return a is b or (isinstance(a, (types.MethodType, types.BuiltinMethodType)) and a == b)
+
+
 @dataclass(frozen=True)
 class DestinationStatistics:
     """Counters of one destination (see :func:`statistics`)."""
@@ -205,11 +211,11 @@ class Destination:
         self._refresh()
 
     def remove(self, original: HandlerLike) -> bool:
-        kept = tuple(h for h in self.handlers if h.original is not original)
+        kept = tuple(h for h in self.handlers if not _same(h.original, original))
         found = len(kept) != len(self.handlers)
         if isinstance(original, logging.Handler):
             self.logger.removeHandler(original)
-        if self.primary is not None and self.primary.original is original:
+        if self.primary is not None and _same(self.primary.original, original):
             self.primary, found = None, True
         self.handlers = kept
         self._refresh()
@@ -276,63 +282,75 @@ class Destination:
             self.wakeup.clear()
 
     async def _process(self, batch: list[tuple[Any, Waiter | None]]) -> None:
-        events = [event for event, _ in batch if event is not _FLUSH]
-        errors: list[BaseException] = []
-        if events:
+        items = [(i, event) for i, (event, _) in enumerate(batch) if event is not _FLUSH]
+        failures: dict[int, list[BaseException]] = {}
+        if items:
             for handler in self.all_handlers():
                 if handler.is_null:
                     continue
                 try:
-                    await self._run(handler, events)
-                except Exception as exc:
-                    self.handler_errors += 1
-                    errors.append(exc)
-                    log.error(
-                        "events destination %r: handler %r failed: %r",
-                        self.name,
-                        handler.original,
-                        exc,
-                        exc_info=exc,
-                    )
-            self.processed += len(events)
-        for _, waiter in batch:
+                    errors = await self._run(handler, items)
+                except Exception as exc:  # the whole batch failed (batch handler, dead loop)
+                    errors = {i: exc for i, _ in items}
+                for i, exc in errors.items():
+                    self._failed(handler, exc)
+                    failures.setdefault(i, []).append(exc)
+            self.processed += len(items)
+        for i, (_, waiter) in enumerate(batch):
             if waiter is not None:
-                waiter.done(errors)
+                waiter.done(failures.get(i, []))
 
-    async def _run(self, handler: _Handler, events: list[Any]) -> None:
+    def _failed(self, handler: _Handler, exc: BaseException) -> None:
+        self.handler_errors += 1
+        log.error(
+            "events destination %r: handler %r failed: %r",
+            self.name,
+            handler.original,
+            exc,
+            exc_info=exc,
+        )
+
+    async def _run(self, handler: _Handler, items: list[tuple[int, Any]]) -> dict[int, Exception]:
+        """Run ``handler`` on every event of ``items``; return the failures by index."""
         if handler.logging_handler is not None:
             if handler.batch is not None:
-                handler.batch(events)
-                return
-            logger = self.logger
-            if logger.isEnabledFor(logging.INFO):
-                for event in events:
-                    logger.info(_message(event))
-            return
-        call = handler.call
-        if not handler.is_async:
-            for event in events:
-                result = call(event)
-                if inspect.isawaitable(result):
-                    await result
-            return
+                handler.batch([event for _, event in items])
+            else:
+                logger = self.logger
+                if logger.isEnabledFor(logging.INFO):
+                    for _, event in items:
+                        logger.info(_message(event))
+            return {}
         home = handler.home
-        if home is None or home is asyncio.get_running_loop():
-            for event in events:
-                await call(event)
-            return
-        for event in events:
-            await _run_on(home, call, event)
+        if handler.is_async and home is not None and home is not asyncio.get_running_loop():
+            return await _run_on(home, handler.call, items)
+        return await _run_each(handler.call, items)
 
 
-async def _run_on(home: asyncio.AbstractEventLoop, call: Callable[[Any], Any], event: Any) -> None:
-    """Await ``call(event)`` on the loop ``home`` (another thread's loop)."""
+async def _run_each(
+    call: Callable[[Any], Any], items: list[tuple[int, Any]]
+) -> dict[int, Exception]:
+    errors: dict[int, Exception] = {}
+    for i, event in items:
+        try:
+            result = call(event)
+            if inspect.isawaitable(result):
+                await result
+        except Exception as exc:
+            errors[i] = exc
+    return errors
+
+
+async def _run_on(
+    home: asyncio.AbstractEventLoop, call: Callable[[Any], Any], items: list[tuple[int, Any]]
+) -> dict[int, Exception]:
+    """Run ``call`` on each event of ``items`` on the loop ``home``, one hop per batch."""
     if home.is_closed() or not home.is_running():
         raise EventsError(
             f"async handler {call!r} belongs to an event loop that is no longer running; "
             "unregister handlers before their loop ends"
         )
-    coro = call(event)
+    coro = _run_each(call, items)
     try:
         future = asyncio.run_coroutine_threadsafe(coro, home)
     except RuntimeError:
@@ -346,7 +364,7 @@ async def _run_on(home: asyncio.AbstractEventLoop, call: Callable[[Any], Any], e
             future.cancel()
     if wrapped.cancelled():
         raise EventsError(f"async handler {call!r} was cancelled: its event loop shut down")
-    wrapped.result()
+    return wrapped.result()
 
 
 class _FlushMarker:

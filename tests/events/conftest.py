@@ -1,0 +1,34 @@
+"""Isolation for the process-global events registry: handlers a test adds are removed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from aelastic.events import _dispatch
+
+
+@pytest.fixture(autouse=True)
+def _restore_destinations() -> Iterator[None]:
+    registry = _dispatch.registry
+    with registry.lock:
+        before = {
+            name: (dest.handlers, dest.primary, dest.capacity)
+            for name, dest in registry.destinations.items()
+        }
+    yield
+    _dispatch.flush_blocking(10)
+    with registry.lock:
+        for name, dest in list(registry.destinations.items()):
+            if name not in before:
+                for handler in dest.all_handlers():
+                    dest.remove(handler.original)
+                continue
+            handlers, primary, capacity = before[name]
+            for handler in dest.handlers:
+                if handler not in handlers:
+                    dest.remove(handler.original)
+            if dest.primary is not primary:
+                dest.set_primary(primary)
+            dest.capacity = capacity
