@@ -299,7 +299,9 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 tg.cancel_scope.cancel()
             self._tg = self._stack = None
             if stack is not None:
-                await stack.__aexit__(exc_type, exc, tb)
+                # The body's exception propagates as is: the task group only holds our
+                # background tasks, which never raise, so nothing is added to it.
+                await stack.__aexit__(None, None, None)
 
     def _require_started(self) -> TaskGroup:
         if self._tg is None or self._store is None:

@@ -1,0 +1,134 @@
+"""RendezvousParameters, endpoint parsing and the backend registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from aelastic.rendezvous import (
+    C10dRendezvousHandler,
+    RendezvousError,
+    RendezvousHandler,
+    RendezvousHandlerRegistry,
+    RendezvousParameters,
+    StaticRendezvousHandler,
+    create_handler,
+    get_rendezvous_handler,
+    parse_endpoint,
+)
+
+
+def params(**kw: object) -> RendezvousParameters:
+    base: dict[str, object] = dict(
+        backend="c10d", endpoint="127.0.0.1:1", run_id="r", min_nodes=1, max_nodes=2
+    )
+    base.update(kw)
+    return RendezvousParameters(**base)  # type: ignore[arg-type]
+
+
+def test_min_greater_than_max_names_both() -> None:
+    with pytest.raises(ValueError, match=r"min_nodes \(3\) must not exceed max_nodes \(2\)"):
+        params(min_nodes=3, max_nodes=2)
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"min_nodes": 0}, "min_nodes"),
+        ({"max_nodes": "2"}, "max_nodes"),
+        ({"run_id": ""}, "run_id"),
+        ({"run_id": "a/b"}, "run_id"),
+        ({"backend": " "}, "backend"),
+    ],
+)
+def test_bad_parameters(kw: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        params(**kw)
+
+
+def test_config_accessors() -> None:
+    p = params(a="yes", b="0", c="12", d="0.25", e="maybe")
+    assert p.get("missing", 7) == 7
+    assert p.get_as_bool("a") is True
+    assert p.get_as_bool("b") is False
+    assert p.get_as_bool("missing") is None
+    assert p.get_as_int("c") == 12
+    assert p.get_as_float("d") == 0.25
+    with pytest.raises(ValueError, match="e='maybe' is not a boolean"):
+        p.get_as_bool("e")
+    with pytest.raises(ValueError, match="not an integer"):
+        p.get_as_int("d")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("host", ("host", 29400)),
+        ("host:123", ("host", 123)),
+        ("10.0.0.1:5", ("10.0.0.1", 5)),
+        ("[::1]:77", ("::1", 77)),
+        ("[::1]", ("::1", 29400)),
+        ("fe80::1", ("fe80::1", 29400)),
+    ],
+)
+def test_parse_endpoint(text: str, expected: tuple[str, int]) -> None:
+    assert parse_endpoint(text, 29400) == expected
+
+
+@pytest.mark.parametrize("text", ["", "host:x", "host:70000", "[::1", ":5"])
+def test_parse_endpoint_rejects(text: str) -> None:
+    with pytest.raises(RendezvousError, match="endpoint"):
+        parse_endpoint(text, 29400)
+
+
+def test_parse_endpoint_requires_port_without_default() -> None:
+    with pytest.raises(RendezvousError, match="has no port"):
+        parse_endpoint("host", None)
+
+
+def test_registry_builtins_and_alias() -> None:
+    assert isinstance(get_rendezvous_handler(params(backend="tcp")), C10dRendezvousHandler)
+    handler = create_handler(params(backend="c10d", keep_alive_interval="0.5"))
+    assert isinstance(handler, C10dRendezvousHandler)
+    assert handler.get_backend() == "c10d"
+    assert handler.settings.keep_alive_interval == 0.5
+    assert handler.settings.heartbeat_timeout == 1.5
+    assert handler.use_agent_store
+    static = create_handler(params(backend="static", rank=1, min_nodes=2))
+    assert isinstance(static, StaticRendezvousHandler)
+    assert static.get_backend() == "static"
+
+
+def test_registry_unknown_backend_lists_choices() -> None:
+    with pytest.raises(RendezvousError, match="unknown rendezvous backend 'nope'.*c10d"):
+        create_handler(params(backend="nope"))
+
+
+def test_static_needs_rank_and_fixed_world() -> None:
+    with pytest.raises(ValueError, match="--node-rank"):
+        create_handler(params(backend="static", min_nodes=2))
+    with pytest.raises(ValueError, match="fixed world"):
+        create_handler(params(backend="static", rank=0))
+    with pytest.raises(ValueError, match="out of range"):
+        create_handler(params(backend="static", rank=2, min_nodes=2))
+
+
+def test_bad_dynamic_config_is_named() -> None:
+    with pytest.raises(ValueError, match="join_timeout"):
+        create_handler(params(join_timeout="soon"))
+    with pytest.raises(ValueError, match="keep_alive_interval"):
+        create_handler(params(keep_alive_interval=0))
+
+
+def test_register_plugin_and_conflict() -> None:
+    registry = RendezvousHandlerRegistry()
+
+    def factory(p: RendezvousParameters) -> RendezvousHandler:
+        return StaticRendezvousHandler(p)
+
+    registry.register("static", factory)
+    registry.register("static", factory)  # same factory: no-op
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register("static", lambda p: StaticRendezvousHandler(p))
+    registry.register("mine", factory)
+    with pytest.raises(RendezvousError, match="reports backend 'static'"):
+        registry.create_handler(params(backend="mine", rank=0, min_nodes=2))
