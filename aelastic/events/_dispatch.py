@@ -290,8 +290,8 @@ class Destination:
                     continue
                 try:
                     errors = await self._run(handler, items)
-                except Exception as exc:  # the whole batch failed (batch handler, dead loop)
-                    errors = {i: exc for i, _ in items}
+                except Exception as batch_exc:  # the whole batch failed (dead loop, file)
+                    errors = {i: batch_exc for i, _ in items}
                 for i, exc in errors.items():
                     self._failed(handler, exc)
                     failures.setdefault(i, []).append(exc)

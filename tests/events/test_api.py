@@ -196,5 +196,5 @@ async def test_record_rdzv_event_reaches_registered_handler() -> None:
 
 
 def test_bad_handler_is_rejected() -> None:
-    with pytest.raises(TypeError, match="logging.Handler"):
+    with pytest.raises(TypeError, match=r"logging\.Handler"):
         events.register_handler("x", 42)

@@ -7,6 +7,7 @@ import sys
 import threading
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import pytest
 
@@ -23,7 +24,7 @@ async def test_async_handler_runs_on_its_home_loop_in_order() -> None:
     loop_thread = threading.get_ident()
 
     async def handler(event: Event) -> None:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         seen.append((event.name, threading.get_ident()))
 
     events.register_handler("custom-async", handler)

@@ -80,6 +80,7 @@ async def test_builtin_destinations_are_types_and_subscribers_see_legacy_events(
             assert stream.receive_nowait().name == "printed"
     finally:
         written = console.setStream(old)
+    assert written is not None
     assert '"name": "printed"' in written.getvalue()
 
 

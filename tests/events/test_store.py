@@ -1,4 +1,4 @@
-"""The ``store`` destination end to end with a real StoreServer, and ``python -m aelastic events``."""
+"""The ``store`` destination end to end with a real StoreServer; ``python -m aelastic events``."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ async def test_local_store_and_missing_run_id() -> None:
                 await events.arecord(Event("no-run", EventSource.AGENT), "local-store")
         finally:
             events.unregister_handler("local-store", handler)
-    with pytest.raises(TypeError, match="aelastic.store.Store"):
+    with pytest.raises(TypeError, match=r"aelastic\.store\.Store"):
         events.StoreEventHandler(object())  # type: ignore[arg-type]
 
 

@@ -62,9 +62,8 @@ async def test_slow_subscriber_never_blocks_the_recorder() -> None:
         events.subscribe(max_buffer=10) as slow,
         events.subscribe(max_buffer=100_000) as fast,
     ):
-        with anyio.fail_after(10):
-            for i in range(50_000):
-                events.record(_ev(i))
+        for i in range(50_000):  # no await: a blocked recorder would hang right here
+            events.record(_ev(i))
         assert slow.dropped == 49_990 and fast.dropped == 0
         assert [e.timestamp for e in [fast.receive_nowait() for _ in range(50_000)]] == list(
             range(50_000)
