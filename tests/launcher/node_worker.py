@@ -1,11 +1,12 @@
 """A tiny non-torch worker for launcher tests: records its environment, then acts.
 
-    node_worker.py OUT_DIR [--finish-at-world N] [--exit-code C] [--tag TAG]
+    node_worker.py OUT_DIR [--finish-at-world N] [--when-file PATH] [--exit-code C]
 
 Writes ``OUT_DIR/<rank>-<world>-<restart>-<pid>.json`` with the torchelastic variables
 and prints ``READY rank=R world=W`` (flushed). Then exits with ``--exit-code``, except
-with ``--finish-at-world N`` when WORLD_SIZE != N: it then waits (at most 60 s) to be
-stopped by the agent, which a membership change does.
+with ``--finish-at-world N`` when WORLD_SIZE != N (or, with ``--when-file``, while
+that file does not exist): it then waits (at most 60 s) to be stopped by the agent,
+which a membership change does.
 """
 
 from __future__ import annotations
@@ -47,11 +48,16 @@ def main(argv: list[str]) -> int:
     os.replace(tmp, os.path.join(out, name))
     print(f"READY rank={rank} world={world}", flush=True)
     finish = opts.get("--finish-at-world")
-    if finish is not None and world != finish:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
-        return 3
+    marker = opts.get("--when-file")
+
+    def done() -> bool:
+        return (finish is None or world == finish) and (marker is None or os.path.exists(marker))
+
+    deadline = time.monotonic() + 60
+    while not done():
+        if time.monotonic() > deadline:
+            return 3
+        time.sleep(0.05)
     return int(opts.get("--exit-code", "0"))
 
 

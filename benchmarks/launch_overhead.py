@@ -1,0 +1,94 @@
+"""Launch overhead: ``--standalone --nproc-per-node 2`` of a no-op script, aelastic vs torchrun.
+
+    python benchmarks/launch_overhead.py [--repeats 7] [--nproc 2]
+
+Each launcher runs as a fresh process; the wall time covers the whole command (start,
+rendezvous, two workers, exit) and the peak RSS is ``ru_maxrss`` from ``os.wait4`` of
+that process (the launcher's own, or a waited-for worker's if larger; the no-op workers
+are far smaller than either launcher). Also timed: starting the same two Python
+processes directly, the floor any launcher pays. Prints medians and ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+PY = sys.executable
+
+
+def _measure(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS MiB) of one run of ``cmd``; raises if it fails."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd} exited {proc.returncode}: {err.decode()[-2000:]}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def _direct(script: str, nproc: int) -> tuple[float, float]:
+    start = time.perf_counter()
+    procs = [subprocess.Popen([PY, "-u", script]) for _ in range(nproc)]
+    for p in procs:
+        p.wait()
+    return time.perf_counter() - start, 0.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--nproc", type=int, default=2)
+    opts = parser.parse_args()
+
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")  # both launchers would warn and set it
+    with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "noop.py")
+        with open(script, "w") as f:
+            f.write("pass\n")
+        flags = ["--standalone", "--nproc-per-node", str(opts.nproc)]
+        launchers = {
+            "aelastic": [PY, "-m", "aelastic", "run", *flags, script],
+            "torchrun": [PY, "-m", "torch.distributed.run", *flags, script],
+        }
+        help_cmds = {
+            "aelastic --help": [PY, "-m", "aelastic", "run", "--help"],
+            "torchrun --help": [PY, "-m", "torch.distributed.run", "--help"],
+        }
+        results: dict[str, tuple[float, float]] = {}
+        for name, cmd in {**launchers, **help_cmds}.items():
+            _measure(cmd, env)  # warm the page cache
+            runs = [_measure(cmd, env) for _ in range(opts.repeats)]
+            results[name] = (
+                statistics.median(w for w, _ in runs),
+                max(r for _, r in runs),
+            )
+        _direct(script, opts.nproc)
+        direct = statistics.median(_direct(script, opts.nproc)[0] for _ in range(opts.repeats))
+
+    print(f"launch overhead: --standalone --nproc-per-node {opts.nproc} of a no-op script")
+    print(f"median of {opts.repeats} runs; python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    print(f"{'command':<18} {'wall s':>8} {'peak RSS MiB':>13}")
+    for name, (wall, rss) in results.items():
+        print(f"{name:<18} {wall:8.3f} {rss:13.1f}")
+    print(f"{'2 pythons direct':<18} {direct:8.3f} {'-':>13}")
+    a_wall, a_rss = results["aelastic"]
+    t_wall, t_rss = results["torchrun"]
+    print(f"ratio aelastic/torchrun wall: {a_wall / t_wall:.3f}x  (target <= 0.1x)")
+    print(f"ratio aelastic/torchrun peak RSS: {a_rss / t_rss:.3f}x")
+    print(f"aelastic overhead over direct start: {a_wall - direct:.3f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

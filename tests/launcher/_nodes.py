@@ -1,0 +1,133 @@
+"""Run ``python -m aelastic run`` processes ("nodes") and wait on their output lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+HERE = Path(__file__).parent
+WORKER = str(HERE / "node_worker.py")
+EXAMPLE = str(HERE.parent.parent / "examples" / "train_ddp.py")
+AELASTIC_RUN = [sys.executable, "-m", "aelastic", "run"]
+
+
+def free_port() -> int:
+    """A port that was free on 127.0.0.1 a moment ago (for endpoints every node must know)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def records(out: Path) -> list[dict[str, Any]]:
+    """The JSON records node_worker.py wrote into ``out``."""
+    return [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+
+
+class Node:
+    """One ``aelastic run`` process: collects stdout lines and stderr."""
+
+    def __init__(self, process: anyio.abc.Process, name: str) -> None:
+        self.process = process
+        self.name = name
+        self.lines: list[str] = []
+        self.stderr = bytearray()
+        self._changed = anyio.Event()
+        self._stdout_closed = False
+
+    async def _pump_stdout(self) -> None:
+        assert self.process.stdout is not None
+        stream = BufferedByteReceiveStream(self.process.stdout)
+        try:
+            while True:
+                line = await stream.receive_until(b"\n", 1 << 20)
+                self.lines.append(line.decode(errors="replace"))
+                self._changed.set()
+                self._changed = anyio.Event()
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError):
+            pass
+        finally:
+            self._stdout_closed = True
+            self._changed.set()
+
+    async def _pump_stderr(self) -> None:
+        assert self.process.stderr is not None
+        try:
+            async for chunk in self.process.stderr:
+                self.stderr += chunk
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            pass
+
+    async def wait_for_line(self, predicate: Callable[[str], bool], count: int = 1) -> None:
+        """Return once ``count`` stdout lines satisfy ``predicate``; fail if stdout closes."""
+        while sum(1 for line in self.lines if predicate(line)) < count:
+            if self._stdout_closed:
+                raise AssertionError(
+                    f"{self.name} closed its stdout before the line came; stdout={self.lines!r}"
+                    f" stderr={self.stderr.decode(errors='replace')}"
+                )
+            await self._changed.wait()
+
+    async def wait(self) -> int:
+        code = await self.process.wait()
+        while not self._stdout_closed:
+            await self._changed.wait()
+        return code
+
+    @property
+    def err(self) -> str:
+        return self.stderr.decode(errors="replace")
+
+
+class Cluster:
+    """Nodes started in one task group; all are killed when the block exits."""
+
+    def __init__(self, tg: anyio.abc.TaskGroup) -> None:
+        self._tg = tg
+        self.nodes: list[Node] = []
+
+    async def start(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Node:
+        full_env = dict(os.environ)
+        full_env.pop("OMP_NUM_THREADS", None)
+        full_env.update(env or {})
+        process = await anyio.open_process(
+            [*AELASTIC_RUN, *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=full_env,
+        )
+        node = Node(process, f"node{len(self.nodes)}")
+        self.nodes.append(node)
+        self._tg.start_soon(node._pump_stdout)
+        self._tg.start_soon(node._pump_stderr)
+        return node
+
+
+@asynccontextmanager
+async def cluster() -> AsyncIterator[Cluster]:
+    async with anyio.create_task_group() as tg:
+        c = Cluster(tg)
+        try:
+            yield c
+        finally:
+            with anyio.CancelScope(shield=True):
+                for node in c.nodes:
+                    if node.process.returncode is None:
+                        node.process.send_signal(signal.SIGTERM)
+                for node in c.nodes:
+                    with anyio.move_on_after(15):
+                        await node.process.wait()
+                    if node.process.returncode is None:
+                        node.process.kill()
+                        await node.process.wait()

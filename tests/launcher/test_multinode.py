@@ -1,0 +1,97 @@
+"""Several ``aelastic run`` processes as nodes of one job on 127.0.0.1 (c10d rendezvous).
+
+The workers are a tiny non-torch script (node_worker.py): rendezvous and membership are
+the point here, not collectives.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import anyio
+
+from ._nodes import WORKER, cluster, free_port, records
+
+FAST = "keep_alive_interval=0.2,heartbeat_timeout=1,last_call_timeout=0.5,join_timeout=60"
+
+
+def _c10d(nnodes: str, port: int, run_id: str, conf: str = FAST) -> list[str]:
+    return [
+        "--nnodes", nnodes,
+        "--nproc-per-node", "1",
+        "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"127.0.0.1:{port}",
+        "--rdzv-id", run_id,
+        "--rdzv-conf", conf,
+        "--local-addr", "127.0.0.1",
+        "--exit-barrier-timeout", "60",
+    ]  # fmt: skip
+
+
+def _ready(world: int) -> object:
+    return lambda line: line.startswith("READY") and line.split("world=")[1].strip() == str(world)
+
+
+async def test_three_nodes_form_one_world(tmp_path: Path) -> None:
+    port = free_port()
+    argv = ["--nnodes", "3", "--nproc-per-node", "2", "--rdzv-backend", "c10d"]
+    argv += ["--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "three", WORKER, str(tmp_path)]
+    async with cluster() as c:
+        nodes = [await c.start(argv) for _ in range(3)]
+        with anyio.fail_after(90):
+            codes = [await n.wait() for n in nodes]
+    assert codes == [0, 0, 0], [n.err for n in nodes]
+    recs = records(tmp_path)
+    assert sorted(int(r["RANK"]) for r in recs) == list(range(6))
+    assert {r["WORLD_SIZE"] for r in recs} == {"6"}
+    assert {r["GROUP_WORLD_SIZE"] for r in recs} == {"3"}
+    assert sorted(r["GROUP_RANK"] for r in recs) == ["0", "0", "1", "1", "2", "2"]
+    assert len({(r["MASTER_ADDR"], r["MASTER_PORT"]) for r in recs}) == 1
+
+
+async def test_late_node_scales_the_world_up(tmp_path: Path) -> None:
+    port = free_port()
+    argv = [*_c10d("2:3", port, "grow"), WORKER, str(tmp_path), "--finish-at-world", "3"]
+    async with cluster() as c:
+        first = [await c.start(argv) for _ in range(2)]
+        with anyio.fail_after(60):
+            for node in first:
+                await node.wait_for_line(_ready(2))
+        late = await c.start(argv)
+        with anyio.fail_after(60):
+            codes = [await n.wait() for n in [*first, late]]
+    assert codes == [0, 0, 0], [n.err for n in c.nodes]
+    recs = records(tmp_path)
+    worlds = [r["WORLD_SIZE"] for r in recs]
+    assert worlds.count("2") == 2 and worlds.count("3") == 3
+    assert sorted(r["RANK"] for r in recs if r["WORLD_SIZE"] == "3") == ["0", "1", "2"]
+    # a membership change is not a failure: the restart budget is untouched
+    assert {r["TORCHELASTIC_RESTART_COUNT"] for r in recs} == {"0"}
+
+
+async def test_killed_node_is_dropped_and_the_others_finish(tmp_path: Path) -> None:
+    port = free_port()
+    marker = tmp_path / "killed"
+    out = tmp_path / "out"
+    out.mkdir()
+    conf = FAST.replace("last_call_timeout=0.5", "last_call_timeout=5")
+    argv = [*_c10d("2:3", port, "shrink", conf), WORKER, str(out)]
+    argv += ["--finish-at-world", "2", "--when-file", str(marker)]
+    async with cluster() as c:
+        host = await c.start(argv)  # the first node binds the endpoint: it hosts the store
+        others = [await c.start(argv) for _ in range(2)]
+        with anyio.fail_after(60):
+            for node in [host, *others]:
+                await node.wait_for_line(_ready(3))
+        victim = others[-1]
+        os.kill(victim.process.pid, signal.SIGKILL)
+        marker.touch()
+        with anyio.fail_after(30):
+            codes = [await n.wait() for n in [host, others[0]]]
+            assert await victim.wait() == -signal.SIGKILL
+    assert codes == [0, 0], [n.err for n in c.nodes]
+    recs = records(out)
+    finals = [r for r in recs if r["WORLD_SIZE"] == "2"]
+    assert sorted(r["RANK"] for r in finals) == ["0", "1"]
