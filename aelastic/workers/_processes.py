@@ -12,9 +12,9 @@ everything else is wired straight to the file or the inherited console.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
-import math
 import os
 import signal
 import subprocess
@@ -163,8 +163,9 @@ class WorkerProcesses:
         self.unreaped: dict[int, int] = {}
         self._kill_timeout = kill_timeout
         self._workers: dict[int, _Worker] = {}
-        self._send, self._receive = anyio.create_memory_object_stream[ProcessExit](math.inf)
-        self._expected = len(specs)
+        self._pending: collections.deque[ProcessExit] = collections.deque()
+        self._changed = anyio.Event()
+        self._closed = False
 
     # -- observation -------------------------------------------------------
 
@@ -183,13 +184,15 @@ class WorkerProcesses:
         Raises :class:`NoMoreExitsError` once every worker's exit has been
         returned. Cancellation is safe: no exit is lost.
         """
-        try:
-            return await self._receive.receive()
-        except anyio.EndOfStream:
-            raise NoMoreExitsError(
-                f"all {self._expected} worker exits were already returned by wait_for_exit;"
-                " read WorkerProcesses.exits instead"
-            ) from None
+        while not self._pending:
+            if self._closed or not self.alive:
+                raise NoMoreExitsError(
+                    f"every exit of the {len(self._workers)} workers was already returned by"
+                    " wait_for_exit (or the workers were closed); read"
+                    " WorkerProcesses.exits instead"
+                )
+            await self._changed.wait()
+        return self._pending.popleft()
 
     async def wait_all(self) -> dict[int, ProcessExit]:
         """Wait until every worker exited; returns ``{local_rank: ProcessExit}``."""
@@ -297,10 +300,13 @@ class WorkerProcesses:
             timestamp=time.time(),
         )
         self.exits[local_rank] = exit_
-        self._send.send_nowait(exit_)
+        self._pending.append(exit_)
         worker.exited.set()
-        if len(self.exits) == self._expected:
-            self._send.close()
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
 
     async def _start_all(self, specs: Sequence[ProcessSpec]) -> None:
         loop = asyncio.get_running_loop()
@@ -311,7 +317,6 @@ class WorkerProcesses:
                 await self._start_one(loop, worker)
             except BaseException:
                 del self._workers[spec.local_rank]
-                self._expected = len(self._workers)
                 raise
             finally:
                 for fd in worker.file_fds if worker.transport is None else ():
@@ -387,8 +392,8 @@ class WorkerProcesses:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             worker.file_fds.clear()
-        self._send.close()
-        self._receive.close()
+        self._closed = True
+        self._wake()
 
 
 def _open_log(path: str, local_rank: int) -> int:

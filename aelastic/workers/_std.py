@@ -44,13 +44,21 @@ class Std(IntFlag):
         raise ValueError(f"invalid redirect/tee value {vm!r}: {_RULE}")
 
 
-def to_map(val_or_map: Std | Mapping[int, Std], local_world_size: int) -> dict[int, Std]:
+def to_map(
+    val_or_map: Std | int | str | Mapping[int, Std], local_world_size: int
+) -> dict[int, Std]:
     """Expand to ``{local_rank: Std}`` for every rank; unnamed ranks get ``Std.NONE``.
 
-    Raises ValueError for a local rank outside ``0..local_world_size-1``.
+    Accepts a ``Std`` (or its int), a CLI string (``"3"``, ``"0:1,1:2"``) or a
+    mapping. Raises ValueError for a bad value or a local rank outside
+    ``0..local_world_size-1``.
     """
     if local_world_size <= 0:
         raise ValueError(f"local_world_size must be positive, got {local_world_size}")
+    if isinstance(val_or_map, str):
+        val_or_map = Std.from_str(val_or_map)
+    if isinstance(val_or_map, int) and not 0 <= val_or_map <= 3:
+        raise ValueError(f"invalid redirect/tee value {val_or_map!r}: {_RULE}")
     if isinstance(val_or_map, Mapping):
         bad = sorted(r for r in val_or_map if not 0 <= r < local_world_size)
         if bad:

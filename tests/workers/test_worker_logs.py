@@ -1,0 +1,114 @@
+"""Log layout, redirects, tee with prefix, and the local-ranks filter."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aelastic.workers import LogDestinations, Std, parse_std_spec
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "agent_script.py")
+
+
+async def run_agent(cfg: dict[str, object]) -> tuple[list[str], list[str], str]:
+    with anyio.fail_after(60):
+        result = await anyio.run_process(
+            [sys.executable, SCRIPT, "logs", json.dumps(cfg)], check=False
+        )
+    out = result.stdout.decode().splitlines()
+    err = result.stderr.decode().splitlines()
+    assert result.returncode == 0, result.stderr.decode()
+    attempt_dir = out.pop().split(" ", 1)[1]
+    return out, err, attempt_dir
+
+
+async def test_tee_with_prefix_and_local_ranks_filter(tmp_path: Path) -> None:
+    out, err, attempt = await run_agent({"n": 2, "log_dir": str(tmp_path), "tee": 3, "filter": [0]})
+    assert sorted(out) == [
+        "[default0]:out 0 0",
+        "[default0]:out 0 1",
+        "[default0]:out 0 2",
+        "[default0]:partial",
+    ]
+    assert err == ["[default0]:err 0"]
+    assert attempt == str(tmp_path / "job1" / "attempt_0")
+    for rank in (0, 1):  # files are unaffected by the filter
+        assert (tmp_path / "job1/attempt_0" / str(rank) / "stdout.log").read_text() == (
+            f"out {rank} 0\nout {rank} 1\nout {rank} 2\npartial"
+        )
+        assert (tmp_path / "job1/attempt_0" / str(rank) / "stderr.log").read_text() == (
+            f"err {rank}\n"
+        )
+
+
+async def test_redirect_only_keeps_console_clean(tmp_path: Path) -> None:
+    out, err, attempt = await run_agent({"n": 2, "log_dir": str(tmp_path), "redirects": "0:1,1:3"})
+    # rank 0 stderr was not redirected: it reaches the console unprefixed.
+    assert out == []
+    assert err == ["err 0"]
+    assert (await anyio.Path(attempt, "0", "stdout.log").read_text()).startswith("out 0 0\n")
+    assert not await anyio.Path(attempt, "0", "stderr.log").exists()
+    assert await anyio.Path(attempt, "1", "stderr.log").read_text() == "err 1\n"
+
+
+async def test_prefix_template_uses_global_rank(tmp_path: Path) -> None:
+    out, _, _ = await run_agent(
+        {
+            "n": 1,
+            "log_dir": str(tmp_path),
+            "tee": 1,
+            "template": "[${role_name} g${rank} l${local_rank}] ",
+        }
+    )
+    assert "[default g10 l0] out 0 0" in out
+
+
+async def test_devnull_disables_files() -> None:
+    out, err, attempt = await run_agent({"n": 1, "log_dir": os.devnull, "tee": 1, "redirects": 2})
+    assert attempt == "None"
+    assert "[default0]:out 0 0" in out
+    assert err == []
+
+
+def test_attempt_dirs_are_never_reused(tmp_path: Path) -> None:
+    a = LogDestinations.for_attempt(str(tmp_path), "r", 0, 1, Std.ALL)
+    b = LogDestinations.for_attempt(str(tmp_path), "r", 0, 1, Std.ALL)
+    c = LogDestinations.for_attempt(str(tmp_path), "r", 1, 1, Std.ALL)
+    assert a.attempt_dir and b.attempt_dir and c.attempt_dir
+    assert Path(a.attempt_dir).name == "attempt_0"
+    assert Path(b.attempt_dir).name == "attempt_0_1"
+    assert Path(c.attempt_dir).name == "attempt_1"
+    assert a.error_files[0] == os.path.join(a.attempt_dir, "0", "error.json")
+    spec = a.process_spec(0, ["x"], {"A": "1"})
+    assert spec.env["TORCHELASTIC_ERROR_FILE"] == a.error_files[0]
+    assert spec.stdout_file == os.path.join(a.attempt_dir, "0", "stdout.log")
+
+
+def test_default_log_dir_is_one_temp_dir_per_run() -> None:
+    a = LogDestinations.for_attempt(None, "tmp-run", 0, 1)
+    b = LogDestinations.for_attempt(None, "tmp-run", 1, 1)
+    assert a.attempt_dir and b.attempt_dir
+    assert os.path.dirname(a.attempt_dir) == os.path.dirname(b.attempt_dir)
+    assert "aelastic_" in a.attempt_dir
+
+
+def test_std_parsing() -> None:
+    assert Std.from_str("3") is Std.ALL
+    assert Std.from_str("0:3,1:0") == {0: Std.ALL, 1: Std.NONE}
+    assert parse_std_spec("1", 2) == {0: Std.OUT, 1: Std.OUT}
+    assert parse_std_spec("1:2", 3) == {0: Std.NONE, 1: Std.ERR, 2: Std.NONE}
+    with pytest.raises(ValueError, match='"0:3,1:0"'):
+        parse_std_spec("4", 2)
+    with pytest.raises(ValueError, match=r"only local ranks 0\.\.1"):
+        parse_std_spec("5:1", 2)
+    with pytest.raises(ValueError, match="twice"):
+        parse_std_spec("0:1,0:2", 2)
+    with pytest.raises(ValueError, match="local ranks filter"):
+        LogDestinations.for_attempt(os.devnull, "r", 0, 2, local_ranks_filter={3})
+    with pytest.raises(ValueError, match="template"):
+        LogDestinations.for_attempt(os.devnull, "r", 0, 1, tee=Std.ALL, prefix_template="${nope}")

@@ -1,0 +1,190 @@
+"""open_worker_processes with real subprocesses: exits, stop, signals, cleanup."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import textwrap
+
+import anyio
+import pytest
+
+from aelastic.workers import (
+    NoMoreExitsError,
+    ProcessSpec,
+    WorkerProcessError,
+    WorkerStartError,
+    open_worker_processes,
+)
+
+from .conftest import Reporter, open_fds, pid_gone, py, wait_gone
+
+PAUSE = "import signal\nsignal.pause()\n"
+
+
+def spec(rank: int, args: list[str], env: dict[str, str] | None = None) -> ProcessSpec:
+    return ProcessSpec(local_rank=rank, args=args, env=env or dict(os.environ))
+
+
+async def test_exit_is_noticed_while_others_run(reporter: Reporter) -> None:
+    specs = [
+        spec(0, py("report('up')\n" + PAUSE), reporter.env()),
+        spec(1, py("import sys\nsys.exit(3)"), reporter.env()),
+    ]
+    async with open_worker_processes(specs, shutdown_timeout=10) as workers:
+        assert set(workers.pids) == {0, 1}
+        with anyio.fail_after(10):
+            first = await workers.wait_for_exit()
+        assert (first.local_rank, first.exitcode, first.failed) == (1, 3, True)
+        assert first.signal_name is None
+        assert await reporter.receive() == "up"
+        assert workers.is_alive(0) and not workers.is_alive(1)
+        assert list(workers.failures()) == [1]
+    # Leaving the block stopped rank 0 with SIGTERM.
+    assert workers.exits[0].exitcode == -signal.SIGTERM
+    assert workers.exits[0].signal_name == "SIGTERM"
+    assert (await workers.wait_for_exit()).local_rank == 0
+    with pytest.raises(NoMoreExitsError):
+        await workers.wait_for_exit()
+
+
+async def test_wait_all_and_no_more_exits() -> None:
+    specs = [spec(r, [sys.executable, "-c", f"raise SystemExit({r})"]) for r in range(3)]
+    async with open_worker_processes(specs) as workers:
+        with anyio.fail_after(20):
+            exits = await workers.wait_all()
+            assert {r: e.exitcode for r, e in exits.items()} == {0: 0, 1: 1, 2: 2}
+            got = {(await workers.wait_for_exit()).local_rank for _ in range(3)}
+        assert got == {0, 1, 2}
+        with pytest.raises(NoMoreExitsError):
+            await workers.wait_for_exit()
+
+
+async def test_stop_sigterm_is_honoured(reporter: Reporter) -> None:
+    async with open_worker_processes([spec(0, py("report('up')\n" + PAUSE), reporter.env())]) as w:
+        await reporter.receive()
+        with anyio.fail_after(10):
+            exits = await w.stop(signal.SIGTERM, timeout=30)
+        assert exits[0].exitcode == -signal.SIGTERM
+        assert not w.unreaped
+
+
+async def test_worker_ignoring_sigterm_is_killed_after_timeout(reporter: Reporter) -> None:
+    code = "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nreport('ready')\n"
+    specs = [spec(r, py(code + PAUSE), reporter.env()) for r in range(2)]
+    async with open_worker_processes(specs) as w:
+        assert await reporter.receive() == "ready"
+        assert await reporter.receive() == "ready"
+        start = anyio.current_time()
+        with anyio.fail_after(15):
+            exits = await w.stop(signal.SIGTERM, timeout=0.5)
+        elapsed = anyio.current_time() - start
+    assert {e.exitcode for e in exits.values()} == {-signal.SIGKILL}
+    assert exits[0].signal_name == "SIGKILL"
+    # One shared deadline for both workers, not one per worker.
+    assert 0.5 <= elapsed < 5
+
+
+async def test_grandchildren_in_the_group_are_killed(reporter: Reporter) -> None:
+    code = textwrap.dedent(
+        """
+        import subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
+        report(child.pid)
+        """
+    )
+    async with open_worker_processes([spec(0, py(code + PAUSE), reporter.env())]) as w:
+        grandchild = int(await reporter.receive())
+        assert not pid_gone(grandchild)
+        worker = w.pids[0]
+    assert pid_gone(worker)
+    await wait_gone(grandchild)
+
+
+async def test_leftover_grandchild_of_an_exited_worker_is_killed(reporter: Reporter) -> None:
+    code = textwrap.dedent(
+        """
+        import subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
+        report(child.pid)
+        """
+    )
+    async with open_worker_processes([spec(0, py(code), reporter.env())]) as w:
+        grandchild = int(await reporter.receive())
+        with anyio.fail_after(10):
+            assert (await w.wait_for_exit()).exitcode == 0
+        assert not pid_gone(grandchild)
+    await wait_gone(grandchild)
+
+
+async def test_send_signal_forwards_to_the_group(reporter: Reporter) -> None:
+    code = textwrap.dedent(
+        """
+        import signal, sys
+        signal.signal(signal.SIGUSR1, lambda *a: sys.exit(42))
+        report('ready')
+        """
+    )
+    async with open_worker_processes([spec(0, py(code + PAUSE), reporter.env())]) as w:
+        await reporter.receive()
+        w.send_signal(signal.SIGUSR1)
+        with anyio.fail_after(10):
+            assert (await w.wait_for_exit()).exitcode == 42
+
+
+async def test_cancellation_stops_reaps_and_leaks_no_fd(reporter: Reporter) -> None:
+    before = open_fds()
+    pids: dict[int, int] = {}
+    with anyio.CancelScope() as scope:
+        specs = [spec(r, py("report('up')\n" + PAUSE), reporter.env()) for r in range(2)]
+        async with open_worker_processes(specs, shutdown_timeout=10) as w:
+            pids = dict(w.pids)
+            await reporter.receive()
+            await reporter.receive()
+            scope.cancel()
+            await anyio.sleep_forever()
+    assert scope.cancelled_caught
+    assert {e.exitcode for e in w.exits.values()} == {-signal.SIGTERM}
+    for pid in pids.values():
+        assert not await anyio.Path(f"/proc/{pid}").exists(), "worker not reaped"
+    assert open_fds() == before
+
+
+async def test_error_in_block_stops_workers_and_propagates(reporter: Reporter) -> None:
+    with pytest.raises(RuntimeError, match="boom"):
+        async with open_worker_processes([spec(0, py("report('up')\n" + PAUSE), reporter.env())]):
+            await reporter.receive()
+            raise RuntimeError("boom")
+
+
+async def test_start_failure_is_clear_and_stops_started_workers(reporter: Reporter) -> None:
+    specs = [
+        spec(0, py("report('up')\n" + PAUSE), reporter.env()),
+        spec(1, ["/nonexistent/aelastic-binary"]),
+    ]
+    before = open_fds()
+    with pytest.raises(WorkerStartError, match="local rank 1"):
+        async with open_worker_processes(specs):
+            pytest.fail("must not enter the block")
+    assert open_fds() == before
+
+
+async def test_bad_specs_are_rejected() -> None:
+    with pytest.raises(ValueError, match="unique"):
+        async with open_worker_processes([spec(0, ["true"]), spec(0, ["true"])]):
+            pass
+    with pytest.raises(ValueError, match="argv"):
+        async with open_worker_processes([ProcessSpec(0, "true", {})]):
+            pass
+
+
+def test_trio_backend_is_refused() -> None:
+    pytest.importorskip("trio")
+
+    async def main() -> None:
+        async with open_worker_processes([spec(0, ["true"])]):
+            pass
+
+    with pytest.raises(WorkerProcessError, match="asyncio"):
+        anyio.run(main, backend="trio")
