@@ -21,9 +21,10 @@ def _restore_destinations() -> Iterator[None]:
     _dispatch.flush_blocking(10)
     with registry.lock:
         for name, dest in list(registry.destinations.items()):
-            if name not in before:
+            if name not in before:  # forget it: the next use re-creates it from scratch
                 for handler in dest.all_handlers():
                     dest.remove(handler.original)
+                del registry.destinations[name]
                 continue
             handlers, primary, capacity = before[name]
             for handler in dest.handlers:
