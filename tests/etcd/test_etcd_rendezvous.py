@@ -15,6 +15,7 @@ from aelastic.rendezvous import (
     RendezvousTimeoutError,
 )
 from aelastic.rendezvous._etcd import EtcdRendezvousHandler, create_etcd_handler
+from aelastic.rendezvous._etcd_client import prefix_end
 
 
 class Params:
@@ -167,3 +168,64 @@ def test_bad_config_is_a_clear_error() -> None:
     h = make("h1:1,h2", "r", 1, 1, user="u", password="p", read_timeout="7")
     assert h.client.config.endpoints == (("h1", 1), ("h2", 2379))
     assert h.client.config.username == "u" and h.client.config.read_timeout == 7
+
+
+async def test_sigkilled_node_is_noticed_within_lease_ttl(etcd_endpoint: str, run_id: str) -> None:
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    conf = {"keep_alive_interval": 0.5, "keep_alive_max_attempt": 2}  # lease TTL 2 s
+    node = Path(__file__).with_name("_node.py")
+    async with AsyncExitStack() as stack:
+        hs = [
+            await stack.enter_async_context(make(etcd_endpoint, run_id, 2, 3, **conf))
+            for _ in range(2)
+        ]
+        assert hs[0].settings.lease_ttl == 2
+        proc = await anyio.open_process(
+            [sys.executable, str(node), etcd_endpoint, run_id, "2", "3"],
+            stderr=subprocess.DEVNULL,
+        )
+        stack.push_async_callback(proc.aclose)
+        stack.callback(lambda: proc.returncode is None and proc.kill())
+        with anyio.fail_after(20):
+            # Let the slower-starting process join first (a watch, not a sleep), so the
+            # in-process nodes' last call cannot complete round 0 without it.
+            prefix = hs[0]._join_prefix(0)
+            async with hs[0].client.watch(prefix, prefix_end(prefix), start_revision=1) as w:
+                await w.next()
+            infos = await rendezvous_all(hs)
+            assert proc.stdout is not None
+            line = (await proc.stdout.receive()).decode()
+        assert {i.world_size for i in infos} == {3} and "world 3" in line
+        proc.send_signal(signal.SIGKILL)
+        killed = anyio.current_time()
+        with anyio.fail_after(2 + 1.5):  # TTL plus etcd's expiry sweep
+            await hs[0].wait_for_membership_change()
+        noticed = anyio.current_time() - killed
+        assert noticed <= 3.5
+        with anyio.fail_after(10):
+            infos = await rendezvous_all(hs)
+        assert sorted(i.rank for i in infos) == [0, 1] and {i.round for i in infos} == {1}
+
+
+async def test_waiting_handlers_survive_etcd_restart(etcd_server: Any, run_id: str) -> None:
+    endpoint = etcd_server.endpoint
+    async with AsyncExitStack() as stack:
+        hs = [await stack.enter_async_context(make(endpoint, run_id, 3, 3)) for _ in range(3)]
+        infos: list[RendezvousInfo] = []
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+
+                async def one(h: EtcdRendezvousHandler) -> None:
+                    infos.append(await h.next_rendezvous())
+
+                tg.start_soon(one, hs[0])
+                tg.start_soon(one, hs[1])
+                await anyio.wait_all_tasks_blocked()
+                etcd_server.kill()
+                await anyio.to_thread.run_sync(etcd_server.start)  # same data dir and port
+                tg.start_soon(one, hs[2])
+        assert sorted(i.rank for i in infos) == [0, 1, 2]
