@@ -274,11 +274,14 @@ class DynamicRendezvousHandler(RendezvousHandler):
             raise RendezvousError("the rendezvous handler is already started")
         stack = AsyncExitStack()
         await stack.__aenter__()
+        tg: TaskGroup | None = None
         try:
             tg = await stack.enter_async_context(anyio.create_task_group())
             self._store = await self._open_store(stack, tg)
-        except BaseException as exc:
-            await stack.__aexit__(type(exc), exc, exc.__traceback__)
+        except BaseException:
+            if tg is not None:
+                tg.cancel_scope.cancel()
+            await stack.__aexit__(None, None, None)  # raise the error itself, not a group
             raise
         self._stack, self._tg, self._shut = stack, tg, False
         self._lock = anyio.Lock()

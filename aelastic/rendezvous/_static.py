@@ -134,7 +134,9 @@ class StaticRendezvousHandler(RendezvousHandler):
         return await self._ops().check(self._closed_key)
 
     async def set_closed(self) -> None:
-        await self._ops().set(self._closed_key, "1")
+        ops = self._ops()
+        await ops.set(self._closed_key, "1")
+        await ops.check(self._closed_key)  # SET has no reply: wait until it is applied
 
     async def num_nodes_waiting(self) -> int:
         return 0

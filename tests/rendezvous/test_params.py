@@ -99,7 +99,7 @@ def test_registry_builtins_and_alias() -> None:
 
 
 def test_registry_unknown_backend_lists_choices() -> None:
-    with pytest.raises(RendezvousError, match="unknown rendezvous backend 'nope'.*c10d"):
+    with pytest.raises(RendezvousError, match=r"unknown rendezvous backend 'nope'.*c10d"):
         create_handler(params(backend="nope"))
 
 

@@ -1,0 +1,34 @@
+"""One c10d rendezvous node in its own process (used by the SIGKILL tests).
+
+    python _node.py ENDPOINT RUN_ID MIN MAX [key=value ...]
+
+Prints ``entered`` once connected, ``admitted RANK WORLD ROUND`` once admitted, then
+``changed`` whenever the round's membership changes; runs until killed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import anyio
+
+from aelastic.rendezvous import RendezvousParameters, get_rendezvous_handler
+
+
+async def main(argv: list[str]) -> None:
+    endpoint, run_id, min_nodes, max_nodes, *conf = argv
+    config = dict(item.split("=", 1) for item in conf)
+    params = RendezvousParameters(
+        "c10d", endpoint, run_id, int(min_nodes), int(max_nodes), local_addr="127.0.0.1", **config
+    )
+    async with get_rendezvous_handler(params) as handler:
+        print("entered", flush=True)
+        while True:
+            info = await handler.next_rendezvous()
+            print("admitted", info.rank, info.world_size, info.round, flush=True)
+            await handler.wait_for_membership_change()
+            print("changed", flush=True)
+
+
+if __name__ == "__main__":
+    anyio.run(main, sys.argv[1:])
