@@ -11,10 +11,6 @@ import json
 import os
 import sys
 
-import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-
 
 def main() -> int:
     parser = argparse.ArgumentParser()
@@ -23,7 +19,11 @@ def main() -> int:
     args = parser.parse_args()
     restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     if args.fail_first and restart == 0 and os.environ["LOCAL_RANK"] == "0":
-        return 3
+        return 3  # before importing torch: a failing attempt costs no torch import
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     t = torch.tensor([float(rank + 1)])
