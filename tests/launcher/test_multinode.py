@@ -77,10 +77,12 @@ async def test_killed_node_is_dropped_and_the_others_finish(tmp_path: Path) -> N
     out = tmp_path / "out"
     out.mkdir()
     conf = FAST.replace("last_call_timeout=0.5", "last_call_timeout=5")
-    argv = [*_c10d("2:3", port, "shrink", conf), WORKER, str(out)]
-    argv += ["--finish-at-world", "2", "--when-file", str(marker)]
+    tail = [WORKER, str(out), "--finish-at-world", "2", "--when-file", str(marker)]
+    # is_host pins which node hosts the rendezvous store (the one that must survive)
+    host_argv = [*_c10d("2:3", port, "shrink", conf + ",is_host=1"), *tail]
+    argv = [*_c10d("2:3", port, "shrink", conf + ",is_host=0"), *tail]
     async with cluster() as c:
-        host = await c.start(argv)  # the first node binds the endpoint: it hosts the store
+        host = await c.start(host_argv)
         others = [await c.start(argv) for _ in range(2)]
         with anyio.fail_after(60):
             for node in [host, *others]:
