@@ -35,6 +35,7 @@ import json
 import logging
 import math
 import os
+import random
 import socket
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ from ._etcd_client import (
     op_delete,
     op_put,
     op_range,
+    op_txn,
     parse_endpoints,
     prefix_end,
 )
@@ -176,6 +178,21 @@ def create_etcd_handler(params: Any) -> EtcdRendezvousHandler:
     )
 
 
+#: How long nodes wait for the node that reached ``max_nodes`` to write ``done``
+#: before completing the round themselves (it may have died in between).
+_GRACE = 2.0
+
+
+@dataclass(frozen=True)
+class _Joined:
+    """What a join transaction saw: its revision and the round's counts."""
+
+    revision: int
+    count: int
+    quorum: bool
+    prev_alive: int
+
+
 class _LeaseLost(Exception):
     """This node's lease expired (etcd lost contact for longer than the TTL)."""
 
@@ -241,6 +258,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._lease_lock = anyio.Lock()
         self._lease_lost = anyio.Event()
         self._keep_alive_scope: anyio.CancelScope | None = None
+        self._next_guess = 0  # the round this node expects to be open
         self._joined: int | None = None  # round whose join key this node holds
         self._round: _Round | None = None  # last round this node completed as participant
         self._shut = False
@@ -260,7 +278,10 @@ class EtcdRendezvousHandler(RendezvousHandler):
         return self._join_prefix(round_) + self.node_id.encode()
 
     def _done_key(self, round_: int) -> bytes:
-        return self._r(round_) + b"done"
+        return self._r(round_) + b"ctl/done"
+
+    def _quorum_key(self, round_: int) -> bytes:
+        return self._r(round_) + b"ctl/quorum"
 
     # -- API basics --------------------------------------------------------------------
 
@@ -481,75 +502,94 @@ class EtcdRendezvousHandler(RendezvousHandler):
 
     async def _rendezvous(self, scope: anyio.CancelScope, spare: list[bool]) -> RendezvousInfo:
         previous = self._joined
-        guess, closed = await self._read_open_round()
+        guess = self._next_guess
         while True:
-            if closed:
-                raise RendezvousClosedError(f"rendezvous {self._run_id} is closed")
             lease = await self._ensure_lease()
-            open_round = guess if guess is not None else 0
-            result = await self._join(open_round, lease, guess is None, previous)
-            if result is None:
-                previous = None if previous == open_round else previous
-                guess, closed = await self._read_open_round()
+            joined = await self._join(guess, lease, previous)
+            if isinstance(joined, tuple):
+                actual, closed = joined
+                if closed:
+                    raise RendezvousClosedError(f"rendezvous {self._run_id} is closed")
+                guess = actual if actual is not None else 0
                 continue
-            revision, joined, prev_alive = result
-            self._joined, previous = open_round, open_round
+            self._joined, previous = guess, guess
             self._joined_ok = True
             try:
-                outcome = await self._await_round(open_round, revision, joined, prev_alive, spare)
+                outcome = await self._await_round(guess, joined)
             except _LeaseLost:
                 previous = None  # our key vanished with the lease: join afresh
                 self._joined = None
-                guess, closed = await self._read_open_round()
                 continue
             if isinstance(outcome, RendezvousInfo):
+                self._next_guess = guess + 1
                 return outcome
             # Not admitted: wait in the next round (a spare when the world is full).
-            if outcome.number == open_round and len(outcome.nodes) >= self._max:
+            if len(outcome.nodes) >= self._max:
                 spare[0] = True
                 scope.deadline = math.inf
-            guess, closed = open_round + 1, False
+            guess = guess + 1
 
     async def _join(
-        self, open_round: int, lease: int, create: bool, previous: int | None
-    ) -> tuple[int, int, int] | None:
-        """Move this node's join key to ``open_round``; None if the round moved on."""
-        round_key = self._k("round")
-        compare = [cmp_version(self._k("closed"), 0)]
-        success = []
-        if create:
-            compare.append(cmp_version(round_key, 0))
-            success.append(op_put(round_key, b"0"))
-        else:
-            compare.append(cmp_value(round_key, str(open_round).encode()))
-        if previous is not None and previous != open_round:
-            success.append(op_delete(self._join_key(previous)))
-        success.append(op_put(self._join_key(open_round), self._descriptor, lease))
-        count_at = len(success)
-        jp = self._join_prefix(open_round)
-        success.append(op_range(jp, prefix_end(jp), count_only=True))
-        if open_round > 0:
-            pp = self._join_prefix(open_round - 1)
-            success.append(op_range(pp, prefix_end(pp), count_only=True))
-        reply = await self.client.txn(compare, success)
-        if not reply.succeeded:
-            return None
-        joined = int(reply.responses[count_at].response_range.count)
-        prev_alive = (
-            int(reply.responses[count_at + 1].response_range.count) if open_round > 0 else 0
-        )
-        return int(reply.header.revision), joined, prev_alive
+        self, r: int, lease: int, previous: int | None
+    ) -> _Joined | tuple[int | None, bool]:
+        """Move this node's join key to round ``r`` in one transaction.
 
-    async def _await_round(
-        self, r: int, revision: int, joined: int, prev_alive: int, spare: list[bool]
-    ) -> RendezvousInfo | _Round:
+        Returns what the join saw, or ``(open round, closed)`` when ``r`` is not open.
+        """
+        round_key, closed_key = self._k("round"), self._k("closed")
+        ops = []
+        if previous is not None and previous != r:
+            ops.append(op_delete(self._join_key(previous)))
+        ops.append(op_put(self._join_key(r), self._descriptor, lease))
+        first = len(ops)
+        jp = self._join_prefix(r)
+        ops.append(op_range(jp, prefix_end(jp), count_only=True))
+        ops.append(op_range(self._quorum_key(r)))
+        if r > 0:
+            pp = self._join_prefix(r - 1)
+            ops.append(op_range(pp, prefix_end(pp), count_only=True))
+        state = [op_range(round_key), op_range(closed_key)]
+        not_closed = cmp_version(closed_key, 0)
+        failure = state
+        if r == 0:  # the round key may not exist yet: create it in a nested transaction
+            failure = [
+                op_txn(
+                    [not_closed, cmp_version(round_key, 0)],
+                    [op_put(round_key, b"0"), *ops],
+                    state,
+                )
+            ]
+        reply = await self.client.txn(
+            [not_closed, cmp_value(round_key, str(r).encode())], ops, failure
+        )
+        responses = reply.responses
+        if not reply.succeeded and r == 0:
+            inner = responses[0].response_txn
+            responses = inner.responses
+            if inner.succeeded:
+                responses = responses[1:]
+            else:
+                reply = inner
+        if not reply.succeeded:
+            kvs = responses[0].response_range.kvs
+            open_round = self._parse_round(bytes(kvs[0].value) if kvs else None)
+            return open_round, bool(responses[1].response_range.kvs)
+        return _Joined(
+            revision=int(reply.header.revision),
+            count=int(responses[first].response_range.count),
+            quorum=bool(responses[first + 1].response_range.kvs),
+            prev_alive=int(responses[first + 2].response_range.count) if r > 0 else 0,
+        )
+
+    async def _await_round(self, r: int, joined: _Joined) -> RendezvousInfo | _Round:
         """Follow round ``r`` by watch until it completes; return our info or the round.
 
-        Two watch streams (rounds ``r-1``..``r``, which are adjacent key ranges, and the
-        ``closed`` key) feed one channel; the last-call deadline bounds each receive.
+        Watch streams (the round's control keys, the ``closed`` key and, while some
+        remain, the previous round's members) feed one channel; a deadline (last call,
+        or the fallback for a completer that died) bounds each receive.
         """
         send, receive = anyio.create_memory_object_stream[list[Any] | Exception](math.inf)
-        start = revision + 1
+        start = joined.revision + 1
         lost = self._lease_lost
 
         async def pump(key: bytes, end: bytes | None) -> None:
@@ -567,11 +607,15 @@ class EtcdRendezvousHandler(RendezvousHandler):
         outcome: list[RendezvousInfo | _Round] = []
         failure: list[Exception] = []
         async with anyio.create_task_group() as tg:
-            tg.start_soon(pump, self._r(r - 1) if r > 0 else self._r(r), prefix_end(self._r(r)))
+            ctl = self._r(r) + b"ctl/"
+            tg.start_soon(pump, ctl, prefix_end(ctl))
             tg.start_soon(pump, self._k("closed"), None)
+            if joined.prev_alive > 0:
+                pp = self._join_prefix(r - 1)
+                tg.start_soon(pump, pp, prefix_end(pp))
             tg.start_soon(lease)
             try:
-                outcome.append(await self._follow(r, joined, prev_alive, receive))
+                outcome.append(await self._follow(r, joined, receive))
             except Exception as exc:
                 failure.append(exc)
             finally:
@@ -583,32 +627,45 @@ class EtcdRendezvousHandler(RendezvousHandler):
     async def _follow(
         self,
         r: int,
-        joined: int,
-        prev_alive: int,
+        joined: _Joined,
         receive: MemoryObjectReceiveStream[list[Any] | Exception],
     ) -> RendezvousInfo | _Round:
-        join_prefix = self._join_prefix(r)
         prev_prefix = self._join_prefix(r - 1) if r > 0 else None
-        done_key = self._done_key(r)
-        closed_key = self._k("closed")
-        last_call: float | None = None
+        done_key, quorum_key, closed_key = self._done_key(r), self._quorum_key(r), self._k("closed")
+        prev_alive = joined.prev_alive
+        deadline = math.inf  # when to try completing the round ourselves
+        count = joined.count
+
+        def last_call(now: float) -> float:
+            # Jittered so that, of the nodes whose timers expire together, one completes
+            # first and the others see its ``done`` before reading the joiners themselves.
+            return now + self.settings.last_call_timeout + random.random() * 0.05
+
+        async def quorum_reached(count: int, now: float, crossed: bool) -> float:
+            """Return the new completion deadline after seeing ``count`` joiners."""
+            if count >= self._max:
+                if not crossed:
+                    return now + random.random() * 0.05
+                await self._complete(r)
+                return now + _GRACE  # the done event follows
+            if count >= self._min:
+                await self.client.txn([cmp_version(quorum_key, 0)], [op_put(quorum_key, b"1")])
+                self._record("RENDEZVOUS_LAST_CALL", f"round {r}: {count} >= min {self._min}")
+                return last_call(now)
+            return math.inf
+
+        if prev_alive <= 0:
+            if joined.quorum:
+                deadline = last_call(anyio.current_time())
+            # Only the joiner that crosses min/max acts (its count is exact).
+            if count == self._min or count >= self._max:
+                deadline = await quorum_reached(count, anyio.current_time(), True)
         while True:
-            self._progress = f"round {r}: {joined} joined" + (
-                f", {prev_alive} still in round {r - 1}" if r > 0 else ""
+            self._progress = f"round {r}: {count}+ joined" + (
+                f", {prev_alive} still in round {r - 1}" if prev_alive > 0 else ""
             )
-            if prev_alive <= 0 and joined >= self._min:
-                due = last_call is not None and anyio.current_time() >= last_call
-                if joined >= self._max or due:
-                    await self._complete(r)
-                    last_call = math.inf  # the done event follows
-                elif last_call is None:
-                    last_call = anyio.current_time() + self.settings.last_call_timeout
-                    self._record("RENDEZVOUS_LAST_CALL", f"round {r}: {joined} >= min {self._min}")
-            else:
-                last_call = None
             events: list[Any] = []
-            wait = math.inf if last_call is None else max(0.0, last_call - anyio.current_time())
-            with anyio.move_on_after(wait):
+            with anyio.move_on_at(deadline) as timer:
                 item = await receive.receive()
                 if isinstance(item, EtcdCompactedError):
                     raise RendezvousStateError(
@@ -618,6 +675,14 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 if isinstance(item, Exception):
                     raise item
                 events = item
+            if timer.cancelled_caught:  # last call over (or the completer vanished)
+                complete = await self._complete(r)
+                if complete is None:  # fewer than min_nodes left: wait for joiners again
+                    deadline = math.inf
+                    await self.client.delete(quorum_key)
+                else:
+                    deadline = anyio.current_time() + _GRACE
+                continue
             if not events and self._lease_lost.is_set() and self._lease is None:
                 raise _LeaseLost
             for event in events:
@@ -626,16 +691,23 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 deleted = event.type == 1  # mvccpb.Event.DELETE
                 if key == closed_key and not deleted:
                     raise RendezvousClosedError(f"rendezvous {self._run_id} is closed")
-                if key.startswith(join_prefix):
+                if key == quorum_key:
                     if deleted:
-                        joined -= 1
-                    elif kv.version == 1:
-                        joined += 1
+                        deadline = math.inf
+                    elif deadline == math.inf:
+                        deadline = last_call(anyio.current_time())
                 elif prev_prefix is not None and key.startswith(prev_prefix):
                     if deleted:
                         prev_alive -= 1
                     elif kv.version == 1:
                         prev_alive += 1
+                    if deleted and prev_alive == 0:
+                        # The previous round drained: every joiner checks the count once.
+                        jp = self._join_prefix(r)
+                        count = int(
+                            (await self.client.range(jp, prefix_end(jp), count_only=True)).count
+                        )
+                        deadline = await quorum_reached(count, anyio.current_time(), False)
                 elif key == done_key and not deleted:
                     done = self._parse_done(r, bytes(kv.value))
                     ids = done.ids
@@ -652,8 +724,12 @@ class EtcdRendezvousHandler(RendezvousHandler):
                         round=r,
                     )
 
-    async def _complete(self, r: int) -> None:
-        """Try to mark round ``r`` complete with its first ``max_nodes`` joiners."""
+    async def _complete(self, r: int) -> bool | None:
+        """Try to mark round ``r`` complete with its first ``max_nodes`` joiners.
+
+        Returns None when fewer than ``min_nodes`` are there, else whether this call
+        wrote ``done`` (False: another node did first).
+        """
         jp = self._join_prefix(r)
         reply = await self.client.range(jp, prefix_end(jp), limit=self._max, sort_by_create=True)
         nodes = []
@@ -667,18 +743,19 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 ) from None
             nodes.append(node)
         if len(nodes) < self._min:
-            return
+            return None
         nodes.sort(key=lambda n: str(n["id"]))
         done = json.dumps(
             {"nodes": nodes, "revision": int(reply.header.revision)}, separators=(",", ":")
         )
-        await self.client.txn(
+        reply = await self.client.txn(
             [cmp_version(self._done_key(r), 0), cmp_value(self._k("round"), str(r).encode())],
             [
                 op_put(self._done_key(r), done.encode()),
                 op_put(self._k("round"), str(r + 1).encode()),
             ],
         )
+        return bool(reply.succeeded)
 
     # -- membership ----------------------------------------------------------------------
 

@@ -578,6 +578,15 @@ def op_delete(key: bytes, range_end: bytes | None = None) -> Any:
     return rpc.RequestOp(request_delete_range=request)
 
 
+def op_txn(compare: Sequence[Any], success: Sequence[Any], failure: Sequence[Any] = ()) -> Any:
+    """A ``RequestOp`` running a nested transaction."""
+    return rpc.RequestOp(
+        request_txn=rpc.TxnRequest(
+            compare=list(compare), success=list(success), failure=list(failure)
+        )
+    )
+
+
 def cmp_version(key: bytes, version: int, result: str = "==") -> Any:
     """Compare ``key``'s version (0 = missing)."""
     return rpc.Compare(key=key, target=rpc.Compare.VERSION, version=version, result=_RESULT[result])
