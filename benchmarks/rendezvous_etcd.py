@@ -71,7 +71,9 @@ handlers = []
 for i in range(n):
     store = TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=300))
     backend = C10dRendezvousBackend(store, "bench")
-    params = RendezvousParameters("c10d", f"127.0.0.1:{{port}}", "bench", n, n, local_addr="127.0.0.1")
+    params = RendezvousParameters(
+        "c10d", f"127.0.0.1:{{port}}", "bench", n, n, local_addr="127.0.0.1"
+    )
     handlers.append(create_handler(store, backend, params))
 start = time.perf_counter()
 threads = [threading.Thread(target=h.next_rendezvous) for h in handlers]
@@ -117,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"torch c10d     N={args.torch_nodes:5d}: {t:7.3f} s   (DynamicRendezvousHandler)")
         if args.torch_nodes in results:
             print(
-                f"ratio torch/aelastic-etcd at N={args.torch_nodes}: {t / results[args.torch_nodes]:.1f}x"
+                f"ratio torch/aelastic-etcd at N={args.torch_nodes}: "
+                f"{t / results[args.torch_nodes]:.1f}x"
             )
     return 0
 
