@@ -7,7 +7,7 @@ consumer of torch's events reads aelastic's unchanged and vice versa.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -33,6 +33,10 @@ class NodeState(str, Enum):
     RUNNING = "RUNNING"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
+
+
+#: ``json.dumps`` with torch's (default) separators; built once.
+_dumps = json.JSONEncoder().encode
 
 
 def _load(data: str | bytes, kind: str) -> dict[str, Any]:
@@ -65,8 +69,15 @@ class Event:
         return self.serialize()
 
     def serialize(self) -> str:
-        """Return the event as a JSON object string (torch's shape)."""
-        return json.dumps(asdict(self))
+        """Return the event as a JSON object string (torch's shape, ``asdict`` order)."""
+        return _dumps(
+            {
+                "name": self.name,
+                "source": getattr(self.source, "value", self.source),
+                "timestamp": self.timestamp,
+                "metadata": self.metadata,
+            }
+        )
 
     @staticmethod
     def deserialize(data: str | bytes | Event) -> Event:
@@ -119,8 +130,21 @@ class RdzvEvent:
         return self.serialize()
 
     def serialize(self) -> str:
-        """Return the event as a JSON object string (torch's shape)."""
-        return json.dumps(asdict(self))
+        """Return the event as a JSON object string (torch's shape, ``asdict`` order)."""
+        return _dumps(
+            {
+                "name": self.name,
+                "run_id": self.run_id,
+                "message": self.message,
+                "hostname": self.hostname,
+                "pid": self.pid,
+                "node_state": getattr(self.node_state, "value", self.node_state),
+                "master_endpoint": self.master_endpoint,
+                "rank": self.rank,
+                "local_id": self.local_id,
+                "error_trace": self.error_trace,
+            }
+        )
 
     @staticmethod
     def deserialize(data: str | bytes | RdzvEvent) -> RdzvEvent:

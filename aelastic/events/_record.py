@@ -16,6 +16,8 @@ __all__ = ("RDZV_DESTINATION", "construct_and_record_rdzv_event", "record_rdzv_e
 RDZV_DESTINATION = "dynamic_rendezvous"
 
 _hostname: str | None = None
+#: created at import; destination objects live as long as the process
+_rdzv = registry.get(RDZV_DESTINATION)
 
 
 def _fqdn() -> str:
@@ -48,8 +50,7 @@ def construct_and_record_rdzv_event(
     names the event ``<caller's file name>:<name or caller's function>``, and puts
     ``traceback.format_exc()`` in ``error_trace`` when ``node_state`` is FAILED.
     """
-    dest = registry.destinations.get(RDZV_DESTINATION) or registry.get(RDZV_DESTINATION)
-    if not dest.active:
+    if not _rdzv.active:
         return
     frame = sys._getframe(1)
     filename = os.path.basename(frame.f_code.co_filename)
