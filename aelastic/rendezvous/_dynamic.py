@@ -365,6 +365,10 @@ class DynamicRendezvousHandler(RendezvousHandler):
         view = _View(round_, ticket)
         self._set_view(view)
         if ticket == 0:
+            if self._min == 1 or self._max == 1:
+                # Ticket 0 alone reaches min/max: wake the coordinator now, not at its
+                # first periodic tick (a one-node round otherwise took keep_alive_interval).
+                await ops.push(keys.inbox(round_), Message("joined", ticket).dumps())
             await tg.start(self._background, view, self._coordinate)
         else:
             await self._liveness.attach(ops, keys, round_, ticket, self._descriptor)
