@@ -126,6 +126,6 @@ def main(argv: Sequence[str]) -> int:
     except StoreError as exc:
         print(f"aelastic events: store {args.store[0]}:{args.store[1]}: {exc}", file=sys.stderr)
         return 1
-    except BrokenPipeError:
+    except (BrokenPipeError, KeyboardInterrupt):  # output closed, or ^C before the handler
         return 0
     return 0

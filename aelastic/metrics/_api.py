@@ -118,9 +118,18 @@ def getStream(group: str) -> MetricStream:  # torch's name
 
 
 def put_metric(
-    metric_name: str, metric_value: int | float, metric_group: str = "torchelastic"
+    metric_name: str,
+    metric_value: int | float,
+    metric_group: str = "torchelastic",
+    *,
+    group: str | None = None,
 ) -> None:
-    """Publish one data point: ``put_metric("workers.trainer.remaining_restarts", 3)``."""
+    """Publish one data point: ``put_metric("workers.trainer.remaining_restarts", 3)``.
+
+    The group is ``metric_group`` (torch's parameter name) or its alias ``group=``.
+    """
+    if group is not None:
+        metric_group = group
     _metrics_map.get(metric_group, _default_handler).emit(
         MetricData(time.time(), metric_group, metric_name, metric_value)
     )

@@ -48,10 +48,14 @@ def test_default_is_null_and_groups_route(collect: Collect) -> None:
     metrics.put_metric("a", 1)
     metrics.put_metric("b", 2, "agent")
     metrics.getStream("agent").add_value("c", 3)
+    metrics.put_metric("d", 4, group="agent")
+    metrics.put_metric("e", 5, metric_group="agent")
     assert [(d.group_name, d.name, d.value) for d in collect.data] == [("torchelastic", "a", 1)]
     assert [(d.group_name, d.name, d.value) for d in grouped.data] == [
         ("agent", "b", 2),
         ("agent", "c", 3),
+        ("agent", "d", 4),
+        ("agent", "e", 5),
     ]
     stream = metrics.getStream("other")
     assert isinstance(stream, metrics.MetricStream) and stream.handler is collect
