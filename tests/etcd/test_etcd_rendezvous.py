@@ -232,3 +232,16 @@ async def test_waiting_handlers_survive_etcd_restart(etcd_server: Any, run_id: s
                 await anyio.to_thread.run_sync(etcd_server.start)  # same data dir and port
                 tg.start_soon(one, hs[2])
         assert sorted(i.rank for i in infos) == [0, 1, 2]
+
+
+async def test_registry_builds_etcd_and_alias(etcd_endpoint: str, run_id: str) -> None:
+    from aelastic.rendezvous import RendezvousParameters, get_rendezvous_handler
+
+    for backend in ("etcd", "etcd-v2"):
+        params = RendezvousParameters(backend, etcd_endpoint, run_id, 1, 1, last_call_timeout=0)
+        async with get_rendezvous_handler(params) as handler:
+            assert isinstance(handler, EtcdRendezvousHandler)
+            assert handler.get_backend() == backend and handler.get_run_id() == run_id
+            with anyio.fail_after(5):
+                info = await handler.next_rendezvous()
+            assert (info.rank, info.world_size) == (0, 1)
