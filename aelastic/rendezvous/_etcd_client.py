@@ -171,9 +171,18 @@ class _Endpoint:
 
 @dataclass
 class _Stats:
+    """Requests sent (unary calls, watch streams opened, keep-alive messages)."""
+
     requests: int = 0
     reconnects: int = 0
+    max_request_bytes: int = 0
     by_method: dict[str, int] = field(default_factory=dict)
+
+    def count(self, method: str, request: Any = None) -> None:
+        self.requests += 1
+        self.by_method[method] = self.by_method.get(method, 0) + 1
+        if request is not None:
+            self.max_request_bytes = max(self.max_request_bytes, request.ByteSize())
 
 
 class EtcdClient:
@@ -293,8 +302,6 @@ class EtcdClient:
                 raise self._unreachable(anyio.current_time() - start)
             try:
                 metadata = await self._metadata()
-                self.stats.requests += 1
-                self.stats.by_method[what] = self.stats.by_method.get(what, 0) + 1
                 return await attempt(self._channel(), metadata, remaining)
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
@@ -317,6 +324,7 @@ class EtcdClient:
         async def attempt(channel: grpc.aio.Channel, metadata: Any, timeout: float) -> Any:  # noqa: ASYNC109
             stub_cls = rpc.LeaseStub if method.startswith("Lease") else rpc.KVStub
             call = getattr(stub_cls(channel), method)
+            self.stats.count(method, request)
             return await call(request, timeout=timeout, metadata=metadata)
 
         return await self._retrying(method, attempt, deadline)
@@ -400,7 +408,7 @@ class EtcdClient:
                     metadata=await self._metadata()
                 )
                 while True:
-                    self.stats.requests += 1
+                    self.stats.count("LeaseKeepAlive")
                     await call.write(rpc.LeaseKeepAliveRequest(ID=lease_id))
                     with anyio.fail_after(self.config.read_timeout):
                         reply = await call.read()
@@ -492,7 +500,7 @@ class EtcdWatch:
                 filters=self._filters,
             )
         )
-        client.stats.requests += 1
+        client.stats.count("Watch", request)
         call = rpc.WatchStub(client._channel()).Watch(metadata=await client._metadata())
         self._call = call
         await call.write(request)
