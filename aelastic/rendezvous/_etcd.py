@@ -2,30 +2,34 @@
 
 Same semantics as the ``c10d`` backend (min..max nodes, last call, join timeout,
 late arrivals wait for the next round, spares beyond ``max_nodes``, close), built
-on what etcd offers instead of a shared counter: etcd has no atomic increment, so
-joining is one unconditional ``put`` of the node's own key, and every node counts
-the joiners from a watch. Liveness is an etcd lease per node (etcd's clock):
-every key a node writes for a round is attached to it, a keep-alive task refreshes
-it, and a node that dies loses its keys within the lease TTL, which every peer's
-watch sees at once.
+on what etcd offers rather than on the store-level algorithm: etcd has no atomic
+increment, so a shared join counter costs O(N) compare-and-set retries per node
+under contention. Here joining is one transaction that puts the node's own key and
+reads the round's counts; only the joiner whose count crosses ``min_nodes`` (writes
+the ``quorum`` key, starting everyone's last call) or ``max_nodes`` (completes the
+round) acts, and everyone else watches two control keys. Liveness is an etcd lease
+per node (etcd's clock): the node's join key is attached to it, a keep-alive task
+refreshes it, and a node that dies loses its key within the lease TTL, which every
+peer's watch sees at once. No wall clock is compared across machines (last call is
+each node's own monotonic timer).
 
 Layout under ``<etcd_prefix>/<run_id>/`` (``etcd_prefix`` defaults to ``/aelastic/rdzv``;
 rounds are zero-padded so that a round and the next are adjacent key ranges):
 
-``round``                   decimal: the open round, the one new joiners enter
-``closed``                  exists once the rendezvous is closed
-``r/<round>/join/<node>``   JSON node descriptor, on the node's lease
-``r/<round>/done``          JSON: the participants in rank order + the revision they were read at
-``r/<round>/store/...``     the agents' :class:`EtcdStore` of that round
+``round``                      decimal: the open round, the one new joiners enter
+``closed``                     exists once the rendezvous is closed
+``r/<round>/join/<node>``      JSON node descriptor, on the node's lease
+``r/<round>/ctl/quorum``       exists once ``min_nodes`` joined (last call running)
+``r/<round>/ctl/done``         JSON: participants in rank order + the revision they were read at
+``r/<round>/store/...``        the agents' :class:`EtcdStore` of that round
 
-A round completes when its joiners reach ``max_nodes``, or ``last_call_timeout``
-after they reached ``min_nodes``, and only once every participant of the previous
-round has moved on or died. The node that sees the condition first writes ``done``
-and advances ``round`` in one transaction. Ranks follow the order of node ids
-(``addr:pid:local_id``, like torch's sorted node descriptors) among the first
-``max_nodes`` joiners (by join revision). Requests per node and round: about
-four (lease grant and keep-alive stream, one read, one join transaction, one watch);
-the completing node adds two.
+A round completes only once every participant of the previous round has moved on
+(its key moved to the new round) or died (lease expired). The completing node
+writes ``done`` and advances ``round`` in one transaction. Ranks follow the order of
+node ids (``addr:pid:local_id``, like torch's sorted node descriptors) among the
+first ``max_nodes`` joiners by join revision. Requests per node and round: a lease
+grant and keep-alive stream (once per handler), one join transaction, two watch
+streams; the completing node adds one read and one transaction.
 """
 
 from __future__ import annotations
