@@ -1,8 +1,22 @@
-"""Make a child die with its parent: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` in the child.
+"""Make a worker die with its agent: ``PR_SET_PDEATHSIG=SIGKILL`` in the child (Linux).
 
-Linux only. The kernel sends the signal when the *thread* that forked the child
-exits; asyncio forks in the event-loop thread, so workers die when the loop's
-thread (normally the agent's main thread) dies, including by SIGKILL.
+Two ways to arm it, chosen once per process:
+
+``wrapper`` (default when util-linux's ``setpriv`` is installed): the worker is
+started as ``setpriv --pdeathsig KILL -- /bin/sh -c GUARD <argv>``; setpriv
+arms the signal, the shell checks that its parent is still the agent (if the
+agent died before the signal was armed, the child kills itself), and both exec
+into the worker, which keeps the pid. The agent's fork stays a cheap vfork
+(about 0.5 ms per worker instead of about 8 ms for a ``preexec_fn`` fork).
+
+``preexec``: a ``preexec_fn`` calling ``prctl`` through ctypes, with the same
+parent check. It forces a full fork of the agent, so it costs more, but
+needs no external binary.
+
+``AELASTIC_PDEATHSIG=wrapper|preexec|off`` forces a choice. The kernel sends
+the signal when the *thread* that forked the child exits; asyncio and uvloop
+fork in the event-loop thread, so run the agent's loop in a thread that lives
+as long as the agent (normally the main thread).
 """
 
 from __future__ import annotations
@@ -10,13 +24,21 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import shutil
 import signal
+import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
-__all__ = ("pdeathsig_preexec",)
+__all__ = ("PDEATHSIG_ENV", "pdeathsig_mode", "pdeathsig_preexec", "wrap_argv")
+
+PDEATHSIG_ENV = "AELASTIC_PDEATHSIG"
 
 _PR_SET_PDEATHSIG = 1
+_SHELL = "/bin/sh"
+# $PPID is the parent at shell start-up: if it is not the agent any more, the agent
+# died before setpriv armed the signal, so nothing would ever kill this child.
+_GUARD = '[ "$PPID" = "{pid}" ] || kill -KILL $$; exec "$@"'
 
 
 @functools.lru_cache(maxsize=1)
@@ -34,11 +56,46 @@ def _prctl() -> Callable[..., int] | None:
     return result
 
 
+@functools.lru_cache(maxsize=1)
+def _setpriv() -> str | None:
+    path = shutil.which("setpriv")
+    if path is None or not os.access(_SHELL, os.X_OK):
+        return None
+    try:
+        out = subprocess.run(
+            [path, "--help"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return path if "--pdeathsig" in out else None
+
+
+def pdeathsig_mode() -> str:
+    """``"wrapper"``, ``"preexec"`` or ``"off"``: how workers get their death signal."""
+    forced = os.environ.get(PDEATHSIG_ENV, "").strip().lower()
+    if forced not in ("", "wrapper", "preexec", "off"):
+        raise ValueError(
+            f"{PDEATHSIG_ENV}={forced!r} is not one of wrapper, preexec, off (or unset)"
+        )
+    if forced == "off" or _prctl() is None:
+        return "off"
+    if forced == "preexec":
+        return "preexec"
+    if _setpriv() is not None:
+        return "wrapper"
+    if forced == "wrapper":
+        raise ValueError(
+            f"{PDEATHSIG_ENV}=wrapper needs util-linux's setpriv with --pdeathsig and /bin/sh;"
+            " install util-linux or use preexec"
+        )
+    return "preexec"
+
+
 def pdeathsig_preexec(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
     """A ``preexec_fn`` that arms the parent-death signal, or None off Linux.
 
     Everything the child runs is resolved here, in the parent, so the child
-    only makes two system calls. If the parent already died between fork and
+    only makes system calls. If the parent already died between fork and
     prctl (the child was re-parented), the child kills itself at once.
     """
     prctl = _prctl()
@@ -55,3 +112,44 @@ def pdeathsig_preexec(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
             kill(getpid(), signal.SIGKILL)
 
     return preexec
+
+
+def resolve_executable(argv0: str, env: Mapping[str, str], cwd: str | None) -> str | None:
+    """The path ``execvpe`` would run for ``argv0`` with the child's PATH, or None."""
+    if os.sep in argv0:
+        path = argv0 if os.path.isabs(argv0) or cwd is None else os.path.join(cwd, argv0)
+        return argv0 if os.path.isfile(path) and os.access(path, os.X_OK) else None
+    return shutil.which(argv0, path=env.get("PATH", os.defpath))
+
+
+def wrap_argv(
+    argv: Sequence[str], env: Mapping[str, str], cwd: str | None
+) -> tuple[list[str], Callable[[], None] | None]:
+    """``(argv, preexec_fn)`` that start ``argv`` armed with PR_SET_PDEATHSIG=SIGKILL.
+
+    Raises FileNotFoundError when the executable does not exist (the wrapper
+    would otherwise only report it as exit code 127).
+    """
+    mode = pdeathsig_mode()
+    if mode == "off":
+        return list(argv), None
+    if mode == "preexec":
+        return list(argv), pdeathsig_preexec()
+    executable = resolve_executable(argv[0], env, cwd)
+    if executable is None:
+        raise FileNotFoundError(f"no executable {argv[0]!r} (searched the worker's PATH)")
+    setpriv = _setpriv()
+    assert setpriv is not None
+    guard = _GUARD.format(pid=os.getpid())
+    return [
+        setpriv,
+        "--pdeathsig",
+        "KILL",
+        "--",
+        _SHELL,
+        "-c",
+        guard,
+        argv[0],
+        executable,
+        *argv[1:],
+    ], None

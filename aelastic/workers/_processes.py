@@ -21,14 +21,14 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, cast
 
 import anyio
 import sniffio
 
 from ..errors import ProcessFailure
 from ._exceptions import NoMoreExitsError, WorkerProcessError, WorkerStartError
-from ._pdeathsig import pdeathsig_preexec
+from ._pdeathsig import wrap_argv
 from ._spec import ProcessExit, ProcessSpec
 from ._std import Std
 
@@ -114,9 +114,10 @@ class _WorkerProtocol(asyncio.SubprocessProtocol):
         self.transport: asyncio.SubprocessTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.SubprocessTransport)
-        self.transport = transport
-        self._owner._on_started(self._local_rank, transport)
+        # uvloop's transport quacks like asyncio.SubprocessTransport without subclassing it.
+        subprocess_transport = cast(asyncio.SubprocessTransport, transport)
+        self.transport = subprocess_transport
+        self._owner._on_started(self._local_rank, subprocess_transport)
 
     def pipe_data_received(self, fd: int, data: bytes | str) -> None:
         sink = self._sinks.get(fd)
@@ -351,17 +352,19 @@ class WorkerProcesses:
             _prepare_error_file(spec.error_file, spec.local_rank)
 
         protocol = _WorkerProtocol(self, spec.local_rank, sinks)
+        env = dict(spec.env)
         try:
+            argv, preexec = wrap_argv(spec.args, env, spec.cwd)
             transport, _ = await loop.subprocess_exec(
                 lambda: protocol,
-                *spec.args,
+                *argv,
                 stdin=None,
                 stdout=stdio[1],
                 stderr=stdio[2],
-                env=dict(spec.env),
+                env=env,
                 cwd=spec.cwd,
                 start_new_session=True,
-                preexec_fn=pdeathsig_preexec(),
+                preexec_fn=preexec,
             )
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
             raise WorkerStartError(
