@@ -9,7 +9,9 @@
    writes synchronously on the caller's path). For aelastic we report the caller's cost
    (the hand-off) and the total until the file is flushed (``flush()``).
 3. ``construct_and_record_rdzv_event`` with the null ``dynamic_rendezvous`` handler.
-4. Fan-out to one subscriber: events/s delivered to ``async for`` in another task,
+4. The ``store`` destination: record() to a StoreServer queue over loopback (no torch
+   counterpart).
+5. Fan-out to one subscriber: events/s delivered to ``async for`` in another task,
    producer in the same loop and producer in another thread.
 """
 
@@ -147,6 +149,29 @@ async def bench_fanout(n: int, max_buffer: int) -> list[tuple[str, float, int]]:
     return results
 
 
+async def bench_store(n: int) -> float:
+    """Events/s from record() to a StoreServer queue (in-process server, loopback TCP)."""
+    from aelastic import events
+    from aelastic.store import StoreServer, TCPStoreClient
+
+    ev = events.Event("bench", events.EventSource.AGENT, metadata={"run_id": "bench"})
+    async with (
+        StoreServer("127.0.0.1", 0) as server,
+        TCPStoreClient("127.0.0.1", server.port, timeout=60) as client,
+    ):
+        handler = events.configure_store(client, "bench")
+        try:
+            start = time.perf_counter()
+            for _ in range(n):
+                events.record(ev, "store")
+            await events.flush()
+            elapsed = time.perf_counter() - start
+            assert await client.queue_len(events.events_key("bench")) == n
+        finally:
+            events.unregister_handler("store", handler)
+    return n / elapsed
+
+
 def _row(label: str, ours: float, theirs: float) -> None:
     print(
         f"{label:<17}: aelastic {ours * 1e9:8.0f} ns/event   torch {theirs * 1e9:8.0f} ns/event"
@@ -169,6 +194,9 @@ def main() -> None:
     print(f"file record      : aelastic {handoff * 1e9:8.0f} ns/event on the caller "
           f"({total * 1e9:.0f} ns/event until flushed)   torch {theirs * 1e9:8.0f} ns/event"
           f"   ratio caller {handoff / theirs:.3f}x, flushed {total / theirs:.3f}x")  # fmt: skip
+    n_store = min(n, 20_000)
+    rate = anyio.run(bench_store, n_store)
+    print(f"store destination: {rate:,.0f} events/s record() -> queue_push ({n_store} events)")
     for max_buffer in (n, 10_000):
         for label, rate, dropped in anyio.run(bench_fanout, n, max_buffer):
             print(

@@ -35,8 +35,12 @@ class EventStream:
         self.overflow: Overflow = overflow
         #: number of events discarded because the buffer was full
         self.dropped = 0
-        self._buffer: collections.deque[Any] = collections.deque()
         self._drop_oldest = overflow == "drop_oldest"
+        # drop_oldest: the deque's maxlen discards the oldest atomically, even when the
+        # consumer pops concurrently from another thread
+        self._buffer: collections.deque[Any] = collections.deque(
+            maxlen=max_buffer if self._drop_oldest else None
+        )
         self._waiting = False
         self._closed = False
         self._signal = Signal()
@@ -48,7 +52,6 @@ class EventStream:
             self.dropped += 1
             if not self._drop_oldest:
                 return
-            buffer.popleft()
         buffer.append(event)
         if self._waiting:
             self._waiting = False
