@@ -9,6 +9,7 @@ agent on the same machine, or a standalone store) becomes a client.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import socket
@@ -94,7 +95,23 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
                 f"read_timeout={timeout}s: {exc}; start the host agent first, or a store with "
                 f"'python -m aelastic store --host {host} --port {port}'"
             ) from exc
+        await _open_wait_connection(client)
         return client
+
+
+async def _open_wait_connection(client: TCPStoreClient) -> None:
+    """Open the connection this node's blocking reads will use now, not mid-rendezvous.
+
+    A TCPStoreClient sends each blocking WAIT on a pooled connection of its own; a
+    member blocks on one key at a time, so one pooled connection is all it needs.
+    """
+    opener = getattr(client, "_open", None)
+    idle = getattr(client, "_idle", None)
+    if opener is None or not isinstance(idle, list) or idle:
+        return
+    # On failure the first blocking read connects (and reports) instead.
+    with contextlib.suppress(StoreError, OSError):
+        idle.append(await opener())
 
 
 def _is_ip(host: str) -> bool:

@@ -650,6 +650,9 @@ class EtcdRendezvousHandler(RendezvousHandler):
             if count >= self._max:
                 if not crossed:
                     return now + random.random() * 0.05
+                # The quorum key first: should this node die before completing, the
+                # others complete the round when their last call expires.
+                await self.client.txn([cmp_version(quorum_key, 0)], [op_put(quorum_key, b"1")])
                 await self._complete(r)
                 return now + _GRACE  # the done event follows
             if count >= self._min:
