@@ -2,12 +2,15 @@
 
 Two ways to arm it, chosen once per process:
 
-``wrapper`` (default when util-linux's ``setpriv`` is installed): the worker is
-started as ``setpriv --pdeathsig KILL -- /bin/sh -c GUARD <argv>``; setpriv
-arms the signal, the shell checks that its parent is still the agent (if the
-agent died before the signal was armed, the child kills itself), and both exec
-into the worker, which keeps the pid. The agent's fork stays a cheap vfork
-(about 0.5 ms per worker instead of about 8 ms for a ``preexec_fn`` fork).
+``wrapper`` (default when util-linux's ``setpriv`` and ``dash`` are installed):
+the worker is started as ``setpriv --pdeathsig KILL -- dash -c GUARD <argv>``;
+setpriv arms the signal, the shell checks that its parent is still the agent
+(if the agent died before the signal was armed, the child kills itself), and
+both exec into the worker, which keeps the pid. The agent's fork stays a cheap
+vfork (about 0.5 ms per worker instead of about 8 ms for a ``preexec_fn``
+fork). The worker's environment arrives unchanged: the guard restores or
+removes ``PWD``, and an environment dash would alter (a name that is not a
+shell identifier, or ``IFS``/``PPID``/``OPTIND``) uses ``preexec`` instead.
 
 ``preexec``: a ``preexec_fn`` calling ``prctl`` through ctypes, with the same
 parent check. It forces a full fork of the agent, so it costs more, but
@@ -24,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -35,10 +39,14 @@ __all__ = ("PDEATHSIG_ENV", "pdeathsig_mode", "pdeathsig_preexec", "wrap_argv")
 PDEATHSIG_ENV = "AELASTIC_PDEATHSIG"
 
 _PR_SET_PDEATHSIG = 1
-_SHELL = "/bin/sh"
 # $PPID is the parent at shell start-up: if it is not the agent any more, the agent
 # died before setpriv armed the signal, so nothing would ever kill this child.
-_GUARD = '[ "$PPID" = "{pid}" ] || kill -KILL $$; exec "$@"'
+_GUARD = '[ "$PPID" = "{pid}" ] || kill -KILL $$; '
+# dash exports PWD even when it was not in the environment, or fixes its value.
+_UNSET_PWD = 'unset PWD; exec "$@"'
+_RESTORE_PWD = 'PWD=$1; export PWD; shift; exec "$@"'
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_DASH_OWNS = frozenset({"IFS", "PPID", "OPTIND"})
 
 
 @functools.lru_cache(maxsize=1)
@@ -57,17 +65,18 @@ def _prctl() -> Callable[..., int] | None:
 
 
 @functools.lru_cache(maxsize=1)
-def _setpriv() -> str | None:
-    path = shutil.which("setpriv")
-    if path is None or not os.access(_SHELL, os.X_OK):
+def _wrapper_tools() -> tuple[str, str] | None:
+    setpriv = shutil.which("setpriv")
+    dash = shutil.which("dash")
+    if setpriv is None or dash is None:
         return None
     try:
         out = subprocess.run(
-            [path, "--help"], capture_output=True, text=True, timeout=10, check=False
+            [setpriv, "--help"], capture_output=True, text=True, timeout=10, check=False
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return path if "--pdeathsig" in out else None
+    return (setpriv, dash) if "--pdeathsig" in out else None
 
 
 def pdeathsig_mode() -> str:
@@ -81,12 +90,12 @@ def pdeathsig_mode() -> str:
         return "off"
     if forced == "preexec":
         return "preexec"
-    if _setpriv() is not None:
+    if _wrapper_tools() is not None:
         return "wrapper"
     if forced == "wrapper":
         raise ValueError(
-            f"{PDEATHSIG_ENV}=wrapper needs util-linux's setpriv with --pdeathsig and /bin/sh;"
-            " install util-linux or use preexec"
+            f"{PDEATHSIG_ENV}=wrapper needs util-linux's setpriv with --pdeathsig and dash;"
+            " install them or use preexec"
         )
     return "preexec"
 
@@ -133,23 +142,16 @@ def wrap_argv(
     mode = pdeathsig_mode()
     if mode == "off":
         return list(argv), None
-    if mode == "preexec":
+    if mode == "preexec" or any(not _NAME.match(k) or k in _DASH_OWNS for k in env):
         return list(argv), pdeathsig_preexec()
     executable = resolve_executable(argv[0], env, cwd)
     if executable is None:
         raise FileNotFoundError(f"no executable {argv[0]!r} (searched the worker's PATH)")
-    setpriv = _setpriv()
-    assert setpriv is not None
+    tools = _wrapper_tools()
+    assert tools is not None
+    setpriv, dash = tools
     guard = _GUARD.format(pid=os.getpid())
-    return [
-        setpriv,
-        "--pdeathsig",
-        "KILL",
-        "--",
-        _SHELL,
-        "-c",
-        guard,
-        argv[0],
-        executable,
-        *argv[1:],
-    ], None
+    head = [setpriv, "--pdeathsig", "KILL", "--", dash, "-c"]
+    if "PWD" in env:
+        return [*head, guard + _RESTORE_PWD, argv[0], env["PWD"], executable, *argv[1:]], None
+    return [*head, guard + _UNSET_PWD, argv[0], executable, *argv[1:]], None

@@ -7,10 +7,12 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import anyio
 import pytest
 
+from aelastic.workers import ProcessSpec, open_worker_processes
 from aelastic.workers._pdeathsig import pdeathsig_mode, wrap_argv
 
 from .conftest import Reporter, pid_gone, py, wait_gone
@@ -78,3 +80,23 @@ def test_mode_errors_are_clear(monkeypatch: pytest.MonkeyPatch) -> None:
         pdeathsig_mode()
     monkeypatch.setenv("AELASTIC_PDEATHSIG", "off")
     assert wrap_argv(["true"], os.environ, None) == (["true"], None)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"PWD": "/not/the/cwd"}, {"A.B": "odd name", "IFS": "x"}],
+    ids=["no-pwd", "odd-pwd", "names-dash-would-drop"],
+)
+async def test_worker_environment_arrives_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: dict[str, str]
+) -> None:
+    monkeypatch.delenv("AELASTIC_PDEATHSIG", raising=False)
+    env = {"PATH": os.environ.get("PATH", os.defpath), "LC_CTYPE": "C.UTF-8", "SP": "a b\nc"}
+    env.update(EMPTY="", **extra)
+    out = str(tmp_path / "env.json")
+    code = "import json, os, sys\nprint(json.dumps(dict(os.environ)))"
+    specs = [ProcessSpec(0, [sys.executable, "-c", code], env, stdout_file=out)]
+    async with open_worker_processes(specs) as workers:
+        with anyio.fail_after(20):
+            assert (await workers.wait_for_exit()).exitcode == 0
+    assert json.loads(await anyio.Path(out).read_text()) == env
