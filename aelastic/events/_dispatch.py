@@ -113,7 +113,16 @@ def _message(event: Any) -> str:
 class _Handler:
     """A registered handler, normalised to one calling convention."""
 
-    __slots__ = ("batch", "call", "home", "is_async", "is_null", "logging_handler", "original")
+    __slots__ = (
+        "batch",
+        "call",
+        "home",
+        "is_async",
+        "is_null",
+        "logging_handler",
+        "original",
+        "via_logger",
+    )
 
     def __init__(self, original: HandlerLike) -> None:
         from ._handlers import is_null_handler
@@ -123,9 +132,12 @@ class _Handler:
         self.logging_handler: logging.Handler | None = None
         self.batch: Callable[[list[Any]], None] | None = None
         self.home: asyncio.AbstractEventLoop | None = None
+        #: a logging handler attached to the destination's logger (not batch-capable)
+        self.via_logger = False
         if isinstance(original, logging.Handler):
             self.logging_handler = original
             self.batch = getattr(original, "record_batch", None)
+            self.via_logger = self.batch is None
             self.call: Callable[[Any], Any] = original.handle
             self.is_async = False
             return
@@ -205,8 +217,8 @@ class Destination:
         return (self.primary, *self.handlers) if self.primary is not None else self.handlers
 
     def add(self, handler: _Handler) -> None:
-        if handler.logging_handler is not None:
-            self.logger.addHandler(handler.logging_handler)
+        if handler.via_logger:
+            self.logger.addHandler(handler.original)
         self.handlers = (*self.handlers, handler)
         self._refresh()
 
@@ -224,10 +236,10 @@ class Destination:
     def set_primary(self, handler: _Handler | None) -> _Handler | None:
         """Replace the destination's own handler; return the previous one."""
         old, self.primary = self.primary, handler
-        if old is not None and old.logging_handler is not None:
-            self.logger.removeHandler(old.logging_handler)
-        if handler is not None and handler.logging_handler is not None:
-            self.logger.addHandler(handler.logging_handler)
+        if old is not None and old.via_logger:
+            self.logger.removeHandler(old.original)
+        if handler is not None and handler.via_logger:
+            self.logger.addHandler(handler.original)
         self._refresh()
         return old
 
@@ -285,9 +297,14 @@ class Destination:
         items = [(i, event) for i, (event, _) in enumerate(batch) if event is not _FLUSH]
         failures: dict[int, list[BaseException]] = {}
         if items:
+            logged = False
             for handler in self.all_handlers():
                 if handler.is_null:
                     continue
+                if handler.via_logger:  # one pass through the logger serves them all
+                    if logged:
+                        continue
+                    logged = True
                 try:
                     errors = await self._run(handler, items)
                 except Exception as batch_exc:  # the whole batch failed (dead loop, file)
@@ -312,14 +329,18 @@ class Destination:
 
     async def _run(self, handler: _Handler, items: list[tuple[int, Any]]) -> dict[int, Exception]:
         """Run ``handler`` on every event of ``items``; return the failures by index."""
-        if handler.logging_handler is not None:
-            if handler.batch is not None:
-                handler.batch([event for _, event in items])
-            else:
-                logger = self.logger
-                if logger.isEnabledFor(logging.INFO):
-                    for _, event in items:
-                        logger.info(_message(event))
+        if handler.via_logger:
+            logger = self.logger
+            if logger.isEnabledFor(logging.INFO):
+                for _, event in items:
+                    logger.handle(
+                        logger.makeRecord(
+                            logger.name, logging.INFO, __file__, 0, _message(event), (), None
+                        )
+                    )
+            return {}
+        if handler.batch is not None:
+            handler.batch([event for _, event in items])
             return {}
         home = handler.home
         if handler.is_async and home is not None and home is not asyncio.get_running_loop():

@@ -198,3 +198,22 @@ async def test_record_rdzv_event_reaches_registered_handler() -> None:
 def test_bad_handler_is_rejected() -> None:
     with pytest.raises(TypeError, match=r"logging\.Handler"):
         events.register_handler("x", 42)
+
+
+async def test_each_logging_handler_gets_each_event_once() -> None:
+    first: list[str] = []
+    second: list[str] = []
+
+    class Capture(logging.Handler):
+        def __init__(self, into: list[str]) -> None:
+            super().__init__()
+            self.into = into
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.into.append(record.getMessage())
+
+    events.register_handler("two-loggers", Capture(first))
+    events.register_handler("two-loggers", Capture(second))
+    events.register_handler("two-loggers", lambda e: None)
+    await events.arecord(Event("once", EventSource.AGENT), "two-loggers")
+    assert len(first) == len(second) == 1
