@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 
 from ..events import Event, EventSource, record
-from ..metrics import put_metric
+from ..metrics import prof, put_metric
 from ..rendezvous import RendezvousGracefulExitError, RendezvousInfo
 from ..store import Store
 from ._exceptions import AgentError, SignalException
@@ -142,6 +142,7 @@ class SimpleElasticAgent(ElasticAgent):
         if self._run_scope is not None:
             self._run_scope.cancel()
 
+    @prof
     async def run(self, role: str = DEFAULT_ROLE) -> RunResult:
         """Run the worker group until it succeeds or fails for good; return the result.
 
@@ -283,33 +284,49 @@ class SimpleElasticAgent(ElasticAgent):
                     self._round_stack = None
 
     async def _wait_for_outcome(self, worker_group: WorkerGroup) -> Decision:
-        """Race the workers' exits against a membership change; return the first decision."""
+        """Race the workers' exits against a membership change; return the first decision.
+
+        An error from either side (e.g. the rendezvous failing while the workers run)
+        cancels the other and is raised as is, not wrapped in an exception group.
+        """
         spec = worker_group.spec
         lws = spec.local_world_size
         decided: list[Decision] = []
+        errors: list[Exception] = []
 
         async with anyio.create_task_group() as tg:
 
             async def watch_exits() -> None:
-                while True:
-                    await self._wait_for_worker_exit(worker_group)
-                    codes = self._worker_exit_codes(worker_group).values()
-                    decision = decide_after_exit(codes, lws, self._remaining_restarts)
-                    if decision.action is not Action.WAIT:
-                        decided.append(decision)
-                        tg.cancel_scope.cancel()
-                        return
+                try:
+                    while True:
+                        await self._wait_for_worker_exit(worker_group)
+                        codes = self._worker_exit_codes(worker_group).values()
+                        decision = decide_after_exit(codes, lws, self._remaining_restarts)
+                        if decision.action is not Action.WAIT:
+                            decided.append(decision)
+                            break
+                except Exception as exc:
+                    errors.append(exc)
+                tg.cancel_scope.cancel()
 
             async def watch_membership() -> None:
-                await spec.rdzv_handler.wait_for_membership_change()
-                codes = self._worker_exit_codes(worker_group).values()
-                decided.append(decide_after_membership_change(codes, lws, self._remaining_restarts))
+                try:
+                    await spec.rdzv_handler.wait_for_membership_change()
+                    codes = self._worker_exit_codes(worker_group).values()
+                    decided.append(
+                        decide_after_membership_change(codes, lws, self._remaining_restarts)
+                    )
+                except Exception as exc:
+                    errors.append(exc)
                 tg.cancel_scope.cancel()
 
             tg.start_soon(watch_exits)
             tg.start_soon(watch_membership)
-        return decided[0]
+        if decided:
+            return decided[0]
+        raise errors[0]
 
+    @prof
     async def _initialize_workers(self, worker_group: WorkerGroup) -> None:
         """Rendezvous, then start a fresh set of workers; the group becomes HEALTHY."""
         role = worker_group.spec.role
@@ -324,12 +341,14 @@ class SimpleElasticAgent(ElasticAgent):
         for worker in worker_group.workers:
             self._record(self._construct_event("START", EventSource.WORKER, worker))
 
+    @prof
     async def _restart_workers(self, worker_group: WorkerGroup) -> None:
         """Stop every local worker; the caller's loop re-rendezvous and starts them again."""
         log.info("[%s] stopping worker group", worker_group.spec.role)
         await self._stop_workers(worker_group)
         worker_group.state = WorkerState.STOPPED
 
+    @prof
     async def _rendezvous(self, worker_group: WorkerGroup) -> None:
         """Join the next round, assign ranks, and agree on the workers' store endpoint."""
         spec = worker_group.spec
@@ -387,6 +406,7 @@ class SimpleElasticAgent(ElasticAgent):
         addr = spec.master_addr or spec.local_addr or (boot.master_addr if boot else None)
         return addr or _hostname(), spec.master_port, agent_store
 
+    @prof
     async def _assign_worker_ranks(
         self, store: Store, group_rank: int, group_world_size: int, spec: WorkerSpec
     ) -> list[Worker]:

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 
 from ..errors import ProcessFailure
+from ..metrics import prof
 from ..store import StoreServer
 from ..workers import (
     LogDestinations,
@@ -115,6 +116,7 @@ class LocalElasticAgent(SimpleElasticAgent):
 
     # -- starting and stopping ---------------------------------------------------------
 
+    @prof
     async def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
         spec = worker_group.spec
         stack = self._round_stack
@@ -188,6 +190,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         await self._stop_workers(self._worker_group, self._signal or signal.SIGTERM)
         self._procs = None
 
+    @prof
     async def _stop_workers(
         self, worker_group: WorkerGroup, sig: signal.Signals = signal.SIGTERM
     ) -> None:
@@ -209,6 +212,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         if self._procs is not None:
             self._procs.send_signal(sig)
 
+    @prof
     async def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
         spec = worker_group.spec
         by_local = {w.local_rank: w for w in worker_group.workers}

@@ -237,3 +237,32 @@ async def test_forwarded_non_terminating_signal_reaches_workers(tmp_path: Path) 
     (result,) = results
     assert result.is_failed()
     assert {f.signal_name() for f in result.failures.values()} <= {"SIGUSR1"}
+
+
+async def test_missing_entrypoint_raises_a_clear_error(tmp_path: Path) -> None:
+    from aelastic.workers import WorkerStartError
+
+    rdzv = LocalRendezvous()
+    agent = LocalElasticAgent(_spec(rdzv, (), tmp_path, entrypoint=str(tmp_path / "nope")))
+    with anyio.fail_after(30), pytest.raises(WorkerStartError, match="nope"):
+        await agent.run()
+    assert rdzv.shutdown_calls == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("local_world_size", 0, "local_world_size"),
+        ("max_restarts", -1, "max_restarts"),
+        ("entrypoint", None, "entrypoint"),
+        ("shutdown_timeout", -1, "shutdown_timeout"),
+        ("master_port", 70000, "master_port"),
+    ],
+)
+def test_bad_spec_is_rejected_with_the_field_named(
+    tmp_path: Path, field: str, value: object, match: str
+) -> None:
+    from aelastic.agent import AgentConfigError
+
+    with pytest.raises(AgentConfigError, match=match):
+        _spec(LocalRendezvous(), (), tmp_path, **{field: value})
