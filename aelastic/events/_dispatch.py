@@ -625,7 +625,9 @@ def register_handler(destination: str, handler: HandlerLike) -> HandlerLike:
 
     ``handler`` is a ``logging.Handler``, an object with a ``record(event)`` method, or a
     callable taking the event; ``record``/the callable may be ``async def``: it then runs
-    on the event loop that is running now (or on the dispatcher's loop when none is).
+    on the asyncio event loop that is running now (or on the dispatcher's loop when none
+    is, and under trio). Synchronous handlers run in the dispatcher thread. Logging
+    handlers are attached to the destination's logger ``aelastic-events-<destination>``.
     """
     entry = _Handler(handler)
     with registry.lock:

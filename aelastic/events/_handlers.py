@@ -111,7 +111,9 @@ def get_logging_handler(destination: str = "null") -> logging.Handler:
     """Return the stdlib logging handler of a built-in ``destination``.
 
     ``null``, ``console``, ``dynamic_rendezvous``, ``store`` and (once configured)
-    ``file``. Raises :class:`UnknownDestinationError` for any other name.
+    ``file``. Raises :class:`UnknownDestinationError` for any other name. To add a
+    handler (a ``logging.Handler`` or any other), use ``register_handler()``: a handler
+    added to the logger directly is not seen while the destination is otherwise null.
     """
     handler = _log_handlers.get(destination)
     if handler is None:
