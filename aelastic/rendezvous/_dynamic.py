@@ -681,6 +681,9 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 clock.observe(t, now)
             joined = max(joined, count)
             if now >= next_tick:
+                if await ops.add(keys.round, 0) != r:
+                    await dissolve("a member judged this coordinator gone")
+                    return
                 candidates = [t for t in range(1, joined) if t not in removed]
                 gone = await self._liveness.lapsed(ops, keys, r, candidates, clock, now)
                 remove(gone, "heartbeat lapsed")
@@ -735,6 +738,9 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 continue
             now = anyio.current_time()
             if now >= next_tick:
+                if await ops.add(keys.round, 0) != r:
+                    await dissolve("a member judged this coordinator gone")
+                    return
                 candidates = [t for t in members if t != 0]
                 gone = await self._liveness.lapsed(ops, keys, r, candidates, clock, now)
                 if gone:
