@@ -145,3 +145,11 @@ async def test_elastic_launch_runs_its_own_loop_for_sync_callers(tmp_path: Path)
     with anyio.fail_after(60):
         result = await anyio.to_thread.run_sync(run, "-u", WORKER, str(tmp_path))
     assert result == {0: None, 1: None}
+
+
+async def test_launch_a_callable_returns_values_by_global_rank() -> None:
+    import operator
+
+    with anyio.fail_after(60):
+        result = await launch(_config(2), operator.add, 20, 22)
+    assert result == {0: 42, 1: 42}
