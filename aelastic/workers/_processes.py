@@ -2,8 +2,8 @@
 
 Each worker runs in its own session (so its process group id is its pid) and,
 on Linux, with ``PR_SET_PDEATHSIG=SIGKILL`` so it dies with the agent even when
-the agent is SIGKILLed. Exits arrive through the event loop's child watcher
-(a waitpid thread, pidfd or SIGCHLD, depending on the loop): no polling.
+the agent is SIGKILLed. Exits arrive from a pidfd registered with the event
+loop (Linux >= 5.3; elsewhere the loop's own child watcher): no polling.
 Output that must be prefixed, tee'd or filtered flows through a pipe into the
 agent, which writes whole lines to the console and raw bytes to the log file;
 everything else is wired straight to the file or the inherited console.
@@ -14,20 +14,21 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator, Sequence
-from typing import IO, Any, Literal, cast
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import IO, cast
 
 import anyio
 import sniffio
 
 from ..errors import ProcessFailure
 from ._exceptions import NoMoreExitsError, WorkerProcessError, WorkerStartError
+from ._output import ConsoleName, PipeProtocol, Sink
 from ._pdeathsig import wrap_argv
 from ._spec import ProcessExit, ProcessSpec
 from ._std import Std
@@ -40,84 +41,43 @@ log = logging.getLogger(__name__)
 DEFAULT_KILL_TIMEOUT = 5.0
 #: How long to wait, once every process is dead, for their output pipes to drain.
 _DRAIN_TIMEOUT = 2.0
-#: A console line longer than this is flushed even without a newline.
-_MAX_PENDING = 1 << 16
-
-_ConsoleName = Literal["stdout", "stderr"]
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+#: ``pidfd`` (Linux >= 5.3, default there) or ``asyncio`` (the loop's child watcher).
+WATCHER_ENV = "AELASTIC_CHILD_WATCHER"
+#: Workers that survived SIGKILL: kept referenced so nothing warns about them later.
+_abandoned: list[subprocess.Popen[bytes]] = []
 
 
-class _Sink:
-    """Where one piped stream of one worker goes: a log file and/or the console."""
+def _watcher() -> str:
+    forced = os.environ.get(WATCHER_ENV, "").strip().lower()
+    if forced not in ("", "pidfd", "asyncio"):
+        raise ValueError(f"{WATCHER_ENV}={forced!r} is not one of pidfd, asyncio (or unset)")
+    if forced == "asyncio" or not _has_pidfd():
+        return "asyncio"
+    return "pidfd"
 
-    def __init__(self, file_fd: int | None, console: _ConsoleName | None, prefix: bytes) -> None:
-        self.file_fd = file_fd
-        self.console = console
-        self.prefix = prefix
-        self._pending = b""
 
-    def feed(self, data: bytes) -> None:
-        if self.file_fd is not None:
-            try:
-                _write_all(self.file_fd, data)
-            except OSError as exc:
-                log.error("cannot write worker output to its log file (%s); dropping it", exc)
-                self.file_fd = None
-        if self.console is None:
-            return
-        self._pending += data
-        head, sep, tail = self._pending.rpartition(b"\n")
-        if sep:
-            self._pending = tail
-            self._emit(head.split(b"\n"))
-        if len(self._pending) > _MAX_PENDING:
-            line, self._pending = self._pending, b""
-            self._emit([line])
-
-    def finish(self) -> None:
-        if self._pending:
-            line, self._pending = self._pending, b""
-            self._emit([line])
-
-    def _emit(self, lines: list[bytes]) -> None:
-        if self.console is None:
-            return
-        prefix = self.prefix
-        data = b"".join(prefix + line + b"\n" for line in lines)
-        stream: IO[Any] = sys.stdout if self.console == "stdout" else sys.stderr
-        try:
-            buffer = getattr(stream, "buffer", None)
-            if buffer is not None:
-                stream.flush()
-                buffer.write(data)
-                buffer.flush()
-            else:
-                stream.write(data.decode(errors="replace"))
-                stream.flush()
-        except (OSError, ValueError) as exc:
-            log.error("cannot write worker output to the console (%s); file only now", exc)
-            self.console = None
+def _has_pidfd() -> bool:
+    if not hasattr(os, "pidfd_open") or not hasattr(os, "P_PIDFD"):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:  # kernel < 5.3, or seccomp
+        return False
+    return True
 
 
 class _WorkerProtocol(asyncio.SubprocessProtocol):
-    def __init__(self, owner: WorkerProcesses, local_rank: int, sinks: dict[int, _Sink]) -> None:
+    """The ``asyncio`` watcher: the loop's child watcher reports the exit (and reaps)."""
+
+    def __init__(self, owner: WorkerProcesses, local_rank: int, sinks: dict[int, Sink]) -> None:
         self._owner = owner
         self._local_rank = local_rank
         self._sinks = sinks
         self.drained = asyncio.Event()
-        self.transport: asyncio.SubprocessTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transport quacks like asyncio.SubprocessTransport without subclassing it.
-        subprocess_transport = cast(asyncio.SubprocessTransport, transport)
-        self.transport = subprocess_transport
-        self._owner._on_started(self._local_rank, subprocess_transport)
+        self._owner._on_transport(self._local_rank, cast(asyncio.SubprocessTransport, transport))
 
     def pipe_data_received(self, fd: int, data: bytes | str) -> None:
         sink = self._sinks.get(fd)
@@ -130,7 +90,9 @@ class _WorkerProtocol(asyncio.SubprocessProtocol):
             sink.finish()
 
     def process_exited(self) -> None:
-        self._owner._on_exit(self._local_rank)
+        transport = self._owner._workers[self._local_rank].transport
+        code = None if transport is None else transport.get_returncode()
+        self._owner._on_exit(self._local_rank, -1 if code is None else code, reaped=True)
 
     def connection_lost(self, exc: Exception | None) -> None:
         # Called once the process exited and every pipe is closed.
@@ -142,11 +104,24 @@ class _WorkerProtocol(asyncio.SubprocessProtocol):
 class _Worker:
     def __init__(self, spec: ProcessSpec) -> None:
         self.spec = spec
-        self.transport: asyncio.SubprocessTransport | None = None
-        self.protocol: _WorkerProtocol | None = None
         self.pid = -1
         self.exited = anyio.Event()
         self.file_fds: list[int] = []
+        # "asyncio" watcher
+        self.transport: asyncio.SubprocessTransport | None = None
+        self.protocol: _WorkerProtocol | None = None
+        # "pidfd" watcher
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.pidfd: int | None = None
+        self.pipes: list[tuple[asyncio.BaseTransport | None, PipeProtocol, IO[bytes]]] = []
+        # True once the pid was reaped: from then on it may belong to someone else.
+        self.reaped = False
+
+    async def drained(self) -> None:
+        if self.protocol is not None:
+            await self.protocol.drained.wait()
+        for _, protocol, _ in self.pipes:
+            await protocol.closed.wait()
 
 
 class WorkerProcesses:
@@ -155,6 +130,11 @@ class WorkerProcesses:
     ``pids`` maps local rank to pid; ``exits`` holds every exit noticed so far
     (a worker is alive while its rank is absent). ``unreaped`` lists the
     processes that survived SIGKILL during :meth:`stop` (Linux D-state).
+
+    With the ``pidfd`` watcher (Linux >= 5.3) an exited worker stays a zombie
+    until the block ends, so its pid, and thus its process group id, cannot be
+    reused meanwhile: signalling the group of an exited worker reaches exactly
+    the children it left behind, never a stranger.
     """
 
     def __init__(self, specs: Sequence[ProcessSpec], kill_timeout: float) -> None:
@@ -162,11 +142,13 @@ class WorkerProcesses:
         self.pids: dict[int, int] = {}
         self.exits: dict[int, ProcessExit] = {}
         self.unreaped: dict[int, int] = {}
+        self.watcher = _watcher()
         self._kill_timeout = kill_timeout
         self._workers: dict[int, _Worker] = {}
         self._pending: collections.deque[ProcessExit] = collections.deque()
         self._changed = anyio.Event()
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- observation -------------------------------------------------------
 
@@ -219,8 +201,9 @@ class WorkerProcesses:
 
     def send_signal(self, sig: int) -> None:
         """Send ``sig`` to the process group of every live worker (e.g. forward SIGUSR1)."""
-        for pid in self.alive.values():
-            self._killpg(pid, sig)
+        for rank, worker in self._workers.items():
+            if rank not in self.exits:
+                self._killpg(worker, sig)
 
     async def stop(
         self,
@@ -229,12 +212,13 @@ class WorkerProcesses:
     ) -> dict[int, ProcessExit]:
         """Stop every worker: ``sig`` to each process group, one shared deadline, SIGKILL.
 
-        ``sig`` goes to the group of every worker (also of workers that already
-        exited, so their leftover children get it). After ``timeout`` seconds
-        on one deadline for all, every group gets SIGKILL. Processes that are
-        still not reaped ``kill_timeout`` seconds later (uninterruptible, Linux
-        D-state) are logged with advice, recorded in ``unreaped`` and abandoned:
-        this method always returns. Returns ``exits``.
+        ``sig`` goes to the process group of every worker, also of workers
+        that already exited (while their pid is still reserved, see the class
+        docs), so children they left behind get it too. After ``timeout``
+        seconds on one deadline for all, every group gets SIGKILL. Processes
+        still not dead ``kill_timeout`` seconds later (uninterruptible, Linux
+        D-state) are logged with advice, recorded in ``unreaped`` and
+        abandoned: this method always returns. Returns ``exits``.
 
         Cancelling it cancels the waiting, not the signals already sent;
         :func:`open_worker_processes` calls it shielded on exit.
@@ -242,7 +226,7 @@ class WorkerProcesses:
         if not self._workers:
             return dict(self.exits)
         for worker in self._workers.values():
-            self._killpg(worker.pid, sig)
+            self._killpg(worker, sig)
         if sig != signal.SIGKILL and self.alive:
             with anyio.move_on_after(timeout):
                 await self.wait_all()
@@ -256,7 +240,7 @@ class WorkerProcesses:
                     signal.Signals(sig).name,
                 )
         for worker in self._workers.values():
-            self._killpg(worker.pid, signal.SIGKILL)
+            self._killpg(worker, signal.SIGKILL)
         if self.alive:
             with anyio.move_on_after(self._kill_timeout):
                 await self.wait_all()
@@ -276,59 +260,78 @@ class WorkerProcesses:
     # -- internals ---------------------------------------------------------
 
     @staticmethod
-    def _killpg(pgid: int, sig: int) -> None:
-        # The group outlives its leader while members remain, and its id cannot be
-        # reused as a pid meanwhile, so signalling the group of an exited leader
-        # reaches exactly its leftover children (or nobody: ESRCH).
+    def _killpg(worker: _Worker, sig: int) -> None:
+        if worker.pid <= 0 or worker.reaped:
+            # A reaped pid may already name another process group.
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, sig)
+            os.killpg(worker.pid, sig)
 
-    def _on_started(self, local_rank: int, transport: asyncio.SubprocessTransport) -> None:
+    def _on_transport(self, local_rank: int, transport: asyncio.SubprocessTransport) -> None:
         worker = self._workers[local_rank]
         worker.transport = transport
         worker.pid = transport.get_pid()
         self.pids[local_rank] = worker.pid
 
-    def _on_exit(self, local_rank: int) -> None:
+    def _on_exit(self, local_rank: int, exitcode: int, *, reaped: bool) -> None:
         worker = self._workers.get(local_rank)
-        if worker is None or worker.transport is None or local_rank in self.exits:
+        if worker is None or local_rank in self.exits:
             return
-        code = worker.transport.get_returncode()
-        exit_ = ProcessExit(
-            local_rank=local_rank,
-            pid=worker.pid,
-            exitcode=code if code is not None else -1,
-            timestamp=time.time(),
-        )
+        worker.reaped = reaped
+        exit_ = ProcessExit(local_rank, worker.pid, exitcode, time.time())
         self.exits[local_rank] = exit_
         self._pending.append(exit_)
         worker.exited.set()
         self._wake()
+
+    def _on_pidfd_readable(self, local_rank: int) -> None:
+        worker = self._workers[local_rank]
+        assert worker.pidfd is not None and self._loop is not None
+        reaped = False
+        try:
+            # WNOWAIT: read the status but leave the zombie, so the pid stays ours.
+            info = os.waitid(os.P_PIDFD, worker.pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # reaped behind our back (SIGCHLD ignored, waitpid(-1))
+            info, reaped = None, True
+        else:
+            if info is None:
+                return
+        self._loop.remove_reader(worker.pidfd)
+        if info is None:
+            code = -1
+        elif info.si_code == os.CLD_EXITED:
+            code = info.si_status
+        else:  # CLD_KILLED, CLD_DUMPED
+            code = -info.si_status
+        self._on_exit(local_rank, code, reaped=reaped)
 
     def _wake(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
 
     async def _start_all(self, specs: Sequence[ProcessSpec]) -> None:
-        loop = asyncio.get_running_loop()
+        self._loop = asyncio.get_running_loop()
         for spec in specs:
             worker = _Worker(spec)
             self._workers[spec.local_rank] = worker
             try:
-                await self._start_one(loop, worker)
+                await self._start_one(self._loop, worker)
             except BaseException:
-                del self._workers[spec.local_rank]
+                if worker.pid <= 0:
+                    del self._workers[spec.local_rank]
                 raise
             finally:
-                for fd in worker.file_fds if worker.transport is None else ():
-                    os.close(fd)
+                if worker.pid <= 0:
+                    for fd in worker.file_fds:
+                        os.close(fd)
+                    worker.file_fds.clear()
 
     async def _start_one(self, loop: asyncio.AbstractEventLoop, worker: _Worker) -> None:
         spec = worker.spec
-        sinks: dict[int, _Sink] = {}
+        sinks: dict[int, Sink] = {}
         stdio: dict[int, int | None] = {}
         prefix = spec.console_prefix.encode()
-        streams: tuple[tuple[int, str | None, Std, _ConsoleName], ...] = (
+        streams: tuple[tuple[int, str | None, Std, ConsoleName], ...] = (
             (1, spec.stdout_file, Std.OUT, "stdout"),
             (2, spec.stderr_file, Std.ERR, "stderr"),
         )
@@ -341,7 +344,7 @@ class WorkerProcesses:
                 file_fd = None
             if to_console and (prefix or file_fd is not None):
                 stdio[fd] = subprocess.PIPE
-                sinks[fd] = _Sink(file_fd, console, prefix)
+                sinks[fd] = Sink(file_fd, console, prefix)
             elif file_fd is not None:
                 stdio[fd] = file_fd
             elif to_console:
@@ -351,52 +354,122 @@ class WorkerProcesses:
         if spec.error_file:
             _prepare_error_file(spec.error_file, spec.local_rank)
 
-        protocol = _WorkerProtocol(self, spec.local_rank, sinks)
         env = dict(spec.env)
         try:
             argv, preexec = wrap_argv(spec.args, env, spec.cwd)
-            transport, _ = await loop.subprocess_exec(
-                lambda: protocol,
-                *argv,
-                stdin=None,
-                stdout=stdio[1],
-                stderr=stdio[2],
-                env=env,
-                cwd=spec.cwd,
-                start_new_session=True,
-                preexec_fn=preexec,
-            )
+            if self.watcher == "pidfd":
+                self._spawn_pidfd(loop, worker, argv, preexec, stdio, env)
+            else:
+                await self._spawn_asyncio(loop, worker, argv, preexec, stdio, env, sinks)
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
             raise WorkerStartError(
                 f"could not start the worker of local rank {spec.local_rank}"
                 f" ({list(spec.args)[:3]!r}...): {type(exc).__name__}: {exc}."
                 " Check that the entry point exists and is executable, and the cwd exists."
             ) from exc
+        # The child holds its own copies of the file descriptors wired straight to it.
+        piped = {s.file_fd for s in sinks.values()}
+        for fd in [fd for fd in worker.file_fds if fd not in piped]:
+            os.close(fd)
+            worker.file_fds.remove(fd)
+        if worker.popen is not None:
+            for fd, sink in sinks.items():
+                pipe = worker.popen.stdout if fd == 1 else worker.popen.stderr
+                assert pipe is not None
+                protocol = PipeProtocol(sink)
+                worker.pipes.append((None, protocol, pipe))
+                transport, _ = await loop.connect_read_pipe(
+                    functools.partial(_same, protocol), pipe
+                )
+                worker.pipes[-1] = (transport, protocol, pipe)
+
+    def _spawn_pidfd(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        worker: _Worker,
+        argv: list[str],
+        preexec: Callable[[], None] | None,
+        stdio: dict[int, int | None],
+        env: dict[str, str],
+    ) -> None:
+        popen = subprocess.Popen(
+            argv,
+            stdin=None,
+            stdout=stdio[1],
+            stderr=stdio[2],
+            env=env,
+            cwd=worker.spec.cwd,
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
+        worker.popen = popen
+        worker.pid = popen.pid
+        self.pids[worker.spec.local_rank] = popen.pid
+        # Only we reap our children, so the pid cannot be reused before pidfd_open.
+        worker.pidfd = os.pidfd_open(popen.pid)
+        loop.add_reader(worker.pidfd, self._on_pidfd_readable, worker.spec.local_rank)
+
+    async def _spawn_asyncio(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        worker: _Worker,
+        argv: list[str],
+        preexec: Callable[[], None] | None,
+        stdio: dict[int, int | None],
+        env: dict[str, str],
+        sinks: dict[int, Sink],
+    ) -> None:
+        protocol = _WorkerProtocol(self, worker.spec.local_rank, sinks)
         worker.protocol = protocol
-        if worker.transport is None:  # loops that skip connection_made
-            self._on_started(spec.local_rank, transport)
-        # The child holds its own copies of file descriptors wired straight to it.
-        for fd in list(worker.file_fds):
-            if fd not in {s.file_fd for s in sinks.values()}:
-                os.close(fd)
-                worker.file_fds.remove(fd)
+        transport, _ = await loop.subprocess_exec(
+            lambda: protocol,
+            *argv,
+            stdin=None,
+            stdout=stdio[1],
+            stderr=stdio[2],
+            env=env,
+            cwd=worker.spec.cwd,
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
+        if worker.transport is None:  # a loop that skipped connection_made
+            self._on_transport(worker.spec.local_rank, transport)
 
     async def _close(self) -> None:
-        """Wait (bounded) for pipes to drain, close transports and log files."""
-        reaped = [w for r, w in self._workers.items() if r in self.exits]
+        """Wait (bounded) for pipes to drain; reap; close pidfds, pipes and log files."""
+        dead = [w for r, w in self._workers.items() if r in self.exits]
         with anyio.move_on_after(_DRAIN_TIMEOUT):
-            for worker in reaped:
-                if worker.protocol is not None:
-                    await worker.protocol.drained.wait()
-        for worker in self._workers.values():
+            for worker in dead:
+                await worker.drained()
+        for rank, worker in self._workers.items():
             if worker.transport is not None:
                 worker.transport.close()
+            for transport, _, pipe in worker.pipes:
+                if transport is not None:
+                    transport.close()
+                pipe.close()
+            if worker.pidfd is not None:
+                if rank not in self.exits and self._loop is not None:
+                    self._loop.remove_reader(worker.pidfd)
+                os.close(worker.pidfd)
+                worker.pidfd = None
+            if worker.popen is not None and not worker.reaped:
+                if rank in self.exits:
+                    with contextlib.suppress(ChildProcessError):
+                        worker.popen.wait()
+                else:
+                    _abandoned.append(worker.popen)
+                worker.reaped = True
             for fd in worker.file_fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             worker.file_fds.clear()
         self._closed = True
         self._wake()
+
+
+def _same(protocol: PipeProtocol) -> PipeProtocol:
+    return protocol
 
 
 def _open_log(path: str, local_rank: int) -> int:

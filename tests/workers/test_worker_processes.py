@@ -23,6 +23,16 @@ from .conftest import Reporter, open_fds, pid_gone, py, wait_gone
 PAUSE = "import signal\nsignal.pause()\n"
 
 
+@pytest.fixture(autouse=True, params=["pidfd", "asyncio"])
+def watcher(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run every test with both exit watchers (pidfd, the loop's child watcher)."""
+    name: str = request.param
+    if name == "pidfd" and not hasattr(os, "pidfd_open"):
+        pytest.skip("no pidfd on this platform")
+    monkeypatch.setenv("AELASTIC_CHILD_WATCHER", name)
+    return name
+
+
 def spec(rank: int, args: list[str], env: dict[str, str] | None = None) -> ProcessSpec:
     return ProcessSpec(local_rank=rank, args=args, env=env or dict(os.environ))
 
@@ -102,7 +112,11 @@ async def test_grandchildren_in_the_group_are_killed(reporter: Reporter) -> None
     await wait_gone(grandchild)
 
 
-async def test_leftover_grandchild_of_an_exited_worker_is_killed(reporter: Reporter) -> None:
+async def test_leftover_grandchild_of_an_exited_worker_is_killed(
+    reporter: Reporter, watcher: str
+) -> None:
+    if watcher != "pidfd":
+        pytest.skip("only the pidfd watcher keeps an exited leader's pid reserved")
     code = textwrap.dedent(
         """
         import subprocess, sys
@@ -179,7 +193,9 @@ async def test_bad_specs_are_rejected() -> None:
             pass
 
 
-def test_trio_backend_is_refused() -> None:
+def test_trio_backend_is_refused(watcher: str) -> None:
+    if watcher != "pidfd":
+        pytest.skip("backend check does not depend on the watcher")
     pytest.importorskip("trio")
 
     async def main() -> None:
@@ -188,3 +204,10 @@ def test_trio_backend_is_refused() -> None:
 
     with pytest.raises(WorkerProcessError, match="asyncio"):
         anyio.run(main, backend="trio")
+
+
+async def test_bad_watcher_setting_is_clear(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AELASTIC_CHILD_WATCHER", "poll")
+    with pytest.raises(ValueError, match="pidfd, asyncio"):
+        async with open_worker_processes([spec(0, ["true"])]):
+            pass

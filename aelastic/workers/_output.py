@@ -1,0 +1,103 @@
+"""Worker output that passes through the agent: log file bytes and prefixed console lines."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from typing import IO, Any, Literal
+
+__all__ = ("ConsoleName", "PipeProtocol", "Sink")
+
+log = logging.getLogger("aelastic.workers")
+
+#: A console line longer than this is flushed even without a newline.
+_MAX_PENDING = 1 << 16
+
+ConsoleName = Literal["stdout", "stderr"]
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class Sink:
+    """Where one piped stream of one worker goes: a log file and/or the console.
+
+    The file gets the bytes as they come; the console gets whole lines with the
+    prefix (a partial last line is flushed at end of stream or past 64 KiB).
+    The console is looked up at write time (``sys.stdout``/``sys.stderr``), so
+    an embedding application's redirection applies. A write error disables
+    that destination with one log message; it never raises into the loop.
+    """
+
+    def __init__(self, file_fd: int | None, console: ConsoleName | None, prefix: bytes) -> None:
+        self.file_fd = file_fd
+        self.console = console
+        self.prefix = prefix
+        self._pending = b""
+
+    def feed(self, data: bytes) -> None:
+        if self.file_fd is not None:
+            try:
+                _write_all(self.file_fd, data)
+            except OSError as exc:
+                log.error("cannot write worker output to its log file (%s); dropping it", exc)
+                self.file_fd = None
+        if self.console is None:
+            return
+        self._pending += data
+        head, sep, tail = self._pending.rpartition(b"\n")
+        if sep:
+            self._pending = tail
+            self._emit(head.split(b"\n"))
+        if len(self._pending) > _MAX_PENDING:
+            line, self._pending = self._pending, b""
+            self._emit([line])
+
+    def finish(self) -> None:
+        if self._pending:
+            line, self._pending = self._pending, b""
+            self._emit([line])
+
+    def _emit(self, lines: list[bytes]) -> None:
+        if self.console is None:
+            return
+        prefix = self.prefix
+        data = b"".join(prefix + line + b"\n" for line in lines)
+        stream: IO[Any] = sys.stdout if self.console == "stdout" else sys.stderr
+        try:
+            buffer = getattr(stream, "buffer", None)
+            if buffer is not None:
+                stream.flush()
+                buffer.write(data)
+                buffer.flush()
+            else:
+                stream.write(data.decode(errors="replace"))
+                stream.flush()
+        except (OSError, ValueError) as exc:
+            log.error("cannot write worker output to the console (%s); file only now", exc)
+            self.console = None
+
+
+class PipeProtocol(asyncio.Protocol):
+    """Feeds a read pipe into a :class:`Sink`; ``closed`` is set at end of stream."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self.closed = asyncio.Event()
+
+    def data_received(self, data: bytes) -> None:
+        self.sink.feed(data)
+
+    def eof_received(self) -> bool | None:
+        self.sink.finish()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.sink.finish()
+        self.closed.set()
