@@ -139,3 +139,66 @@ async def test_static_single_node_honours_the_endpoint(tmp_path: Path) -> None:
                     assert r.env["TORCHELASTIC_USE_AGENT_STORE"] == "True"
                     await r.send(0)
         assert results[0].state is WorkerState.SUCCEEDED
+
+
+async def test_c10d_peer_lost_restarts_survivor_without_budget(tmp_path: Path) -> None:
+    """A SIGKILLed peer agent: its heartbeat lapses and the survivor re-forms a 1-node world."""
+    import subprocess
+
+    from .test_agent_process import RUN_AGENT
+
+    async with rdzv_store() as port, open_reporter() as rep:
+        handler = get_rendezvous_handler(
+            RendezvousParameters(
+                "c10d",
+                f"127.0.0.1:{port}",
+                "lapse",
+                1,
+                2,
+                is_host=False,
+                last_call_timeout=0.2,
+                keep_alive_interval=0.2,
+                keep_alive_max_attempt=3,
+                join_timeout=60,
+            )
+        )
+        agent = LocalElasticAgent(_spec(handler, rep.args("hold"), tmp_path / "a"))
+        results: list[RunResult] = []
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_run_node, handler, agent, results)
+                await rep.next()  # alone, world 1
+                peer = await anyio.open_process(
+                    [
+                        PYTHON,
+                        RUN_AGENT,
+                        "--report",
+                        str(rep.port),
+                        "--nproc",
+                        "1",
+                        "--c10d",
+                        f"127.0.0.1:{port}",
+                        "--log-dir",
+                        str(tmp_path / "b"),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                try:
+                    pair: list[Report] = []
+                    while len(pair) < 2:
+                        (r,) = await rep.next()
+                        if r.env["WORLD_SIZE"] == "2":
+                            pair.append(r)
+                    peer.kill()
+                    await peer.wait()
+                finally:
+                    await peer.aclose()
+                while True:
+                    (r,) = await rep.next()
+                    if r.env["WORLD_SIZE"] == "1":
+                        break
+                assert r.env["TORCHELASTIC_RESTART_COUNT"] == "0"
+                await r.send(0)
+        assert results[0].state is WorkerState.SUCCEEDED
+        assert agent.remaining_restarts == 1

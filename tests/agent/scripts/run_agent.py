@@ -12,7 +12,12 @@ import sys
 import anyio
 
 from aelastic.agent import LocalElasticAgent, SignalException, WorkerSpec
-from aelastic.rendezvous import RendezvousHandler, RendezvousInfo
+from aelastic.rendezvous import (
+    RendezvousHandler,
+    RendezvousInfo,
+    RendezvousParameters,
+    get_rendezvous_handler,
+)
 from aelastic.store import LocalStore
 
 SIGNALS = (
@@ -55,11 +60,27 @@ async def main() -> int:
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--shutdown-timeout", type=float, default=5.0)
     parser.add_argument("--log-dir", default=None)
+    parser.add_argument("--c10d", default=None, help="endpoint of a c10d store (1..2 nodes)")
     args = parser.parse_args()
+    handler: RendezvousHandler = OneNode()
+    if args.c10d:
+        params = RendezvousParameters(
+            "c10d",
+            args.c10d,
+            "lapse",
+            1,
+            2,
+            is_host=False,
+            last_call_timeout=0.2,
+            keep_alive_interval=0.2,
+            keep_alive_max_attempt=3,
+            join_timeout=60,
+        )
+        handler = get_rendezvous_handler(params)
     spec = WorkerSpec(
         role="default",
         local_world_size=args.nproc,
-        rdzv_handler=OneNode(),
+        rdzv_handler=handler,
         entrypoint=sys.executable,
         args=(
             "-u",
@@ -74,7 +95,7 @@ async def main() -> int:
         log_dir=args.log_dir,
     )
     agent = LocalElasticAgent(spec)
-    async with anyio.create_task_group() as tg:
+    async with handler, anyio.create_task_group() as tg:
         with anyio.open_signal_receiver(*SIGNALS) as signals:
 
             async def forward() -> None:
