@@ -229,6 +229,10 @@ class SimpleElasticAgent(ElasticAgent):
     async def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM) -> None:
         """Release what the agent holds outside a round (called once, on abnormal exit)."""
 
+    def _unkillable_workers(self, worker_group: WorkerGroup) -> Mapping[int, int]:
+        """``{local_rank: pid}`` of stopped workers that could not be reaped (default none)."""
+        return {}
+
     def _forward_signal(self, sig: signal.Signals) -> None:
         """Send ``sig`` to the running workers without stopping them (default: nothing)."""
 
@@ -280,6 +284,15 @@ class SimpleElasticAgent(ElasticAgent):
                             wg.group_rank,
                         )
                     await self._restart_workers(wg)
+                    stuck = self._unkillable_workers(wg)
+                    if stuck:
+                        wg.state = WorkerState.UNKNOWN
+                        raise AgentError(
+                            f"[{role}] worker(s) survived SIGKILL and cannot be reaped"
+                            f" (local_rank: pid {stuck}); they are probably in uninterruptible"
+                            " sleep (state D: a hung GPU, NCCL, RDMA or network file system"
+                            " call). Not restarting on this host: recycle it."
+                        )
                 finally:
                     self._round_stack = None
 

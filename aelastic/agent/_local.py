@@ -208,6 +208,9 @@ class LocalElasticAgent(SimpleElasticAgent):
     def _worker_exit_codes(self, worker_group: WorkerGroup) -> Mapping[int, int]:
         return {rank: e.exitcode for rank, e in self._exits.items()}
 
+    def _unkillable_workers(self, worker_group: WorkerGroup) -> Mapping[int, int]:
+        return dict(self._procs.unreaped) if self._procs is not None else {}
+
     def _forward_signal(self, sig: signal.Signals) -> None:
         if self._procs is not None:
             self._procs.send_signal(sig)

@@ -266,3 +266,20 @@ def test_bad_spec_is_rejected_with_the_field_named(
 
     with pytest.raises(AgentConfigError, match=match):
         _spec(LocalRendezvous(), (), tmp_path, **{field: value})
+
+
+async def test_unreapable_workers_stop_the_agent_instead_of_restarting(tmp_path: Path) -> None:
+    from aelastic.agent import AgentError
+
+    class StuckAgent(LocalElasticAgent):
+        # Seam: a D-state worker cannot be produced on demand; report one after a stop.
+        def _unkillable_workers(self, worker_group: object) -> dict[int, int]:
+            return {0: 4242}
+
+    rdzv = LocalRendezvous()
+    async with open_reporter() as rep:
+        agent = StuckAgent(_spec(rdzv, rep.args("exit", code=4), tmp_path, max_restarts=2))
+        with anyio.fail_after(30), pytest.raises(AgentError, match="recycle"):
+            await agent.run()
+    assert rdzv.round == 1 and rdzv.shutdown_calls == 1
+    assert agent.get_worker_group().state is WorkerState.UNKNOWN
