@@ -244,3 +244,89 @@ async def test_handler_must_be_entered() -> None:
     h = make(LocalStore(), 1, 1)
     with pytest.raises(Exception, match="async with"):
         await h.next_rendezvous()
+
+
+async def test_cancelled_join_withdraws_the_node() -> None:
+    store = LocalStore()
+    async with handlers(store, 4, 3, 3) as (a, b, c, d):
+        async with anyio.create_task_group() as tg:
+            got: list[RendezvousInfo] = []
+
+            async def join(h: DynamicRendezvousHandler) -> None:
+                got.append(await h.next_rendezvous())
+
+            tg.start_soon(join, a)
+            with anyio.fail_after(5):
+                await store.wait(["rdzv/run/c/0/tick"])
+                scope, withdrawn = anyio.CancelScope(), anyio.Event()
+                tg.start_soon(join_then_cancel, b, scope, withdrawn)
+                await store.wait(["rdzv/run/c/0/node/1"])
+                scope.cancel()
+                await withdrawn.wait()
+                tg.start_soon(join, c)
+                tg.start_soon(join, d)
+        # b withdrew: a, c and d form the world without it, ranks in join order.
+        assert sorted((i.rank, i.world_size, i.round) for i in got) == [
+            (0, 3, 0),
+            (1, 3, 0),
+            (2, 3, 0),
+        ]
+
+
+async def join_then_cancel(
+    h: DynamicRendezvousHandler, scope: anyio.CancelScope, done: anyio.Event
+) -> None:
+    with scope:
+        await h.next_rendezvous()
+        raise AssertionError("not cancelled")  # pragma: no cover
+    done.set()
+
+
+async def test_cancelled_coordinator_hands_the_round_over() -> None:
+    store = LocalStore()
+    async with handlers(store, 3, 3, 3) as (a, b, c):
+        async with anyio.create_task_group() as tg:
+            got: list[RendezvousInfo] = []
+
+            async def join(h: DynamicRendezvousHandler) -> None:
+                got.append(await h.next_rendezvous())
+
+            with anyio.fail_after(5):
+                scope, withdrawn = anyio.CancelScope(), anyio.Event()
+                tg.start_soon(join_then_cancel, a, scope, withdrawn)
+                await store.wait(["rdzv/run/c/0/tick"])  # a coordinates round 0
+                tg.start_soon(join, b)
+                await store.wait(["rdzv/run/c/0/node/1"])
+                scope.cancel()
+                await withdrawn.wait()
+                # b moves on to round 1; the cancelled handler stays usable.
+                tg.start_soon(join, a)
+                tg.start_soon(join, c)
+        assert sorted((i.rank, i.world_size, i.round) for i in got) == [
+            (0, 3, 1),
+            (1, 3, 1),
+            (2, 3, 1),
+        ]
+
+
+async def test_transitions_are_recorded_as_rdzv_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    import aelastic.events
+
+    names: list[str] = []
+
+    def record(**kw: object) -> None:
+        names.append(str(kw["name"]))
+
+    monkeypatch.setattr(aelastic.events, "construct_and_record_rdzv_event", record)
+    store = LocalStore()
+    async with handlers(store, 2, 1, 2, last_call_timeout=0.05) as (a, b):
+        with anyio.fail_after(5):
+            await a.next_rendezvous()  # min 1: last call, then complete alone
+            await b.set_closed()
+        with anyio.fail_after(5), pytest.raises(RendezvousClosedError):
+            await b.next_rendezvous()
+    assert {"join", "last_call", "round_complete", "complete", "close"} <= set(names)
+    async with handlers(LocalStore(), 1, 2, 2, join_timeout=0.1) as (h,):
+        with anyio.fail_after(5), pytest.raises(RendezvousTimeoutError):
+            await h.next_rendezvous()
+    assert "timeout" in names
