@@ -23,6 +23,7 @@ from ._logs import LogDestinations as LogDestinations
 from ._processes import DEFAULT_KILL_TIMEOUT as DEFAULT_KILL_TIMEOUT
 from ._processes import WorkerProcesses as WorkerProcesses
 from ._processes import open_worker_processes as open_worker_processes
+from ._procfs import process_state as process_state
 from ._signals import DEFAULT_SIGNALS_TO_HANDLE as DEFAULT_SIGNALS_TO_HANDLE
 from ._signals import open_signal_forwarder as open_signal_forwarder
 from ._signals import parse_signals as parse_signals
@@ -54,6 +55,7 @@ __all__ = (
     "open_worker_processes",
     "parse_signals",
     "parse_std_spec",
+    "process_state",
     "read_callable_result",
     "to_map",
 )

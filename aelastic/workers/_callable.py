@@ -1,6 +1,7 @@
 """Run a Python callable as a worker, in a freshly spawned interpreter, without pickle.
 
-The callable travels **by import reference** (``module:qualname``). A callable
+The callable travels **by import reference** (``module:qualname``), and the
+child gets this process's ``sys.path``, as with multiprocessing's spawn. A callable
 defined in the main script (``__main__``) travels as the script's path and is
 re-imported under the name ``__mp_main__``, as multiprocessing's spawn does, so
 the script's ``if __name__ == "__main__":`` block does not run again.
@@ -118,6 +119,8 @@ def callable_process_args(
     if main_path is not None:
         argv += ["--main-path", main_path]
     argv += ["--result-file", result_file, "--args-json", json.dumps(list(args))]
+    # Like multiprocessing's spawn, the child sees this process's import path.
+    argv += ["--sys-path-json", json.dumps([p for p in sys.path if isinstance(p, str)])]
     return argv
 
 

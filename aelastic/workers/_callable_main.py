@@ -61,7 +61,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--main-path")
     parser.add_argument("--result-file", required=True)
     parser.add_argument("--args-json", default="[]")
+    parser.add_argument("--sys-path-json", default="[]")
     ns = parser.parse_args(argv)
+    parent_path = [p for p in json.loads(ns.sys_path_json) if isinstance(p, str)]
+    sys.path[:] = parent_path + [p for p in sys.path if p not in parent_path]
 
     @record
     def run() -> None:

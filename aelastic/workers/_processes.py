@@ -30,6 +30,7 @@ from ..errors import ProcessFailure
 from ._exceptions import NoMoreExitsError, WorkerProcessError, WorkerStartError
 from ._output import ConsoleName, PipeProtocol, Sink
 from ._pdeathsig import wrap_argv
+from ._procfs import process_state
 from ._spec import ProcessExit, ProcessSpec
 from ._std import Std
 
@@ -160,6 +161,20 @@ class WorkerProcesses:
     def alive(self) -> dict[int, int]:
         """``{local_rank: pid}`` of the workers that have not exited."""
         return {r: w.pid for r, w in self._workers.items() if r not in self.exits}
+
+    def states(self) -> dict[int, str]:
+        """``{local_rank: state letter}`` of live workers from ``/proc`` (Linux).
+
+        ``"D"`` (uninterruptible sleep) for long is what torch's
+        ``TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT`` check looks for.
+        Workers whose state cannot be read are left out.
+        """
+        result: dict[int, str] = {}
+        for rank, pid in self.alive.items():
+            state = process_state(pid)
+            if state is not None:
+                result[rank] = state
+        return result
 
     async def wait_for_exit(self) -> ProcessExit:
         """Return the next exit not returned before, as soon as it happens.

@@ -61,8 +61,9 @@ async def open_signal_forwarder(
     For the CLI path only (it installs process-wide handlers, main thread only):
     embedded use should install none and cancel instead. Handlers are restored
     on exit, also on cancellation. ``on_signal`` may be sync or async; it runs
-    in a task of this block, one signal at a time, and an exception from it
-    propagates out of the block.
+    in a task of this block, one signal at a time; an exception from it
+    cancels the block and propagates out of it (in an ExceptionGroup, as
+    anyio task groups do). On asyncio the handlers need the main thread.
     """
     sigs = tuple(signal.Signals(s) for s in signals)
     async with anyio.create_task_group() as tg:

@@ -82,6 +82,18 @@ async def test_roundtrip_with_return_value(cbmod: ModuleType, tmp_path: Path) ->
     assert read_callable_result(result) == {"sum": 5, "extra": {"k": [1, None]}, "rank": "7"}
 
 
+async def test_child_gets_the_parent_import_path(cbmod: ModuleType, tmp_path: Path) -> None:
+    # No PYTHONPATH: the module is importable only through the parent's sys.path.
+    result = str(tmp_path / "p.json")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        argv = callable_process_args(cbmod.add, (1, 1, None), result_file=result)
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert await run_one(argv, dict(os.environ)) == 0
+    assert read_callable_result(result)["sum"] == 2
+
+
 async def test_async_callable_and_staticmethod(cbmod: ModuleType, tmp_path: Path) -> None:
     r1, r2 = str(tmp_path / "a.json"), str(tmp_path / "b.json")
     assert (

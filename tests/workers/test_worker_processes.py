@@ -16,6 +16,7 @@ from aelastic.workers import (
     WorkerProcessError,
     WorkerStartError,
     open_worker_processes,
+    process_state,
 )
 
 from .conftest import Reporter, open_fds, pid_gone, py, wait_gone
@@ -211,3 +212,12 @@ async def test_bad_watcher_setting_is_clear(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(ValueError, match="pidfd, asyncio"):
         async with open_worker_processes([spec(0, ["true"])]):
             pass
+
+
+async def test_states_reads_proc(reporter: Reporter) -> None:
+    async with open_worker_processes([spec(0, py("report('up')\n" + PAUSE), reporter.env())]) as w:
+        await reporter.receive()
+        assert w.states()[0] in ("R", "S")  # on its way into pause()
+        assert process_state(w.pids[0]) in ("R", "S")
+    assert w.states() == {}
+    assert process_state(2**22 + 1) is None
