@@ -194,7 +194,7 @@ async def aelastic_case(n: int, port: int | None) -> Result:
 def torch_case(n: int) -> Result:
     from datetime import timedelta
 
-    from torch.distributed import TCPStore
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
     from torch.distributed.elastic.rendezvous import RendezvousParameters
     from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d
     from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
@@ -47,7 +47,7 @@ def c10d(
     return handler
 
 
-async def rendezvous_all(hs: list[RendezvousHandler]) -> list[RendezvousInfo]:
+async def rendezvous_all(hs: Sequence[RendezvousHandler]) -> list[RendezvousInfo]:
     out: list[RendezvousInfo] = []
 
     async def one(h: RendezvousHandler) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -29,11 +30,9 @@ FAST = DynamicSettings(
 )
 
 
-def make(
-    store: Store, min_nodes: int, max_nodes: int, run_id: str = "run", **kw: float
-) -> DynamicRendezvousHandler:
-    settings = FAST if not kw else DynamicSettings(**{**FAST.__dict__, **kw})
-    return DynamicRendezvousHandler(run_id, min_nodes, max_nodes, settings, store=store)
+def make(store: Store, min_nodes: int, max_nodes: int, **kw: float) -> DynamicRendezvousHandler:
+    settings = dataclasses.replace(FAST, **kw)  # type: ignore[arg-type]
+    return DynamicRendezvousHandler("run", min_nodes, max_nodes, settings, store=store)
 
 
 @asynccontextmanager
