@@ -55,6 +55,32 @@ class RunArgs:
     args: list[str]
     set_env: dict[str, str]
     warnings: tuple[str, ...]
+    script: str = ""
+    #: "python" (a script file), "module" (-m) or "binary" (--no-python)
+    script_kind: str = "python"
+
+    def missing_script(self) -> str | None:
+        """A one-line problem if the script or binary does not exist here, else None.
+
+        Reads the filesystem (the rest of parsing does not); modules are not checked.
+        """
+        import shutil
+
+        if self.script_kind == "python" and not os.path.isfile(self.script):
+            return (
+                f"training script {self.script!r} not found (cwd {os.getcwd()}); give the "
+                "path of a Python file, or -m for a module"
+            )
+        if (
+            self.script_kind == "binary"
+            and not os.path.isfile(self.script)
+            and shutil.which(self.script) is None
+        ):
+            return (
+                f"--no-python: {self.script!r} is neither a file nor a command on PATH; "
+                "give the path of an executable"
+            )
+        return None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -659,4 +685,5 @@ def parse_run_args(
         )
     except LaunchConfigError as exc:  # pragma: no cover - the checks above come first
         raise UsageError(str(exc)) from None
-    return RunArgs(config, entrypoint, args, set_env, tuple(warnings))
+    kind = "binary" if no_python and not run_path else "module" if module else "python"
+    return RunArgs(config, entrypoint, args, set_env, tuple(warnings), script, kind)

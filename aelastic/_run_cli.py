@@ -51,6 +51,10 @@ def main(argv: Sequence[str]) -> int:
         return 2
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0
+    problem = parsed.missing_script()
+    if problem is not None:
+        _err(f"error: {problem}")
+        return 2
 
     for warning in parsed.warnings:
         _err(f"warning: {warning}")

@@ -76,3 +76,20 @@ def test_pet_error_names_the_variable(
     monkeypatch.setenv("PET_NPROC_PER_NODE", "many")
     assert main(["x.py"]) == 2
     assert "PET_NPROC_PER_NODE" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--standalone", "/nonexistent/train.py"],
+        ["--standalone", "--no-python", "/nonexistent/bin/tool"],
+        ["--standalone", "--no-python", "no-such-command-on-path-xyz"],
+    ],
+)
+def test_missing_script_exits_2_before_starting(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "/nonexistent" in err[0] or "no-such-command" in err[0]
