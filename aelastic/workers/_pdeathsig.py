@@ -146,6 +146,11 @@ def wrap_argv(
         return list(argv), pdeathsig_preexec()
     executable = resolve_executable(argv[0], env, cwd)
     if executable is None:
+        path = argv[0] if cwd is None else os.path.join(cwd, argv[0])
+        if os.sep in argv[0] and os.path.isfile(path):
+            raise PermissionError(
+                f"{argv[0]!r} is not executable: chmod +x it, or run it with an interpreter"
+            )
         raise FileNotFoundError(f"no executable {argv[0]!r} (searched the worker's PATH)")
     tools = _wrapper_tools()
     assert tools is not None

@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import textwrap
+from pathlib import Path
 
 import anyio
 import pytest
@@ -221,3 +222,11 @@ async def test_states_reads_proc(reporter: Reporter) -> None:
         assert process_state(w.pids[0]) in ("R", "S")
     assert w.states() == {}
     assert process_state(2**22 + 1) is None
+
+
+async def test_script_without_exec_permission_is_clear(tmp_path: Path) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    with pytest.raises(WorkerStartError, match=r"local rank 0.*(not executable|Permission)"):
+        async with open_worker_processes([spec(0, [str(script)])]):
+            pass
