@@ -14,6 +14,7 @@ import pytest
 from aelastic.workers import (
     NoMoreExitsError,
     ProcessSpec,
+    Std,
     WorkerProcessError,
     WorkerStartError,
     open_worker_processes,
@@ -230,3 +231,30 @@ async def test_script_without_exec_permission_is_clear(tmp_path: Path) -> None:
     with pytest.raises(WorkerStartError, match=r"local rank 0.*(not executable|Permission)"):
         async with open_worker_processes([spec(0, [str(script)])]):
             pass
+
+
+async def test_cancellation_with_pipes_and_log_files_leaks_no_fd(
+    reporter: Reporter, tmp_path: Path
+) -> None:
+    before = open_fds()
+    with anyio.CancelScope() as scope:
+        specs = [
+            ProcessSpec(
+                r,
+                py("print('hello', flush=True)\nreport('up')\n" + PAUSE),
+                reporter.env(),
+                stdout_file=str(tmp_path / f"{r}.out"),
+                stderr_file=str(tmp_path / f"{r}.err"),
+                tee=Std.OUT,
+                console_prefix=f"[w{r}]:",
+                show_on_console=r == 0,
+            )
+            for r in range(2)
+        ]
+        async with open_worker_processes(specs, shutdown_timeout=10):
+            await reporter.receive()
+            await reporter.receive()
+            scope.cancel()
+            await anyio.sleep_forever()
+    assert open_fds() == before
+    assert (await anyio.Path(tmp_path / "1.out").read_text()) == "hello\n"
