@@ -69,7 +69,10 @@ class Sink:
             return
         prefix = self.prefix
         data = b"".join(prefix + line + b"\n" for line in lines)
-        stream: IO[Any] = sys.stdout if self.console == "stdout" else sys.stderr
+        stream: IO[Any] | None = sys.stdout if self.console == "stdout" else sys.stderr
+        if stream is None:  # pythonw, or a daemon that closed its console
+            self.console = None
+            return
         try:
             buffer = getattr(stream, "buffer", None)
             if buffer is not None:
@@ -79,7 +82,7 @@ class Sink:
             else:
                 stream.write(data.decode(errors="replace"))
                 stream.flush()
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, AttributeError) as exc:
             log.error("cannot write worker output to the console (%s); file only now", exc)
             self.console = None
 
