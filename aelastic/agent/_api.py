@@ -181,10 +181,14 @@ class SimpleElasticAgent(ElasticAgent):
         except RendezvousGracefulExitError as exc:
             log.info("[%s] rendezvous asked this node to exit gracefully: %s", role, exc)
             result = RunResult(state=WorkerState.STOPPED)
-        except BaseException:
+        except BaseException as exc:
             self._total_execution_time = int(time.monotonic() - start)
-            if self._worker_group.state not in (WorkerState.SUCCEEDED, WorkerState.FAILED):
-                self._worker_group.state = WorkerState.UNKNOWN
+            wg = self._worker_group
+            if wg.state not in (WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.UNKNOWN):
+                # Stopped on request (cancellation, a signal): STOPPED; anything else
+                # interrupted a transition: UNKNOWN.
+                stopped = isinstance(exc, (SignalException, anyio.get_cancelled_exc_class()))
+                wg.state = WorkerState.STOPPED if stopped else WorkerState.UNKNOWN
             await self._leave_rendezvous()
             raise
         finally:

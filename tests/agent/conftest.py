@@ -109,7 +109,11 @@ class Reporter:
 
     async def _handle(self, stream: anyio.abc.SocketStream) -> None:
         buffered = BufferedByteReceiveStream(stream)
-        line = await buffered.receive_until(b"\n", 65536)
+        try:
+            line = await buffered.receive_until(b"\n", 65536)
+        except (anyio.IncompleteRead, anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+            await stream.aclose()  # a worker stopped before it said hello
+            return
         obj = json.loads(line)
         report = Report(obj["pid"], obj["env"], stream, buffered)
         self.all.append(report)

@@ -165,7 +165,7 @@ async def test_cancellation_stops_workers_and_leaks_nothing(tmp_path: Path) -> N
         # Only the reporter's accepted sockets may remain (closed with the reporter).
         sockets = {str(fd) for fd in leaked if "socket" in _fd_target(fd)}
         assert leaked == sockets and len(sockets) <= 2
-    assert agent.get_worker_group().state is WorkerState.UNKNOWN
+    assert agent.get_worker_group().state is WorkerState.STOPPED
 
 
 def _aelastic_tasks() -> list[asyncio.Task[object]]:
