@@ -36,7 +36,7 @@ import random
 import socket
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
@@ -70,7 +70,9 @@ class _Conn(asyncio.Protocol):
         self.endpoint = endpoint
         self.loop = loop
         self.parser = P.ResponseParser()
-        self.futures: deque[asyncio.Future[Any]] = deque()
+        # one entry per expected reply: the request's future on its last reply, None before
+        self.futures: deque[asyncio.Future[Any] | None] = deque()
+        self._group: list[Any] = []
         self.transport: asyncio.Transport | None = None
         self.error: StoreError | None = None
         self._wbuf: list[bytes] = []
@@ -79,8 +81,8 @@ class _Conn(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses but quack alike
+        self.transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -97,8 +99,16 @@ class _Conn(asyncio.Protocol):
             )
             return
         futures = self.futures
+        group = self._group
         for v in values:
             fut = futures.popleft()
+            if fut is None:  # not the last reply of a multi-reply request
+                group.append(v)
+                continue
+            if group:
+                group.append(v)
+                v, group = group, []
+                self._group = group
             if not fut.done():
                 fut.set_result(v)
 
@@ -113,7 +123,7 @@ class _Conn(asyncio.Protocol):
             self.error = error
         futures, self.futures = self.futures, deque()
         for fut in futures:
-            if not fut.done():
+            if fut is not None and not fut.done():
                 fut.set_exception(self.error)
                 fut.exception()  # mark retrieved: the awaiting task may be gone
 
@@ -123,21 +133,28 @@ class _Conn(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    def request(self, data: bytes, replies: _Replies) -> list[asyncio.Future[Any]]:
-        """Queue ``data`` for sending; return one future per expected reply."""
+    def request(self, data: bytes, replies: _Replies) -> asyncio.Future[Any]:
+        """Queue ``data`` for sending; return a future of its reply.
+
+        The future's result is the reply's value, or the list of values when
+        ``replies`` announces several (pipelined requests).
+        """
         if self.error is not None:
             raise self.error
         self._wbuf.append(data)
         if not self._flush_pending:
             self._flush_pending = True
             self.loop.call_soon(self._flush)
-        out = []
-        for kind, count in replies:
-            self.parser.expect(kind, count)
-            fut = self.loop.create_future()
-            self.futures.append(fut)
-            out.append(fut)
-        return out
+        expect = self.parser.expect
+        futures = self.futures
+        for kind, count in replies[:-1]:
+            expect(kind, count)
+            futures.append(None)
+        kind, count = replies[-1]
+        expect(kind, count)
+        fut = self.loop.create_future()
+        futures.append(fut)
+        return fut
 
     def send(self, data: bytes) -> None:
         """Queue ``data`` for a request without a response."""
@@ -245,8 +262,7 @@ class TCPStoreClient(Store):
                     )
                     nonce = os.getpid() & 0xFFFFFFFF
                     conn.send(P.request_validate())
-                    (fut,) = conn.request(P.request_ping(nonce), ((P.Reply.U32, 0),))
-                    echoed = await fut
+                    echoed = await conn.request(P.request_ping(nonce), ((P.Reply.U32, 0),))
                 if echoed != nonce:
                     conn.close()
                     raise StoreConnectionError(
@@ -334,16 +350,20 @@ class TCPStoreClient(Store):
             msg = msg[: -len(suffix)]
         return type(exc)(f"{what}: {msg}", endpoint=self.endpoint, key=key)
 
-    async def _call(self, data: bytes, replies: _Replies, what: str, key: str | None) -> list[Any]:
-        conn = await self._get_main()
+    async def _call(self, data: bytes, replies: _Replies, what: str, key: str | None) -> Any:
+        """Send a request on the main connection; return its reply (a list for several)."""
+        conn = self._main
+        if conn is None or conn.error is not None:
+            conn = await self._get_main()
         try:
-            futures = conn.request(data, replies)
-            return [await f for f in futures]
+            return await conn.request(data, replies)
         except (StoreConnectionError, StoreClosedError) as exc:
             raise self._error(exc, what, key) from None
 
     async def _send(self, data: bytes, what: str, key: str | None) -> None:
-        conn = await self._get_main()
+        conn = self._main
+        if conn is None or conn.error is not None:
+            conn = await self._get_main()
         try:
             conn.send(data)
         except (StoreConnectionError, StoreClosedError) as exc:
@@ -369,7 +389,7 @@ class TCPStoreClient(Store):
         conn = await self._borrow()
         reusable = False
         try:
-            (fut,) = conn.request(P.request_wait(raw), _U8)
+            fut = conn.request(P.request_wait(raw), _U8)
             with anyio.move_on_after(deadline - loop.time()) as scope:
                 answer = await fut
             if scope.cancelled_caught:
@@ -384,8 +404,7 @@ class TCPStoreClient(Store):
                 )
             result = None
             if then is not None:
-                futures = conn.request(then, then_replies)
-                result = [await f for f in futures][-1]
+                result = await conn.request(then, then_replies)
             reusable = True
             return result
         except StoreClosedError as exc:
@@ -412,12 +431,12 @@ class TCPStoreClient(Store):
         return result
 
     async def add(self, key: str, amount: int) -> int:
-        (value,) = await self._call(P.request_add(self._k(key), amount), _I64, "add", key)
+        value = await self._call(P.request_add(self._k(key), amount), _I64, "add", key)
         result: int = value
         return result
 
     async def compare_set(self, key: str, expected: Value, desired: Value) -> bytes:
-        (value,) = await self._call(
+        value = await self._call(
             P.request_compare_set(self._k(key), to_bytes(expected), to_bytes(desired)),
             _BYTES,
             "compare_set",
@@ -434,7 +453,7 @@ class TCPStoreClient(Store):
         await self._blocking(keys, raw, timeout, None, ())
 
     async def _check_raw(self, raw: list[bytes], keys: list[str]) -> bool:
-        (answer,) = await self._call(
+        answer = await self._call(
             P.request_check(raw), _U8, "check", keys[0] if len(keys) == 1 else None
         )
         return bool(answer == P.CHECK_READY)
@@ -444,16 +463,16 @@ class TCPStoreClient(Store):
         return await self._check_raw([self._k(k) for k in keys], keys)
 
     async def delete_key(self, key: str) -> bool:
-        (value,) = await self._call(P.request_delete_key(self._k(key)), _I64, "delete_key", key)
+        value = await self._call(P.request_delete_key(self._k(key)), _I64, "delete_key", key)
         return bool(value)
 
     async def num_keys(self) -> int:
-        (value,) = await self._call(P.request_num_keys(), _I64, "num_keys", None)
+        value = await self._call(P.request_num_keys(), _I64, "num_keys", None)
         result: int = value
         return result
 
     async def list_keys(self) -> list[str]:
-        (value,) = await self._call(P.request_list_keys(), _LIST, "list_keys", None)
+        value = await self._call(P.request_list_keys(), _LIST, "list_keys", None)
         return [strip_prefix(k) for k in value]
 
     async def multi_get(self, keys: Sequence[str], *, timeout: float | None = None) -> list[bytes]:
@@ -489,7 +508,7 @@ class TCPStoreClient(Store):
         self, key: str, *, block: bool = True, timeout: float | None = None
     ) -> bytes:
         raw = self._k(key)
-        (value,) = await self._call(P.request_queue_pop(raw), _POP, "queue_pop", key)
+        value = await self._call(P.request_queue_pop(raw), _POP, "queue_pop", key)
         if value is not None:
             result: bytes = value
             return result
@@ -506,7 +525,7 @@ class TCPStoreClient(Store):
                 return result
 
     async def queue_len(self, key: str) -> int:
-        (value,) = await self._call(P.request_queue_len(self._k(key)), _I64, "queue_len", key)
+        value = await self._call(P.request_queue_len(self._k(key)), _I64, "queue_len", key)
         result: int = value
         return result
 
@@ -523,7 +542,7 @@ class TCPStoreClient(Store):
         conn = await self._borrow()
         reusable = False
         try:
-            (fut,) = conn.request(P.request_barrier(raw, world_size), _U8)
+            fut = conn.request(P.request_barrier(raw, world_size), _U8)
             with anyio.move_on_after(t) as scope:
                 await fut
             if scope.cancelled_caught:
