@@ -697,6 +697,13 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 key = bytes(kv.key)
                 deleted = event.type == 1  # mvccpb.Event.DELETE
                 if key == closed_key and not deleted:
+                    # The done key arrives on another stream: a node admitted just
+                    # before the close still gets its round.
+                    reply = await self.client.range(done_key)
+                    if reply.kvs:
+                        admitted = self._admit(r, bytes(reply.kvs[0].value))
+                        if isinstance(admitted, RendezvousInfo):
+                            return admitted
                     raise RendezvousClosedError(f"rendezvous {self._run_id} is closed")
                 if key == quorum_key:
                     if deleted:
@@ -716,20 +723,22 @@ class EtcdRendezvousHandler(RendezvousHandler):
                         )
                         deadline = await quorum_reached(count, anyio.current_time(), False)
                 elif key == done_key and not deleted:
-                    done = self._parse_done(r, bytes(kv.value))
-                    ids = done.ids
-                    if self.node_id not in ids:
-                        return done
-                    self._round = done
-                    return RendezvousInfo(
-                        store=EtcdStore(self.client, self._r(r) + b"store/"),
-                        rank=ids.index(self.node_id),
-                        world_size=len(ids),
-                        bootstrap_store_info=RendezvousStoreInfo(
-                            str(done.nodes[0].get("addr", "")), 0
-                        ),
-                        round=r,
-                    )
+                    return self._admit(r, bytes(kv.value))
+
+    def _admit(self, r: int, raw: bytes) -> RendezvousInfo | _Round:
+        """This node's info if round ``r``'s ``done`` record lists it, else the round."""
+        done = self._parse_done(r, raw)
+        ids = done.ids
+        if self.node_id not in ids:
+            return done
+        self._round = done
+        return RendezvousInfo(
+            store=EtcdStore(self.client, self._r(r) + b"store/"),
+            rank=ids.index(self.node_id),
+            world_size=len(ids),
+            bootstrap_store_info=RendezvousStoreInfo(str(done.nodes[0].get("addr", "")), 0),
+            round=r,
+        )
 
     async def _complete(self, r: int) -> bool | None:
         """Try to mark round ``r`` complete with its first ``max_nodes`` joiners.
