@@ -153,3 +153,38 @@ async def test_launch_a_callable_returns_values_by_global_rank() -> None:
     with anyio.fail_after(60):
         result = await launch(_config(2), operator.add, 20, 22)
     assert result == {0: 42, 1: 42}
+
+
+async def test_log_dir_redirects_tee_and_local_ranks_filter(tmp_path: Path) -> None:
+    out, logs = tmp_path / "out", tmp_path / "logs"
+    out.mkdir()
+    argv = ["--standalone", "--nproc-per-node", "2", "--log-dir", str(logs), "--tee", "1"]
+    argv += ["--local-ranks-filter", "1", WORKER, str(out)]
+    async with cluster() as c:
+        node = await c.start(argv)
+        with anyio.fail_after(60):
+            assert await node.wait() == 0, node.err
+    # the console shows local rank 1 only; both ranks' stdout is in their files
+    assert [line for line in node.lines if "READY" in line] == [
+        next(line for line in node.lines if "READY rank=1" in line)
+    ]
+    files = sorted(logs.rglob("stdout.log"))
+    assert len(files) == 2
+    assert sorted(f.read_text().strip().split()[-2] for f in files) == ["rank=0", "rank=1"]
+
+
+def test_the_agent_process_never_imports_torch(tmp_path: Path) -> None:
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "from aelastic._run_cli import main\n"
+        f"rc = main(['--standalone', {WORKER!r}, {str(tmp_path)!r}])\n"
+        "assert rc == 0, rc\n"
+        "assert 'torch' not in sys.modules\n"
+        "print('NO_TORCH')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert "NO_TORCH" in proc.stdout, proc.stderr
