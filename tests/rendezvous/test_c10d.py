@@ -24,6 +24,7 @@ from aelastic.rendezvous import (
     StaticRendezvousHandler,
     get_rendezvous_handler,
 )
+from aelastic.rendezvous._c10d import is_local_address
 from aelastic.store import StoreServer
 
 NODE = Path(__file__).with_name("_node.py")
@@ -197,3 +198,23 @@ async def test_killed_peer_after_completion_wakes_membership_change(
                 await a.wait_for_membership_change()
             # The round is over: new joiners go to round 1.
             assert await local.get("rdzv/job/c/round") == b"1"
+
+
+async def test_standalone_store_and_auto_is_host(store_server_process: tuple[str, int]) -> None:
+    host, port = store_server_process
+    # 127.0.0.1 is this machine, so each agent tries to host, finds the port taken by
+    # `python -m aelastic store` and connects as a client instead.
+    async with AsyncExitStack() as stack:
+        hs = [await stack.enter_async_context(c10d(f"{host}:{port}", 3, 3)) for _ in range(3)]
+        assert all(h.server is None for h in hs)
+        with anyio.fail_after(10):
+            infos = await rendezvous_all(hs)
+        assert sorted(i.rank for i in infos) == [0, 1, 2]
+
+
+def test_is_local_address() -> None:
+    assert is_local_address("localhost")
+    assert is_local_address("127.0.0.1")
+    assert is_local_address("::1")
+    assert is_local_address(socket.gethostname())
+    assert not is_local_address("192.0.2.1")  # TEST-NET-1, never assigned
