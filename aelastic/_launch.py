@@ -62,6 +62,16 @@ def _signals(spec: str) -> list[signal.Signals]:
     return out
 
 
+def _check_event_destination(name: str) -> None:
+    from .events import UnknownDestinationError
+    from .events._dispatch import registry
+
+    try:
+        registry.get(name)
+    except UnknownDestinationError as exc:
+        raise LaunchConfigError(f"event_log_handler={name!r}: {exc}") from None
+
+
 def _make_handler(config: LaunchConfig, run_id: str) -> RendezvousHandler:
     from .rendezvous import RendezvousParameters, get_rendezvous_handler
 
@@ -159,6 +169,7 @@ async def run_launch(
     if entrypoint is None or (isinstance(entrypoint, str) and not entrypoint):
         raise LaunchConfigError("launch: the entrypoint is empty; pass a binary path or a callable")
     signals = _signals(config.signals_to_handle) if handle_signals else []
+    _check_event_destination(config.event_log_handler)
     run_id = config.run_id or uuid.uuid4().hex
     handler = _make_handler(config, run_id)
     spec = _make_spec(config, handler, entrypoint, args)

@@ -5,7 +5,7 @@ Exit status:
 * ``0``: every worker of this node succeeded.
 * ``1``: the job failed (the ``ChildFailedError`` summary is on stderr, root cause last)
   or the agent could not carry on (a one-line ``aelastic run: error: ...``).
-* ``2``: a bad flag or value (one line naming it and the fix); nothing was started.
+* ``2``: a bad flag or value (one line naming it and the fix); no worker was started.
 * ``128 + signum``: a handled signal (``--signals-to-handle``) stopped the job, e.g. 143
   for SIGTERM and 130 for SIGINT; the workers received the same signal first, then
   SIGKILL after ``--shutdown-timeout``. (torchrun exits 1 with a traceback here.)
@@ -65,6 +65,7 @@ def main(argv: Sequence[str]) -> int:
     import anyio
 
     from ._launch import run_launch
+    from ._launch_config import LaunchConfigError
     from .agent import SignalException
     from .errors import ChildFailedError
 
@@ -78,6 +79,9 @@ def main(argv: Sequence[str]) -> int:
     except SignalException as exc:
         _err(f"stopped by {exc.sigval.name}; the workers were stopped")
         return 128 + int(exc.sigval)
+    except LaunchConfigError as exc:
+        _err(f"error: {exc}")
+        return 2
     except KeyboardInterrupt:
         _err("interrupted")
         return 130

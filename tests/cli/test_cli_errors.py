@@ -93,3 +93,9 @@ def test_missing_script_exits_2_before_starting(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert "/nonexistent" in err[0] or "no-such-command" in err[0]
+
+
+def test_unknown_event_destination_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--standalone", "--event-log-handler", "nope", __file__]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'nope'" in err[0]
