@@ -126,6 +126,7 @@ class _View:
         self.member_tick: Tick | None = None  # the running tick this node was admitted by
         self.scope: anyio.CancelScope | None = None
         self.done = anyio.Event()  # the background task has ended
+        self.forgotten = False  # this node's keys of the round were deleted
         self.event = anyio.Event()
 
     def wake(self) -> None:
@@ -504,10 +505,28 @@ class DynamicRendezvousHandler(RendezvousHandler):
     # -- leaving -------------------------------------------------------------
 
     async def _stop(self, view: _View) -> None:
+        """Stop the view's background task; then forget this node's keys of that round."""
         if view.scope is not None:
             view.scope.cancel()
         with anyio.CancelScope(shield=True):
             await view.done.wait()
+        if view.ticket > 0 and self._tg is not None and not view.forgotten:
+            view.forgotten = True
+            self._tg.start_soon(self._forget, view.round, view.ticket)
+
+    async def _forget(self, round_: int, ticket: int) -> None:
+        """Delete this node's registration of a round it left (best effort, in background).
+
+        Keeps the store from growing with every restart; the coordinator no longer
+        sweeps a ticket that withdrew, left or belongs to an ended round.
+        """
+        ops, keys = self._ops(), self._keys
+        with anyio.move_on_after(self._settings.read_timeout):
+            try:
+                await ops.delete(keys.seen(round_, ticket))
+                await ops.delete(keys.node(round_, ticket))
+            except RendezvousError:
+                pass
 
     async def _dissolve(self, round_: int) -> None:
         """Move joiners on to round ``round_ + 1`` (no-op if someone already did)."""
@@ -648,6 +667,9 @@ class DynamicRendezvousHandler(RendezvousHandler):
             await self._dissolve(r)
             await publish("dissolved")
             self._event("dissolved", f"round {r} dissolved: {reason}")
+            # Only the latest tick matters now (late readers learn the round is over).
+            for old in range(max(0, n - _TICKS_KEPT), n):
+                await ops.delete(keys.tick(r, old))
 
         def remove(tickets: list[int], why: str) -> None:
             for t in tickets:
