@@ -16,7 +16,8 @@ Algorithm (one round ``r``; keys in :mod:`._state`):
   live tickets) and every member computes its own rank from it.
 * **Members** block on tick ``n+1`` (``get`` with timeout ``heartbeat_timeout``) and
   acknowledge each tick (:class:`~._liveness.Liveness`). No tick in time means the
-  coordinator is gone: the member ends the round (``compare_set`` on ``round``).
+  coordinator is gone: the member ends the round (``compare_set`` on ``round``). A
+  coordinator that finds ``round`` moved on (it was judged gone) dissolves its round.
 * **Ranks** are the position of a member's ticket among the members: join order.
 * **Late arrivals and spares** take a ticket after completion, push ``waiting`` and
   keep watching the round's ticks; the coordinator republishes the tick with the
@@ -27,11 +28,16 @@ Algorithm (one round ``r``; keys in :mod:`._state`):
   ``compare_set`` and a ``dissolved`` tick tells everyone at once.
 * **Close.** ``closed`` is set and a ``close`` message makes the coordinator publish
   a ``closed`` tick; a coordinator checks ``closed`` when a round starts.
+* **Withdrawal.** A node whose join times out, fails or is cancelled pushes
+  ``withdraw`` (the coordinator drops its ticket); a coordinator dissolves its round
+  instead, so the others regroup in the next one at once.
 
 Costs: N nodes joining at once make O(N) requests in total, each O(1) bytes (the
-coordinator's completion tick carries only the removed tickets). A waiting node
-blocks on one key; an idle member costs one blocking read and one
-fire-and-forget write per tick. No wall clock crosses machines (see
+coordinator's completion tick carries only the removed tickets): a member makes 6
+store calls to be admitted (2 ADDs, 1 fire-and-forget MULTI_SET, 2 GETs, 1 SET).
+A waiting node blocks on one key; an idle member costs one blocking read and one
+fire-and-forget write per tick; the coordinator one ADD, one MULTI_GET (its sweep)
+and one MULTI_SET per tick. No wall clock crosses machines (see
 :mod:`._liveness`). Backends plug in a :class:`~aelastic.store.Store` (a TCPStore
 client, an etcd-backed store) and optionally their own :class:`~._liveness.Liveness`.
 """
