@@ -386,6 +386,10 @@ class DynamicRendezvousHandler(RendezvousHandler):
         spare = False
         while True:
             event = view.event
+            if self._view is not view:  # shutdown() ran meanwhile
+                raise RendezvousGracefulExitError(
+                    f"the rendezvous handler of {self._run_id!r} was shut down while joining"
+                )
             if view.error is not None:
                 raise view.error
             tick = view.tick
@@ -541,12 +545,15 @@ class DynamicRendezvousHandler(RendezvousHandler):
     async def _leave(self) -> None:
         """Leave the round this node was admitted to, dissolving it for the others."""
         view = self._view
+        if view is not None and view.member_tick is None:
+            await self._withdraw()  # still joining (shutdown() during next_rendezvous)
+            return
         self._set_view(None)
         if view is None:
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(self._settings.close_timeout):
             try:
-                if not view.ended and view.member_tick is not None:
+                if not view.ended:
                     await self._dissolve(view.round)
                     await self._ops().push(
                         self._keys.inbox(view.round), Message("leave", view.ticket).dumps()

@@ -13,6 +13,7 @@ from aelastic.rendezvous import (
     DynamicRendezvousHandler,
     DynamicSettings,
     RendezvousClosedError,
+    RendezvousGracefulExitError,
     RendezvousInfo,
     RendezvousStateError,
     RendezvousTimeoutError,
@@ -329,3 +330,22 @@ async def test_transitions_are_recorded_as_rdzv_events(monkeypatch: pytest.Monke
         with anyio.fail_after(5), pytest.raises(RendezvousTimeoutError):
             await h.next_rendezvous()
     assert "timeout" in names
+
+
+async def test_shutdown_while_joining_ends_the_join_gracefully() -> None:
+    store = LocalStore()
+    async with handlers(store, 1, 2, 2) as (h,):
+        async with anyio.create_task_group() as tg:
+            errors: list[BaseException] = []
+
+            async def join() -> None:
+                try:
+                    await h.next_rendezvous()
+                except RendezvousGracefulExitError as exc:
+                    errors.append(exc)
+
+            tg.start_soon(join)
+            with anyio.fail_after(5):
+                await store.wait(["rdzv/run/c/0/tick"])
+                assert await h.shutdown()
+        assert len(errors) == 1
