@@ -9,7 +9,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from ._exceptions import StoreError
+from ._exceptions import StoreConfigError, StoreError
 from ._protocol import MAX_KEY_COUNT, MAX_KEY_SIZE, MAX_VALUE_SIZE
 from ._server import MAX_CONNECTIONS, StoreServer
 
@@ -89,9 +89,15 @@ def main(argv: Sequence[str]) -> int:
         args = _build_parser().parse_args(list(argv))
     except SystemExit as exc:
         return int(exc.code or 0)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
-    )
+    level = logging.getLevelName(args.log_level.upper())
+    if not isinstance(level, int):
+        print(
+            f"aelastic store: unknown --log-level {args.log_level!r}; use DEBUG, INFO, "
+            "WARNING or ERROR",
+            file=sys.stderr,
+        )
+        return 2
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     runner = asyncio.run
     if args.uvloop:
         try:
@@ -102,6 +108,9 @@ def main(argv: Sequence[str]) -> int:
         runner = uvloop.run
     try:
         runner(_serve(args))
+    except StoreConfigError as exc:
+        print(f"aelastic store: {exc}", file=sys.stderr)
+        return 2
     except StoreError as exc:
         print(f"aelastic store: {exc}", file=sys.stderr)
         return 1

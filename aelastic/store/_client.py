@@ -345,6 +345,8 @@ class TCPStoreClient(Store):
 
     def _error(self, exc: StoreError, what: str, key: str | None) -> StoreError:
         msg = str(exc)
+        if key is not None and "key" not in what:
+            what = f"{what} of key {key!r}"
         suffix = f" [store {self.endpoint}]"
         if msg.endswith(suffix):
             msg = msg[: -len(suffix)]

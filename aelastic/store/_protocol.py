@@ -486,19 +486,19 @@ class ResponseParser:
         end = len(buf)
         expected = self._expected
         try:
-            while pos < end:
-                if not expected:
-                    raise ProtocolError(
-                        f"server sent {end - pos} unexpected bytes (no request pending)"
-                    )
+            while expected:
                 kind, count = expected[0]
-                value, pos2 = self._parse(buf, pos, end, kind, count)
+                value, pos = self._parse(buf, pos, end, kind, count)
                 expected.popleft()
                 out.append(value)
-                pos = pos2
         except _Incomplete as inc:
             self._buf = bytearray(buf[pos:])
             self._need = inc.end - pos
+        else:
+            if pos < end:
+                raise ProtocolError(
+                    f"server sent {end - pos} unexpected bytes (no request pending)"
+                )
         return out
 
     def _string(self, buf: bytes, p: int, end: int) -> tuple[bytes, int]:
@@ -517,6 +517,8 @@ class ResponseParser:
         if kind == 0:
             return self._string(buf, p, end)
         if kind == 2:
+            if p >= end:
+                raise _Incomplete(p + 1)
             return buf[p], p + 1
         if kind == 1:
             q = p + 8

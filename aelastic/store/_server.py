@@ -87,7 +87,7 @@ class _Connection(asyncio.Protocol):
                 self.peer,
                 len(server._connections),
             )
-            transport.abort()
+            self.transport.abort()
             return
         sock = transport.get_extra_info("socket")
         if sock is not None:

@@ -99,7 +99,7 @@ def run_torch_ops(store: Any) -> list[Any]:
 def main(argv: list[str]) -> int:
     import datetime
 
-    from torch.distributed import TCPStore
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
     timeout = datetime.timedelta(seconds=30)
     mode = argv[0]

@@ -50,7 +50,8 @@ async def run_our_ops(store: TCPStoreClient) -> list[Any]:
             if op == "get_timeout":
                 value: Any = await store.get(args[0], timeout=args[1])
             elif op == "wait":
-                value = await store.wait(args[0], timeout=args[1])
+                await store.wait(args[0], timeout=args[1])
+                value = None
             elif op == "queue_pop":
                 value = await store.queue_pop(args[0], block=args[1])
             elif op == "list_keys":

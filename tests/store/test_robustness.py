@@ -1,0 +1,262 @@
+"""Concurrency, cancellation, shutdown, bad input and limits of our server and client."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+
+import anyio
+import pytest
+
+from aelastic.store import (
+    StoreClosedError,
+    StoreConfigError,
+    StoreConnectionError,
+    StoreServer,
+    TCPStoreClient,
+    barrier,
+    get_all,
+    synchronize,
+)
+from aelastic.store._protocol import request_validate
+
+VALIDATE = request_validate()
+
+
+def _s(b: bytes) -> bytes:
+    return struct.pack("<Q", len(b)) + b
+
+
+async def test_many_tasks_share_one_client(store_client: TCPStoreClient) -> None:
+    async def worker(i: int) -> None:
+        for j in range(20):
+            await store_client.set(f"k/{i}/{j}", str(j))
+            assert await store_client.get(f"k/{i}/{j}") == str(j).encode()
+            await store_client.add("total", 1)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(50):
+            tg.start_soon(worker, i)
+    assert await store_client.get("total") == b"1000"
+
+
+async def test_blocked_tasks_do_not_stall_others(store_client: TCPStoreClient) -> None:
+    async with anyio.create_task_group() as tg:
+        for i in range(10):
+            tg.start_soon(store_client.wait, [f"gate{i}"])
+        await anyio.wait_all_tasks_blocked()
+        for _ in range(100):
+            await store_client.add("n", 1)
+        await store_client.multi_set([f"gate{i}" for i in range(10)], ["1"] * 10)
+    assert await store_client.get("n") == b"100"
+
+
+async def test_cancelled_get_leaves_client_usable(
+    store_server: StoreServer, store_client: TCPStoreClient
+) -> None:
+    with anyio.move_on_after(0.1) as scope:
+        await store_client.get("never")
+    assert scope.cancelled_caught
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store_client.get, "soon")
+        await anyio.wait_all_tasks_blocked()
+        tg.cancel_scope.cancel()
+    await store_client.set("k", "v")
+    assert await store_client.get("k") == b"v"
+    got = []
+    async with anyio.create_task_group() as tg:
+
+        async def getter() -> None:
+            got.append(await store_client.get("later", timeout=5))
+
+        tg.start_soon(getter)
+        await anyio.wait_all_tasks_blocked()
+        await store_server.local_store.set("later", "x")
+    assert got == [b"x"]
+
+
+async def test_server_shutdown_wakes_waiting_clients() -> None:
+    errors: list[BaseException] = []
+    server = StoreServer()
+    async with server, TCPStoreClient(server.host, server.port, timeout=60) as client:
+
+        async def blocked(coro_fn: object) -> None:
+            try:
+                await coro_fn()  # type: ignore[operator]
+            except (StoreConnectionError, StoreClosedError) as exc:
+                errors.append(exc)
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(blocked, lambda: client.get("never"))
+                tg.start_soon(blocked, lambda: client.queue_pop("q"))
+                tg.start_soon(blocked, lambda: server.local_store.get("never"))
+                await anyio.wait_all_tasks_blocked()
+                await server.aclose()
+    assert len(errors) == 3
+    messages = sorted(str(e) for e in errors)
+    assert all(server.address in m for m in messages), messages
+    assert any("waiting for key 'never'" in m for m in messages), messages
+    assert any(isinstance(e, StoreClosedError) for e in errors)
+
+
+async def test_client_close_wakes_waiters(store_server: StoreServer) -> None:
+    client = await TCPStoreClient.aconnect(store_server.host, store_server.port)
+    errors: list[BaseException] = []
+
+    async def blocked() -> None:
+        try:
+            await client.get("never")
+        except StoreClosedError as exc:
+            errors.append(exc)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(blocked)
+            await anyio.wait_all_tasks_blocked()
+            await client.aclose()
+    assert len(errors) == 1 and "never" in str(errors[0])
+    with pytest.raises(StoreClosedError):
+        await client.set("k", "v")
+
+
+async def _raw(server: StoreServer, payload: bytes, *, eof: bool = False) -> bytes:
+    """Send ``payload`` on a raw connection; return what the server sent until it closed."""
+    async with await anyio.connect_tcp(server.host, server.port) as stream:
+        await stream.send(payload)
+        if eof:
+            await stream.send_eof()
+        received = b""
+        with anyio.fail_after(5):
+            try:
+                while True:
+                    received += await stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
+                pass
+    return received
+
+
+@pytest.mark.parametrize(
+    ("payload", "eof", "reason"),
+    [
+        (b"GET / HTTP/1.1\r\n\r\n", False, "first request must be VALIDATE"),
+        (b"\x00\x01\x02\x03\x04", False, "VALIDATE carries magic"),
+        (VALIDATE + b"\x63", False, "unknown opcode 99"),
+        (VALIDATE + b"\x01" + struct.pack("<Q", 1 << 40), False, "exceeds the limit"),
+        (VALIDATE + b"\x05" + struct.pack("<Q", 1 << 30), False, "key count"),
+        (VALIDATE + b"\x01" + _s(b"/half") + struct.pack("<Q", 100) + b"xx", True, "half-sent"),
+        (VALIDATE + b"\x01" + _s(b"/n") + _s(b"abc") + b"\x04" + _s(b"/n") + b"\1" * 8,
+         False, "not a decimal integer"),
+    ],
+)  # fmt: skip
+async def test_bad_input_closes_only_that_connection(
+    store_server: StoreServer,
+    store_client: TCPStoreClient,
+    caplog: pytest.LogCaptureFixture,
+    payload: bytes,
+    eof: bool,
+    reason: str,
+) -> None:
+    await store_client.set("safe", "data")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store_client.wait, ["arrives-later"])
+        await anyio.wait_all_tasks_blocked()
+        with caplog.at_level(logging.WARNING, logger="aelastic.store"):
+            assert await _raw(store_server, payload, eof=eof) == b""
+        await store_client.set("arrives-later", "1")
+    assert reason in caplog.text
+    assert "closing connection from 127.0.0.1:" in caplog.text
+    assert await store_client.get("safe") == b"data"
+    assert await store_client.num_keys() == (2 if "decimal" not in reason else 3)
+
+
+async def test_limits_are_configurable(caplog: pytest.LogCaptureFixture) -> None:
+    async with StoreServer(max_key_size=16, max_value_size=32, max_connections=2) as server:
+        frame = VALIDATE + b"\x01" + _s(b"/" + b"k" * 20) + _s(b"v")
+        with caplog.at_level(logging.WARNING, logger="aelastic.store"):
+            assert await _raw(server, frame) == b""
+        assert "key length 21 exceeds the limit of 16 bytes" in caplog.text
+        frame = VALIDATE + b"\x01" + _s(b"/k") + _s(b"v" * 33)
+        assert await _raw(server, frame) == b""
+        async with TCPStoreClient(server.host, server.port, timeout=5) as client:
+            await client.set("k", "v" * 32)
+            async with await anyio.connect_tcp(server.host, server.port) as second:
+                await second.send(VALIDATE)
+                with caplog.at_level(logging.WARNING, logger="aelastic.store"):
+                    assert await _raw(server, VALIDATE) == b""  # third: refused
+                assert "max_connections" in caplog.text
+            assert await client.get("k") == b"v" * 32
+
+
+def test_non_loopback_needs_explicit_flag() -> None:
+    with pytest.raises(StoreConfigError, match="allow_non_loopback=True"):
+        StoreServer("0.0.0.0", 0)
+    with pytest.raises(StoreConfigError, match="non-loopback"):
+        StoreServer("::", 0)
+    StoreServer("::", 0, allow_non_loopback=True)  # constructing does not bind
+    StoreServer("localhost", 0)
+    StoreServer("::1", 0)
+
+
+async def test_connect_gives_up_naming_endpoint() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = TCPStoreClient("127.0.0.1", port, connect_timeout=0.3)
+    with anyio.fail_after(5), pytest.raises(StoreConnectionError) as info:
+        await client.connect()
+    assert f"127.0.0.1:{port}" in str(info.value)
+    assert "could not connect within 0.3 s" in str(info.value)
+
+
+async def test_connect_retries_until_server_starts() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = anyio.Event()
+    got: list[bytes] = []
+
+    async def connect() -> None:
+        async with TCPStoreClient("127.0.0.1", port, connect_timeout=20) as client:
+            await client.set("x", "1")
+            got.append(await client.get("x"))
+        done.set()
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(connect)
+            await anyio.wait_all_tasks_blocked()  # the client is backing off
+            async with StoreServer("127.0.0.1", port):
+                await done.wait()
+    assert got == [b"1"]
+
+
+async def test_barrier_rounds_and_synchronize(store_client: TCPStoreClient) -> None:
+    n = 5
+    order: list[tuple[int, int]] = []
+
+    async def participant(rank: int) -> None:
+        for rnd in range(3):
+            order.append((rnd, rank))
+            await barrier(store_client, n, "bar", timeout=10)
+        data = await synchronize(store_client, f"r{rank}", rank, n, "sync/", timeout=10)
+        assert data == [f"r{i}".encode() for i in range(n)]
+        assert await get_all(store_client, rank, "sync/", n) == data
+
+    async with anyio.create_task_group() as tg:
+        for rank in range(n):
+            tg.start_soon(participant, rank)
+    # every participant of round r arrived before anyone entered round r + 1
+    rounds = [rnd for rnd, _ in order]
+    assert rounds == sorted(rounds)
+
+
+async def test_server_side_barrier(store_server: StoreServer) -> None:
+    async with TCPStoreClient(store_server.host, store_server.port, timeout=10) as client:
+        for _ in range(2):  # reusable
+            async with anyio.create_task_group() as tg:
+                for _ in range(3):
+                    tg.start_soon(client.barrier_arrive, "b", 3)
+        with pytest.raises(TimeoutError):
+            await client.barrier_arrive("b2", 2, timeout=0.1)
