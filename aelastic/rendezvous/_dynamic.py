@@ -630,12 +630,22 @@ class DynamicRendezvousHandler(RendezvousHandler):
         except StoreTimeoutError:
             await self._coordinator_gone(view, None)
             return
+        # Registering counted as the first acknowledgement. With heartbeat_timeout >= 2
+        # intervals, acks are spaced by at least half an interval: the burst of ticks of
+        # a mass join (joining, then running) costs no ack, while periodic ticks (one per
+        # interval) are all acknowledged, well within heartbeat_timeout.
+        last_ack = anyio.current_time()
+        spacing = (
+            s.keep_alive_interval / 2 if s.heartbeat_timeout >= 2 * s.keep_alive_interval else 0.0
+        )
         while True:
             view.publish(tick)
             if tick.state in ("dissolved", "closed") or ticket in tick.removed:
                 return
-            if tick.state == "joining" or tick.is_member(ticket):
+            now = anyio.current_time()
+            if (tick.state == "joining" or tick.is_member(ticket)) and now - last_ack >= spacing:
                 await self._liveness.ack(ops, keys, r, ticket, tick.n)
+                last_ack = now
             key = keys.tick(r, tick.n + 1)
             try:
                 tick = Tick.loads(key, await ops.get(key, timeout=s.heartbeat_timeout))
