@@ -164,6 +164,57 @@ class _View:
         return tick.state != "running" or self.ticket in tick.removed
 
 
+class _Alarm:
+    """Wakes a coordinator blocked on its inbox at a given time, by a ``tick`` message.
+
+    A blocking pop that times out (or is cancelled) costs a TCPStoreClient its pooled
+    connection; one ended by a message keeps it. So the coordinator pops with a long
+    safety timeout and this alarm, a task next to it, pushes the wake-up: one
+    fire-and-forget push per wake-up instead of a reconnect.
+    """
+
+    def __init__(self, ops: Ops, inbox: str, safety: float) -> None:
+        self._ops = ops
+        self._inbox = inbox
+        self._safety = safety
+        self._at = math.inf
+        self._changed = anyio.Event()
+
+    async def pop(self, at: float) -> bytes | None:
+        """Pop the next message, or return None at time ``at`` (never a ``tick``)."""
+        if at != self._at:
+            self._at = at
+            self._changed.set()
+            self._changed = anyio.Event()
+        while True:
+            remaining = at - anyio.current_time()
+            if remaining <= 0:
+                return None
+            raw = await self._ops.pop(self._inbox, remaining + self._safety)
+            if raw is None:
+                return None
+            if raw != _TICK_MESSAGE.encode():
+                return raw
+
+    async def run(self) -> None:
+        """Push a ``tick`` when the armed time comes; re-arm on every :meth:`pop`."""
+        while True:
+            changed = self._changed
+            delay = self._at - anyio.current_time()
+            if delay <= 0:
+                self._at = math.inf
+                try:
+                    await self._ops.push(self._inbox, _TICK_MESSAGE)
+                except RendezvousError:
+                    return  # the pop's safety timeout takes over
+                continue
+            with anyio.move_on_after(delay):
+                await changed.wait()
+
+
+_TICK_MESSAGE = Message("tick").dumps()
+
+
 async def _first_of(a: anyio.Event, b: anyio.Event) -> None:
     """Wait until either event is set."""
     async with anyio.create_task_group() as tg:
@@ -670,6 +721,20 @@ class DynamicRendezvousHandler(RendezvousHandler):
 
     async def _coordinate(self, view: _View) -> None:
         """Ticket 0: decide round ``view.round`` alone; see the module docstring."""
+        alarm = _Alarm(self._ops(), self._keys.inbox(view.round), self._settings.heartbeat_timeout)
+        error: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(alarm.run)
+            try:
+                await self._coordinate_round(view, alarm)
+            except Exception as exc:  # raised below as is, not as an exception group
+                error = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if error is not None:
+            raise error
+
+    async def _coordinate_round(self, view: _View, alarm: _Alarm) -> None:
         ops, keys, s = self._ops(), self._keys, self._settings
         r = view.round
         inbox = keys.inbox(r)
@@ -712,7 +777,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         # -- joining: wait for min, then last call or max ------------------------
         while True:
             wake_at = next_tick if last_call is None else min(next_tick, last_call)
-            raw = await ops.pop(inbox, wake_at - anyio.current_time())
+            raw = await alarm.pop(wake_at)
             if raw is not None:
                 msg = Message.loads(inbox, raw)
                 if msg.op == "close":
@@ -763,7 +828,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
 
         # -- running: heartbeat sweeps, waiting nodes, leaves, close -------------
         while True:
-            raw = await ops.pop(inbox, next_tick - anyio.current_time())
+            raw = await alarm.pop(next_tick)
             if raw is not None:
                 msg = Message.loads(inbox, raw)
                 if msg.op == "close":

@@ -30,7 +30,7 @@ __all__ = ("Keys", "Tick", "Message", "parse_int", "TICK_STATES", "MESSAGE_OPS")
 #: join the next one; closed: the rendezvous is closed for good.
 TICK_STATES = frozenset({"joining", "running", "dissolved", "closed"})
 #: Messages a round's coordinator accepts in its inbox.
-MESSAGE_OPS = frozenset({"joined", "waiting", "withdraw", "leave", "close"})
+MESSAGE_OPS = frozenset({"joined", "waiting", "withdraw", "leave", "close", "tick"})
 
 
 class Keys:
