@@ -16,7 +16,7 @@ from aelastic.store import StoreServer
 
 from .conftest import DDP, PYTHON, Report, open_reporter, pid_alive
 
-_FAST = {
+_FAST: dict[str, Any] = {
     "last_call_timeout": 0.2,
     "keep_alive_interval": 0.5,
     "keep_alive_max_attempt": 4,

@@ -59,5 +59,5 @@ async def test_callable_failure_reports_error_file(tmp_path: Path) -> None:
         result = await agent.run()
     assert result.is_failed()
     failure = result.failures[1]
-    assert failure.error_file.endswith("error.json")
+    assert str(failure.error_file).endswith("error.json")
     assert "first attempt of rank 1 fails" in str(failure.message)

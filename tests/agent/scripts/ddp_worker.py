@@ -34,7 +34,8 @@ def main() -> int:
     model(x).sum().backward()
     with torch.no_grad():
         for p in model.parameters():
-            p -= 0.1 * p.grad
+            assert p.grad is not None
+            p.sub_(0.1 * p.grad)
     weights = [round(float(v), 6) for v in model.module.weight.flatten()]
     gathered = [None] * world
     dist.all_gather_object(gathered, weights)

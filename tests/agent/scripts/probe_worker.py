@@ -53,7 +53,7 @@ def main() -> int:
     sock.sendall(json.dumps(info).encode() + b"\n")
     first = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" and os.environ["LOCAL_RANK"] == "0"
     if args.mode == "exit" or (args.mode == "fail-first" and first):
-        return args.code
+        return int(args.code)
     data = sock.recv(1)
     return int(data) if data else 0
 
