@@ -7,6 +7,13 @@ rendezvous, two workers, exit) and the peak RSS is ``ru_maxrss`` from ``os.wait4
 that process (the launcher's own, or a waited-for worker's if larger; the no-op workers
 are far smaller than either launcher). Also timed: starting the same two Python
 processes directly, the floor any launcher pays. Prints medians and ratios.
+
+Bytecode: a source checkout run with ``PYTHONDONTWRITEBYTECODE=1`` recompiles every
+aelastic module on every start (an installed wheel ships or caches ``.pyc`` files, as
+torch's site-packages does). By default both launchers therefore run with the variable
+removed and ``PYTHONPYCACHEPREFIX`` pointing at a private temp dir (warmed by one
+untimed run), so neither writes into the checkout; ``--no-bytecode-cache`` keeps the
+environment as it is.
 """
 
 from __future__ import annotations
@@ -48,11 +55,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--no-bytecode-cache", action="store_true")
     opts = parser.parse_args()
 
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # both launchers would warn and set it
     with tempfile.TemporaryDirectory() as tmp:
+        if not opts.no_bytecode_cache:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = os.path.join(tmp, "pycache")
         script = os.path.join(tmp, "noop.py")
         with open(script, "w") as f:
             f.write("pass\n")
@@ -83,7 +94,11 @@ def main() -> int:
         direct = statistics.median(direct_runs)
 
     print(f"launch overhead: --standalone --nproc-per-node {opts.nproc} of a no-op script")
-    print(f"median of {opts.repeats} runs; python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    cache = "off (as the environment says)" if opts.no_bytecode_cache else "on (private prefix)"
+    print(
+        f"median of {opts.repeats} runs; python {sys.version.split()[0]}, {os.cpu_count()} CPUs;"
+        f" bytecode cache {cache}; load average {os.getloadavg()[0]:.1f}"
+    )
     print(f"{'command':<18} {'wall s':>8} {'peak RSS MiB':>13}")
     for name, (wall, rss) in results.items():
         print(f"{name:<18} {wall:8.3f} {rss:13.1f}")
