@@ -245,3 +245,17 @@ async def test_registry_builds_etcd_and_alias(etcd_endpoint: str, run_id: str) -
             with anyio.fail_after(5):
                 info = await handler.next_rendezvous()
             assert (info.rank, info.world_size) == (0, 1)
+
+
+async def test_membership_watch_survives_etcd_restart(etcd_server: Any, run_id: str) -> None:
+    endpoint = etcd_server.endpoint
+    async with make(endpoint, run_id, 2, 2) as a, make(endpoint, run_id, 2, 2) as b:
+        with anyio.fail_after(10):
+            await rendezvous_all([a, b])
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(a.wait_for_membership_change)
+                await anyio.wait_all_tasks_blocked()
+                etcd_server.kill()
+                await anyio.to_thread.run_sync(etcd_server.start)  # same data dir and port
+                await b.shutdown()  # its lease survived the restart; revoking it is seen
