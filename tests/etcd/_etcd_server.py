@@ -6,6 +6,7 @@ import importlib.util
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -40,14 +41,29 @@ class EtcdServer:
     client_port: int = field(default_factory=free_port)
     peer_port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    #: ``{"ca": path, "cert": path, "key": path}``: serve clients over TLS and require
+    #: client certificates signed by ``ca`` (see :func:`make_certs`).
+    tls: dict[str, str] | None = None
 
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.client_port}"
 
     def start(self, ready_timeout: float = 20.0) -> None:
-        client = f"http://127.0.0.1:{self.client_port}"
+        scheme = "https" if self.tls else "http"
+        client = f"{scheme}://127.0.0.1:{self.client_port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
+        tls_args = []
+        context = None
+        if self.tls:
+            tls_args = [
+                f"--cert-file={self.tls['cert']}",
+                f"--key-file={self.tls['key']}",
+                f"--trusted-ca-file={self.tls['ca']}",
+                "--client-cert-auth",
+            ]
+            context = ssl.create_default_context(cafile=self.tls["ca"])
+            context.load_cert_chain(self.tls["client_cert"], self.tls["client_key"])
         self.log = open(Path(self.data_dir).with_suffix(".log"), "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [
@@ -60,6 +76,7 @@ class EtcdServer:
                 f"--initial-advertise-peer-urls={peer}",
                 f"--initial-cluster=aelastic-test={peer}",
                 "--log-level=error",
+                *tls_args,
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -70,7 +87,9 @@ class EtcdServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"etcd exited with {self.proc.returncode}; see {self.log.name}")
             try:
-                with urllib.request.urlopen(f"{client}/health", timeout=1) as reply:
+                with urllib.request.urlopen(
+                    f"{client}/health", timeout=1, context=context
+                ) as reply:
                     if b'"true"' in reply.read():
                         return
             except OSError:
@@ -89,3 +108,28 @@ class EtcdServer:
     def cleanup(self) -> None:
         self.kill()
         shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def make_certs(directory: Path) -> dict[str, str]:
+    """Create a CA, a server certificate for 127.0.0.1 and a client certificate (openssl)."""
+    d = Path(directory)
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d, timeout=60)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
+        "-keyout", "ca.key", "-out", "ca.pem")  # fmt: skip
+    (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    for name in ("server", "client"):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+            "-keyout", f"{name}.key", "-out", f"{name}.csr")  # fmt: skip
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "1", "-extfile", "san.cnf",
+            "-out", f"{name}.pem")  # fmt: skip
+    return {
+        "ca": str(d / "ca.pem"),
+        "cert": str(d / "server.pem"),
+        "key": str(d / "server.key"),
+        "client_cert": str(d / "client.pem"),
+        "client_key": str(d / "client.key"),
+    }
