@@ -481,9 +481,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._record("RENDEZVOUS_TIMEOUT", "join timeout", state="FAILED")
         if self.client.stats.requests and self.client.stats.reconnects and not self._joined_ok:
             return RendezvousConnectionError(
-                f"rendezvous {self._run_id}: could not reach {self._where()} within "
-                f"join_timeout={timeout:g}s ({self.client._unreachable(timeout)}); check "
-                "--rdzv-endpoint and that etcd is running"
+                f"rendezvous {self._run_id}: etcd unreachable within join_timeout={timeout:g}s "
+                f"({self.client.failures()}); check --rdzv-endpoint and that etcd is running"
             )
         return RendezvousTimeoutError(
             f"rendezvous {self._run_id} did not complete within join_timeout={timeout:g}s "

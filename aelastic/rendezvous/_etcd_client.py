@@ -257,15 +257,20 @@ class EtcdClient:
         return ep.channel
 
     def _fail_over(self, error: str) -> None:
+        if "last error:" in error:  # grpc's "failed to connect ...; last error: ...: <why>"
+            error = error.rsplit(": ", 1)[-1]
         self._endpoints[self._index].last_error = error
         self._index = (self._index + 1) % len(self._endpoints)
         self.stats.reconnects += 1
 
+    def failures(self) -> str:
+        """``"host:port: why; ..."`` for every endpoint (the last error seen on each)."""
+        return "; ".join(f"{ep.target}: {ep.last_error or 'no answer'}" for ep in self._endpoints)
+
     def _unreachable(self, waited: float) -> StoreConnectionError:
-        tried = "; ".join(f"{ep.target}: {ep.last_error or 'no answer'}" for ep in self._endpoints)
         return StoreConnectionError(
-            f"etcd unreachable for {waited:.1f}s (tried {tried}); check the rendezvous "
-            "endpoint and that etcd is running",
+            f"etcd unreachable for {waited:.1f}s ({self.failures()}); check the endpoint "
+            "and that etcd is running",
             endpoint=self.config.describe(),
         )
 
