@@ -41,6 +41,9 @@ __all__ = ("EtcdStore",)
 
 _UpdateFn = Callable[[bytes | None], bytes]
 
+#: etcd's default ``--max-txn-ops``: operations per transaction.
+_TXN_OPS = 128
+
 
 class EtcdStore(Store):
     """An etcd-backed :class:`~aelastic.store.Store` scoped to one key prefix.
@@ -119,13 +122,20 @@ class EtcdStore(Store):
                 old, compare = None, [cmp_version(k, 0)]
 
     async def _read_many(self, keys: Sequence[bytes]) -> tuple[list[bytes | None], int]:
-        """Read ``keys`` in one transaction; return their values and the read revision."""
-        reply = await self.client.txn([], [op_range(k) for k in keys])
+        """Read ``keys`` (one transaction per 128: etcd's ``--max-txn-ops`` default).
+
+        Returns their values and the revision of the first read: a watch from the
+        revision after it sees every later write to any of the keys.
+        """
         values: list[bytes | None] = []
-        for response in reply.responses:
-            kvs = response.response_range.kvs
-            values.append(bytes(kvs[0].value) if kvs else None)
-        return values, int(reply.header.revision)
+        revision = 0
+        for i in range(0, len(keys), _TXN_OPS):
+            reply = await self.client.txn([], [op_range(k) for k in keys[i : i + _TXN_OPS]])
+            revision = revision or int(reply.header.revision)
+            for response in reply.responses:
+                kvs = response.response_range.kvs
+                values.append(bytes(kvs[0].value) if kvs else None)
+        return values, revision
 
     async def _wait_values(
         self,
@@ -243,10 +253,9 @@ class EtcdStore(Store):
         self._check_open()
         if len(keys) != len(values):
             raise ValueError(f"multi_set got {len(keys)} keys but {len(values)} values")
-        if keys:
-            await self.client.txn(
-                [], [op_put(self._k(k), to_bytes(v)) for k, v in zip(keys, values, strict=True)]
-            )
+        puts = [op_put(self._k(k), to_bytes(v)) for k, v in zip(keys, values, strict=True)]
+        for i in range(0, len(puts), _TXN_OPS):  # atomic per 128 keys (etcd's op limit)
+            await self.client.txn([], puts[i : i + _TXN_OPS])
 
     async def append(self, key: str, value: Value) -> None:
         self._check_open(key)

@@ -182,3 +182,10 @@ async def test_blocked_get_survives_etcd_restart(store: EtcdStore, etcd_server: 
             await store.set("after-restart", "2")
     assert got == [b"2"]
     assert await store.get("before") == b"1"  # data survived
+
+
+async def test_more_keys_than_one_transaction_holds(store: EtcdStore) -> None:
+    keys = [f"many/{i}" for i in range(300)]  # etcd allows 128 operations per transaction
+    await store.multi_set(keys, [str(i) for i in range(300)])
+    assert await store.multi_get(keys) == [str(i).encode() for i in range(300)]
+    assert await store.check(keys)
