@@ -182,8 +182,6 @@ class LocalStore(Store):
         finally:
             self._blocked.discard(event)
             self._state.cancel_popper(k, popper)
-            if got and not event.is_set():  # pragma: no cover - defensive
-                pass
         if got:
             return got[0]
         if self._closed:

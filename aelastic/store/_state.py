@@ -23,13 +23,16 @@ __all__ = ("StoreState", "Waiter")
 class Waiter:
     """A pending wait for keys (or a barrier arrival); fires ``callback`` at most once."""
 
-    __slots__ = ("active", "callback", "keys", "remaining")
+    __slots__ = ("active", "barrier", "callback", "keys", "remaining")
 
-    def __init__(self, keys: list[bytes], callback: Callable[[], object]) -> None:
+    def __init__(
+        self, keys: list[bytes], callback: Callable[[], object], barrier: bytes | None = None
+    ) -> None:
         self.keys = keys
         self.remaining = len(keys)
         self.callback = callback
         self.active = True
+        self.barrier = barrier
 
 
 class _Popper:
@@ -97,11 +100,13 @@ class StoreState:
                     lst.remove(waiter)
                 if not lst:
                     del self._waiters[k]
-        for k, lst in list(self._barriers.items()):
-            if waiter in lst:
-                lst.remove(waiter)
-                if not lst:
-                    del self._barriers[k]
+        if waiter.barrier is not None:
+            arrivals = self._barriers.get(waiter.barrier)
+            if arrivals is not None:
+                with contextlib.suppress(ValueError):
+                    arrivals.remove(waiter)
+                if not arrivals:
+                    del self._barriers[waiter.barrier]
 
     def waiter_count(self) -> int:
         """Number of registered key waiters (for tests and metrics)."""
@@ -237,6 +242,6 @@ class StoreState:
                     w.active = False
                     w.callback()
             return None
-        waiter = Waiter([], callback)
+        waiter = Waiter([], callback, barrier=key)
         arrivals.append(waiter)
         return waiter

@@ -132,6 +132,10 @@ dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta
 t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)
 dist.barrier()
+# torch's server-side BARRIER (opcode 18) through a plain client
+store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                      is_master=False, timeout=datetime.timedelta(seconds=60))
+store.barrier("worker-barrier", 2)
 print("result", dist.get_rank(), t.item(), flush=True)
 dist.destroy_process_group()
 """
@@ -227,3 +231,34 @@ async def test_client_protocol_bytes_match_torch() -> None:
     validate, ping = await _capture_handshake(our_connect)
     assert validate == bytes.fromhex("00cef7853c")
     assert ping == b"\x0d" + os.getpid().to_bytes(4, "little")
+
+
+TORCH_BLOCKED_GET = r"""
+import datetime, sys
+from torch.distributed import TCPStore
+s = TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False,
+             timeout=datetime.timedelta(seconds=120))
+s.set("connected", "1")
+try:
+    s.get("never")
+except Exception as exc:
+    print("raised", type(exc).__name__, flush=True)
+    sys.exit(3)
+"""
+
+
+async def test_server_shutdown_releases_blocked_torch_client() -> None:
+    async with (
+        StoreServer() as server,
+        await anyio.open_process(
+            [sys.executable, "-c", TORCH_BLOCKED_GET, str(server.port)],
+            env={**os.environ, "TORCH_CPP_LOG_LEVEL": "ERROR"},
+        ) as proc,
+    ):
+        with anyio.fail_after(60):
+            await server.local_store.get("connected")
+            await server.aclose()
+            assert await proc.wait() == 3
+        assert proc.stdout is not None
+        out = await proc.stdout.receive()
+    assert b"raised" in out
