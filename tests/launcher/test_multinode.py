@@ -76,7 +76,7 @@ async def test_killed_node_is_dropped_and_the_others_finish(tmp_path: Path) -> N
     marker = tmp_path / "killed"
     out = tmp_path / "out"
     out.mkdir()
-    conf = FAST.replace("last_call_timeout=0.5", "last_call_timeout=5")
+    conf = FAST.replace("last_call_timeout=0.5", "last_call_timeout=2")
     tail = [WORKER, str(out), "--finish-at-world", "2", "--when-file", str(marker)]
     # is_host pins which node hosts the rendezvous store (the one that must survive)
     host_argv = [*_c10d("2:3", port, "shrink", conf + ",is_host=1"), *tail]
