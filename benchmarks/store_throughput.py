@@ -78,8 +78,7 @@ def start_torch_server() -> tuple[subprocess.Popen[str], int]:
 
 def start_our_server(uvloop: bool) -> tuple[subprocess.Popen[str], int]:
     cmd = [sys.executable, "-m", "aelastic", "store", "--port", "0"]
-    if uvloop:
-        cmd.append("--uvloop")
+    cmd += ["--loop", "uvloop" if uvloop else "asyncio"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = _readline(proc.stdout, "aelastic store listening on")

@@ -54,12 +54,31 @@ def _build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="allow binding a non-loopback address (the store has no authentication)",
     )
-    p.add_argument("--max-key-size", type=_positive, default=MAX_KEY_SIZE, metavar="BYTES")
-    p.add_argument("--max-value-size", type=_positive, default=MAX_VALUE_SIZE, metavar="BYTES")
-    p.add_argument("--max-key-count", type=_positive, default=MAX_KEY_COUNT, metavar="N")
-    p.add_argument("--max-connections", type=_positive, default=MAX_CONNECTIONS, metavar="N")
+    limit = "; a request above it closes that connection"
     p.add_argument(
-        "--uvloop", action="store_true", help="run on uvloop (faster) if it is installed"
+        "--max-key-size", type=_positive, default=MAX_KEY_SIZE, metavar="BYTES",
+        help=f"longest key (default {MAX_KEY_SIZE}){limit}",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-value-size", type=_positive, default=MAX_VALUE_SIZE, metavar="BYTES",
+        help=f"largest value (default {MAX_VALUE_SIZE}){limit}",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-key-count", type=_positive, default=MAX_KEY_COUNT, metavar="N",
+        help=f"most keys in one request (default {MAX_KEY_COUNT}){limit}",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-connections", type=_positive, default=MAX_CONNECTIONS, metavar="N",
+        help=f"most simultaneous clients (default {MAX_CONNECTIONS}); more are refused",
+    )  # fmt: skip
+    p.add_argument(
+        "--loop",
+        choices=("auto", "asyncio", "uvloop"),
+        default="auto",
+        help="event loop: uvloop if installed (auto, the default), or force one",
+    )
+    p.add_argument(
+        "--uvloop", action="store_const", const="uvloop", dest="loop", help="--loop uvloop"
     )
     p.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
     return p
@@ -99,13 +118,15 @@ def main(argv: Sequence[str]) -> int:
         return 2
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     runner = asyncio.run
-    if args.uvloop:
+    if args.loop != "asyncio":
         try:
             import uvloop
         except ImportError:
-            print("aelastic store: --uvloop given but uvloop is not installed", file=sys.stderr)
-            return 2
-        runner = uvloop.run
+            if args.loop == "uvloop":
+                print("aelastic store: --loop uvloop but uvloop is not installed", file=sys.stderr)
+                return 2
+        else:
+            runner = uvloop.run
     try:
         runner(_serve(args))
     except StoreConfigError as exc:

@@ -77,6 +77,40 @@ class _Conn(asyncio.Protocol):
         self.error: StoreError | None = None
         self._wbuf: list[bytes] = []
         self._flush_pending = False
+        # response watchdog (main connection only): see watch()
+        self._watch_timeout: float | None = None
+        self._watch_handle: asyncio.TimerHandle | None = None
+        self._received = 0
+        self._watch_mark = 0
+
+    def watch(self, timeout: float) -> None:
+        """Fail the connection if the server leaves a request unanswered for ``timeout`` s.
+
+        Used on the main connection, which never carries WAIT: its requests are
+        answered at once by a healthy server, so a silent server (stalled, or a
+        network partition without RST) becomes a StoreTimeoutError instead of a
+        hang. One timer per connection, not per request.
+        """
+        self._watch_timeout = timeout
+
+    def _arm(self) -> None:
+        if self._watch_timeout is not None and self._watch_handle is None:
+            self._watch_mark = self._received
+            self._watch_handle = self.loop.call_later(self._watch_timeout, self._check)
+
+    def _check(self) -> None:
+        self._watch_handle = None
+        if not self.futures or self.error is not None:
+            return
+        if self._received == self._watch_mark:
+            self.close(
+                StoreTimeoutError(
+                    f"no response from the store within {self._watch_timeout} s",
+                    endpoint=self.endpoint,
+                )
+            )
+            return
+        self._arm()
 
     # -- asyncio.Protocol ---------------------------------------------------
 
@@ -100,6 +134,7 @@ class _Conn(asyncio.Protocol):
             return
         futures = self.futures
         group = self._group
+        self._received += len(values)
         for v in values:
             fut = futures.popleft()
             if fut is None:  # not the last reply of a multi-reply request
@@ -130,6 +165,9 @@ class _Conn(asyncio.Protocol):
     def close(self, error: StoreError | None = None) -> None:
         """Abort the connection; pending and later requests raise ``error``."""
         self._fail(error or StoreClosedError("the client is closed", endpoint=self.endpoint))
+        if self._watch_handle is not None:
+            self._watch_handle.cancel()
+            self._watch_handle = None
         if self.transport is not None:
             self.transport.abort()
 
@@ -154,6 +192,8 @@ class _Conn(asyncio.Protocol):
         expect(kind, count)
         fut = self.loop.create_future()
         futures.append(fut)
+        if self._watch_handle is None and self._watch_timeout is not None:
+            self._arm()
         return fut
 
     def send(self, data: bytes) -> None:
@@ -299,6 +339,7 @@ class TCPStoreClient(Store):
             main = self._main
             if main is None or main.error is not None:
                 main = self._main = await self._open()
+                main.watch(self.timeout)
             return main
 
     async def _borrow(self) -> _Conn:
@@ -359,7 +400,7 @@ class TCPStoreClient(Store):
             conn = await self._get_main()
         try:
             return await conn.request(data, replies)
-        except (StoreConnectionError, StoreClosedError) as exc:
+        except (StoreConnectionError, StoreClosedError, StoreTimeoutError) as exc:
             raise self._error(exc, what, key) from None
 
     async def _send(self, data: bytes, what: str, key: str | None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import struct
@@ -14,6 +15,7 @@ from aelastic.store import (
     StoreConfigError,
     StoreConnectionError,
     StoreServer,
+    StoreTimeoutError,
     TCPStoreClient,
     barrier,
     get_all,
@@ -260,3 +262,50 @@ async def test_server_side_barrier(store_server: StoreServer) -> None:
                     tg.start_soon(client.barrier_arrive, "b", 3)
         with pytest.raises(TimeoutError):
             await client.barrier_arrive("b2", 2, timeout=0.1)
+
+
+async def test_silent_server_times_out_instead_of_hanging() -> None:
+    """A server that completes the handshake and then never answers: a timeout, not a hang."""
+
+    async def handle(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            data = b""
+            while len(data) < 10:
+                data += await stream.receive()
+            await stream.send(data[6:10])  # PING echo, then silence
+            with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                while True:
+                    await stream.receive()
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, handle)
+        async with TCPStoreClient("127.0.0.1", port, timeout=0.3) as client:
+            with anyio.fail_after(10), pytest.raises(StoreTimeoutError) as info:
+                await client.add("counter", 1)
+        assert "no response from the store within 0.3 s" in str(info.value)
+        assert "'counter'" in str(info.value) and f"127.0.0.1:{port}" in str(info.value)
+        tg.cancel_scope.cancel()
+
+
+async def test_client_reconnects_after_server_restart() -> None:
+    async with StoreServer() as first:
+        port = first.port
+        client = await TCPStoreClient.aconnect("127.0.0.1", port, timeout=10, connect_timeout=1)
+        await client.set("k", "1")
+    try:
+        with pytest.raises(StoreConnectionError, match=f"127.0.0.1:{port}"):
+            await client.add("n", 1)
+        async with StoreServer("127.0.0.1", port):
+            assert await client.add("n", 1) == 1  # reconnected; new server, fresh data
+            assert not await client.check(["k"])
+    finally:
+        await client.aclose()
+
+
+async def test_large_values_round_trip(store_client: TCPStoreClient) -> None:
+    big = bytes(range(256)) * (8 * 1024 * 4)  # 8 MiB, the default limit
+    await store_client.set("big", big)
+    assert await store_client.get("big") == big
+    assert await store_client.multi_get(["big", "big"]) == [big, big]
