@@ -699,7 +699,13 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 last_ack = now
             key = keys.tick(r, tick.n + 1)
             try:
-                tick = Tick.loads(key, await ops.get(key, timeout=s.heartbeat_timeout))
+                raw = await ops.get(key, timeout=s.heartbeat_timeout)
+                if not raw:
+                    # Deleted between the wake-up and the read (the coordinator prunes old
+                    # ticks; a GET of a missing key answers empty): read the latest one.
+                    raw = await ops.get(latest)
+                    key = latest
+                tick = Tick.loads(key, raw)
             except StoreTimeoutError:
                 newest = Tick.loads(latest, await ops.get(latest))
                 if newest.n > tick.n:  # we fell behind; resynchronise

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import random
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -349,3 +351,45 @@ async def test_shutdown_while_joining_ends_the_join_gracefully() -> None:
                 await store.wait(["rdzv/run/c/0/tick"])
                 assert await h.shutdown()
         assert len(errors) == 1
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_random_leaves_and_rejoins_keep_rounds_consistent(seed: int) -> None:
+    """6 nodes (min 2, max 4) rejoin, leave and wait at random; every round they report
+    has one world size and distinct ranks below it, and nothing hangs."""
+    rng = random.Random(seed)
+    store = LocalStore()
+    seen: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
+    settings = dict(last_call_timeout=0.05, keep_alive_interval=0.02, heartbeat_timeout=0.08)
+
+    async def node(r: random.Random) -> None:
+        async with make(store, 2, 4, **settings) as h:
+            for _ in range(12):
+                info = await h.next_rendezvous()
+                seen[info.round].append((info.rank, info.world_size))
+                choice = r.random()
+                if choice < 0.3:
+                    # Not forever: with a full world and spares waiting, nothing changes.
+                    with anyio.move_on_after(0.5):
+                        await h.wait_for_membership_change()
+                elif choice < 0.5:
+                    await h.shutdown()
+                else:
+                    with anyio.move_on_after(r.random() * 0.05):
+                        await h.wait_for_membership_change()
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+
+            async def one(r: random.Random) -> None:
+                await node(r)
+                tg.cancel_scope.cancel()  # the others may now lack min_nodes: stop
+
+            for _ in range(6):
+                tg.start_soon(one, random.Random(rng.random()))
+    assert len(seen) >= 5
+    for rows in seen.values():
+        (world,) = {w for _, w in rows}
+        ranks = [r for r, _ in rows]
+        assert 2 <= world <= 4
+        assert len(set(ranks)) == len(ranks) and max(ranks) < world
