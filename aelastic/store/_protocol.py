@@ -114,6 +114,7 @@ _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _I64 = struct.Struct("<q")
 _VALIDATE_FRAME = b"\x00" + _U32.pack(MAGIC)
+_U64_unpack_from = _U64.unpack_from
 
 _OP_NAMES = {op.value: op.name for op in Opcode}
 
@@ -179,7 +180,7 @@ class RequestParser:
             buf: bytes = bytes(self._buf)
             self._buf = bytearray()
         else:
-            buf = bytes(data)
+            buf = data if type(data) is bytes else bytes(data)
         out: list[Request] = []
         pos = 0
         end = len(buf)
@@ -239,12 +240,39 @@ class RequestParser:
             self._validated = True
             out.append((0, magic))
             return q
-        if op == 1 or op == 9 or op == 14:  # SET, APPEND, QUEUE_PUSH
+        # The hottest requests (SET, GET, single-key WAIT: torch's set/get) are
+        # parsed inline; the rest go through the _string/_keys helpers.
+        if op == 1 or op == 3:  # SET, GET
+            q = p + 8
+            if q > end:
+                raise _Incomplete(q)
+            n: int = _U64_unpack_from(buf, p)[0]
+            if n > mk:
+                raise ProtocolError(f"key length {n} exceeds the limit of {mk} bytes")
+            e = q + n
+            if e > end:
+                raise _Incomplete(e)
+            key = buf[q:e]
+            if op == 3:
+                out.append((3, key))
+                return e
+            q = e + 8
+            if q > end:
+                raise _Incomplete(q)
+            n = _U64_unpack_from(buf, e)[0]
+            if n > mv:
+                raise ProtocolError(f"value length {n} exceeds the limit of {mv} bytes")
+            e = q + n
+            if e > end:
+                raise _Incomplete(e)
+            out.append((1, key, buf[q:e]))
+            return e
+        if op == 9 or op == 14:  # APPEND, QUEUE_PUSH
             key, p = string(buf, p, end, mk, "key")
             value, p = string(buf, p, end, mv, "value")
             out.append((op, key, value))
             return p
-        if op == 3 or op == 8 or op == 15 or op == 16:  # GET, DELETE_KEY, QUEUE_POP, QUEUE_LEN
+        if op == 8 or op == 15 or op == 16:  # DELETE_KEY, QUEUE_POP, QUEUE_LEN
             key, p = string(buf, p, end, mk, "key")
             out.append((op, key))
             return p
