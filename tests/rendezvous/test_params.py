@@ -132,3 +132,22 @@ def test_register_plugin_and_conflict() -> None:
     registry.register("mine", factory)
     with pytest.raises(RendezvousError, match="reports backend 'static'"):
         registry.create_handler(params(backend="mine", rank=0, min_nodes=2))
+
+
+def test_plugins_load_from_entry_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib.metadata import EntryPoint
+
+    import aelastic.rendezvous._registry as registry_module
+
+    eps = [
+        EntryPoint("mystatic", "aelastic.rendezvous._static:StaticRendezvousHandler", "x"),
+        EntryPoint("broken", "no.such.module:factory", "x"),
+    ]
+    monkeypatch.setattr(
+        registry_module, "entry_points", lambda group: eps if group == "aelastic.rendezvous" else []
+    )
+    registry = RendezvousHandlerRegistry()
+    with pytest.raises(RendezvousError, match="reports backend 'static'"):
+        # Loaded on first use; the handler must report the plugin's own name.
+        registry.create_handler(params(backend="mystatic", rank=0, min_nodes=2))
+    assert "mystatic" in registry.names() and "broken" not in registry.names()
