@@ -163,6 +163,11 @@ class RequestParser:
         self._validated = not require_validate
 
     @property
+    def ready(self) -> bool:
+        """Validated and holding no partial request: the next byte starts a request."""
+        return self._validated and not self._buf
+
+    @property
     def buffered(self) -> int:
         """Bytes of an incomplete request held back (non-zero at EOF = half-sent message)."""
         return len(self._buf)

@@ -38,6 +38,8 @@ _READY = b"\x00"
 _NOT_READY = b"\x01"
 _EMPTY_POP = _I64.pack(0)
 _ONE = _I64.pack(1)
+_ONE_KEY = _U64.pack(1)
+_U64_unpack_from = _U64.unpack_from
 
 #: Default maximum number of simultaneous client connections.
 MAX_CONNECTIONS = 16384
@@ -56,7 +58,17 @@ def is_loopback(host: str) -> bool:
 class _Connection(asyncio.Protocol):
     """One client connection: parse requests, apply them, write responses in order."""
 
-    __slots__ = ("_batch", "_server", "_state", "_waiters", "parser", "peer", "transport")
+    __slots__ = (
+        "_batch",
+        "_max_key",
+        "_max_value",
+        "_server",
+        "_state",
+        "_waiters",
+        "parser",
+        "peer",
+        "transport",
+    )
 
     def __init__(self, server: StoreServer) -> None:
         self._server = server
@@ -70,6 +82,8 @@ class _Connection(asyncio.Protocol):
         self.peer = "?"
         self._waiters: list[Waiter] = []
         self._batch: list[bytes] | None = None
+        self._max_key = server.max_key_size
+        self._max_value = server.max_value_size
 
     # -- asyncio.Protocol ---------------------------------------------------
 
@@ -142,6 +156,34 @@ class _Connection(asyncio.Protocol):
         waiters.append(waiter)
 
     def data_received(self, data: bytes) -> None:
+        # Fast path for what torch clients send most: one whole SET, GET, or WAIT of
+        # one present key per segment, with nothing buffered. It saves the generic
+        # parse + dispatch (~1.2 us of ~1.7 us per request); anything else, including
+        # every malformed or oversized frame, takes the generic path below.
+        parser = self.parser
+        if parser.ready and len(data) > 8:
+            op = data[0]
+            n = len(data)
+            if op == 3:  # GET
+                k = _U64_unpack_from(data, 1)[0]
+                if 9 + k == n and k <= self._max_key:
+                    v = self._state.data.get(data[9:], b"")
+                    self.transport.write(_U64.pack(len(v)) + v)  # type: ignore[union-attr]
+                    return
+            elif op == 6:  # WAIT
+                if n > 17 and data[1:9] == _ONE_KEY:
+                    k = _U64_unpack_from(data, 9)[0]
+                    if 17 + k == n and k <= self._max_key and data[17:] in self._state.data:
+                        self.transport.write(_STOP)  # type: ignore[union-attr]
+                        return
+            elif op == 1:  # SET
+                k = _U64_unpack_from(data, 1)[0]
+                e = 9 + k
+                if e + 8 <= n and k <= self._max_key:
+                    vl = _U64_unpack_from(data, e)[0]
+                    if e + 8 + vl == n and vl <= self._max_value:
+                        self._state.set(data[9:e], data[e + 8 :])
+                        return
         try:
             requests = self.parser.feed(data)
         except ProtocolError as exc:
