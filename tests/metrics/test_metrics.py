@@ -28,6 +28,9 @@ class Collect(metrics.MetricHandler):
 @pytest.fixture(autouse=True)
 def _restore_handlers() -> Iterator[None]:
     default, groups = _api._default_handler, dict(_api._metrics_map)
+    # Start from torch's defaults whatever earlier tests configured.
+    _api._default_handler = metrics.NullMetricHandler()
+    _api._metrics_map.clear()
     yield
     _api._default_handler = default
     _api._metrics_map.clear()
