@@ -90,6 +90,18 @@ class Node:
         return self.stderr.decode(errors="replace")
 
 
+async def wait_all(nodes: Sequence[Node], seconds: float) -> list[int]:
+    """The exit codes of ``nodes``; on timeout, fail with every node's output."""
+    with anyio.move_on_after(seconds) as scope:
+        codes = [await n.wait() for n in nodes]
+    if scope.cancelled_caught:
+        report = "\n".join(
+            f"--- {n.name} (rc={n.process.returncode}) stdout={n.lines!r}\n{n.err}" for n in nodes
+        )
+        raise AssertionError(f"nodes still running after {seconds} s:\n{report}")
+    return codes
+
+
 class Cluster:
     """Nodes started in one task group; all are killed when the block exits."""
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import anyio
 
-from ._nodes import WORKER, cluster, free_port, records
+from ._nodes import WORKER, cluster, free_port, records, wait_all
 
 FAST = "keep_alive_interval=0.2,heartbeat_timeout=1,last_call_timeout=0.5,join_timeout=60"
 
@@ -40,8 +40,7 @@ async def test_three_nodes_form_one_world(tmp_path: Path) -> None:
     argv += ["--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "three", WORKER, str(tmp_path)]
     async with cluster() as c:
         nodes = [await c.start(argv) for _ in range(3)]
-        with anyio.fail_after(90):
-            codes = [await n.wait() for n in nodes]
+        codes = await wait_all(nodes, 90)
     assert codes == [0, 0, 0], [n.err for n in nodes]
     recs = records(tmp_path)
     assert sorted(int(r["RANK"]) for r in recs) == list(range(6))
@@ -60,8 +59,7 @@ async def test_late_node_scales_the_world_up(tmp_path: Path) -> None:
             for node in first:
                 await node.wait_for_line(_ready(2))
         late = await c.start(argv)
-        with anyio.fail_after(60):
-            codes = [await n.wait() for n in [*first, late]]
+        codes = await wait_all([*first, late], 60)
     assert codes == [0, 0, 0], [n.err for n in c.nodes]
     recs = records(tmp_path)
     worlds = [r["WORLD_SIZE"] for r in recs]
@@ -82,17 +80,16 @@ async def test_killed_node_is_dropped_and_the_others_finish(tmp_path: Path) -> N
     host_argv = [*_c10d("2:3", port, "shrink", conf + ",is_host=1"), *tail]
     argv = [*_c10d("2:3", port, "shrink", conf + ",is_host=0"), *tail]
     async with cluster() as c:
-        host = await c.start(host_argv)
-        others = [await c.start(argv) for _ in range(2)]
+        host = await c.start(host_argv, env={"LOGLEVEL": "INFO"})
+        others = [await c.start(argv, env={"LOGLEVEL": "INFO"}) for _ in range(2)]
         with anyio.fail_after(60):
             for node in [host, *others]:
                 await node.wait_for_line(_ready(3))
         victim = others[-1]
         os.kill(victim.process.pid, signal.SIGKILL)
         marker.touch()
-        with anyio.fail_after(30):
-            codes = [await n.wait() for n in [host, others[0]]]
-            assert await victim.wait() == -signal.SIGKILL
+        codes = await wait_all([host, others[0]], 30)
+        assert await victim.wait() == -signal.SIGKILL
     assert codes == [0, 0], [n.err for n in c.nodes]
     recs = records(out)
     finals = [r for r in recs if r["WORLD_SIZE"] == "2"]
