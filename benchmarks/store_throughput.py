@@ -1,12 +1,14 @@
 """Store throughput: our StoreServer vs torch's libuv TCPStore server, same torch clients.
 
-    python benchmarks/store_throughput.py [--ops 1000] [--clients 1,4,16] [--tasks 64] [--repeat 3]
+    python benchmarks/store_throughput.py [--pairs 12000] [--clients 1,4,16] [--tasks 64]
+                                          [--repeat 3] [--no-uvloop]
 
 Each server runs in its own process. K client processes (stock
-``torch.distributed.TCPStore`` clients, started once and reused) each do M
-``set`` + ``get`` pairs (2M ops); throughput is total ops / wall time from "go" to
-the last client's "done". Each setting runs ``--repeat`` times, alternating the
-two servers, and keeps each server's best run (the machine is shared and noisy).
+``torch.distributed.TCPStore`` clients, started once and reused) each do
+``pairs / K`` ``set`` + ``get`` pairs, so every run does the same total work;
+throughput is total ops / wall time from "go" to the last client's "done".
+Each setting runs ``--repeat`` times, alternating the two servers, and keeps
+each server's best run (the machine is shared and noisy).
 Then our async ``TCPStoreClient`` with 64 concurrent tasks in one process is
 compared with one torch client, on both servers.
 Prints ops/s and ratios ours/torch.
@@ -167,14 +169,16 @@ def async_client_run(port: int, tasks: int, m: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ops", type=int, default=1000, help="set+get pairs per client")
+    parser.add_argument(
+        "--pairs", type=int, default=12000, help="set+get pairs per run, split over the K clients"
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs per setting (best kept)")
     parser.add_argument("--clients", default="1,4,16", help="client process counts")
     parser.add_argument("--tasks", type=int, default=64, help="tasks sharing our async client")
     parser.add_argument("--no-uvloop", action="store_true", help="run our server on asyncio")
     args = parser.parse_args(argv)
     ks = [int(x) for x in args.clients.split(",")]
-    m = args.ops
+    m = args.pairs
     uvloop = not args.no_uvloop
     if uvloop:
         try:
@@ -187,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"started {max(ks)} torch client processes in {time.perf_counter() - t_start:.1f} s")
     torch_proc, torch_port = start_torch_server()
     our_proc, our_port = start_our_server(uvloop)
-    print(f"our server loop: {'uvloop' if uvloop else 'asyncio'}; {m} set+get per client")
+    print(f"our server loop: {'uvloop' if uvloop else 'asyncio'}; {m} set+get pairs per run")
     print(f"{'clients':>8} {'torch ops/s':>12} {'ours ops/s':>12} {'ours/torch':>10}")
     one_torch: dict[str, float] = {}
     try:
@@ -195,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             # alternate the servers and keep each one's best run: the machine is shared
             theirs = ours = 0.0
             for _ in range(args.repeat):
-                theirs = max(theirs, clients.run(k, torch_port, m))
-                ours = max(ours, clients.run(k, our_port, m))
+                theirs = max(theirs, clients.run(k, torch_port, m // k))
+                ours = max(ours, clients.run(k, our_port, m // k))
             if k == 1:
                 one_torch = {"torch": theirs, "ours": ours}
             print(f"{k:>8} {theirs:>12,.0f} {ours:>12,.0f} {ours / theirs:>9.2f}x", flush=True)
@@ -205,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 "torch": clients.run(1, torch_port, m),
                 "ours": clients.run(1, our_port, m),
             }
-        per_task = max(m * 16 // args.tasks, 100)
+        per_task = max(m * 2 // args.tasks, 100)
         print(f"\nour async client, {args.tasks} tasks x {per_task} set+get, vs one torch client:")
         for name, port in (("torch", torch_port), ("ours", our_port)):
             rate = max(async_client_run(port, args.tasks, per_task) for _ in range(args.repeat))
