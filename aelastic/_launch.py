@@ -129,18 +129,36 @@ def _make_spec(
     )
 
 
+def _virtual_cuda_device(local_rank: int) -> str:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        devices = [d.strip() for d in visible.split(",") if d.strip()]
+        if local_rank < len(devices):
+            return devices[local_rank]
+    return str(local_rank)
+
+
 def _make_agent(config: LaunchConfig, spec: WorkerSpec) -> LocalElasticAgent:
     from .agent import LocalElasticAgent
 
+    virtual = config.virtual_local_rank
+
     class _Agent(LocalElasticAgent):
-        """Substitutes ``${local_rank}`` in a binary's arguments (torch's macro)."""
+        """Adds torch's ``${local_rank}`` argument macro and ``virtual_local_rank``.
+
+        Virtual local rank: the worker is started through ``env`` (which execs it, same
+        pid) with ``LOCAL_RANK=0`` and ``CUDA_VISIBLE_DEVICES`` set to its own device.
+        """
 
         def _worker_args(self, spec: WorkerSpec, local_rank: int) -> list[str]:
             argv = super()._worker_args(spec, local_rank)
-            if not isinstance(spec.entrypoint, str):
-                return argv
-            macro = {"local_rank": str(local_rank)}
-            return argv[:1] + [string.Template(a).safe_substitute(macro) for a in argv[1:]]
+            if isinstance(spec.entrypoint, str):
+                macro = {"local_rank": str(local_rank)}
+                argv = argv[:1] + [string.Template(a).safe_substitute(macro) for a in argv[1:]]
+            if virtual:
+                device = _virtual_cuda_device(local_rank)
+                argv = ["env", "LOCAL_RANK=0", f"CUDA_VISIBLE_DEVICES={device}", *argv]
+            return argv
 
     return _Agent(
         spec,

@@ -605,11 +605,6 @@ def parse_run_args(
             "implemented yet: no filtered_*.log files are written"
         )
     virtual_local_rank = v.flag("virtual_local_rank")
-    if virtual_local_rank:
-        warnings.append(
-            "--virtual-local-rank is accepted but has no effect in aelastic: LOCAL_RANK "
-            "stays the real local rank"
-        )
     ranks_filter = parse_ranks_filter(v.str_("local_ranks_filter"), v.source("local_ranks_filter"))
     signals = parse_signals(v.str_("signals_to_handle"), v.source("signals_to_handle"))
     rdzv_conf = parse_rdzv_conf(v.str_("rdzv_conf"), v.source("rdzv_conf"))

@@ -188,3 +188,16 @@ def test_the_agent_process_never_imports_torch(tmp_path: Path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert "NO_TORCH" in proc.stdout, proc.stderr
+
+
+async def test_virtual_local_rank(tmp_path: Path) -> None:
+    argv = ["--standalone", "--nproc-per-node", "2", "--virtual-local-rank", WORKER, str(tmp_path)]
+    async with cluster() as c:
+        node = await c.start(argv, env={"CUDA_VISIBLE_DEVICES": "4,6"})
+        with anyio.fail_after(60):
+            assert await node.wait() == 0, node.err
+    recs = sorted(records(tmp_path), key=lambda r: r["RANK"])
+    assert [(r["RANK"], r["LOCAL_RANK"], r["CUDA_VISIBLE_DEVICES"]) for r in recs] == [
+        ("0", "0", "4"),
+        ("1", "0", "6"),
+    ]
