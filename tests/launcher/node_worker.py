@@ -1,6 +1,7 @@
 """A tiny non-torch worker for launcher tests: records its environment, then acts.
 
     node_worker.py OUT_DIR [--finish-at-world N] [--when-file PATH] [--exit-code C]
+                   [--notify PORT] [--tag TAG]
 
 Writes ``OUT_DIR/<rank>-<world>-<restart>-<pid>.json`` with the torchelastic variables
 and prints ``READY rank=R world=W`` (flushed). Then exits with ``--exit-code``, except
@@ -48,6 +49,12 @@ def main(argv: list[str]) -> int:
         json.dump(env, f)
     os.replace(tmp, os.path.join(out, name))
     print(f"READY rank={rank} world={world}", flush=True)
+    notify = opts.get("--notify")  # a test's TCP listener on 127.0.0.1: send our pid
+    if notify is not None:
+        import socket
+
+        with socket.create_connection(("127.0.0.1", int(notify))) as conn:
+            conn.sendall(f"{os.getpid()}\n".encode())
     finish = opts.get("--finish-at-world")
     marker = opts.get("--when-file")
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import pytest
 
 from aelastic.errors import ChildFailedError
@@ -201,3 +202,35 @@ async def test_virtual_local_rank(tmp_path: Path) -> None:
         ("0", "0", "4"),
         ("1", "0", "6"),
     ]
+
+
+async def test_cancelling_launch_stops_the_workers(tmp_path: Path) -> None:
+    import os
+
+    config = _config(2)
+    config.shutdown_timeout = 5
+    pids: list[int] = []
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as multi:
+        listener = multi.listeners[0]
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(
+                    launch,
+                    config,
+                    sys.executable,
+                    "-u",
+                    WORKER,
+                    str(tmp_path),
+                    "--finish-at-world",
+                    "9",
+                    "--notify",
+                    str(port),
+                )
+                while len(pids) < 2:  # both workers are running
+                    async with await listener.accept() as conn:
+                        pids.append(int((await conn.receive()).decode().strip()))
+                tg.cancel_scope.cancel()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
