@@ -19,7 +19,15 @@ thus never delays other tasks. When such a wait times out or is cancelled, its
 pooled connection is closed rather than reused: the server drops a closed
 connection's waits, which is simpler and race-free compared to the
 ``CANCEL_WAIT`` dance (whose answer may race a ``STOP_WAITING``). The client
-stays usable; the next blocking call opens a fresh connection.
+stays usable; the next blocking call opens a fresh connection. Each call that is
+actually blocked holds one pooled connection (idle ones are kept up to
+``max_idle_connections``), so N simultaneously blocked tasks use N + 1
+connections to the server.
+
+The main connection has a response watchdog: if the server leaves a request
+unanswered for ``timeout`` seconds the connection is failed with
+:class:`~aelastic.store.StoreTimeoutError` (never a silent hang), and the next
+call reconnects.
 
 All keys are sent with torch's ``/`` prefix (like ``torch.distributed.TCPStore``)
 so our clients and torch's read and write the same keys.
