@@ -156,34 +156,53 @@ class _Connection(asyncio.Protocol):
         waiters.append(waiter)
 
     def data_received(self, data: bytes) -> None:
-        # Fast path for what torch clients send most: one whole SET, GET, or WAIT of
-        # one present key per segment, with nothing buffered. It saves the generic
-        # parse + dispatch (~1.2 us of ~1.7 us per request); anything else, including
-        # every malformed or oversized frame, takes the generic path below.
-        parser = self.parser
-        if parser.ready and len(data) > 8:
-            op = data[0]
+        # Fast path for what torch clients send most: whole SET, GET and WAIT-of-
+        # one-present-key requests (a torch set() and the WAIT of the next get()
+        # often share a segment), parsed and answered inline while nothing is
+        # buffered. It saves the generic parse + dispatch (~1.2 us of ~1.7 us per
+        # request). At the first request it does not cover, including every
+        # malformed, oversized or partial frame, the rest of the data takes the
+        # generic path below, which enforces the protocol and the limits.
+        if self.parser.ready:
+            pos = 0
             n = len(data)
-            if op == 3:  # GET
-                k = _U64_unpack_from(data, 1)[0]
-                if 9 + k == n and k <= self._max_key:
-                    v = self._state.data.get(data[9:], b"")
-                    self.transport.write(_U64.pack(len(v)) + v)  # type: ignore[union-attr]
-                    return
-            elif op == 6:  # WAIT
-                if n > 17 and data[1:9] == _ONE_KEY:
-                    k = _U64_unpack_from(data, 9)[0]
-                    if 17 + k == n and k <= self._max_key and data[17:] in self._state.data:
-                        self.transport.write(_STOP)  # type: ignore[union-attr]
-                        return
-            elif op == 1:  # SET
-                k = _U64_unpack_from(data, 1)[0]
-                e = 9 + k
-                if e + 8 <= n and k <= self._max_key:
+            state = self._state
+            max_key = self._max_key
+            write = self.transport.write  # type: ignore[union-attr]
+            while n - pos > 8:
+                op = data[pos]
+                if op == 1:  # SET
+                    k = _U64_unpack_from(data, pos + 1)[0]
+                    e = pos + 9 + k
+                    if k > max_key or e + 8 > n:
+                        break
                     vl = _U64_unpack_from(data, e)[0]
-                    if e + 8 + vl == n and vl <= self._max_value:
-                        self._state.set(data[9:e], data[e + 8 :])
-                        return
+                    end = e + 8 + vl
+                    if vl > self._max_value or end > n:
+                        break
+                    state.set(data[pos + 9 : e], data[e + 8 : end])
+                elif op == 3:  # GET
+                    k = _U64_unpack_from(data, pos + 1)[0]
+                    end = pos + 9 + k
+                    if k > max_key or end > n:
+                        break
+                    v = state.data.get(data[pos + 9 : end], b"")
+                    write(_U64.pack(len(v)) + v)
+                elif op == 6:  # WAIT
+                    if n - pos < 17 or data[pos + 1 : pos + 9] != _ONE_KEY:
+                        break
+                    k = _U64_unpack_from(data, pos + 9)[0]
+                    end = pos + 17 + k
+                    if k > max_key or end > n or data[pos + 17 : end] not in state.data:
+                        break
+                    write(_STOP)
+                else:
+                    break
+                pos = end
+            if pos:
+                if pos == n:
+                    return
+                data = data[pos:]
         try:
             requests = self.parser.feed(data)
         except ProtocolError as exc:

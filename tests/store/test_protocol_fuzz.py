@@ -134,3 +134,52 @@ async def _garbage_round(garbage: bytes, validated: bool) -> None:
 @given(st.binary(min_size=1, max_size=200), st.booleans())
 def test_live_server_survives_garbage(garbage: bytes, validated: bool) -> None:
     anyio.run(_garbage_round, garbage, validated)
+
+
+class _FakeTransport:
+    def __init__(self) -> None:
+        self.out = bytearray()
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.out += data
+
+    def abort(self) -> None:
+        self.closed = True
+
+
+def _connection() -> tuple[Any, _FakeTransport]:
+    from aelastic.store._server import _Connection
+
+    conn = _Connection(StoreServer())
+    transport = _FakeTransport()
+    conn.transport = transport  # type: ignore[assignment]
+    return conn, transport
+
+
+small_keys = st.sampled_from([b"/a", b"/b", b"/c"])
+hot_requests = st.one_of(
+    st.tuples(small_keys, values).map(lambda a: P.request_set(*a)),
+    small_keys.map(P.request_get),
+    small_keys.map(lambda k: P.request_wait([k])),
+    st.tuples(small_keys, small_keys).map(lambda ks: P.request_wait(list(ks))),
+    small_keys.map(lambda k: P.request_add(b"/n", 1)),
+    small_keys.map(lambda k: P.request_check([k])),
+    st.just(P.request_cancel_wait()),
+)
+
+
+@given(st.lists(hot_requests, max_size=15), st.lists(st.integers(0, 3000), max_size=8))
+def test_server_fast_path_matches_generic_path(frames: list[bytes], cuts: list[int]) -> None:
+    """Whole segments (fast path) and 1-byte segments (generic path only) agree."""
+    data = P.request_validate() + b"".join(frames)
+    fast, fast_out = _connection()
+    for piece in _split(data, cuts):
+        if piece:
+            fast.data_received(piece)
+    slow, slow_out = _connection()
+    for i in range(len(data)):
+        slow.data_received(data[i : i + 1])
+    assert bytes(fast_out.out) == bytes(slow_out.out)
+    assert fast._state.data == slow._state.data
+    assert not fast_out.closed and not slow_out.closed
