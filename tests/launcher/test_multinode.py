@@ -14,7 +14,12 @@ import anyio
 
 from ._nodes import WORKER, cluster, free_port, records, wait_all
 
-FAST = "keep_alive_interval=0.2,heartbeat_timeout=1,last_call_timeout=0.5,join_timeout=60"
+# close_timeout bounds a node's leave when the store's host has already gone (that leave
+# can otherwise wait the full default 30 s; the three-node test keeps the defaults).
+FAST = (
+    "keep_alive_interval=0.2,heartbeat_timeout=1,last_call_timeout=0.5,join_timeout=60,"
+    "close_timeout=5"
+)
 
 
 def _c10d(nnodes: str, port: int, run_id: str, conf: str = FAST) -> list[str]:
