@@ -189,8 +189,25 @@ async def run_launch(
     signals = _signals(config.signals_to_handle) if handle_signals else []
     _check_event_destination(config.event_log_handler)
     run_id = config.run_id or uuid.uuid4().hex
-    handler = _make_handler(config, run_id)
-    spec = _make_spec(config, handler, entrypoint, args)
+    from .rendezvous import RendezvousError
+
+    try:  # builds objects only: nothing connects yet, so every error here is a setting
+        handler = _make_handler(config, run_id)
+        if config.rdzv_backend == "static":
+            from .rendezvous import parse_endpoint
+
+            parse_endpoint(config.rdzv_endpoint, 29500)
+    except (ValueError, RendezvousError) as exc:
+        raise LaunchConfigError(
+            f"invalid rendezvous settings (rdzv_backend, rdzv_endpoint, run_id, rdzv_configs; "
+            f"--rdzv-* on the command line): {exc}"
+        ) from None
+    try:
+        spec = _make_spec(config, handler, entrypoint, args)
+    except ValueError as exc:  # the agent's WorkerSpec checks
+        if isinstance(exc, LaunchConfigError):
+            raise
+        raise LaunchConfigError(str(exc)) from None
     async with handler:
         agent = _make_agent(config, spec)
         if signals:

@@ -99,3 +99,19 @@ def test_unknown_event_destination_exits_2(capsys: pytest.CaptureFixture[str]) -
     assert main(["--standalone", "--event-log-handler", "nope", __file__]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'nope'" in err[0]
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--rdzv-backend", "nope", "--rdzv-endpoint", "127.0.0.1:1"], "'nope'"),
+        (["--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", "--rdzv-id", "a b"], "a b"),
+        (["--rdzv-backend", "c10d", "--rdzv-conf", "heartbeat_timeout=x"], "heartbeat_timeout"),
+    ],
+)
+def test_bad_rendezvous_settings_exit_2(
+    flags: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*flags, __file__]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0]
