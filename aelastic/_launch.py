@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .agent import LocalElasticAgent, WorkerSpec
     from .rendezvous import RendezvousHandler
 
-__all__ = ("elastic_launch", "entrypoint_name", "launch", "run_launch")
+__all__ = ("elastic_launch", "entrypoint_name", "launch", "launch_agent", "run_launch")
 
 
 def entrypoint_name(entrypoint: Callable[..., Any] | str | None, args: Sequence[Any]) -> str:
@@ -291,3 +291,10 @@ class elastic_launch:
                 "entrypoint, *args)' instead"
             )
         return anyio.run(partial(launch, self._config, self._entrypoint, *args))
+
+
+def launch_agent(
+    config: LaunchConfig, entrypoint: Callable[..., Any] | str, args: Sequence[Any]
+) -> dict[int, Any]:
+    """torch's ``launch_agent(config, entrypoint, args)``: ``elastic_launch(...)(*args)``."""
+    return elastic_launch(config, entrypoint)(*args)
