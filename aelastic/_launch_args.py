@@ -300,7 +300,13 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Launch a distributed job: a drop-in for torchrun. Every option also reads "
             "PET_<OPTION> from the environment (e.g. PET_NPROC_PER_NODE); the command "
-            "line wins."
+            "line wins (--logs-specs and --numa-binding have no variable)."
+        ),
+        epilog=(
+            "exit status: 0 every worker of this node succeeded; 1 the job failed (summary "
+            "on stderr, root cause last); 2 a bad option or value, nothing started; 128+N "
+            "stopped by handled signal N (workers got N first). LOGLEVEL=INFO|DEBUG shows "
+            "the agent's log."
         ),
     )
     for flags, dest, kind, default, help_ in _OPTIONS:
