@@ -15,7 +15,8 @@ import anyio
 from ._nodes import WORKER, cluster, free_port, records, wait_all
 
 # close_timeout bounds a node's leave when the store's host has already gone (that leave
-# can otherwise wait the full default 30 s; the three-node test keeps the defaults).
+# can otherwise wait the full default 30 s: DynamicRendezvousHandler._dissolve on a
+# client node blocks until close_timeout once the host's store is closed).
 FAST = (
     "keep_alive_interval=0.2,heartbeat_timeout=1,last_call_timeout=0.5,join_timeout=60,"
     "close_timeout=5"
@@ -42,7 +43,8 @@ def _ready(world: int) -> object:
 async def test_three_nodes_form_one_world(tmp_path: Path) -> None:
     port = free_port()
     argv = ["--nnodes", "3", "--nproc-per-node", "2", "--rdzv-backend", "c10d"]
-    argv += ["--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "three", WORKER, str(tmp_path)]
+    argv += ["--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "three"]
+    argv += ["--rdzv-conf", "close_timeout=5", WORKER, str(tmp_path)]
     async with cluster() as c:
         nodes = [await c.start(argv) for _ in range(3)]
         codes = await wait_all(nodes, 90)
