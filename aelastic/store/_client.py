@@ -170,14 +170,24 @@ class _Conn(asyncio.Protocol):
                 fut.set_exception(self.error)
                 fut.exception()  # mark retrieved: the awaiting task may be gone
 
-    def close(self, error: StoreError | None = None) -> None:
-        """Abort the connection; pending and later requests raise ``error``."""
+    def close(self, error: StoreError | None = None, *, graceful: bool = False) -> None:
+        """Close the connection; pending and later requests raise ``error``.
+
+        ``graceful`` first sends the requests still buffered (a ``set`` whose
+        coroutine already returned) and closes after the kernel sent them;
+        otherwise the connection is aborted.
+        """
+        if graceful and self.error is None and self.transport is not None and self._wbuf:
+            self._flush()
         self._fail(error or StoreClosedError("the client is closed", endpoint=self.endpoint))
         if self._watch_handle is not None:
             self._watch_handle.cancel()
             self._watch_handle = None
         if self.transport is not None:
-            self.transport.abort()
+            if graceful:
+                self.transport.close()
+            else:
+                self.transport.abort()
 
     def request(self, data: bytes, replies: _Replies) -> asyncio.Future[Any]:
         """Queue ``data`` for sending; return a future of its reply.
@@ -325,6 +335,10 @@ class TCPStoreClient(Store):
                 last = exc
                 if isinstance(exc, StoreConnectionError) and "handshake failed" in str(exc):
                     raise
+            except BaseException:  # cancelled mid-handshake: do not leak the socket
+                if conn is not None:
+                    conn.close()
+                raise
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise StoreConnectionError(
@@ -346,7 +360,11 @@ class TCPStoreClient(Store):
         async with self._main_lock:
             main = self._main
             if main is None or main.error is not None:
-                main = self._main = await self._open()
+                main = await self._open()
+                if self._closed:  # closed while we were connecting
+                    main.close()
+                    raise StoreClosedError("the client is closed", endpoint=self.endpoint)
+                self._main = main
                 main.watch(self.timeout)
             return main
 
@@ -376,7 +394,11 @@ class TCPStoreClient(Store):
             conn.close()
 
     async def aclose(self) -> None:
-        """Close every connection; pending calls raise StoreClosedError. Idempotent."""
+        """Close every connection; pending calls raise StoreClosedError. Idempotent.
+
+        Requests already issued without a reply (``set``, ``append``, ``multi_set``,
+        ``queue_push``) are still sent before the connections close.
+        """
         self._closed = True
         conns = [*self._idle, *self._busy]
         if self._main is not None:
@@ -385,7 +407,7 @@ class TCPStoreClient(Store):
         self._busy.clear()
         self._main = None
         for conn in conns:
-            conn.close()
+            conn.close(graceful=True)
 
     # -- request helpers ------------------------------------------------------------
 

@@ -309,3 +309,16 @@ async def test_large_values_round_trip(store_client: TCPStoreClient) -> None:
     await store_client.set("big", big)
     assert await store_client.get("big") == big
     assert await store_client.multi_get(["big", "big"]) == [big, big]
+
+
+async def test_writes_are_sent_before_close(store_server: StoreServer) -> None:
+    client = await TCPStoreClient.aconnect(store_server.host, store_server.port)
+    await client.set("a", "1")
+    await client.append("b", "2")
+    await client.queue_push("q", "3")
+    await client.multi_set(["c"], ["4"])
+    await client.aclose()
+    local = store_server.local_store
+    with anyio.fail_after(5):
+        assert await local.multi_get(["a", "b", "c"]) == [b"1", b"2", b"4"]
+        assert await local.queue_pop("q") == b"3"
