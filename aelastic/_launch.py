@@ -6,7 +6,6 @@ import os
 import signal
 import string
 import sys
-import tempfile
 import uuid
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -101,11 +100,9 @@ def _make_spec(
         from .rendezvous import parse_endpoint
 
         master_addr, master_port = parse_endpoint(config.rdzv_endpoint, 29500)
+    # None: a fresh temp dir (made by aelastic.workers, torch's default); os.devnull: no
+    # log or error files at all.
     log_dir = config.log_dir
-    if log_dir is None:
-        log_dir = tempfile.mkdtemp(prefix="aelastic_")
-    elif log_dir == os.devnull:
-        log_dir = None
     n = config.nproc_per_node
     return WorkerSpec(
         role=config.role,

@@ -174,6 +174,26 @@ async def test_log_dir_redirects_tee_and_local_ranks_filter(tmp_path: Path) -> N
     assert sorted(f.read_text().strip().split()[-2] for f in files) == ["rank=0", "rank=1"]
 
 
+async def test_log_dir_devnull_disables_files(tmp_path: Path) -> None:
+    argv = ["--standalone", "--log-dir", "/dev/null", "-r", "3", WORKER, str(tmp_path)]
+    async with cluster() as c:
+        node = await c.start(argv)
+        with anyio.fail_after(60):
+            assert await node.wait() == 0, node.err
+    (rec,) = records(tmp_path)
+    assert rec["TORCHELASTIC_ERROR_FILE"] == ""
+    assert not any("READY" in line for line in node.lines)  # redirected to nowhere
+
+
+async def test_default_log_dir_gives_workers_an_error_file(tmp_path: Path) -> None:
+    async with cluster() as c:
+        node = await c.start(["--standalone", WORKER, str(tmp_path)])
+        with anyio.fail_after(60):
+            assert await node.wait() == 0, node.err
+    (rec,) = records(tmp_path)
+    assert rec["TORCHELASTIC_ERROR_FILE"].endswith("error.json")
+
+
 def test_the_agent_process_never_imports_torch(tmp_path: Path) -> None:
     import subprocess
 
