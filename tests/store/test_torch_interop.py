@@ -154,6 +154,7 @@ async def test_two_gloo_workers_all_reduce(store_server: StoreServer) -> None:
             "WORLD_SIZE": "2",
             "LOCAL_RANK": str(rank),
             "OMP_NUM_THREADS": "1",
+            "GLOO_SOCKET_IFNAME": "lo",  # gloo pairs on loopback only
         }
         proc = await anyio.run_process([sys.executable, "-c", WORKER], env=env, check=False)
         assert proc.returncode == 0, proc.stderr.decode()[-3000:]
