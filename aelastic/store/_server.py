@@ -19,6 +19,7 @@ from ._protocol import (
     MAX_KEY_COUNT,
     MAX_KEY_SIZE,
     MAX_VALUE_SIZE,
+    Request,
     RequestParser,
     encode_bytes_list,
     encode_string_list,
@@ -40,6 +41,10 @@ _EMPTY_POP = _I64.pack(0)
 _ONE = _I64.pack(1)
 _ONE_KEY = _U64.pack(1)
 _U64_unpack_from = _U64.unpack_from
+#: Responses produced before checking the transport's buffer (backpressure).
+_BATCH_LIMIT = 4 * 1024 * 1024
+#: Larger GET values skip the fast path (whose writes are not size-checked).
+_FAST_VALUE_LIMIT = 64 * 1024
 
 #: Default maximum number of simultaneous client connections.
 MAX_CONNECTIONS = 16384
@@ -62,6 +67,7 @@ class _Connection(asyncio.Protocol):
         "_batch",
         "_max_key",
         "_max_value",
+        "_pending",
         "_server",
         "_state",
         "_waiters",
@@ -84,6 +90,7 @@ class _Connection(asyncio.Protocol):
         self._batch: list[bytes] | None = None
         self._max_key = server.max_key_size
         self._max_value = server.max_value_size
+        self._pending: list[Request] | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------
 
@@ -112,6 +119,16 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._server._connections.discard(self)
         self._cancel_waits()
+
+    def resume_writing(self) -> None:
+        # the transport drained below its low-water mark: answer the parked requests
+        pending = self._pending
+        if pending is None or self.transport is None or self.transport.is_closing():
+            return
+        self._pending = None
+        self._process(pending)
+        if self._pending is None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def eof_received(self) -> bool:
         if self.parser.buffered:
@@ -163,6 +180,12 @@ class _Connection(asyncio.Protocol):
         # request). At the first request it does not cover, including every
         # malformed, oversized or partial frame, the rest of the data takes the
         # generic path below, which enforces the protocol and the limits.
+        if self._pending is not None:  # paused for backpressure: queue, do not answer
+            try:
+                self._pending.extend(self.parser.feed(data))
+            except ProtocolError as exc:
+                self._drop(str(exc))
+            return
         if self.parser.ready:
             pos = 0
             n = len(data)
@@ -187,6 +210,8 @@ class _Connection(asyncio.Protocol):
                     if k > max_key or end > n:
                         break
                     v = state.data.get(data[pos + 9 : end], b"")
+                    if len(v) > _FAST_VALUE_LIMIT:
+                        break
                     write(_U64.pack(len(v)) + v)
                 elif op == 6:  # WAIT
                     if n - pos < 17 or data[pos + 1 : pos + 9] != _ONE_KEY:
@@ -208,14 +233,31 @@ class _Connection(asyncio.Protocol):
         except ProtocolError as exc:
             self._drop(str(exc))
             return
-        if not requests:
-            return
+        if requests:
+            self._process(requests)
+
+    def _process(self, requests: list[Request]) -> None:
+        """Apply ``requests`` in order and write their responses in one batch.
+
+        If the responses pile up in the transport (a peer that does not read),
+        the remaining requests are parked in ``_pending`` and reading is paused
+        until the transport drains (:meth:`resume_writing`).
+        """
         state = self._state
         out: list[bytes] = []
         self._batch = out
         append = out.append
+        size = 0
         try:
-            for req in requests:
+            for i, req in enumerate(requests):
+                if size > _BATCH_LIMIT and self.transport is not None:
+                    self.transport.write(b"".join(out))
+                    out.clear()
+                    size = 0
+                    if self.transport.get_write_buffer_size() > _BATCH_LIMIT:
+                        self._pending = requests[i:]
+                        self.transport.pause_reading()
+                        return
                 op = req[0]
                 if op == 1:  # SET
                     state.set(req[1], req[2])
@@ -223,6 +265,7 @@ class _Connection(asyncio.Protocol):
                     v = state.data.get(req[1], b"")
                     append(_U64.pack(len(v)))
                     append(v)
+                    size += len(v)
                 elif op == 6:  # WAIT
                     w = state.add_waiter(req[1], self._stop_waiting)
                     if w is None:
@@ -237,8 +280,10 @@ class _Connection(asyncio.Protocol):
                     v = state.compare_set(req[1], req[2], req[3])
                     append(_U64.pack(len(v)))
                     append(v)
+                    size += len(v)
                 elif op == 10:  # MULTI_GET
                     append(encode_bytes_list(state.multi_get(req[1])))
+                    size += len(out[-1])
                 elif op == 11:  # MULTI_SET
                     state.multi_set(req[1], req[2])
                 elif op == 9:  # APPEND
@@ -262,10 +307,12 @@ class _Connection(asyncio.Protocol):
                         append(_ONE)
                         append(_U64.pack(len(v2)))
                         append(v2)
+                        size += len(v2)
                 elif op == 16:  # QUEUE_LEN
                     append(_I64.pack(state.queue_len(req[1])))
                 elif op == 17:  # LIST_KEYS
                     append(encode_string_list(state.list_keys()))
+                    size += len(out[-1])
                 elif op == 18:  # BARRIER
                     w = state.barrier(req[1], req[2], self._stop_waiting)
                     if w is None:

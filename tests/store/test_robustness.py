@@ -322,3 +322,27 @@ async def test_writes_are_sent_before_close(store_server: StoreServer) -> None:
     with anyio.fail_after(5):
         assert await local.multi_get(["a", "b", "c"]) == [b"1", b"2", b"4"]
         assert await local.queue_pop("q") == b"3"
+
+
+async def test_client_not_reading_does_not_block_others(store_server: StoreServer) -> None:
+    """A peer pipelining big GETs without reading is paused, others are served,
+    the server's buffer for it stays bounded, and it gets every answer once it reads."""
+    value = bytes(range(256)) * 4096  # 1 MiB
+    await store_server.local_store.set("big", value)
+    get_big = b"\x03" + _s(b"/big")
+    n = 48
+    async with await anyio.connect_tcp(store_server.host, store_server.port) as greedy:
+        await greedy.send(VALIDATE + get_big * n)  # 48 MiB of answers, not read yet
+        async with TCPStoreClient(store_server.host, store_server.port, timeout=10) as other:
+            with anyio.fail_after(10):
+                await other.set("k", "v")
+                assert await other.get("k") == b"v"
+        for conn in store_server._connections:
+            assert conn.transport is not None
+            assert conn.transport.get_write_buffer_size() <= 10 * 1024 * 1024
+        expected = (struct.pack("<Q", len(value)) + value) * n
+        received = bytearray()
+        with anyio.fail_after(20):
+            while len(received) < len(expected):
+                received += await greedy.receive(1 << 20)
+        assert received == expected
