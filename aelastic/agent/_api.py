@@ -270,6 +270,7 @@ class SimpleElasticAgent(ElasticAgent):
                             role,
                             _describe_exits(self._worker_exit_codes(wg)),
                         )
+                        await self._close_rendezvous()
                         return result
                     if decision.action is Action.RESTART:
                         log.warning(
@@ -519,6 +520,21 @@ class SimpleElasticAgent(ElasticAgent):
             )
         else:
             log.info("done waiting for other agents after %.3f s", time.monotonic() - started)
+
+    async def _close_rendezvous(self) -> None:
+        """The job failed for good here: close the rendezvous so peers stop promptly.
+
+        Without this, the other nodes notice this one leave, re-rendezvous and wait
+        their whole ``join_timeout`` for a node that will not come back. Only a
+        terminal failure closes it; leaving for any other reason (a signal, a
+        cancellation) does not, so one stopped agent never ends a job that can go on.
+        Best effort: bounded, shielded, and a failure to close is only logged.
+        """
+        with anyio.move_on_after(_RDZV_SHUTDOWN_TIMEOUT, shield=True):
+            try:
+                await self._worker_group.spec.rdzv_handler.set_closed()
+            except Exception:
+                log.exception("could not close the rendezvous after the job failed")
 
     async def _leave_rendezvous(self) -> None:
         """Abnormal exit: release local resources and leave the rendezvous, shielded, bounded."""

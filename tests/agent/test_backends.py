@@ -202,3 +202,33 @@ async def test_c10d_peer_lost_restarts_survivor_without_budget(tmp_path: Path) -
                 await r.send(0)
         assert results[0].state is WorkerState.SUCCEEDED
         assert agent.remaining_restarts == 1
+
+
+async def test_c10d_terminal_failure_closes_the_rendezvous_for_peers(tmp_path: Path) -> None:
+    """A node out of restarts closes the rendezvous: its peer stops at once, not after
+    ``join_timeout`` (60 s here) spent waiting for a node that will not come back."""
+    from aelastic.rendezvous import RendezvousClosedError
+
+    async with rdzv_store() as port, open_reporter() as rep:
+        failing, surviving = c10d(port, "close", 2, 2), c10d(port, "close", 2, 2)
+        agent_a = LocalElasticAgent(
+            _spec(failing, rep.args("exit", code=3), tmp_path / "a", max_restarts=0)
+        )
+        agent_b = LocalElasticAgent(_spec(surviving, rep.args("hold"), tmp_path / "b"))
+        results: list[RunResult] = []
+        raised: list[BaseException] = []
+
+        async def run_survivor() -> None:
+            try:
+                async with surviving:
+                    results.append(await agent_b.run())
+            except RendezvousClosedError as exc:
+                raised.append(exc)
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_run_node, failing, agent_a, results)
+                tg.start_soon(run_survivor)
+        assert [r.state for r in results] == [WorkerState.FAILED]
+        assert len(raised) == 1, "the survivor should find the rendezvous closed"
+        assert agent_b.remaining_restarts == 1, "a peer's failure is no local failure"
