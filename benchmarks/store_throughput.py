@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import subprocess
 import sys
@@ -179,12 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ks = [int(x) for x in args.clients.split(",")]
     m = args.pairs
-    uvloop = not args.no_uvloop
-    if uvloop:
-        try:
-            import uvloop as _
-        except ImportError:
-            uvloop = False
+    uvloop = not args.no_uvloop and importlib.util.find_spec("uvloop") is not None
 
     t_start = time.perf_counter()
     clients = Clients(max(ks))
