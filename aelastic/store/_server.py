@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import ipaddress
 import logging
 import socket
@@ -416,23 +417,24 @@ class StoreServer:
     def _make_socket(self) -> socket.socket:
         host = self.host
         if host in ("", "::"):
-            family, addr = socket.AF_INET6, ("::", self.port)
-        elif ":" in host:
-            family, addr = socket.AF_INET6, (host, self.port)
-        else:
-            family, addr = socket.AF_INET, (host, self.port)
-        try:
-            sock = socket.socket(family, socket.SOCK_STREAM)
-        except OSError:
-            if host in ("", "::"):
-                family, addr = socket.AF_INET, ("0.0.0.0", self.port)
-                self.host = "0.0.0.0"
-                sock = socket.socket(family, socket.SOCK_STREAM)
-            else:
-                raise
+            # dual-stack like torch's server; IPv4 only where IPv6 is unavailable
+            try:
+                return self._bind(socket.AF_INET6, ("::", self.port), dual_stack=True)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise
+            self.host = "0.0.0.0"
+            return self._bind(socket.AF_INET, ("0.0.0.0", self.port))
+        if ":" in host:
+            return self._bind(socket.AF_INET6, (host, self.port))
+        return self._bind(socket.AF_INET, (host, self.port))
+
+    @staticmethod
+    def _bind(family: int, addr: tuple[str, int], dual_stack: bool = False) -> socket.socket:
+        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6 and addr[0] == "::":
+            if dual_stack:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
             sock.bind(addr)
             sock.setblocking(False)

@@ -14,6 +14,7 @@ from aelastic.store import (
     StoreClosedError,
     StoreConfigError,
     StoreConnectionError,
+    StoreError,
     StoreServer,
     StoreTimeoutError,
     TCPStoreClient,
@@ -346,3 +347,9 @@ async def test_client_not_reading_does_not_block_others(store_server: StoreServe
             while len(received) < len(expected):
                 received += await greedy.receive(1 << 20)
         assert received == expected
+
+
+async def test_port_in_use_is_a_clear_error(store_server: StoreServer) -> None:
+    with pytest.raises(StoreError, match=r"cannot listen on 127\.0\.0\.1:\d+: .*port 0"):
+        async with StoreServer("127.0.0.1", store_server.port):
+            pass
