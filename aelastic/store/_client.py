@@ -249,7 +249,9 @@ class TCPStoreClient(Store):
     connection is lost (e.g. the server stops) and
     :class:`~aelastic.store.StoreClosedError` if the client is closed meanwhile.
     Cancelling any call leaves the client usable. If the main connection is
-    lost, pending calls fail and the next call reconnects.
+    lost, pending calls fail and the next call reconnects; once the client has
+    been connected, a *refused* reconnect fails at once (the server is gone and
+    its in-memory data with it) instead of retrying for ``connect_timeout``.
     """
 
     def __init__(
@@ -272,6 +274,7 @@ class TCPStoreClient(Store):
         self._idle: list[_Conn] = []
         self._busy: set[_Conn] = set()
         self._closed = False
+        self._was_connected = False
 
     def __repr__(self) -> str:
         return f"TCPStoreClient({self.endpoint!r})"
@@ -328,6 +331,7 @@ class TCPStoreClient(Store):
                         "is this a TCPStore server (torch >= 2.4)?",
                         endpoint=self.endpoint,
                     )
+                self._was_connected = True
                 return conn
             except (OSError, StoreConnectionError, TimeoutError) as exc:
                 if conn is not None:
@@ -335,6 +339,11 @@ class TCPStoreClient(Store):
                 last = exc
                 if isinstance(exc, StoreConnectionError) and "handshake failed" in str(exc):
                     raise
+                if isinstance(exc, ConnectionRefusedError) and self._was_connected:
+                    raise StoreConnectionError(
+                        "the store server has stopped (reconnect refused); its data is gone",
+                        endpoint=self.endpoint,
+                    ) from exc
             except BaseException:  # cancelled mid-handshake: do not leak the socket
                 if conn is not None:
                     conn.close()

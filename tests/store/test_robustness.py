@@ -305,6 +305,21 @@ async def test_client_reconnects_after_server_restart() -> None:
         await client.aclose()
 
 
+async def test_stopped_server_fails_calls_at_once_not_after_connect_timeout() -> None:
+    # A refused reconnect after the server was reached means it is gone: no
+    # connect_timeout (60 s here) of retries, so leaving a finished job is prompt.
+    async with StoreServer() as server:
+        port = server.port
+        client = await TCPStoreClient.aconnect("127.0.0.1", port, timeout=60, connect_timeout=60)
+        await client.set("k", "1")
+    try:
+        for _ in range(2):  # the call that sees the loss, then one that must reconnect
+            with anyio.fail_after(5), pytest.raises(StoreConnectionError, match=str(port)):
+                await client.compare_set("k", "1", "2")
+    finally:
+        await client.aclose()
+
+
 async def test_large_values_round_trip(store_client: TCPStoreClient) -> None:
     big = bytes(range(256)) * (8 * 1024 * 4)  # 8 MiB, the default limit
     await store_client.set("big", big)
