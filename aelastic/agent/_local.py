@@ -7,7 +7,8 @@ import logging
 import os
 import signal
 import tempfile
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -18,10 +19,14 @@ from ..store import StoreServer
 from ..workers import (
     LogDestinations,
     ProcessExit,
+    WarmPool,
     WorkerProcesses,
     callable_process_args,
+    open_warm_pool,
     open_worker_processes,
+    parse_python_argv,
     read_callable_result,
+    warm_workers_enabled,
 )
 from ._api import SimpleElasticAgent, _hostname
 from ._env import worker_env
@@ -50,6 +55,9 @@ class LocalElasticAgent(SimpleElasticAgent):
     Binary entrypoints run as ``[entrypoint, *args]``; callables run in a spawned
     Python interpreter and their return values land in ``RunResult.return_values``.
     Each worker is its own process group and dies with the agent (PR_SET_PDEATHSIG).
+    Python script/module entrypoints run in interpreters pre-started when ``run()``
+    begins and after each (re)start (a warm pool; ``AELASTIC_WARM_WORKERS=0`` turns it
+    off), so a restart does not wait for interpreter start-up.
 
     Workers' store: for every round the group-rank-0 agent hosts a fresh
     TCPStore-compatible :class:`~aelastic.store.StoreServer` on an ephemeral port and
@@ -87,6 +95,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._error_files: dict[int, str | None] = {}
         self._result_files: dict[int, str] = {}
         self._result_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._warm_pool: WarmPool | None = None
 
     # -- the workers' store ------------------------------------------------------------
 
@@ -168,7 +177,9 @@ class LocalElasticAgent(SimpleElasticAgent):
             self._error_files[rank] = error_file
             specs.append(dests.process_spec(rank, self._worker_args(spec, rank), env))
         procs = await stack.enter_async_context(
-            open_worker_processes(specs, shutdown_timeout=self._shutdown_timeout)
+            open_worker_processes(
+                specs, shutdown_timeout=self._shutdown_timeout, warm_pool=self._warm_pool
+            )
         )
         self._procs = procs
         # LIFO: runs before the processes' own exit, so a forwarded signal reaches them.
@@ -245,9 +256,27 @@ class LocalElasticAgent(SimpleElasticAgent):
             self._result_dir.cleanup()
             self._result_dir = None
 
+    @asynccontextmanager
+    async def _open_warm_pool(self) -> AsyncIterator[None]:
+        """Pre-start the Python workers' interpreters for the whole run (see aelastic.workers)."""
+        spec = self._worker_group.spec
+        entry = None
+        if isinstance(spec.entrypoint, str) and warm_workers_enabled():
+            entry = parse_python_argv([spec.entrypoint, *(str(a) for a in spec.args)])
+        if entry is None:
+            yield
+            return
+        async with open_warm_pool(entry.prefix, spec.local_world_size) as pool:
+            self._warm_pool = pool
+            try:
+                yield
+            finally:
+                self._warm_pool = None
+
     async def run(self, role: str = "default") -> RunResult:
         try:
-            return await super().run(role)
+            async with self._open_warm_pool():
+                return await super().run(role)
         finally:
             if self._result_dir is not None:
                 self._result_dir.cleanup()

@@ -5,7 +5,9 @@ each in its own process group and (Linux) dying with the agent, reports each
 exit the moment it happens, and stops and reaps everything on leaving its
 block, also on cancellation. :class:`LogDestinations` lays out the per-attempt
 log directory; :func:`callable_process_args` runs a Python callable in a
-spawned interpreter with JSON arguments and result. Never imports torch.
+spawned interpreter with JSON arguments and result; :func:`open_warm_pool`
+keeps Python worker interpreters pre-started so a (re)start skips their
+start-up (``AELASTIC_WARM_WORKERS=0`` turns it off). Never imports torch.
 """
 
 from ._callable import JSON_RULE as JSON_RULE
@@ -32,6 +34,12 @@ from ._spec import ProcessSpec as ProcessSpec
 from ._std import Std as Std
 from ._std import parse_std_spec as parse_std_spec
 from ._std import to_map as to_map
+from ._warm import WARM_WORKERS_ENV as WARM_WORKERS_ENV
+from ._warm import PythonEntry as PythonEntry
+from ._warm import WarmPool as WarmPool
+from ._warm import open_warm_pool as open_warm_pool
+from ._warm import parse_python_argv as parse_python_argv
+from ._warm import warm_workers_enabled as warm_workers_enabled
 
 __all__ = (
     "DEFAULT_KILL_TIMEOUT",
@@ -39,23 +47,29 @@ __all__ = (
     "DEFAULT_SIGNALS_TO_HANDLE",
     "JSON_RULE",
     "LOG_LINE_PREFIX_ENV",
+    "WARM_WORKERS_ENV",
     "CallableResultError",
     "LogDestinations",
     "NoMoreExitsError",
     "ProcessExit",
     "ProcessSpec",
+    "PythonEntry",
     "Std",
     "WorkerProcessError",
     "WorkerProcesses",
+    "WarmPool",
     "WorkerStartError",
     "callable_process_args",
     "callable_reference",
     "check_json_value",
     "open_signal_forwarder",
+    "open_warm_pool",
     "open_worker_processes",
+    "parse_python_argv",
     "parse_signals",
     "parse_std_spec",
     "process_state",
     "read_callable_result",
     "to_map",
+    "warm_workers_enabled",
 )

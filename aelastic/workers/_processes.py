@@ -33,6 +33,7 @@ from ._pdeathsig import wrap_argv
 from ._procfs import process_state
 from ._spec import ProcessExit, ProcessSpec
 from ._std import Std
+from ._warm import WarmPool
 
 __all__ = ("WorkerProcesses", "open_worker_processes")
 
@@ -138,7 +139,12 @@ class WorkerProcesses:
     the children it left behind, never a stranger.
     """
 
-    def __init__(self, specs: Sequence[ProcessSpec], kill_timeout: float) -> None:
+    def __init__(
+        self,
+        specs: Sequence[ProcessSpec],
+        kill_timeout: float,
+        warm_pool: WarmPool | None = None,
+    ) -> None:
         self.specs: dict[int, ProcessSpec] = {s.local_rank: s for s in specs}
         self.pids: dict[int, int] = {}
         self.exits: dict[int, ProcessExit] = {}
@@ -150,6 +156,9 @@ class WorkerProcesses:
         self._changed = anyio.Event()
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._warm_pool = warm_pool
+        #: Local ranks whose worker is a pre-started (warm) interpreter.
+        self.warm_ranks: set[int] = set()
 
     # -- observation -------------------------------------------------------
 
@@ -370,12 +379,14 @@ class WorkerProcesses:
             _prepare_error_file(spec.error_file, spec.local_rank)
 
         env = dict(spec.env)
+        reads: dict[int, IO[bytes]] = {}
         try:
-            argv, preexec = wrap_argv(spec.args, env, spec.cwd)
-            if self.watcher == "pidfd":
-                self._spawn_pidfd(loop, worker, argv, preexec, stdio, env)
-            else:
-                await self._spawn_asyncio(loop, worker, argv, preexec, stdio, env, sinks)
+            if not self._start_warm(loop, worker, stdio, env, reads):
+                argv, preexec = wrap_argv(spec.args, env, spec.cwd)
+                if self.watcher == "pidfd":
+                    self._spawn_pidfd(loop, worker, argv, preexec, stdio, env)
+                else:
+                    await self._spawn_asyncio(loop, worker, argv, preexec, stdio, env, sinks)
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
             raise WorkerStartError(
                 f"could not start the worker of local rank {spec.local_rank}"
@@ -389,7 +400,7 @@ class WorkerProcesses:
             worker.file_fds.remove(fd)
         if worker.popen is not None:
             for fd, sink in sinks.items():
-                pipe = worker.popen.stdout if fd == 1 else worker.popen.stderr
+                pipe = reads.get(fd) or (worker.popen.stdout if fd == 1 else worker.popen.stderr)
                 assert pipe is not None
                 protocol = PipeProtocol(sink)
                 worker.pipes.append((None, protocol, pipe))
@@ -397,6 +408,68 @@ class WorkerProcesses:
                     functools.partial(_same, protocol), pipe
                 )
                 worker.pipes[-1] = (transport, protocol, pipe)
+
+    def _start_warm(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        worker: _Worker,
+        stdio: dict[int, int | None],
+        env: dict[str, str],
+        reads: dict[int, IO[bytes]],
+    ) -> bool:
+        """Hand the worker to an idle warm interpreter; False means spawn it fresh.
+
+        The worker's stdout/stderr are what a fresh spawn would get: a pipe the
+        agent reads (its read end lands in ``reads``), a log file, the agent's
+        own stream, or ``/dev/null``.
+        """
+        pool = self._warm_pool
+        if pool is None or self.watcher != "pidfd":
+            return False
+        spec = worker.spec
+        taken = pool.take(spec.args, env, spec.cwd)
+        if taken is None:
+            return False
+        warm, entry = taken
+        send: list[int] = []
+        close: list[int] = []
+        try:
+            for fd in (1, 2):
+                target = stdio[fd]
+                if target == subprocess.PIPE:
+                    r, w = os.pipe2(os.O_CLOEXEC)
+                    reads[fd] = os.fdopen(r, "rb", buffering=0)
+                    close.append(w)
+                    send.append(w)
+                elif target == subprocess.DEVNULL:
+                    null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+                    close.append(null)
+                    send.append(null)
+                elif target is None:
+                    os.fstat(fd)  # a closed console: let a fresh spawn inherit that
+                    send.append(fd)
+                else:
+                    send.append(target)
+            cwd = spec.cwd if spec.cwd is not None else os.getcwd()
+            warm.activate(entry, spec.args, env, os.path.abspath(cwd), send[0], send[1])
+        except OSError as exc:
+            log.debug("warm interpreter %s unusable (%s); fresh spawn", warm.pid, exc)
+            pool.discard(warm)
+            for pipe in reads.values():
+                pipe.close()
+            reads.clear()
+            return False
+        finally:
+            for fd in close:
+                os.close(fd)
+        log.debug("local rank %s runs in warm interpreter pid %s", spec.local_rank, warm.pid)
+        worker.popen = warm.popen
+        worker.pid = warm.pid
+        self.pids[spec.local_rank] = warm.pid
+        self.warm_ranks.add(spec.local_rank)
+        worker.pidfd = os.pidfd_open(warm.pid)
+        loop.add_reader(worker.pidfd, self._on_pidfd_readable, spec.local_rank)
+        return True
 
     def _spawn_pidfd(
         self,
@@ -540,6 +613,7 @@ async def open_worker_processes(
     *,
     shutdown_timeout: float = 30.0,
     kill_timeout: float = DEFAULT_KILL_TIMEOUT,
+    warm_pool: WarmPool | None = None,
 ) -> AsyncIterator[WorkerProcesses]:
     """Start one process per spec; on exit of the block, stop and reap them all.
 
@@ -550,6 +624,10 @@ async def open_worker_processes(
     shielded from cancellation, every process is reaped (bounded by
     ``kill_timeout`` after SIGKILL), every pipe and log file descriptor is
     closed, and the original exception or cancellation propagates.
+
+    With a ``warm_pool`` (:func:`open_warm_pool`), a Python worker it can run
+    is handed to a pre-started interpreter instead of a fresh spawn (same pid
+    semantics, same output wiring); anything else is spawned as usual.
 
     Raises :class:`WorkerStartError` if a process cannot be started (the ones
     already started are stopped first) and :class:`ValueError` for bad specs.
@@ -565,7 +643,7 @@ async def open_worker_processes(
             f"open_worker_processes runs on anyio's asyncio backend (asyncio or uvloop), not"
             f" {library!r}; run the agent with anyio.run(..., backend='asyncio')"
         )
-    processes = WorkerProcesses(specs, kill_timeout)
+    processes = WorkerProcesses(specs, kill_timeout, warm_pool)
     try:
         await processes._start_all(specs)
         yield processes

@@ -1,0 +1,354 @@
+"""Pre-started ("warm") worker interpreters: the interpreter start-up off the restart path.
+
+A :class:`WarmPool` keeps up to ``size`` Python interpreters started and idle,
+each spawned exactly like a worker (own session and process group, the
+parent-death signal through the same wrapper) running ``_warm_boot.py``, which
+blocks on a control socket. :func:`open_worker_processes` activates one instead
+of spawning a fresh interpreter: it sends the worker's stdout/stderr
+descriptors, environment, argv and cwd, and the idle interpreter becomes the
+worker, keeping its pid (so signals, stop and pidfd exit detection are
+unchanged). After each activation the pool starts replacements in the
+background, ``replenish_delay`` seconds later (the activated workers get the
+CPU first; a short job never pays for them), so the next restart finds them
+ready.
+
+Used only when the worker's argv is ``[python, <flags with -u>, script, ...]``
+or ``[python, <flags with -u>, -m, module, ...]`` with the pool's interpreter
+and flags, and no variable the interpreter reads at start-up (``PYTHON*``,
+``LC_*``, ``LANG``, ``HOME``) differs between the pool's and the worker's
+environment; anything else (callables, ``--no-python`` binaries, another
+interpreter, zip apps, a missing script or cwd) silently gets a fresh spawn.
+The one visible difference: start-up code (``sitecustomize``, ``.pth`` files)
+runs before the worker's environment exists, and ``/proc/<pid>/cmdline`` and
+``/proc/<pid>/environ`` show the bootstrap's. ``AELASTIC_WARM_WORKERS=0``
+turns the pool off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import anyio
+import anyio.to_thread
+
+from ._pdeathsig import wrap_argv
+
+__all__ = (
+    "WARM_WORKERS_ENV",
+    "PythonEntry",
+    "WarmPool",
+    "open_warm_pool",
+    "parse_python_argv",
+    "warm_workers_enabled",
+)
+
+log = logging.getLogger("aelastic.workers")
+
+#: ``0`` (or ``false``/``no``/``off``) turns warm worker interpreters off.
+WARM_WORKERS_ENV = "AELASTIC_WARM_WORKERS"
+#: Seconds between an activation and the start of its replacements.
+DEFAULT_REPLENISH_DELAY = 0.25
+_BOOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_warm_boot.py")
+_MAGIC = b"aelastic-warm-1"
+_NO_ARG_FLAGS = frozenset({"-u", "-B", "-O", "-OO", "-b", "-bb", "-s", "-S", "-q", "-E", "-R"})
+_STARTUP_PREFIXES = ("PYTHON", "LC_")
+_STARTUP_NAMES = frozenset({"LANG", "HOME"})
+_KILL_TIMEOUT = 5.0
+
+
+def warm_workers_enabled() -> bool:
+    """False when ``AELASTIC_WARM_WORKERS`` is ``0``/``false``/``no``/``off``."""
+    value = os.environ.get(WARM_WORKERS_ENV, "").strip().lower()
+    return value not in ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class PythonEntry:
+    """A worker argv that a warm interpreter can run: ``python <flags> script|-m module``."""
+
+    executable: str
+    flags: tuple[str, ...]
+    kind: str  # "script" or "module"
+    target: str
+    args: tuple[str, ...]
+
+    @property
+    def prefix(self) -> tuple[str, ...]:
+        """``(executable, *flags)``: what the interpreter was started with."""
+        return (self.executable, *self.flags)
+
+
+def _same_python(executable: str) -> bool:
+    if not os.path.isabs(executable):
+        return False
+    try:
+        return os.path.samefile(executable, sys.executable)
+    except OSError:
+        return False
+
+
+def parse_python_argv(argv: Sequence[str]) -> PythonEntry | None:
+    """The :class:`PythonEntry` of ``argv``, or None when a warm interpreter cannot run it.
+
+    Accepts this interpreter (an absolute path to ``sys.executable``), options
+    among ``-u -B -O -OO -b -bb -s -S -q -E -R -W<arg> -X<arg>`` including
+    ``-u``, then a script or ``-m module``.
+    """
+    if not argv or not _same_python(argv[0]):
+        return None
+    flags: list[str] = []
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg in _NO_ARG_FLAGS:
+            flags.append(arg)
+        elif arg in ("-W", "-X") and i + 1 < len(argv):
+            flags += [arg, argv[i + 1]]
+            i += 1
+        elif arg[:2] in ("-W", "-X") and len(arg) > 2:
+            flags.append(arg)
+        elif arg == "-m" and i + 1 < len(argv) and argv[i + 1]:
+            entry = PythonEntry(argv[0], tuple(flags), "module", argv[i + 1], tuple(argv[i + 2 :]))
+            return entry if "-u" in flags else None
+        elif arg and not arg.startswith("-"):
+            entry = PythonEntry(argv[0], tuple(flags), "script", arg, tuple(argv[i + 1 :]))
+            return entry if "-u" in flags else None
+        else:
+            return None
+        i += 1
+    return None
+
+
+def _startup_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(_STARTUP_PREFIXES) or k in _STARTUP_NAMES}
+
+
+def _plain_script(path: str) -> bool:
+    """True for a regular source file (not a directory, zip app or bytecode file)."""
+    if path.endswith((".pyc", ".pyo", ".pyz", ".zip")):
+        return False
+    try:
+        with open(path, "rb") as f:
+            if not os.path.isfile(path) or f.read(2) == b"PK":
+                return False
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - 4096))
+            return b"PK\x05\x06" not in f.read()
+    except OSError:
+        return False
+
+
+class WarmProcess:
+    """One idle warm interpreter: its ``Popen`` and the agent's end of the control socket."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], control: socket.socket) -> None:
+        self.popen = popen
+        self.control = control
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def activate(
+        self,
+        entry: PythonEntry,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str,
+        stdout_fd: int,
+        stderr_fd: int,
+    ) -> None:
+        """Turn the interpreter into the worker; raises OSError when it cannot be reached.
+
+        Closes the control socket either way; the caller owns the process after.
+        """
+        sys_argv = [entry.target, *entry.args] if entry.kind == "script" else ["-m", *entry.args]
+        fields = [_MAGIC, os.fsencode(cwd), entry.kind.encode(), os.fsencode(entry.target)]
+        for items in (list(argv), sys_argv):
+            fields.append(str(len(items)).encode())
+            fields += [os.fsencode(a) for a in items]
+        fields += [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()]
+        body = b"\0".join(fields)
+        try:
+            self.control.settimeout(_KILL_TIMEOUT)
+            socket.send_fds(self.control, [len(body).to_bytes(8, "big")], [stdout_fd, stderr_fd])
+            self.control.sendall(body)
+        finally:
+            self.control.close()
+
+
+class WarmPool:
+    """Idle warm interpreters for one Python entry point; see :func:`open_warm_pool`."""
+
+    def __init__(self, prefix: Sequence[str], size: int, replenish_delay: float) -> None:
+        if size < 1:
+            raise ValueError(f"a warm pool needs size >= 1, got {size}")
+        self.prefix = tuple(prefix)
+        self.size = size
+        self.replenish_delay = replenish_delay
+        self.start_env = dict(os.environ)
+        self._idle: list[WarmProcess] = []
+        self._spares: list[WarmProcess] = []  # taken but not yet handed over
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
+        self._broken = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def idle_pids(self) -> list[int]:
+        """Pids of the idle warm interpreters (for tests and logs)."""
+        return [w.pid for w in self._idle]
+
+    def take(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None
+    ) -> tuple[WarmProcess, PythonEntry] | None:
+        """An idle interpreter fit to run ``argv`` with ``env`` in ``cwd``, or None.
+
+        The caller must :meth:`WarmProcess.activate` it (or :meth:`discard` it).
+        Schedules replacements.
+        """
+        if self._closed or self._broken:
+            return None
+        entry = parse_python_argv(argv)
+        if entry is None or entry.prefix != self.prefix:
+            log.debug("warm pool: %r is not %r <script>; fresh spawn", list(argv)[:3], self.prefix)
+            return None
+        if _startup_env(env) != _startup_env(self.start_env):
+            log.debug(
+                "warm pool: the worker's PYTHON*/LC_*/LANG/HOME variables differ from the"
+                " pool's; fresh spawn"
+            )
+            return None
+        if cwd is not None and not os.path.isdir(cwd):
+            return None
+        if entry.kind == "script" and not _plain_script(
+            entry.target if cwd is None else os.path.join(cwd, entry.target)
+        ):
+            log.debug("warm pool: %r is not a plain source file; fresh spawn", entry.target)
+            return None
+        while self._idle:
+            warm = self._idle.pop(0)
+            if warm.popen.poll() is None:
+                self._schedule_replenish()
+                return warm, entry
+            log.debug("warm pool: idle interpreter %s exited (%s)", warm.pid, warm.popen.returncode)
+            warm.control.close()
+        self._schedule_replenish()
+        return None
+
+    def discard(self, warm: WarmProcess) -> None:
+        """Kill a taken interpreter that could not be activated; reaped at close."""
+        warm.control.close()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(warm.pid, signal.SIGKILL)
+        self._spares.append(warm)
+
+    def fill(self) -> None:
+        """Start interpreters until ``size`` are idle (synchronous: a fork each)."""
+        while not self._closed and not self._broken and len(self._idle) < self.size:
+            try:
+                self._idle.append(self._spawn())
+            except (OSError, subprocess.SubprocessError, ValueError) as exc:
+                self._broken = True
+                log.warning("warm pool: cannot pre-start a worker interpreter (%s); off", exc)
+
+    def _schedule_replenish(self) -> None:
+        if self._timer is not None or self._loop is None:
+            return
+
+        def replenish() -> None:
+            self._timer = None
+            self.fill()
+
+        self._timer = self._loop.call_later(self.replenish_delay, replenish)
+
+    def _spawn(self) -> WarmProcess:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            env = dict(self.start_env)
+            argv, preexec = wrap_argv([*self.prefix, _BOOT, str(theirs.fileno())], env, None)
+            popen = subprocess.Popen(
+                argv,
+                stdin=None,
+                env=env,
+                start_new_session=True,
+                preexec_fn=preexec,
+                pass_fds=(theirs.fileno(),),
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        log.debug("warm pool: pre-started interpreter pid %s", popen.pid)
+        return WarmProcess(popen, ours)
+
+    async def aclose(self) -> None:
+        """Kill and reap every idle interpreter; bounded, shielded from cancellation."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        victims, self._idle, self._spares = self._idle + self._spares, [], []
+        for warm in victims:
+            warm.control.close()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(warm.pid, signal.SIGKILL)
+        with anyio.CancelScope(shield=True):
+            for warm in victims:
+                await _reap(warm.popen)
+
+
+async def _reap(popen: subprocess.Popen[bytes]) -> None:
+    if popen.poll() is not None:
+        return
+    try:
+        pidfd = os.pidfd_open(popen.pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    try:
+        with anyio.move_on_after(_KILL_TIMEOUT):
+            if pidfd is not None:
+                await anyio.wait_readable(pidfd)
+            else:
+                await anyio.to_thread.run_sync(_wait_quietly, popen, abandon_on_cancel=True)
+        if popen.poll() is None:
+            log.error("warm pool: interpreter %s survived SIGKILL; abandoning it", popen.pid)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _wait_quietly(popen: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        popen.wait(_KILL_TIMEOUT)
+
+
+@contextlib.asynccontextmanager
+async def open_warm_pool(
+    prefix: Sequence[str], size: int, *, replenish_delay: float = DEFAULT_REPLENISH_DELAY
+) -> AsyncIterator[WarmPool]:
+    """Pre-start ``size`` interpreters as ``[*prefix, _warm_boot.py, fd]``; kill them on exit.
+
+    ``prefix`` is ``(python, *flags)`` as :attr:`PythonEntry.prefix` gives it.
+    On leaving the block (also by cancellation) every idle interpreter is
+    killed with SIGKILL and reaped, shielded and bounded; interpreters already
+    activated belong to their :class:`WorkerProcesses`. A pool that cannot
+    spawn turns itself off (warning) and every worker is spawned fresh.
+    """
+    pool = WarmPool(prefix, size, replenish_delay)
+    pool._loop = asyncio.get_running_loop()
+    try:
+        pool.fill()
+        yield pool
+    finally:
+        await pool.aclose()
