@@ -22,10 +22,10 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 import anyio
+from anyio.abc import AsyncResource
 
 from ..store import StoreConnectionError, StoreError
 
@@ -185,7 +185,7 @@ class _Stats:
             self.max_request_bytes = max(self.max_request_bytes, request.ByteSize())
 
 
-class EtcdClient:
+class EtcdClient(AsyncResource):
     """An etcd v3 client holding one gRPC channel per endpoint; use ``async with``.
 
     Requests go to the current endpoint. When it is unreachable the request is
@@ -205,17 +205,6 @@ class EtcdClient:
         self.stats = _Stats()
 
     # -- lifecycle ---------------------------------------------------------------
-
-    async def __aenter__(self) -> EtcdClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close every channel. Idempotent; shielded from cancellation."""

@@ -5,11 +5,14 @@ values are ``bytes`` (``str`` values are encoded as UTF-8), counters written by
 :meth:`Store.add` are decimal ASCII so that torch clients read the same numbers.
 """
 
+# The Store API takes per-call timeouts (torch parity), hence ASYNC109.
+# ruff: noqa: ASYNC109
 from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from types import TracebackType
+
+from anyio.abc import AsyncResource
 
 __all__ = ("Store", "Value", "DEFAULT_TIMEOUT", "to_bytes")
 
@@ -24,7 +27,7 @@ def to_bytes(value: Value) -> bytes:
     return value.encode() if isinstance(value, str) else bytes(value)
 
 
-class Store(abc.ABC):
+class Store(AsyncResource):
     """An async key-value store with torch's Store semantics.
 
     Blocking operations take ``timeout`` in seconds; ``None`` means the store's
@@ -34,7 +37,8 @@ class Store(abc.ABC):
     they wait: a blocked call never hangs past its timeout. Cancelling any call
     leaves the store usable by other tasks.
 
-    Stores are async context managers: ``async with store: ...`` closes it on exit.
+    Stores are async context managers (:class:`anyio.abc.AsyncResource`):
+    ``async with store: ...`` returns the store and awaits :meth:`aclose` on exit.
     """
 
     #: Default timeout of blocking operations, in seconds.
@@ -112,16 +116,5 @@ class Store(abc.ABC):
     async def queue_len(self, key: str) -> int:
         """Return the number of values in queue ``key``."""
 
-    async def aclose(self) -> None:  # noqa: B027 - optional hook, default no-op
+    async def aclose(self) -> None:  # optional hook, default no-op
         """Release the store's resources. Idempotent; safe under cancellation."""
-
-    async def __aenter__(self) -> Store:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -58,9 +58,6 @@ class LocalStore(Store):
     def __repr__(self) -> str:
         return f"LocalStore({self.name!r})"
 
-    async def __aenter__(self) -> LocalStore:
-        return self
-
     # -- helpers --------------------------------------------------------------
 
     def _k(self, key: str) -> bytes:
