@@ -202,6 +202,15 @@ class WarmPool:
         self._closed = False
         self._broken = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._filled = anyio.Event()
+
+    async def wait_ready(self) -> None:
+        """Wait until ``size`` interpreters are idle (started; maybe still initialising).
+
+        Returns at once for a closed or broken pool. Cancellation is safe.
+        """
+        while not (self._closed or self._broken or len(self._idle) >= self.size):
+            await self._filled.wait()
 
     @property
     def idle_pids(self) -> list[int]:
@@ -260,6 +269,8 @@ class WarmPool:
             except (OSError, subprocess.SubprocessError, ValueError) as exc:
                 self._broken = True
                 log.warning("warm pool: cannot pre-start a worker interpreter (%s); off", exc)
+        self._filled.set()
+        self._filled = anyio.Event()
 
     def _schedule_replenish(self) -> None:
         if self._timer is not None or self._loop is None:
@@ -295,6 +306,7 @@ class WarmPool:
     async def aclose(self) -> None:
         """Kill and reap every idle interpreter; bounded, shielded from cancellation."""
         self._closed = True
+        self._filled.set()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

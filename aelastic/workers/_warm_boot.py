@@ -106,7 +106,9 @@ def _become_worker() -> tuple[str, str]:
 def _exit_like_python(exc: BaseException) -> None:
     """Report an uncaught exception the way the interpreter's top level does."""
     tb = exc.__traceback__
-    sys.excepthook(type(exc), exc, None if tb is None else tb.tb_next)
+    tb = None if tb is None else tb.tb_next  # drop this bootstrap's frame
+    # The interpreter prints the exception's own __traceback__: trim it there.
+    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
     if isinstance(exc, KeyboardInterrupt):
         # ``python script.py`` dies by SIGINT after an unhandled KeyboardInterrupt.
         import atexit
@@ -123,7 +125,8 @@ def _exit_like_python(exc: BaseException) -> None:
 
 def _run_script(path: str) -> None:
     main = _fresh_main()
-    filename = os.path.abspath(path)
+    # Like the interpreter: joined to the cwd, not normalised ("work/../x.py" stays).
+    filename = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
     loader = sys.modules["_frozen_importlib_external"].SourceFileLoader("__main__", filename)
     vars(main).update(__file__=filename, __cached__=None, __loader__=loader)
     try:
