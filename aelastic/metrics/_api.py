@@ -8,12 +8,13 @@ functions, timing the awaited call.
 from __future__ import annotations
 
 import abc
+import contextlib
 import functools
 import inspect
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, TypeVar, overload
 
 __all__ = (
@@ -158,38 +159,35 @@ def _metric_name(fn: Callable[..., Any]) -> str:
     return f"{module.rsplit('.', 1)[-1]}.{qualname}" if module else qualname
 
 
+@contextlib.contextmanager
+def _measured(key: str, group: str) -> Iterator[None]:
+    """Put ``<key>.success`` or ``<key>.failure`` (an Exception) and ``<key>.duration.ms``."""
+    start = time.time()
+    try:
+        yield
+    except Exception:
+        put_metric(f"{key}.failure", 1, group)
+        raise
+    else:
+        put_metric(f"{key}.success", 1, group)
+    finally:
+        put_metric(f"{key}.duration.ms", get_elapsed_time_ms(start), group)
+
+
 def _profiled(fn: F, key: str, group: str) -> F:
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            start = time.time()
-            try:
-                result = await fn(*args, **kwargs)
-            except Exception:
-                put_metric(f"{key}.failure", 1, group)
-                raise
-            else:
-                put_metric(f"{key}.success", 1, group)
-            finally:
-                put_metric(f"{key}.duration.ms", get_elapsed_time_ms(start), group)
-            return result
+            with _measured(key, group):
+                return await fn(*args, **kwargs)
 
         return async_wrapper  # type: ignore[return-value]
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        start = time.time()
-        try:
-            result = fn(*args, **kwargs)
-        except Exception:
-            put_metric(f"{key}.failure", 1, group)
-            raise
-        else:
-            put_metric(f"{key}.success", 1, group)
-        finally:
-            put_metric(f"{key}.duration.ms", get_elapsed_time_ms(start), group)
-        return result
+        with _measured(key, group):
+            return fn(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
 
