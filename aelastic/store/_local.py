@@ -4,13 +4,13 @@
 # ruff: noqa: ASYNC109
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import anyio
 
 from ._api import Store, Value, to_bytes
 from ._exceptions import QueueEmptyError, StoreClosedError, StoreError, StoreTimeoutError
-from ._state import StoreState
+from ._state import StoreState, Waiter
 
 __all__ = ("LocalStore", "KEY_PREFIX", "describe_keys")
 
@@ -68,12 +68,21 @@ class LocalStore(Store):
     def _timeout(self, timeout: float | None) -> float:
         return self.timeout if timeout is None else timeout
 
-    async def _wait_for(self, keys: Sequence[str], timeout: float | None) -> None:
-        raw = [self._k(k) for k in keys]
-        if self._state.check(raw):
-            return
+    async def _block(
+        self,
+        register: Callable[[Callable[[], object]], Waiter | None],
+        timeout: float | None,
+        what: str,
+        key: str | None,
+    ) -> None:
+        """Register a waiter with ``register`` and block until it fires.
+
+        Raises :class:`StoreTimeoutError` after ``timeout`` and
+        :class:`StoreClosedError` when the store is closed meanwhile; ``what`` says
+        what was awaited. Cancellation unregisters the waiter.
+        """
         event = anyio.Event()
-        waiter = self._state.add_waiter(raw, event.set)
+        waiter = register(event.set)
         if waiter is None:
             return
         t = self._timeout(timeout)
@@ -85,17 +94,22 @@ class LocalStore(Store):
             self._blocked.discard(event)
             self._state.cancel_waiter(waiter)
         if scope.cancelled_caught:
-            raise StoreTimeoutError(
-                f"timed out after {t} s waiting for {describe_keys(keys)}",
-                endpoint=self.name,
-                key=keys[0] if len(keys) == 1 else None,
-            )
+            raise StoreTimeoutError(f"timed out after {t} s {what}", endpoint=self.name, key=key)
         if self._closed:
             raise StoreClosedError(
-                f"the store was closed while waiting for {describe_keys(keys)}",
-                endpoint=self.name,
-                key=keys[0] if len(keys) == 1 else None,
+                f"the store was closed while {what}", endpoint=self.name, key=key
             )
+
+    async def _wait_for(self, keys: Sequence[str], timeout: float | None) -> None:
+        raw = [self._k(k) for k in keys]
+        if self._state.check(raw):
+            return
+        await self._block(
+            lambda wake: self._state.add_waiter(raw, wake),
+            timeout,
+            f"waiting for {describe_keys(keys)}",
+            keys[0] if len(keys) == 1 else None,
+        )
 
     # -- Store API ------------------------------------------------------------
 
@@ -199,28 +213,12 @@ class LocalStore(Store):
     ) -> None:
         """Server-side style barrier: return once ``world_size`` callers arrived at ``key``."""
         k = self._k(key)
-        event = anyio.Event()
-        waiter = self._state.barrier(k, world_size, event.set)
-        if waiter is None:
-            return
-        t = self._timeout(timeout)
-        self._blocked.add(event)
-        try:
-            with anyio.move_on_after(t) as scope:
-                await event.wait()
-        finally:
-            self._blocked.discard(event)
-            self._state.cancel_waiter(waiter)
-        if scope.cancelled_caught:
-            raise StoreTimeoutError(
-                f"timed out after {t} s in barrier {key!r} of {world_size}",
-                endpoint=self.name,
-                key=key,
-            )
-        if self._closed:
-            raise StoreClosedError(
-                f"the store was closed in barrier {key!r}", endpoint=self.name, key=key
-            )
+        await self._block(
+            lambda wake: self._state.barrier(k, world_size, wake),
+            timeout,
+            f"in barrier {key!r} of {world_size}",
+            key,
+        )
 
     async def aclose(self) -> None:
         """Close the store: blocked calls raise :class:`StoreClosedError`. Idempotent."""
