@@ -7,9 +7,9 @@ consumer of torch's events reads aelastic's unchanged and vice versa.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from ._exceptions import EventFormatError
 
@@ -17,6 +17,8 @@ __all__ = ("Event", "EventMetadataValue", "EventSource", "NodeState", "RdzvEvent
 
 #: The type of an :class:`Event` metadata value (torch's alias).
 EventMetadataValue = str | int | float | bool | None
+
+_T = TypeVar("_T")
 
 
 class EventSource(str, Enum):
@@ -47,6 +49,23 @@ def _load(data: str | bytes, kind: str) -> dict[str, Any]:
     if not isinstance(loaded, dict):
         raise EventFormatError(f"cannot parse {kind}: expected a JSON object, got {loaded!r:.80}")
     return loaded
+
+
+def _parse(cls: type[_T], data: str | bytes, enum_key: str, enum: type[Enum]) -> _T:
+    """Build ``cls`` from JSON ``data`` whose ``enum_key`` holds an ``enum`` member name.
+
+    Raises :class:`EventFormatError` naming the expected keys on malformed input.
+    """
+    d = _load(data, cls.__name__)
+    try:
+        d[enum_key] = enum[d[enum_key]]
+        return cls(**d)
+    except (KeyError, TypeError) as exc:
+        keys = ", ".join(
+            f"{f.name} ({'|'.join(enum.__members__)})" if f.name == enum_key else f.name
+            for f in fields(cls)  # type: ignore[arg-type]
+        )
+        raise EventFormatError(f"not an {cls.__name__}: {exc!r}; expected keys {keys}") from None
 
 
 @dataclass
@@ -87,15 +106,7 @@ class Event:
         """
         if isinstance(data, Event):
             return data
-        d = _load(data, "Event")
-        try:
-            d["source"] = EventSource[d["source"]]
-            return Event(**d)
-        except (KeyError, TypeError) as exc:
-            raise EventFormatError(
-                f"not an Event: {exc!r}; expected keys name, source (AGENT|WORKER), "
-                "timestamp, metadata"
-            ) from None
+        return _parse(Event, data, "source", EventSource)
 
 
 @dataclass
@@ -154,13 +165,4 @@ class RdzvEvent:
         """
         if isinstance(data, RdzvEvent):
             return data
-        d = _load(data, "RdzvEvent")
-        try:
-            d["node_state"] = NodeState[d["node_state"]]
-            return RdzvEvent(**d)
-        except (KeyError, TypeError) as exc:
-            raise EventFormatError(
-                f"not an RdzvEvent: {exc!r}; expected keys name, run_id, message, hostname, "
-                "pid, node_state (INIT|RUNNING|SUCCEEDED|FAILED), master_endpoint, rank, "
-                "local_id, error_trace"
-            ) from None
+        return _parse(RdzvEvent, data, "node_state", NodeState)
