@@ -101,6 +101,15 @@ class ErrorHandler:
             )
 
 
+def _exited_cleanly(handler: ErrorHandler, exc: BaseException) -> bool:
+    """True for ``SystemExit(0)``/``SystemExit()``; else record an ``Exception`` and say False."""
+    if isinstance(exc, SystemExit):
+        return exc.code in (0, None)
+    if isinstance(exc, Exception):
+        _handle(handler, exc)
+    return False
+
+
 def _handle(handler: ErrorHandler, exc: BaseException) -> None:
     if isinstance(exc, ChildFailedError):
         rank, failure = exc.get_first_failure()
@@ -143,12 +152,9 @@ def record(fn: Callable[_P, Any], error_handler: ErrorHandler | None = None) -> 
             handler.initialize()
             try:
                 return await fn(*args, **kwargs)
-            except SystemExit as exc:
-                if exc.code in (0, None):
+            except BaseException as exc:
+                if _exited_cleanly(handler, exc):
                     return None
-                raise
-            except Exception as exc:
-                _handle(handler, exc)
                 raise
 
         return async_wrapper
@@ -158,12 +164,9 @@ def record(fn: Callable[_P, Any], error_handler: ErrorHandler | None = None) -> 
         handler.initialize()
         try:
             return fn(*args, **kwargs)
-        except SystemExit as exc:
-            if exc.code in (0, None):
+        except BaseException as exc:
+            if _exited_cleanly(handler, exc):
                 return None
-            raise
-        except Exception as exc:
-            _handle(handler, exc)
             raise
 
     return wrapper
