@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ._exceptions import RendezvousError
 
@@ -13,6 +14,8 @@ DEFAULT_C10D_PORT = 29400
 
 _TRUE = frozenset({"1", "true", "t", "yes", "y"})
 _FALSE = frozenset({"0", "false", "f", "no", "n"})
+
+_N = TypeVar("_N", int, float)
 
 
 class RendezvousParameters:
@@ -84,30 +87,26 @@ class RendezvousParameters:
 
     def get_as_int(self, key: str, default: int | None = None) -> int | None:
         """Return config ``key`` as an int."""
-        value = self.get(key, default)
-        if value is None:
-            return None
-        try:
-            if isinstance(value, bool):
-                raise ValueError
-            return int(value)
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"rendezvous config {key}={value!r} is not an integer; pass e.g. {key}=10"
-            ) from None
+        return self._get_as(key, default, int, "an integer", "10")
 
     def get_as_float(self, key: str, default: float | None = None) -> float | None:
         """Return config ``key`` as a float (timeouts may be fractional seconds)."""
+        return self._get_as(key, default, float, "a number", "30")
+
+    def _get_as(
+        self, key: str, default: _N | None, convert: Callable[[Any], _N], what: str, example: str
+    ) -> _N | None:
+        """Return config ``key`` through ``convert`` (bools refused) or a diagnosing ValueError."""
         value = self.get(key, default)
         if value is None:
             return None
         try:
             if isinstance(value, bool):
                 raise ValueError
-            return float(value)
+            return convert(value)
         except (TypeError, ValueError):
             raise ValueError(
-                f"rendezvous config {key}={value!r} is not a number; pass e.g. {key}=30"
+                f"rendezvous config {key}={value!r} is not {what}; pass e.g. {key}={example}"
             ) from None
 
     def get_positive_float(self, key: str, default: float) -> float:
