@@ -29,7 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "etcd"
 
 
 @dataclass
-class Measured:
+class Result:
+    """One implementation's rendezvous of ``n`` nodes (rendezvous_scale.py prints these too)."""
+
+    impl: str
     n: int
     connect_s: float
     rendezvous_s: float
@@ -41,7 +44,7 @@ class Measured:
         return sum(self.requests.values()) / self.n
 
 
-async def aelastic_etcd(endpoint: str, n: int) -> Measured:
+async def aelastic_etcd(endpoint: str, n: int) -> Result:
     """N handlers (min = max = N) in this event loop; requests counted up to completion."""
     from aelastic.rendezvous import RendezvousParameters, get_rendezvous_handler
 
@@ -71,10 +74,10 @@ async def aelastic_etcd(endpoint: str, n: int) -> Measured:
             for k, v in stats.by_method.items():
                 requests[k] = requests.get(k, 0) + v
     assert sorted(ranks) == list(range(n)), "ranks are not 0..N-1"
-    return Measured(n, t1 - t0, t2 - t1, requests, biggest)
+    return Result("etcd", n, t1 - t0, t2 - t1, requests, biggest)
 
 
-def measure(n: int) -> Measured | None:
+def measure(n: int) -> Result | None:
     """Start a local etcd, time one rendezvous of ``n`` handlers; None without etcd."""
     from _etcd_server import EtcdServer, find_etcd
 

@@ -35,24 +35,10 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
-
-
-@dataclass
-class Result:
-    impl: str
-    n: int
-    connect_s: float
-    rendezvous_s: float
-    requests: dict[str, int]
-    max_request_bytes: int
-
-    @property
-    def per_node(self) -> float:
-        return sum(self.requests.values()) / self.n
+from rendezvous_etcd import Result, measure
 
 
 class Counter:
@@ -284,12 +270,7 @@ def etcd_case(n: int = 256) -> Result | None:
 
     Return a :class:`Result` to have it printed with the others, or None to skip.
     """
-    from rendezvous_etcd import measure
-
-    m = measure(n)
-    if m is None:
-        return None
-    return Result("etcd", n, m.connect_s, m.rendezvous_s, m.requests, m.max_request_bytes)
+    return measure(n)
 
 
 # -- report --------------------------------------------------------------------------------
