@@ -101,6 +101,17 @@ def _field_int(key: str, data: dict[str, Any], name: str, minimum: int = 0) -> i
     return value
 
 
+def _field_choice(
+    key: str, data: dict[str, Any], name: str, allowed: frozenset[str], what: str
+) -> str:
+    value = data.get(name)
+    if value not in allowed:
+        raise RendezvousStateError(
+            f"rendezvous key {key!r}: unknown {what} {value!r} (expected one of {sorted(allowed)})"
+        )
+    return str(value)
+
+
 @dataclass(frozen=True)
 class Tick:
     """One announcement of a round's coordinator; members acknowledge each tick.
@@ -139,12 +150,7 @@ class Tick:
     @classmethod
     def loads(cls, key: str, raw: bytes) -> Tick:
         data = _load(key, raw)
-        state = data.get("state")
-        if state not in TICK_STATES:
-            raise RendezvousStateError(
-                f"rendezvous key {key!r}: unknown state {state!r} "
-                f"(expected one of {sorted(TICK_STATES)})"
-            )
+        state = _field_choice(key, data, "state", TICK_STATES, "state")
         removed = data.get("removed", [])
         if not isinstance(removed, list) or not all(
             isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in removed
@@ -183,12 +189,7 @@ class Message:
     @classmethod
     def loads(cls, key: str, raw: bytes) -> Message:
         data = _load(key, raw)
-        op = data.get("op")
-        if op not in MESSAGE_OPS:
-            raise RendezvousStateError(
-                f"rendezvous key {key!r}: unknown message op {op!r} "
-                f"(expected one of {sorted(MESSAGE_OPS)})"
-            )
+        op = _field_choice(key, data, "op", MESSAGE_OPS, "message op")
         ticket = data.get("ticket", -1)
         if not isinstance(ticket, int) or isinstance(ticket, bool) or ticket < -1:
             raise RendezvousStateError(f"rendezvous key {key!r}: bad ticket {ticket!r}")
