@@ -253,11 +253,7 @@ async def test_cancelled_join_withdraws_the_node() -> None:
     async with handlers(store, 4, 3, 3) as (a, b, c, d):
         async with anyio.create_task_group() as tg:
             got: list[RendezvousInfo] = []
-
-            async def join(h: DynamicRendezvousHandler) -> None:
-                got.append(await h.next_rendezvous())
-
-            tg.start_soon(join, a)
+            tg.start_soon(join_into, got, a)
             with anyio.fail_after(5):
                 await store.wait(["rdzv/run/c/0/tick"])
                 scope, withdrawn = anyio.CancelScope(), anyio.Event()
@@ -265,14 +261,18 @@ async def test_cancelled_join_withdraws_the_node() -> None:
                 await store.wait(["rdzv/run/c/0/node/1"])
                 scope.cancel()
                 await withdrawn.wait()
-                tg.start_soon(join, c)
-                tg.start_soon(join, d)
+                tg.start_soon(join_into, got, c)
+                tg.start_soon(join_into, got, d)
         # b withdrew: a, c and d form the world without it, ranks in join order.
         assert sorted((i.rank, i.world_size, i.round) for i in got) == [
             (0, 3, 0),
             (1, 3, 0),
             (2, 3, 0),
         ]
+
+
+async def join_into(got: list[RendezvousInfo], h: DynamicRendezvousHandler) -> None:
+    got.append(await h.next_rendezvous())
 
 
 async def join_then_cancel(
@@ -289,21 +289,17 @@ async def test_cancelled_coordinator_hands_the_round_over() -> None:
     async with handlers(store, 3, 3, 3) as (a, b, c):
         async with anyio.create_task_group() as tg:
             got: list[RendezvousInfo] = []
-
-            async def join(h: DynamicRendezvousHandler) -> None:
-                got.append(await h.next_rendezvous())
-
             with anyio.fail_after(5):
                 scope, withdrawn = anyio.CancelScope(), anyio.Event()
                 tg.start_soon(join_then_cancel, a, scope, withdrawn)
                 await store.wait(["rdzv/run/c/0/tick"])  # a coordinates round 0
-                tg.start_soon(join, b)
+                tg.start_soon(join_into, got, b)
                 await store.wait(["rdzv/run/c/0/node/1"])
                 scope.cancel()
                 await withdrawn.wait()
                 # b moves on to round 1; the cancelled handler stays usable.
-                tg.start_soon(join, a)
-                tg.start_soon(join, c)
+                tg.start_soon(join_into, got, a)
+                tg.start_soon(join_into, got, c)
         assert sorted((i.rank, i.world_size, i.round) for i in got) == [
             (0, 3, 1),
             (1, 3, 1),
