@@ -16,6 +16,7 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from aelastic.agent import LocalElasticAgent, RunResult
 from aelastic.rendezvous import RendezvousHandler, RendezvousInfo
 from aelastic.store import LocalStore
 
@@ -133,6 +134,17 @@ async def open_reporter() -> AsyncIterator[Reporter]:
     await listener.aclose()
     for r in rep.all:
         await r.stream.aclose()
+
+
+def start_run(tg: anyio.abc.TaskGroup, agent: LocalElasticAgent) -> list[RunResult]:
+    """Start ``agent.run()`` in ``tg``; its result lands in the returned list."""
+    results: list[RunResult] = []
+
+    async def run() -> None:
+        results.append(await agent.run())
+
+    tg.start_soon(run)
+    return results
 
 
 def pid_alive(pid: int) -> bool:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 
-from aelastic.agent import LocalElasticAgent, WorkerSpec, WorkerState
+from aelastic.agent import LocalElasticAgent, RunResult, WorkerSpec, WorkerState
 
 from .conftest import LocalRendezvous
 
@@ -26,37 +26,32 @@ def _python_path() -> str:
     return os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])
 
 
-async def test_callable_entrypoint_returns_values_by_global_rank(tmp_path: Path) -> None:
+async def _run(
+    tmp_path: Path, offset: int, max_restarts: int
+) -> tuple[LocalElasticAgent, RunResult]:
     spec = WorkerSpec(
         role="fn",
         local_world_size=2,
         rdzv_handler=LocalRendezvous(),
         entrypoint=square_rank,
-        args=(10,),
-        max_restarts=1,
+        args=(offset,),
+        max_restarts=max_restarts,
         log_dir=str(tmp_path),
     )
     agent = LocalElasticAgent(spec, worker_env_extra={"PYTHONPATH": _python_path()})
     with anyio.fail_after(60):
-        result = await agent.run()
+        return agent, await agent.run()
+
+
+async def test_callable_entrypoint_returns_values_by_global_rank(tmp_path: Path) -> None:
+    agent, result = await _run(tmp_path, offset=10, max_restarts=1)
     assert result.state is WorkerState.SUCCEEDED, result
     assert result.return_values == {0: {"rank": 0, "value": 10}, 1: {"rank": 1, "value": 11}}
     assert agent.remaining_restarts == 0
 
 
 async def test_callable_failure_reports_error_file(tmp_path: Path) -> None:
-    spec = WorkerSpec(
-        role="fn",
-        local_world_size=2,
-        rdzv_handler=LocalRendezvous(),
-        entrypoint=square_rank,
-        args=(0,),
-        max_restarts=0,
-        log_dir=str(tmp_path),
-    )
-    agent = LocalElasticAgent(spec, worker_env_extra={"PYTHONPATH": _python_path()})
-    with anyio.fail_after(60):
-        result = await agent.run()
+    _, result = await _run(tmp_path, offset=0, max_restarts=0)
     assert result.is_failed()
     failure = result.failures[1]
     assert str(failure.error_file).endswith("error.json")

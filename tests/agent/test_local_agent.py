@@ -10,10 +10,18 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aelastic.agent import LocalElasticAgent, RunResult, SignalException, WorkerSpec, WorkerState
+from aelastic.agent import LocalElasticAgent, SignalException, WorkerSpec, WorkerState
 from aelastic.errors import ChildFailedError
 
-from .conftest import PYTHON, LocalRendezvous, Report, open_fds, open_reporter, pid_alive
+from .conftest import (
+    PYTHON,
+    LocalRendezvous,
+    Report,
+    open_fds,
+    open_reporter,
+    pid_alive,
+    start_run,
+)
 
 
 def _spec(rdzv: LocalRendezvous, args: tuple[str, ...], tmp_path: Path, **kw: object) -> WorkerSpec:
@@ -36,12 +44,7 @@ async def test_env_contract_and_success(tmp_path: Path) -> None:
     rdzv = LocalRendezvous()
     async with open_reporter() as rep, anyio.create_task_group() as tg:
         agent = LocalElasticAgent(_spec(rdzv, rep.args("hold"), tmp_path))
-        results: list[RunResult] = []
-
-        async def run() -> None:
-            results.append(await agent.run())
-
-        tg.start_soon(run)
+        results = start_run(tg, agent)
         reports = sorted(await rep.next(2), key=lambda r: r.rank)
         assert agent.get_worker_group().state is WorkerState.HEALTHY
         env0, env1 = reports[0].env, reports[1].env
@@ -79,12 +82,7 @@ async def test_failure_restarts_and_spends_budget(tmp_path: Path) -> None:
     rdzv = LocalRendezvous()
     async with open_reporter() as rep, anyio.create_task_group() as tg:
         agent = LocalElasticAgent(_spec(rdzv, rep.args("fail-first", code=3), tmp_path))
-        results: list[RunResult] = []
-
-        async def run() -> None:
-            results.append(await agent.run())
-
-        tg.start_soon(run)
+        results = start_run(tg, agent)
         # Local rank 1 of attempt 0 may be stopped before it reports: read until the
         # two workers of attempt 1 have reported.
         second: list[Report] = []
@@ -126,12 +124,7 @@ async def test_membership_change_restarts_without_spending_budget(tmp_path: Path
     rdzv = LocalRendezvous()
     async with open_reporter() as rep, anyio.create_task_group() as tg:
         agent = LocalElasticAgent(_spec(rdzv, rep.args("hold"), tmp_path))
-        results: list[RunResult] = []
-
-        async def run() -> None:
-            results.append(await agent.run())
-
-        tg.start_soon(run)
+        results = start_run(tg, agent)
         first = await rep.next(2)
         rdzv.change_membership()
         second = await rep.next(2)
@@ -226,12 +219,7 @@ async def test_forwarded_non_terminating_signal_reaches_workers(tmp_path: Path) 
     rdzv = LocalRendezvous()
     async with open_reporter() as rep, anyio.create_task_group() as tg:
         agent = LocalElasticAgent(_spec(rdzv, rep.args("hold"), tmp_path, max_restarts=0))
-        results: list[RunResult] = []
-
-        async def run() -> None:
-            results.append(await agent.run())
-
-        tg.start_soon(run)
+        results = start_run(tg, agent)
         await rep.next(2)
         agent.send_signal(signal.SIGUSR1, terminate=False)  # default action: the worker dies
     (result,) = results
