@@ -56,11 +56,12 @@ OPS: list[tuple[Any, ...]] = [
 ]
 
 
-def _out(value: Any) -> Any:
+def encode(value: Any) -> Any:
+    """A result as JSON (bytes as hex): both clients' results are compared in this form."""
     if isinstance(value, bytes):
         return value.hex()
     if isinstance(value, list):
-        return [_out(v) for v in value]
+        return [encode(v) for v in value]
     return value
 
 
@@ -92,7 +93,7 @@ def run_torch_ops(store: Any) -> list[Any]:
             if "timeout" not in str(exc):
                 raise
             value = "<timeout>"
-        results.append(_out(value))
+        results.append(encode(value))
     return results
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from aelastic.store import QueueEmptyError, StoreServer, StoreTimeoutError, TCPStoreClient
 
-from ._torch_ops import OPS
+from ._torch_ops import OPS, encode
 
 HERE = Path(__file__).parent
 TORCH_OPS = str(HERE / "_torch_ops.py")
@@ -33,14 +33,6 @@ EXPECTED: list[Any] = [
 ]  # fmt: skip
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def _out(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, list):
-        return [_out(v) for v in value]
-    return value
 
 
 async def run_our_ops(store: TCPStoreClient) -> list[Any]:
@@ -62,7 +54,7 @@ async def run_our_ops(store: TCPStoreClient) -> list[Any]:
             value = "<empty>"
         except StoreTimeoutError:
             value = "<timeout>"
-        results.append(_out(value))
+        results.append(encode(value))
     return results
 
 
