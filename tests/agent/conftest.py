@@ -108,6 +108,18 @@ class Reporter:
         with anyio.fail_after(30):
             return [await self.recv.receive() for _ in range(n)]
 
+    async def next_of_attempt(self, attempt: int, n: int = 2) -> list[Report]:
+        """Read hellos until ``n`` workers of restart ``attempt`` have reported.
+
+        Workers of earlier attempts may be stopped before they report: skip theirs.
+        """
+        got: list[Report] = []
+        while len(got) < n:
+            (r,) = await self.next()
+            if r.env["TORCHELASTIC_RESTART_COUNT"] == str(attempt):
+                got.append(r)
+        return got
+
     async def _handle(self, stream: anyio.abc.SocketStream) -> None:
         buffered = BufferedByteReceiveStream(stream)
         try:

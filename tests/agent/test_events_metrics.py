@@ -12,7 +12,7 @@ import pytest
 from aelastic import events, metrics
 from aelastic.agent import LocalElasticAgent, WorkerSpec, WorkerState
 
-from .conftest import PYTHON, LocalRendezvous, Report, open_reporter
+from .conftest import PYTHON, LocalRendezvous, open_reporter
 
 
 class _Collect(metrics.MetricHandler):
@@ -51,12 +51,7 @@ async def test_events_and_metrics_of_a_run_with_one_restart(
             agent = LocalElasticAgent(spec)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(agent.run)
-                second: list[Report] = []
-                while len(second) < 2:
-                    (r,) = await rep.next()
-                    if r.env["TORCHELASTIC_RESTART_COUNT"] == "1":
-                        second.append(r)
-                for r in second:
+                for r in await rep.next_of_attempt(1):
                     await r.send(0)
         await events.flush(["agent-test"])
     finally:

@@ -16,7 +16,6 @@ from aelastic.errors import ChildFailedError
 from .conftest import (
     PYTHON,
     LocalRendezvous,
-    Report,
     open_fds,
     open_reporter,
     pid_alive,
@@ -83,13 +82,8 @@ async def test_failure_restarts_and_spends_budget(tmp_path: Path) -> None:
     async with open_reporter() as rep, anyio.create_task_group() as tg:
         agent = LocalElasticAgent(_spec(rdzv, rep.args("fail-first", code=3), tmp_path))
         results = start_run(tg, agent)
-        # Local rank 1 of attempt 0 may be stopped before it reports: read until the
-        # two workers of attempt 1 have reported.
-        second: list[Report] = []
-        while len(second) < 2:
-            (r,) = await rep.next()
-            if r.env["TORCHELASTIC_RESTART_COUNT"] == "1":
-                second.append(r)
+        # Local rank 1 of attempt 0 may be stopped before it reports.
+        second = await rep.next_of_attempt(1)
         first = [r for r in rep.all if r not in second]
         assert {r.env["TORCHELASTIC_RESTART_COUNT"] for r in first} == {"0"}
         for r in second:
