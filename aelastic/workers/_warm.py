@@ -66,9 +66,21 @@ _KILL_TIMEOUT = 5.0
 
 
 def warm_workers_enabled() -> bool:
-    """False when ``AELASTIC_WARM_WORKERS`` is ``0``/``false``/``no``/``off``."""
+    """False when ``AELASTIC_WARM_WORKERS`` is ``0``/``false``/``no``/``off``.
+
+    Also False when exits are watched by the loop's child watcher instead of a
+    pidfd (``AELASTIC_CHILD_WATCHER=asyncio`` or a kernel without pidfd): that
+    watcher can only follow processes the loop spawned itself.
+    """
     value = os.environ.get(WARM_WORKERS_ENV, "").strip().lower()
-    return value not in ("0", "false", "no", "off")
+    if value in ("0", "false", "no", "off"):
+        return False
+    from ._processes import _watcher  # import cycle: _processes imports this module
+
+    try:
+        return _watcher() == "pidfd"
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from aelastic.workers import (
     open_warm_pool,
     open_worker_processes,
     parse_python_argv,
+    warm_workers_enabled,
 )
 
 PY = sys.executable
@@ -300,3 +301,23 @@ async def test_dead_idle_interpreter_is_skipped(tmp_path: Path) -> None:
         code, warm = await _run(_spec([PY, "-u", script], tmp_path, "d"), pool)
         assert code == 0 and not warm
     assert (tmp_path / "d.out").read_text() == "ran\n"
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"AELASTIC_WARM_WORKERS": "0"}, False),
+        ({"AELASTIC_WARM_WORKERS": "off"}, False),
+        ({"AELASTIC_CHILD_WATCHER": "asyncio"}, False),
+        ({"AELASTIC_WARM_WORKERS": "1"}, True),
+        ({}, True),
+    ],
+)
+def test_enabled_switch(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: bool
+) -> None:
+    monkeypatch.delenv("AELASTIC_WARM_WORKERS", raising=False)
+    monkeypatch.delenv("AELASTIC_CHILD_WATCHER", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert warm_workers_enabled() is expected
