@@ -17,55 +17,12 @@ import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from aelastic.agent import LocalElasticAgent, RunResult
-from aelastic.rendezvous import RendezvousHandler, RendezvousInfo
-from aelastic.store import LocalStore
+
+from ._local_rdzv import LocalRendezvous as LocalRendezvous
 
 SCRIPTS = Path(__file__).parent / "scripts"
 PROBE = str(SCRIPTS / "probe_worker.py")
 DDP = str(SCRIPTS / "ddp_worker.py")
-
-
-class LocalRendezvous(RendezvousHandler):
-    """A single-node rendezvous: every round is rank 0 of 1 over a fresh LocalStore.
-
-    :meth:`change_membership` makes the pending ``wait_for_membership_change`` return.
-    """
-
-    def __init__(self, run_id: str = "test-run") -> None:
-        self._run_id = run_id
-        self.round = 0
-        self._changed = anyio.Event()
-        self.shutdown_calls = 0
-
-    def get_backend(self) -> str:
-        return "local-test"
-
-    def get_run_id(self) -> str:
-        return self._run_id
-
-    async def next_rendezvous(self) -> RendezvousInfo:
-        self.round += 1
-        return RendezvousInfo(LocalStore(), 0, 1, None, self.round)
-
-    async def is_closed(self) -> bool:
-        return False
-
-    async def set_closed(self) -> None:
-        pass
-
-    async def num_nodes_waiting(self) -> int:
-        return 0
-
-    async def wait_for_membership_change(self) -> None:
-        await self._changed.wait()
-        self._changed = anyio.Event()
-
-    def change_membership(self) -> None:
-        self._changed.set()
-
-    async def shutdown(self) -> bool:
-        self.shutdown_calls += 1
-        return True
 
 
 @dataclass

@@ -8,17 +8,15 @@ run() raises SignalException.
 import argparse
 import signal
 import sys
+from pathlib import Path
 
 import anyio
 
 from aelastic.agent import LocalElasticAgent, SignalException, WorkerSpec
-from aelastic.rendezvous import (
-    RendezvousHandler,
-    RendezvousInfo,
-    RendezvousParameters,
-    get_rendezvous_handler,
-)
-from aelastic.store import LocalStore
+from aelastic.rendezvous import RendezvousHandler, RendezvousParameters, get_rendezvous_handler
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from _local_rdzv import LocalRendezvous
 
 SIGNALS = (
     signal.SIGTERM,
@@ -30,29 +28,6 @@ SIGNALS = (
 )
 
 
-class OneNode(RendezvousHandler):
-    def get_backend(self) -> str:
-        return "one-node"
-
-    def get_run_id(self) -> str:
-        return "signal-test"
-
-    async def next_rendezvous(self) -> RendezvousInfo:
-        return RendezvousInfo(LocalStore(), 0, 1)
-
-    async def is_closed(self) -> bool:
-        return False
-
-    async def set_closed(self) -> None:
-        pass
-
-    async def num_nodes_waiting(self) -> int:
-        return 0
-
-    async def shutdown(self) -> bool:
-        return True
-
-
 async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--report", required=True)
@@ -62,7 +37,7 @@ async def main() -> int:
     parser.add_argument("--log-dir", default=None)
     parser.add_argument("--c10d", default=None, help="endpoint of a c10d store (1..2 nodes)")
     args = parser.parse_args()
-    handler: RendezvousHandler = OneNode()
+    handler: RendezvousHandler = LocalRendezvous("signal-test")
     if args.c10d:
         params = RendezvousParameters(
             "c10d",
