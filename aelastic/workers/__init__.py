@@ -39,6 +39,7 @@ from ._warm import PythonEntry as PythonEntry
 from ._warm import WarmPool as WarmPool
 from ._warm import open_warm_pool as open_warm_pool
 from ._warm import parse_python_argv as parse_python_argv
+from ._warm import prestart_warm_workers as prestart_warm_workers
 from ._warm import warm_workers_enabled as warm_workers_enabled
 
 __all__ = (
@@ -68,6 +69,7 @@ __all__ = (
     "parse_python_argv",
     "parse_signals",
     "parse_std_spec",
+    "prestart_warm_workers",
     "process_state",
     "read_callable_result",
     "to_map",

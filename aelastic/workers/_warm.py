@@ -21,7 +21,8 @@ interpreter, zip apps, a missing script or cwd) silently gets a fresh spawn.
 The one visible difference: start-up code (``sitecustomize``, ``.pth`` files)
 runs before the worker's environment exists, and ``/proc/<pid>/cmdline`` and
 ``/proc/<pid>/environ`` show the bootstrap's. ``AELASTIC_WARM_WORKERS=0``
-turns the pool off.
+turns the pool off. A launcher can start the first set even earlier, before
+its own imports, with :func:`prestart_warm_workers`; the pool adopts them.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ __all__ = (
     "WarmPool",
     "open_warm_pool",
     "parse_python_argv",
+    "prestart_warm_workers",
     "warm_workers_enabled",
 )
 
@@ -352,6 +354,56 @@ async def _reap(popen: subprocess.Popen[bytes]) -> None:
             os.close(pidfd)
 
 
+@dataclass
+class _Prestarted:
+    prefix: tuple[str, ...]
+    start_env: dict[str, str]
+    procs: list[WarmProcess]
+
+
+_prestarted: _Prestarted | None = None
+
+
+def prestart_warm_workers(argv: Sequence[str], size: int) -> bool:
+    """Start ``size`` warm interpreters for ``argv`` now, for the next pool to adopt.
+
+    For a launcher's entry point: call it as early as possible (right after
+    parsing the command line and setting the workers' environment, before the
+    heavy imports), so the workers' interpreters start up while the launcher is
+    still importing; the agent's :func:`open_warm_pool` then adopts them if its
+    interpreter and flags match and no start-up variable changed meanwhile.
+    Synchronous (one fork each), never raises (False when warm workers are off,
+    ``argv`` cannot run warm, or spawning fails). Unadopted interpreters die
+    with this process (end of their control socket, and the parent-death
+    signal). Call it from the thread that will run the event loop.
+    """
+    global _prestarted
+    if _prestarted is not None or size < 1 or not warm_workers_enabled():
+        return False
+    entry = parse_python_argv(argv)
+    if entry is None:
+        return False
+    holder = WarmPool(entry.prefix, size, DEFAULT_REPLENISH_DELAY)
+    holder.fill()
+    if not holder._idle:
+        return False
+    _prestarted = _Prestarted(entry.prefix, holder.start_env, holder._idle)
+    return True
+
+
+def _adopt(pool: WarmPool) -> list[WarmProcess]:
+    """Hand the prestarted interpreters to ``pool``; ones it cannot use are returned."""
+    global _prestarted
+    held, _prestarted = _prestarted, None
+    if held is None:
+        return []
+    if held.prefix == pool.prefix and _startup_env(held.start_env) == _startup_env(pool.start_env):
+        pool._idle.extend(held.procs[: pool.size])
+        return held.procs[pool.size :]
+    log.debug("warm pool: prestarted interpreters do not match %r; discarding", pool.prefix)
+    return held.procs
+
+
 def _wait_quietly(popen: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(subprocess.TimeoutExpired):
         popen.wait(_KILL_TIMEOUT)
@@ -372,6 +424,8 @@ async def open_warm_pool(
     pool = WarmPool(prefix, size, replenish_delay)
     pool._loop = asyncio.get_running_loop()
     try:
+        for extra in _adopt(pool):
+            pool.discard(extra)
         pool.fill()
         yield pool
     finally:

@@ -19,9 +19,11 @@ from aelastic.workers import (
     ProcessSpec,
     Std,
     WarmPool,
+    _warm,
     open_warm_pool,
     open_worker_processes,
     parse_python_argv,
+    prestart_warm_workers,
     warm_workers_enabled,
 )
 
@@ -321,3 +323,38 @@ def test_enabled_switch(
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     assert warm_workers_enabled() is expected
+
+
+def _prestarted_pids() -> set[int]:
+    held = _warm._prestarted
+    return set() if held is None else {w.pid for w in held.procs}
+
+
+async def test_prestarted_interpreters_are_adopted(tmp_path: Path) -> None:
+    script = _write(tmp_path / "ok.py", "print('adopted')\n")
+    assert prestart_warm_workers([PY, "-u", script], 2)
+    early = _prestarted_pids()
+    assert len(early) == 2
+    assert not prestart_warm_workers([PY, "-u", script], 2)  # one set at a time
+    async with open_warm_pool((PY, "-u"), 2) as pool:
+        assert set(pool.idle_pids) == early and _warm._prestarted is None
+        code, warm = await _run(_spec([PY, "-u", script], tmp_path, "p"), pool)
+        assert code == 0 and warm
+    assert (tmp_path / "p.out").read_text() == "adopted\n"
+    assert all(_gone(pid) for pid in early)
+
+
+async def test_prestarted_mismatch_is_discarded(tmp_path: Path) -> None:
+    assert prestart_warm_workers([PY, "-u", "-B", "x.py"], 1)
+    early = _prestarted_pids()
+    async with open_warm_pool((PY, "-u"), 1) as pool:
+        assert not early & set(pool.idle_pids)
+    assert _warm._prestarted is None
+    assert all(_gone(pid) for pid in early)
+
+
+def test_prestart_refuses_what_cannot_run_warm(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not prestart_warm_workers(["/bin/echo", "-u", "x.py"], 2)
+    monkeypatch.setenv("AELASTIC_WARM_WORKERS", "0")
+    assert not prestart_warm_workers([PY, "-u", "x.py"], 2)
+    assert _warm._prestarted is None
