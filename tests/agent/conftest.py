@@ -18,7 +18,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from aelastic.agent import LocalElasticAgent, RunResult
 
-from ._local_rdzv import LocalRendezvous as LocalRendezvous
+from ._shared import LocalRendezvous as LocalRendezvous
 
 SCRIPTS = Path(__file__).parent / "scripts"
 PROBE = str(SCRIPTS / "probe_worker.py")

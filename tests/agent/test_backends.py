@@ -14,6 +14,7 @@ from aelastic.agent import LocalElasticAgent, RunResult, WorkerSpec, WorkerState
 from aelastic.rendezvous import RendezvousHandler, RendezvousParameters, get_rendezvous_handler
 from aelastic.store import StoreServer
 
+from ._shared import lapse_handler
 from .conftest import DDP, PYTHON, Report, open_reporter, pid_alive
 
 _FAST: dict[str, Any] = {
@@ -148,20 +149,7 @@ async def test_c10d_peer_lost_restarts_survivor_without_budget(tmp_path: Path) -
     from .test_agent_process import RUN_AGENT
 
     async with rdzv_store() as port, open_reporter() as rep:
-        handler = get_rendezvous_handler(
-            RendezvousParameters(
-                "c10d",
-                f"127.0.0.1:{port}",
-                "lapse",
-                1,
-                2,
-                is_host=False,
-                last_call_timeout=0.2,
-                keep_alive_interval=0.2,
-                keep_alive_max_attempt=3,
-                join_timeout=60,
-            )
-        )
+        handler = lapse_handler(f"127.0.0.1:{port}")
         agent = LocalElasticAgent(_spec(handler, rep.args("hold"), tmp_path / "a"))
         results: list[RunResult] = []
         with anyio.fail_after(60):

@@ -13,10 +13,10 @@ from pathlib import Path
 import anyio
 
 from aelastic.agent import LocalElasticAgent, SignalException, WorkerSpec
-from aelastic.rendezvous import RendezvousHandler, RendezvousParameters, get_rendezvous_handler
+from aelastic.rendezvous import RendezvousHandler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from _local_rdzv import LocalRendezvous
+from _shared import LocalRendezvous, lapse_handler
 
 SIGNALS = (
     signal.SIGTERM,
@@ -39,19 +39,7 @@ async def main() -> int:
     args = parser.parse_args()
     handler: RendezvousHandler = LocalRendezvous("signal-test")
     if args.c10d:
-        params = RendezvousParameters(
-            "c10d",
-            args.c10d,
-            "lapse",
-            1,
-            2,
-            is_host=False,
-            last_call_timeout=0.2,
-            keep_alive_interval=0.2,
-            keep_alive_max_attempt=3,
-            join_timeout=60,
-        )
-        handler = get_rendezvous_handler(params)
+        handler = lapse_handler(args.c10d)
     spec = WorkerSpec(
         role="default",
         local_world_size=args.nproc,

@@ -1,10 +1,15 @@
-"""A one-node rendezvous seam for agent tests (also imported by scripts/run_agent.py)."""
+"""Rendezvous helpers shared by the agent tests and ``scripts/run_agent.py``."""
 
 from __future__ import annotations
 
 import anyio
 
-from aelastic.rendezvous import RendezvousHandler, RendezvousInfo
+from aelastic.rendezvous import (
+    RendezvousHandler,
+    RendezvousInfo,
+    RendezvousParameters,
+    get_rendezvous_handler,
+)
 from aelastic.store import LocalStore
 
 
@@ -49,3 +54,23 @@ class LocalRendezvous(RendezvousHandler):
     async def shutdown(self) -> bool:
         self.shutdown_calls += 1
         return True
+
+
+def lapse_handler(endpoint: str) -> RendezvousHandler:
+    """A c10d handler of run ``lapse`` (1..2 nodes) where a lost peer lapses in about 1 s.
+
+    The in-test node and ``scripts/run_agent.py --c10d`` must agree on these settings.
+    """
+    params = RendezvousParameters(
+        "c10d",
+        endpoint,
+        "lapse",
+        1,
+        2,
+        is_host=False,
+        last_call_timeout=0.2,
+        keep_alive_interval=0.2,
+        keep_alive_max_attempt=3,
+        join_timeout=60,
+    )
+    return get_rendezvous_handler(params)
