@@ -454,7 +454,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
                         raise RendezvousGracefulExitError(
                             f"rendezvous {self._run_id!r} closed while this node was a spare"
                         )
-                    raise RendezvousClosedError(f"rendezvous {self._run_id!r} is closed")
+                    raise RendezvousClosedError.for_run(self._run_id)
                 if tick.state == "dissolved" or ticket in tick.removed:
                     await self._stop(view)
                     return None, spare

@@ -512,7 +512,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             if isinstance(joined, tuple):
                 actual, closed = joined
                 if closed:
-                    raise RendezvousClosedError(f"rendezvous {self._run_id} is closed")
+                    raise RendezvousClosedError.for_run(self._run_id)
                 guess = actual if actual is not None else 0
                 continue
             self._joined, previous = guess, guess
@@ -703,7 +703,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                         admitted = self._admit(r, bytes(reply.kvs[0].value))
                         if isinstance(admitted, RendezvousInfo):
                             return admitted
-                    raise RendezvousClosedError(f"rendezvous {self._run_id} is closed")
+                    raise RendezvousClosedError.for_run(self._run_id)
                 if key == quorum_key:
                     if deleted:
                         deadline = math.inf

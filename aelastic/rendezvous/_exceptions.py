@@ -24,6 +24,14 @@ class RendezvousError(AelasticError):
 class RendezvousClosedError(RendezvousError):
     """The rendezvous of this run was closed: the job is finishing, do not rejoin."""
 
+    @classmethod
+    def for_run(cls, run_id: str) -> RendezvousClosedError:
+        """The error a node gets when it finds run ``run_id``'s rendezvous closed."""
+        return cls(
+            f"rendezvous {run_id!r} is closed: another node failed with no restarts left"
+            " (its output has the cause) or the job is ending; not rejoining"
+        )
+
 
 class RendezvousTimeoutError(RendezvousError, TimeoutError):
     """The rendezvous did not complete in time (join, last call or close timeout)."""

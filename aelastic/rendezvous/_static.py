@@ -120,7 +120,7 @@ class StaticRendezvousHandler(RendezvousHandler):
     async def next_rendezvous(self) -> RendezvousInfo:
         ops = self._ops()
         if await ops.check(self._closed_key):
-            raise RendezvousClosedError(f"rendezvous {self._run_id!r} is closed")
+            raise RendezvousClosedError.for_run(self._run_id)
         assert self._store is not None
         return RendezvousInfo(
             store=PrefixStore(f"rdzv/{self._run_id}/0", self._store),
