@@ -29,6 +29,18 @@ from aelastic.workers import (
 
 PY = sys.executable
 
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "pidfd_open"), reason="warm workers need the pidfd watcher (Linux >= 5.3)"
+)
+
+
+@pytest.fixture(autouse=True)
+def _pidfd_watcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Warm interpreters are used only under the pidfd exit watcher (the default)."""
+    monkeypatch.delenv("AELASTIC_CHILD_WATCHER", raising=False)
+    monkeypatch.delenv("AELASTIC_WARM_WORKERS", raising=False)
+
+
 PROBE = """\
 import json, os, sys
 g = globals()

@@ -100,8 +100,8 @@ def _alive(pid: int) -> bool:
 async def test_restart_runs_in_interpreters_started_before_the_failure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, enabled: bool
 ) -> None:
-    if not enabled:
-        monkeypatch.setenv(WARM_WORKERS_ENV, "0")
+    monkeypatch.delenv("AELASTIC_CHILD_WATCHER", raising=False)
+    monkeypatch.setenv(WARM_WORKERS_ENV, "1" if enabled else "0")
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     results: list[RunResult] = []
