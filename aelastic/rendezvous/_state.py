@@ -105,7 +105,7 @@ def _field_choice(
     key: str, data: dict[str, Any], name: str, allowed: frozenset[str], what: str
 ) -> str:
     value = data.get(name)
-    if value not in allowed:
+    if not isinstance(value, str) or value not in allowed:  # a list/dict is unhashable
         raise RendezvousStateError(
             f"rendezvous key {key!r}: unknown {what} {value!r} (expected one of {sorted(allowed)})"
         )

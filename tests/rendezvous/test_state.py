@@ -33,6 +33,15 @@ def test_any_bytes_parse_or_raise_state_error(raw: bytes) -> None:
         assert KEY in str(exc)
 
 
+@pytest.mark.parametrize("bad", [[], ["running"], {}, {"a": 1}, 1.5, None])
+def test_unhashable_or_odd_choice_fields_are_state_errors(bad: object) -> None:
+    tick = {"n": 1, "state": bad, "upto": 1, "world": 1, "waiting": 0, "removed": []}
+    with pytest.raises(RendezvousStateError, match=KEY):
+        Tick.loads(KEY, json.dumps(tick).encode())
+    with pytest.raises(RendezvousStateError, match=KEY):
+        Message.loads(KEY, json.dumps({"op": bad, "ticket": 1}).encode())
+
+
 @given(
     st.builds(
         Tick,
