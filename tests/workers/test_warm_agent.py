@@ -16,9 +16,9 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from aelastic.agent import LocalElasticAgent, RunResult, WorkerSpec, WorkerState
-from aelastic.rendezvous import RendezvousHandler, RendezvousInfo
-from aelastic.store import LocalStore
 from aelastic.workers import WARM_WORKERS_ENV
+
+from ..agent._shared import LocalRendezvous
 
 WORKER = """\
 import json, os, socket, sys
@@ -29,36 +29,6 @@ s.sendall((json.dumps(hello) + "\\n").encode())
 code = s.recv(1)
 sys.exit(int(code) if code else 0)
 """
-
-
-class _OneNode(RendezvousHandler):
-    def __init__(self) -> None:
-        self.round = 0
-
-    def get_backend(self) -> str:
-        return "warm-test"
-
-    def get_run_id(self) -> str:
-        return "warm-run"
-
-    async def next_rendezvous(self) -> RendezvousInfo:
-        self.round += 1
-        return RendezvousInfo(LocalStore(), 0, 1, None, self.round)
-
-    async def is_closed(self) -> bool:
-        return False
-
-    async def set_closed(self) -> None:
-        pass
-
-    async def num_nodes_waiting(self) -> int:
-        return 0
-
-    async def wait_for_membership_change(self) -> None:
-        await anyio.sleep_forever()
-
-    async def shutdown(self) -> bool:
-        return True
 
 
 class _Hellos:
@@ -109,7 +79,7 @@ async def test_restart_runs_in_interpreters_started_before_the_failure(
         spec = WorkerSpec(
             role="trainer",
             local_world_size=2,
-            rdzv_handler=_OneNode(),
+            rdzv_handler=LocalRendezvous("warm-run"),
             entrypoint=sys.executable,
             args=("-u", str(script), str(hellos.port)),
             max_restarts=1,
