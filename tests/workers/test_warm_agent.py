@@ -13,12 +13,11 @@ from pathlib import Path
 import anyio
 import anyio.abc
 import pytest
+from agent._shared import LocalRendezvous  # tests/ is on sys.path (rootdir, no __init__)
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from aelastic.agent import LocalElasticAgent, RunResult, WorkerSpec, WorkerState
 from aelastic.workers import WARM_WORKERS_ENV
-
-from ..agent._shared import LocalRendezvous
 
 WORKER = """\
 import json, os, socket, sys
