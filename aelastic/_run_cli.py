@@ -92,6 +92,7 @@ def _main(argv: Sequence[str]) -> int:
         _err(f"warning: {warning}")
     # torchrun sets these in its own environment so every worker inherits them.
     os.environ.update(parsed.set_env)
+    _prestart_workers(parsed.entrypoint, parsed.args, parsed.config.nproc_per_node)
     _setup_logging()
 
     import anyio
@@ -125,6 +126,18 @@ def _main(argv: Sequence[str]) -> int:
             traceback.print_exception(exc)
         return 1
     return 0
+
+
+def _prestart_workers(entrypoint: str, args: Sequence[str], nproc: int) -> None:
+    """Start the workers' interpreters now, so they boot while the agent imports.
+
+    The agent's warm pool adopts them when its interpreter, flags and start-up
+    environment still match (otherwise they are discarded and it spawns afresh);
+    never raises. ``AELASTIC_WARM_WORKERS=0`` turns it off.
+    """
+    from .workers import prestart_warm_workers
+
+    prestart_warm_workers([entrypoint, *map(str, args)], nproc)
 
 
 def _describe(exc: BaseException) -> str:
