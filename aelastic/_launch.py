@@ -123,6 +123,8 @@ def _make_spec(
         local_ranks_filter=config.local_ranks_filter,
         log_line_prefix_template=config.log_line_prefix_template,
         event_log_handler=config.event_log_handler,
+        duplicate_stdout_filters=config.duplicate_stdout_filters,
+        duplicate_stderr_filters=config.duplicate_stderr_filters,
     )
 
 

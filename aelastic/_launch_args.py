@@ -605,11 +605,6 @@ def parse_run_args(
     tee = check_std_spec(v.str_("tee"), v.source("tee"), nproc)
     out_filters = split_filters(v.str_("duplicate_stdout_filters"))
     err_filters = split_filters(v.str_("duplicate_stderr_filters"))
-    if out_filters or err_filters:
-        warnings.append(
-            "--duplicate-stdout-filters/--duplicate-stderr-filters are accepted but not "
-            "implemented yet: no filtered_*.log files are written"
-        )
     virtual_local_rank = v.flag("virtual_local_rank")
     ranks_filter = parse_ranks_filter(v.str_("local_ranks_filter"), v.source("local_ranks_filter"))
     signals = parse_signals(v.str_("signals_to_handle"), v.source("signals_to_handle"))

@@ -144,6 +144,8 @@ class LocalElasticAgent(SimpleElasticAgent):
             self._log_line_prefix_template,
             role=spec.role,
             global_ranks={w.local_rank: w.global_rank for w in worker_group.workers},
+            duplicate_stdout_filters=spec.duplicate_stdout_filters,
+            duplicate_stderr_filters=spec.duplicate_stderr_filters,
         )
         base_env = os.environ.copy()
         restarts = restart_count(spec.max_restarts, self._remaining_restarts)

@@ -86,6 +86,10 @@ class WorkerSpec:
         log_line_prefix_template: console prefix template (``${role_name}``, ``${rank}``,
             ``${local_rank}``); None: ``[role rank]:``.
         event_log_handler: events destination (``"null"``, ``"console"``...).
+        duplicate_stdout_filters, duplicate_stderr_filters: substrings; every tee'd
+            stdout (stderr) console line containing any of them is also appended, with
+            its prefix, to ``attempt_<n>/filtered_stdout.log`` (``filtered_stderr.log``),
+            one file per attempt for all local ranks (None or empty: no file).
     """
 
     role: str
@@ -107,6 +111,8 @@ class WorkerSpec:
     log_line_prefix_template: str | None = None
     event_log_handler: str = "null"
     fn: Callable[..., Any] | None = None
+    duplicate_stdout_filters: list[str] | None = None
+    duplicate_stderr_filters: list[str] | None = None
 
     def __post_init__(self) -> None:
         if self.fn is not None:
@@ -144,6 +150,15 @@ class WorkerSpec:
             )
         if not self.role:
             raise AgentConfigError("WorkerSpec.role must be a non-empty string")
+        for name in ("duplicate_stdout_filters", "duplicate_stderr_filters"):
+            needles = getattr(self, name)
+            if needles is not None and (
+                isinstance(needles, str | bytes) or not all(isinstance(n, str) for n in needles)
+            ):
+                raise AgentConfigError(
+                    f"WorkerSpec.{name} must be a list of substrings such as ['loss'],"
+                    f" got {needles!r}"
+                )
         self.args = tuple(self.args)
 
     def get_entrypoint_name(self) -> str:

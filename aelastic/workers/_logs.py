@@ -3,6 +3,7 @@
 Layout (one directory per run, one per attempt, never deleted)::
 
     <log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
+    <log_dir>/<run_id>/attempt_<n>/filtered_{stdout,stderr}.log   (with duplicate filters)
 
 ``log_dir=None`` uses one ``tempfile.mkdtemp(prefix="aelastic_")`` per run id
 and process; ``log_dir=os.devnull`` disables files (redirected streams are
@@ -16,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from string import Template
 
@@ -60,8 +61,10 @@ def _fresh_attempt_dir(run_dir: str, attempt: int) -> str:
 class LogDestinations:
     """Per-local-rank log files, error files, tee flags and console prefixes of one start.
 
-    ``attempt_dir`` is None when files are disabled. :meth:`process_spec`
-    builds a :class:`ProcessSpec` from them.
+    ``attempt_dir`` is None when files are disabled. ``filtered_stdout``/
+    ``filtered_stderr`` are the attempt's shared duplicate-filter files (None
+    without filters or files). :meth:`process_spec` builds a
+    :class:`ProcessSpec` from them.
     """
 
     attempt_dir: str | None
@@ -71,6 +74,10 @@ class LogDestinations:
     tee: dict[int, Std] = field(default_factory=dict)
     prefixes: dict[int, str] = field(default_factory=dict)
     show_on_console: dict[int, bool] = field(default_factory=dict)
+    filtered_stdout: str | None = None
+    filtered_stderr: str | None = None
+    duplicate_stdout_filters: tuple[str, ...] = ()
+    duplicate_stderr_filters: tuple[str, ...] = ()
 
     @classmethod
     def for_attempt(
@@ -86,6 +93,8 @@ class LogDestinations:
         *,
         role: str = "default",
         global_ranks: Mapping[int, int] | None = None,
+        duplicate_stdout_filters: Sequence[str] | None = None,
+        duplicate_stderr_filters: Sequence[str] | None = None,
     ) -> LogDestinations:
         """Create the attempt directory and compute every rank's destinations.
 
@@ -95,8 +104,15 @@ class LogDestinations:
         ``$TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``, else ``[${role_name}${local_rank}]:``
         (``${rank}`` is the global rank from ``global_ranks``). Ranks outside
         ``local_ranks_filter`` show nothing on the console; their files are
-        unaffected. Raises ValueError for a bad rank or template.
+        unaffected. With ``duplicate_stdout_filters`` (resp. stderr), every
+        console line of a tee'd stdout (stderr) containing any of the substrings
+        is also appended, prefixed, to ``attempt_<n>/filtered_stdout.log``
+        (``filtered_stderr.log``), one file for all local ranks, created empty
+        up front (torch's ``--duplicate-std*-filters``). Raises ValueError for
+        a bad rank, template or filter list.
         """
+        out_filters = _filters(duplicate_stdout_filters, "duplicate_stdout_filters")
+        err_filters = _filters(duplicate_stderr_filters, "duplicate_stderr_filters")
         redirect_map = to_map(redirects, local_world_size)
         tee_map = to_map(tee, local_world_size)
         if local_ranks_filter is not None:
@@ -114,7 +130,21 @@ class LogDestinations:
         disabled = log_dir == os.devnull
         attempt_dir = None if disabled else _fresh_attempt_dir(_run_dir(log_dir, run_id), attempt)
 
-        dest = cls(attempt_dir)
+        filtered: list[str | None] = []
+        for needles, name in ((out_filters, "stdout"), (err_filters, "stderr")):
+            path = None
+            if needles and attempt_dir is not None:
+                path = os.path.join(attempt_dir, f"filtered_{name}.log")
+                with open(path, "ab"):
+                    pass
+            filtered.append(path)
+        dest = cls(
+            attempt_dir,
+            filtered_stdout=filtered[0],
+            filtered_stderr=filtered[1],
+            duplicate_stdout_filters=out_filters,
+            duplicate_stderr_filters=err_filters,
+        )
         for rank in range(local_world_size):
             files = redirect_map[rank] | tee_map[rank]
             rank_dir = None if attempt_dir is None else os.path.join(attempt_dir, str(rank))
@@ -168,4 +198,18 @@ class LogDestinations:
             console_prefix=self.prefixes.get(local_rank, ""),
             show_on_console=self.show_on_console.get(local_rank, True),
             error_file=self.error_files.get(local_rank),
+            filtered_stdout_file=self.filtered_stdout,
+            filtered_stderr_file=self.filtered_stderr,
+            duplicate_stdout_filters=self.duplicate_stdout_filters,
+            duplicate_stderr_filters=self.duplicate_stderr_filters,
         )
+
+
+def _filters(needles: Sequence[str] | None, name: str) -> tuple[str, ...]:
+    if needles is None:
+        return ()
+    if isinstance(needles, str | bytes) or not all(isinstance(n, str) for n in needles):
+        raise ValueError(
+            f"{name} must be a list of substrings such as ['loss', 'error'], got {needles!r}"
+        )
+    return tuple(needles)

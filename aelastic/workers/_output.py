@@ -31,14 +31,26 @@ class Sink:
     The file gets the bytes as they come; the console gets whole lines with the
     prefix (a partial last line is flushed at end of stream or past 64 KiB).
     The console is looked up at write time (``sys.stdout``/``sys.stderr``), so
-    an embedding application's redirection applies. A write error disables
-    that destination with one log message; it never raises into the loop.
+    an embedding application's redirection applies. With ``copy_fd`` and
+    ``needles`` (``--duplicate-std*-filters``), each console line containing
+    any needle is also appended, prefixed, to ``copy_fd``. A write error
+    disables that destination with one log message; it never raises into the
+    loop.
     """
 
-    def __init__(self, file_fd: int | None, console: ConsoleName | None, prefix: bytes) -> None:
+    def __init__(
+        self,
+        file_fd: int | None,
+        console: ConsoleName | None,
+        prefix: bytes,
+        copy_fd: int | None = None,
+        needles: tuple[bytes, ...] = (),
+    ) -> None:
         self.file_fd = file_fd
         self.console = console
         self.prefix = prefix
+        self.copy_fd = copy_fd if needles else None
+        self.needles = needles
         self._pending = b""
 
     def feed(self, data: bytes) -> None:
@@ -48,7 +60,7 @@ class Sink:
             except OSError as exc:
                 log.error("cannot write worker output to its log file (%s); dropping it", exc)
                 self.file_fd = None
-        if self.console is None:
+        if self.console is None and self.copy_fd is None:
             return
         self._pending += data
         head, sep, tail = self._pending.rpartition(b"\n")
@@ -65,6 +77,8 @@ class Sink:
             self._emit([line])
 
     def _emit(self, lines: list[bytes]) -> None:
+        if self.copy_fd is not None:
+            self._copy(lines)
         if self.console is None:
             return
         prefix = self.prefix
@@ -85,6 +99,18 @@ class Sink:
         except (OSError, ValueError, AttributeError) as exc:
             log.error("cannot write worker output to the console (%s); file only now", exc)
             self.console = None
+
+    def _copy(self, lines: list[bytes]) -> None:
+        assert self.copy_fd is not None
+        needles, prefix = self.needles, self.prefix
+        data = b"".join(prefix + line + b"\n" for line in lines if any(n in line for n in needles))
+        if not data:
+            return
+        try:
+            _write_all(self.copy_fd, data)
+        except OSError as exc:
+            log.error("cannot write filtered worker output (%s); dropping it", exc)
+            self.copy_fd = None
 
 
 class PipeProtocol(asyncio.Protocol):

@@ -359,6 +359,7 @@ class WorkerProcesses:
             (1, spec.stdout_file, Std.OUT, "stdout"),
             (2, spec.stderr_file, Std.ERR, "stderr"),
         )
+        copy_fds: set[int] = set()
         for fd, path, flag, console in streams:
             to_console = spec.show_on_console and (path is None or bool(spec.tee & flag))
             if path is not None:
@@ -366,9 +367,18 @@ class WorkerProcesses:
                 worker.file_fds.append(file_fd)
             else:
                 file_fd = None
-            if to_console and (prefix or file_fd is not None):
+            # Like torch, only tee'd lines that reach the console are duplicated.
+            copy_fd = None
+            copy_path, needles = _duplicate(spec, flag)
+            if to_console and spec.tee & flag and copy_path is not None and needles:
+                copy_fd = _open_log(copy_path, spec.local_rank)
+                worker.file_fds.append(copy_fd)
+                copy_fds.add(copy_fd)
+            if to_console and (prefix or file_fd is not None or copy_fd is not None):
                 stdio[fd] = subprocess.PIPE
-                sinks[fd] = Sink(file_fd, console, prefix)
+                sinks[fd] = Sink(
+                    file_fd, console, prefix, copy_fd, tuple(n.encode() for n in needles)
+                )
             elif file_fd is not None:
                 stdio[fd] = file_fd
             elif to_console:
@@ -394,7 +404,7 @@ class WorkerProcesses:
                 " Check that the entry point exists and is executable, and the cwd exists."
             ) from exc
         # The child holds its own copies of the file descriptors wired straight to it.
-        piped = {s.file_fd for s in sinks.values()}
+        piped = {s.file_fd for s in sinks.values()} | copy_fds
         for fd in [fd for fd in worker.file_fds if fd not in piped]:
             os.close(fd)
             worker.file_fds.remove(fd)
@@ -556,6 +566,12 @@ class WorkerProcesses:
         self._wake()
 
 
+def _duplicate(spec: ProcessSpec, flag: Std) -> tuple[str | None, tuple[str, ...]]:
+    if flag == Std.OUT:
+        return spec.filtered_stdout_file, spec.duplicate_stdout_filters
+    return spec.filtered_stderr_file, spec.duplicate_stderr_filters
+
+
 def _same(protocol: PipeProtocol) -> PipeProtocol:
     return protocol
 
@@ -605,6 +621,13 @@ def _check_specs(specs: Sequence[ProcessSpec]) -> None:
                 f"ProcessSpec(local_rank={spec.local_rank}).args must all be str; convert"
                 f" {bad!r} with str()"
             )
+        for name in ("duplicate_stdout_filters", "duplicate_stderr_filters"):
+            needles = getattr(spec, name)
+            if isinstance(needles, str | bytes) or not all(isinstance(n, str) for n in needles):
+                raise ValueError(
+                    f"ProcessSpec(local_rank={spec.local_rank}).{name} must be a sequence of"
+                    f" str such as ('loss',), got {needles!r}"
+                )
 
 
 @contextlib.asynccontextmanager

@@ -22,6 +22,10 @@ class ProcessSpec:
     ``"[default0]:"``) whether tee'd or not. ``show_on_console=False`` (the
     local-ranks filter) sends nothing of this rank to the console; files are
     unaffected. ``error_file`` is the worker's ``TORCHELASTIC_ERROR_FILE``.
+    ``filtered_stdout_file``/``filtered_stderr_file`` (appended to; may be
+    shared by every rank) get each tee'd console line of that stream that
+    contains any of ``duplicate_stdout_filters``/``duplicate_stderr_filters``,
+    with the prefix; an empty filter tuple copies nothing.
     """
 
     local_rank: int
@@ -34,6 +38,10 @@ class ProcessSpec:
     show_on_console: bool = True
     error_file: str | None = None
     cwd: str | None = None
+    filtered_stdout_file: str | None = None
+    filtered_stderr_file: str | None = None
+    duplicate_stdout_filters: tuple[str, ...] = ()
+    duplicate_stderr_filters: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
