@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import string
 import sys
-import uuid
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from ._ids import random_uuid4
 from ._launch_config import LaunchConfig, LaunchConfigError
 
 if TYPE_CHECKING:
@@ -125,41 +124,14 @@ def _make_spec(
         event_log_handler=config.event_log_handler,
         duplicate_stdout_filters=config.duplicate_stdout_filters,
         duplicate_stderr_filters=config.duplicate_stderr_filters,
+        virtual_local_rank=config.virtual_local_rank,
     )
-
-
-def _virtual_cuda_device(local_rank: int) -> str:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible:
-        devices = [d.strip() for d in visible.split(",") if d.strip()]
-        if local_rank < len(devices):
-            return devices[local_rank]
-    return str(local_rank)
 
 
 def _make_agent(config: LaunchConfig, spec: WorkerSpec) -> LocalElasticAgent:
     from .agent import LocalElasticAgent
 
-    virtual = config.virtual_local_rank
-
-    class _Agent(LocalElasticAgent):
-        """Adds torch's ``${local_rank}`` argument macro and ``virtual_local_rank``.
-
-        Virtual local rank: the worker is started through ``env`` (which execs it, same
-        pid) with ``LOCAL_RANK=0`` and ``CUDA_VISIBLE_DEVICES`` set to its own device.
-        """
-
-        def _worker_args(self, spec: WorkerSpec, local_rank: int) -> list[str]:
-            argv = super()._worker_args(spec, local_rank)
-            if isinstance(spec.entrypoint, str):
-                macro = {"local_rank": str(local_rank)}
-                argv = argv[:1] + [string.Template(a).safe_substitute(macro) for a in argv[1:]]
-            if virtual:
-                device = _virtual_cuda_device(local_rank)
-                argv = ["env", "LOCAL_RANK=0", f"CUDA_VISIBLE_DEVICES={device}", *argv]
-            return argv
-
-    return _Agent(
+    return LocalElasticAgent(
         spec,
         worker_env_extra={"TORCHELASTIC_SIGNALS_TO_HANDLE": config.signals_to_handle},
     )
@@ -187,7 +159,7 @@ async def run_launch(
         raise LaunchConfigError("launch: the entrypoint is empty; pass a binary path or a callable")
     signals = _signals(config.signals_to_handle) if handle_signals else []
     _check_event_destination(config.event_log_handler)
-    run_id = config.run_id or uuid.uuid4().hex
+    run_id = config.run_id or random_uuid4().replace("-", "")
     from .rendezvous import RendezvousError
 
     try:  # builds objects only: nothing connects yet, so every error here is a setting

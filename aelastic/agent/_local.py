@@ -29,7 +29,7 @@ from ..workers import (
     warm_workers_enabled,
 )
 from ._api import SimpleElasticAgent, _hostname
-from ._env import worker_env
+from ._env import substitute_local_rank, worker_env
 from ._policy import restart_count
 from ._types import RunResult, WorkerGroup, WorkerSpec, WorkerState
 
@@ -175,6 +175,7 @@ class LocalElasticAgent(SimpleElasticAgent):
                 use_agent_store=self._use_agent_store,
                 error_file=error_file,
                 extra=self._worker_env_extra,
+                virtual_local_rank=spec.virtual_local_rank,
             )
             self._error_files[rank] = error_file
             specs.append(dests.process_spec(rank, self._worker_args(spec, rank), env))
@@ -191,7 +192,7 @@ class LocalElasticAgent(SimpleElasticAgent):
     def _worker_args(self, spec: WorkerSpec, local_rank: int) -> list[str]:
         entrypoint = spec.entrypoint
         if isinstance(entrypoint, str):
-            return [entrypoint, *(str(a) for a in spec.args)]
+            return [entrypoint, *substitute_local_rank([str(a) for a in spec.args], local_rank)]
         assert entrypoint is not None
         if self._result_dir is None:
             self._result_dir = tempfile.TemporaryDirectory(prefix="aelastic_results_")

@@ -90,6 +90,11 @@ class WorkerSpec:
             stdout (stderr) console line containing any of them is also appended, with
             its prefix, to ``attempt_<n>/filtered_stdout.log`` (``filtered_stderr.log``),
             one file per attempt for all local ranks (None or empty: no file).
+        virtual_local_rank: every worker sees ``LOCAL_RANK=0`` and only its own device in
+            ``CUDA_VISIBLE_DEVICES`` (the local_rank-th entry of the agent's list, else
+            the local rank), as torchrun's ``--virtual-local-rank``.
+
+    String entrypoints' ``args`` go through torch's ``${local_rank}`` macro per worker.
     """
 
     role: str
@@ -113,6 +118,7 @@ class WorkerSpec:
     fn: Callable[..., Any] | None = None
     duplicate_stdout_filters: list[str] | None = None
     duplicate_stderr_filters: list[str] | None = None
+    virtual_local_rank: bool = False
 
     def __post_init__(self) -> None:
         if self.fn is not None:

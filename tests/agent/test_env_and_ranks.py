@@ -101,3 +101,13 @@ def test_wire_format_round_trips_and_rejects_garbage() -> None:
     assert RoleInfo.deserialize(RoleInfo("x", 1, 2).serialize()) == RoleInfo("x", 1, 2)
     with pytest.raises(AgentError, match="malformed"):
         RoleInfo.deserialize(b"{nope")
+
+
+def test_local_rank_macro_and_virtual_device() -> None:
+    from aelastic.agent._env import substitute_local_rank, virtual_device
+
+    args = ["--rank=${local_rank}", "${other}", "$$x", "plain"]
+    assert substitute_local_rank(args, 3) == ["--rank=3", "${other}", "$x", "plain"]
+    assert virtual_device({"CUDA_VISIBLE_DEVICES": "4, 6"}, 1) == "6"
+    assert virtual_device({"CUDA_VISIBLE_DEVICES": "4"}, 1) == "1"
+    assert virtual_device({}, 2) == "2"
