@@ -14,12 +14,12 @@ import argparse
 import os
 import signal
 import sys
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from ._exceptions import AelasticError
+from ._ids import random_uuid4
 from ._launch_config import DEFAULT_SIGNALS, LaunchConfig, LaunchConfigError
 
 __all__ = (
@@ -616,7 +616,7 @@ def parse_run_args(
     if v.flag("standalone") or (
         backend == "static" and not endpoint and master_port is None and max_nodes == 1
     ):
-        backend, endpoint, run_id = "c10d", _STANDALONE_ENDPOINT, str(uuid.uuid4())
+        backend, endpoint, run_id = "c10d", _STANDALONE_ENDPOINT, random_uuid4()
     if master_port is None:
         master_port = 29500
     if backend == "static":

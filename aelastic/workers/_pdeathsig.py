@@ -24,7 +24,6 @@ as long as the agent (normally the main thread).
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 import re
@@ -47,12 +46,15 @@ _UNSET_PWD = 'unset PWD; exec "$@"'
 _RESTORE_PWD = 'PWD=$1; export PWD; shift; exec "$@"'
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DASH_OWNS = frozenset({"IFS", "PPID", "OPTIND"})
+_MAX_SCAN = 1 << 22  # setpriv is ~80 KB; a multi-call binary (busybox) stays bounded
 
 
 @functools.lru_cache(maxsize=1)
 def _prctl() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
+    import ctypes  # only the preexec mode needs it (~2 ms to import)
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         prctl = libc.prctl
@@ -70,13 +72,29 @@ def _wrapper_tools() -> tuple[str, str] | None:
     dash = shutil.which("dash")
     if setpriv is None or dash is None:
         return None
-    try:
+    if _mentions_pdeathsig(setpriv):
+        return setpriv, dash
+    try:  # a binary we cannot read, or that spells its options differently
         out = subprocess.run(
             [setpriv, "--help"], capture_output=True, text=True, timeout=10, check=False
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     return (setpriv, dash) if "--pdeathsig" in out else None
+
+
+def _mentions_pdeathsig(path: str) -> bool:
+    """True when the binary at ``path`` contains ``--pdeathsig`` (its help text).
+
+    Reading the file takes a fraction of a millisecond; running ``setpriv --help``
+    costs a fork and exec (a few ms under load) before the first worker can start.
+    A False here is not conclusive: the caller then asks ``--help``.
+    """
+    try:
+        with open(path, "rb") as f:
+            return b"--pdeathsig" in f.read(_MAX_SCAN)
+    except OSError:
+        return False
 
 
 def pdeathsig_mode() -> str:
@@ -86,12 +104,15 @@ def pdeathsig_mode() -> str:
         raise ValueError(
             f"{PDEATHSIG_ENV}={forced!r} is not one of wrapper, preexec, off (or unset)"
         )
-    if forced == "off" or _prctl() is None:
+    if forced == "off" or not sys.platform.startswith("linux"):
+        return "off"
+    # The wrapper needs no ctypes here (setpriv calls prctl): check it first.
+    if forced != "preexec" and _wrapper_tools() is not None:
+        return "wrapper"
+    if _prctl() is None:
         return "off"
     if forced == "preexec":
         return "preexec"
-    if _wrapper_tools() is not None:
-        return "wrapper"
     if forced == "wrapper":
         raise ValueError(
             f"{PDEATHSIG_ENV}=wrapper needs util-linux's setpriv with --pdeathsig and dash;"
