@@ -7,8 +7,12 @@ Each server runs in its own process. K client processes (stock
 ``torch.distributed.TCPStore`` clients, started once and reused) each do
 ``pairs / K`` ``set`` + ``get`` pairs, so every run does the same total work;
 throughput is total ops / wall time from "go" to the last client's "done".
-Each setting runs ``--repeat`` times, alternating the two servers, and keeps
-each server's best run (the machine is shared and noisy).
+Each setting starts with an untimed warm-up run per server, then runs
+``--repeat`` times alternating the two servers (which one goes first alternates
+too) and keeps each server's best run (the machine is shared and noisy). On
+Linux it also prints each server process's CPU time per request (user+system,
+all threads, from ``/proc/<pid>/stat``), which is less sensitive to other load
+than throughput: a torch set+get is three requests (SET, WAIT, GET).
 Then our async ``TCPStoreClient`` with 64 concurrent tasks in one process is
 compared with one torch client, on both servers.
 Prints ops/s and ratios ours/torch.
@@ -58,6 +62,24 @@ s = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
 print("port", s.port, "libuv", s.libuvBackend, flush=True)
 sys.stdin.read()
 """
+
+
+def server_cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) used so far by process ``pid``; 0 if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def load_average() -> str:
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        return "load average unknown"
+    return f"load average {one:.1f} {five:.1f} {fifteen:.1f}"
 
 
 def _readline(stream: IO[str], expect: str) -> str:
@@ -188,18 +210,37 @@ def main(argv: list[str] | None = None) -> int:
     torch_proc, torch_port = start_torch_server()
     our_proc, our_port = start_our_server(uvloop)
     print(f"our server loop: {'uvloop' if uvloop else 'asyncio'}; {m} set+get pairs per run")
-    print(f"{'clients':>8} {'torch ops/s':>12} {'ours ops/s':>12} {'ours/torch':>10}")
+    print(load_average())
+    print(
+        f"{'clients':>8} {'torch ops/s':>12} {'ours ops/s':>12} {'ours/torch':>10}"
+        f" {'server CPU us/request: torch':>29} {'ours':>5}"
+    )
+    servers = {"torch": (torch_port, torch_proc.pid), "ours": (our_port, our_proc.pid)}
     one_torch: dict[str, float] = {}
     try:
         for k in ks:
-            # alternate the servers and keep each one's best run: the machine is shared
-            theirs = ours = 0.0
-            for _ in range(args.repeat):
-                theirs = max(theirs, clients.run(k, torch_port, m // k))
-                ours = max(ours, clients.run(k, our_port, m // k))
+            # warm up, then alternate the servers (and which goes first) and keep
+            # each one's best run: the machine is shared
+            best = {"torch": 0.0, "ours": 0.0}
+            cpu = {"torch": 0.0, "ours": 0.0}
+            for name in best:
+                clients.run(k, servers[name][0], max(m // k // 10, 1))
+            for r in range(args.repeat):
+                for name in ("torch", "ours") if r % 2 == 0 else ("ours", "torch"):
+                    port, pid = servers[name]
+                    c0 = server_cpu(pid)
+                    best[name] = max(best[name], clients.run(k, port, m // k))
+                    cpu[name] += server_cpu(pid) - c0
+            theirs, ours = best["torch"], best["ours"]
+            # per request: 3 requests per set+get pair, m // k pairs per client
+            reqs = 3 * (m // k) * k * args.repeat
             if k == 1:
                 one_torch = {"torch": theirs, "ours": ours}
-            print(f"{k:>8} {theirs:>12,.0f} {ours:>12,.0f} {ours / theirs:>9.2f}x", flush=True)
+            print(
+                f"{k:>8} {theirs:>12,.0f} {ours:>12,.0f} {ours / theirs:>9.2f}x"
+                f" {1e6 * cpu['torch'] / reqs:>29.1f} {1e6 * cpu['ours'] / reqs:>5.1f}",
+                flush=True,
+            )
         if not one_torch:
             one_torch = {
                 "torch": clients.run(1, torch_port, m),
@@ -218,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         clients.close()
         stop(torch_proc)
         stop(our_proc)
-    print(f"\ntotal wall time {time.perf_counter() - t_start:.1f} s")
+    print(f"\n{load_average()}; total wall time {time.perf_counter() - t_start:.1f} s")
     return 0
 
 
