@@ -8,39 +8,49 @@ log directory; :func:`callable_process_args` runs a Python callable in a
 spawned interpreter with JSON arguments and result; :func:`open_warm_pool`
 keeps Python worker interpreters pre-started so a (re)start skips their
 start-up (``AELASTIC_WARM_WORKERS=0`` turns it off). Never imports torch.
+
+Submodules load on first use (PEP 562), so ``aelastic run`` can pre-start the
+workers' interpreters (:func:`prestart_warm_workers`) before asyncio and the rest
+of this package are imported.
 """
 
-from ._callable import JSON_RULE as JSON_RULE
-from ._callable import callable_process_args as callable_process_args
-from ._callable import callable_reference as callable_reference
-from ._callable import check_json_value as check_json_value
-from ._callable import read_callable_result as read_callable_result
-from ._exceptions import CallableResultError as CallableResultError
-from ._exceptions import NoMoreExitsError as NoMoreExitsError
-from ._exceptions import WorkerProcessError as WorkerProcessError
-from ._exceptions import WorkerStartError as WorkerStartError
-from ._logs import DEFAULT_LOG_LINE_PREFIX_TEMPLATE as DEFAULT_LOG_LINE_PREFIX_TEMPLATE
-from ._logs import LOG_LINE_PREFIX_ENV as LOG_LINE_PREFIX_ENV
-from ._logs import LogDestinations as LogDestinations
-from ._processes import DEFAULT_KILL_TIMEOUT as DEFAULT_KILL_TIMEOUT
-from ._processes import WorkerProcesses as WorkerProcesses
-from ._processes import open_worker_processes as open_worker_processes
-from ._procfs import process_state as process_state
-from ._signals import DEFAULT_SIGNALS_TO_HANDLE as DEFAULT_SIGNALS_TO_HANDLE
-from ._signals import open_signal_forwarder as open_signal_forwarder
-from ._signals import parse_signals as parse_signals
-from ._spec import ProcessExit as ProcessExit
-from ._spec import ProcessSpec as ProcessSpec
-from ._std import Std as Std
-from ._std import parse_std_spec as parse_std_spec
-from ._std import to_map as to_map
-from ._warm import WARM_WORKERS_ENV as WARM_WORKERS_ENV
-from ._warm import PythonEntry as PythonEntry
-from ._warm import WarmPool as WarmPool
-from ._warm import open_warm_pool as open_warm_pool
-from ._warm import parse_python_argv as parse_python_argv
-from ._warm import prestart_warm_workers as prestart_warm_workers
-from ._warm import warm_workers_enabled as warm_workers_enabled
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._callable import JSON_RULE as JSON_RULE
+    from ._callable import callable_process_args as callable_process_args
+    from ._callable import callable_reference as callable_reference
+    from ._callable import check_json_value as check_json_value
+    from ._callable import read_callable_result as read_callable_result
+    from ._exceptions import CallableResultError as CallableResultError
+    from ._exceptions import NoMoreExitsError as NoMoreExitsError
+    from ._exceptions import WorkerProcessError as WorkerProcessError
+    from ._exceptions import WorkerStartError as WorkerStartError
+    from ._logs import DEFAULT_LOG_LINE_PREFIX_TEMPLATE as DEFAULT_LOG_LINE_PREFIX_TEMPLATE
+    from ._logs import LOG_LINE_PREFIX_ENV as LOG_LINE_PREFIX_ENV
+    from ._logs import LogDestinations as LogDestinations
+    from ._processes import DEFAULT_KILL_TIMEOUT as DEFAULT_KILL_TIMEOUT
+    from ._processes import WorkerProcesses as WorkerProcesses
+    from ._processes import open_worker_processes as open_worker_processes
+    from ._procfs import process_state as process_state
+    from ._signals import DEFAULT_SIGNALS_TO_HANDLE as DEFAULT_SIGNALS_TO_HANDLE
+    from ._signals import open_signal_forwarder as open_signal_forwarder
+    from ._signals import parse_signals as parse_signals
+    from ._spec import ProcessExit as ProcessExit
+    from ._spec import ProcessSpec as ProcessSpec
+    from ._std import Std as Std
+    from ._std import parse_std_spec as parse_std_spec
+    from ._std import to_map as to_map
+    from ._warm import WARM_WORKERS_ENV as WARM_WORKERS_ENV
+    from ._warm import PythonEntry as PythonEntry
+    from ._warm import WarmPool as WarmPool
+    from ._warm import open_warm_pool as open_warm_pool
+    from ._warm import parse_python_argv as parse_python_argv
+    from ._warm import prestart_warm_workers as prestart_warm_workers
+    from ._warm import warm_workers_enabled as warm_workers_enabled
 
 __all__ = (
     "DEFAULT_KILL_TIMEOUT",
@@ -75,3 +85,51 @@ __all__ = (
     "to_map",
     "warm_workers_enabled",
 )
+
+#: public name -> submodule that defines it
+_SOURCES = {
+    "JSON_RULE": "._callable",
+    "callable_process_args": "._callable",
+    "callable_reference": "._callable",
+    "check_json_value": "._callable",
+    "read_callable_result": "._callable",
+    "CallableResultError": "._exceptions",
+    "NoMoreExitsError": "._exceptions",
+    "WorkerProcessError": "._exceptions",
+    "WorkerStartError": "._exceptions",
+    "DEFAULT_LOG_LINE_PREFIX_TEMPLATE": "._logs",
+    "LOG_LINE_PREFIX_ENV": "._logs",
+    "LogDestinations": "._logs",
+    "DEFAULT_KILL_TIMEOUT": "._processes",
+    "WorkerProcesses": "._processes",
+    "open_worker_processes": "._processes",
+    "process_state": "._procfs",
+    "DEFAULT_SIGNALS_TO_HANDLE": "._signals",
+    "open_signal_forwarder": "._signals",
+    "parse_signals": "._signals",
+    "ProcessExit": "._spec",
+    "ProcessSpec": "._spec",
+    "Std": "._std",
+    "parse_std_spec": "._std",
+    "to_map": "._std",
+    "WARM_WORKERS_ENV": "._warm",
+    "PythonEntry": "._warm",
+    "WarmPool": "._warm",
+    "open_warm_pool": "._warm",
+    "parse_python_argv": "._warm",
+    "prestart_warm_workers": "._warm",
+    "warm_workers_enabled": "._warm",
+}
+
+
+def __getattr__(name: str) -> Any:
+    source = _SOURCES.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(source, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

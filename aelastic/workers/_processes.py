@@ -34,6 +34,7 @@ from ._procfs import process_state
 from ._spec import ProcessExit, ProcessSpec
 from ._std import Std
 from ._warm import WarmPool
+from ._watch import _watcher
 
 __all__ = ("WorkerProcesses", "open_worker_processes")
 
@@ -43,29 +44,8 @@ log = logging.getLogger(__name__)
 DEFAULT_KILL_TIMEOUT = 5.0
 #: How long to wait, once every process is dead, for their output pipes to drain.
 _DRAIN_TIMEOUT = 2.0
-#: ``pidfd`` (Linux >= 5.3, default there) or ``asyncio`` (the loop's child watcher).
-WATCHER_ENV = "AELASTIC_CHILD_WATCHER"
 #: Workers that survived SIGKILL: kept referenced so nothing warns about them later.
 _abandoned: list[subprocess.Popen[bytes]] = []
-
-
-def _watcher() -> str:
-    forced = os.environ.get(WATCHER_ENV, "").strip().lower()
-    if forced not in ("", "pidfd", "asyncio"):
-        raise ValueError(f"{WATCHER_ENV}={forced!r} is not one of pidfd, asyncio (or unset)")
-    if forced == "asyncio" or not _has_pidfd():
-        return "asyncio"
-    return "pidfd"
-
-
-def _has_pidfd() -> bool:
-    if not hasattr(os, "pidfd_open") or not hasattr(os, "P_PIDFD"):
-        return False
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except OSError:  # kernel < 5.3, or seccomp
-        return False
-    return True
 
 
 class _WorkerProtocol(asyncio.SubprocessProtocol):

@@ -27,7 +27,6 @@ its own imports, with :func:`prestart_warm_workers`; the pool adopts them.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -37,11 +36,16 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
 
 from ._pdeathsig import wrap_argv
+from ._watch import _watcher
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = (
     "WARM_WORKERS_ENV",
@@ -77,8 +81,6 @@ def warm_workers_enabled() -> bool:
     value = os.environ.get(WARM_WORKERS_ENV, "").strip().lower()
     if value in ("0", "false", "no", "off"):
         return False
-    from ._processes import _watcher  # import cycle: _processes imports this module
-
     try:
         return _watcher() == "pidfd"
     except ValueError:
@@ -216,7 +218,7 @@ class WarmPool:
         self._closed = False
         self._broken = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._filled = anyio.Event()
+        self._filled: anyio.Event | None = None  # made by a waiter: no event loop needed before
 
     async def wait_ready(self) -> None:
         """Wait until ``size`` interpreters are idle (started; maybe still initialising).
@@ -224,6 +226,8 @@ class WarmPool:
         Returns at once for a closed or broken pool. Cancellation is safe.
         """
         while not (self._closed or self._broken or len(self._idle) >= self.size):
+            if self._filled is None:
+                self._filled = anyio.Event()
             await self._filled.wait()
 
     @property
@@ -283,8 +287,9 @@ class WarmPool:
             except (OSError, subprocess.SubprocessError, ValueError) as exc:
                 self._broken = True
                 log.warning("warm pool: cannot pre-start a worker interpreter (%s); off", exc)
-        self._filled.set()
-        self._filled = anyio.Event()
+        if self._filled is not None:
+            self._filled.set()
+            self._filled = None
 
     def _schedule_replenish(self) -> None:
         if self._timer is not None or self._loop is None:
@@ -320,7 +325,8 @@ class WarmPool:
     async def aclose(self) -> None:
         """Kill and reap every idle interpreter; bounded, shielded from cancellation."""
         self._closed = True
-        self._filled.set()
+        if self._filled is not None:
+            self._filled.set()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -422,6 +428,8 @@ async def open_warm_pool(
     spawn turns itself off (warning) and every worker is spawned fresh.
     """
     pool = WarmPool(prefix, size, replenish_delay)
+    import asyncio  # here, not at the top: prestart_warm_workers runs before asyncio is needed
+
     pool._loop = asyncio.get_running_loop()
     try:
         for extra in _adopt(pool):
