@@ -15,6 +15,7 @@ No Python traceback is printed for any of these; ``LOGLEVEL=DEBUG`` shows the ag
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -47,10 +48,18 @@ def main(argv: Sequence[str]) -> int:
     exits right here once the job is done: stdio and logging are flushed and the
     ``atexit`` hooks run (the events flush among them), then ``os._exit`` skips the
     interpreter's module teardown (tens of ms with anyio and asyncio loaded).
-    Called from other code, it returns the code instead.
+    As the entry point it also keeps the cyclic garbage collector off until the
+    event loop starts (start-up only makes long-lived objects: modules, classes)
+    and then freezes what start-up made, so no collection walks it again.
+    Called from other code, it returns the code instead and leaves ``gc`` alone.
     """
-    code = _main(argv)
-    if _is_process_entry():
+    entry = _is_process_entry()
+    if entry:
+        # Start-up allocates only long-lived objects (modules, classes, the parser):
+        # a collection cannot free anything, so none runs until the loop starts.
+        gc.disable()
+    code = _main(argv, startup_gc_off=entry)
+    if entry:
         _fast_exit(code)
     return code
 
@@ -73,7 +82,7 @@ def _fast_exit(code: int) -> None:
         os._exit(code)
 
 
-def _main(argv: Sequence[str]) -> int:
+def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
     from ._launch_args import UsageError, parse_run_args
 
     try:
@@ -102,6 +111,9 @@ def _main(argv: Sequence[str]) -> int:
     from .agent import SignalException
     from .errors import ChildFailedError
 
+    if startup_gc_off:
+        gc.freeze()  # what start-up made stays; later collections skip it
+        gc.enable()
     try:
         anyio.run(
             partial(run_launch, parsed.config, parsed.entrypoint, parsed.args, handle_signals=True)

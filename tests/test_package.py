@@ -23,3 +23,38 @@ def test_unknown_command_exits_2() -> None:
     )
     assert proc.returncode == 2
     assert "unknown command 'nope'" in proc.stderr
+
+
+def _newly_imported(code: str) -> set[str]:
+    """Modules that ``code`` imported in a fresh interpreter (start-up's own excluded)."""
+    script = (
+        "import sys\n"
+        "before = set(sys.modules)\n"
+        f"{code}\n"
+        "print(' '.join(sorted(set(sys.modules) - before)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+def test_launch_path_skips_modules_it_does_not_need() -> None:
+    # `aelastic run` start-up cost: these are only needed off the launch path
+    # (uuid pulls in platform; ctypes is for the preexec pdeathsig mode only;
+    # datetime only formats a failure).
+    new = _newly_imported(
+        "import aelastic.cli, aelastic._run_cli, aelastic._launch_args, aelastic._launch\n"
+        "import aelastic.agent, aelastic.workers, aelastic.rendezvous, aelastic.store"
+    )
+    assert "aelastic.agent" in new
+    assert not new & {"torch", "uuid", "platform", "ctypes", "datetime"}
+
+
+def test_worker_prestart_needs_neither_asyncio_nor_anyio() -> None:
+    # `aelastic run` starts the workers' interpreters right after parsing its
+    # arguments, before the agent's heavy imports; this keeps that early.
+    new = _newly_imported(
+        "import aelastic._run_cli, aelastic._launch_args\n"
+        "from aelastic.workers import Std, prestart_warm_workers, to_map"
+    )
+    assert "aelastic.workers._warm" in new
+    assert not new & {"asyncio", "anyio", "aelastic.workers._processes"}

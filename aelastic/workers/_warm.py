@@ -38,14 +38,13 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import anyio
-import anyio.to_thread
-
 from ._pdeathsig import wrap_argv
 from ._watch import _watcher
 
 if TYPE_CHECKING:
     import asyncio
+
+    import anyio
 
 __all__ = (
     "WARM_WORKERS_ENV",
@@ -227,6 +226,8 @@ class WarmPool:
         """
         while not (self._closed or self._broken or len(self._idle) >= self.size):
             if self._filled is None:
+                import anyio  # not at the top: the launcher pre-starts before importing anyio
+
                 self._filled = anyio.Event()
             await self._filled.wait()
 
@@ -335,12 +336,16 @@ class WarmPool:
             warm.control.close()
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(warm.pid, signal.SIGKILL)
+        import anyio
+
         with anyio.CancelScope(shield=True):
             for warm in victims:
                 await _reap(warm.popen)
 
 
 async def _reap(popen: subprocess.Popen[bytes]) -> None:
+    import anyio.to_thread
+
     if popen.poll() is not None:
         return
     try:
