@@ -9,10 +9,12 @@ Each server runs in its own process. K client processes (stock
 throughput is total ops / wall time from "go" to the last client's "done".
 Each setting starts with an untimed warm-up run per server, then runs
 ``--repeat`` times alternating the two servers (which one goes first alternates
-too) and keeps each server's best run (the machine is shared and noisy). On
-Linux it also prints each server process's CPU time per request (user+system,
-all threads, from ``/proc/<pid>/stat``), which is less sensitive to other load
-than throughput: a torch set+get is three requests (SET, WAIT, GET).
+too) and keeps each server's best run (the machine is shared and noisy); the
+ratio of the medians is printed too, and ``--clients 16 --repeat 8`` gives a
+steadier K=16 figure. On Linux it also prints each server process's CPU time
+per request (user+system, all threads, from ``/proc/<pid>/stat``), which is less
+sensitive to other load than throughput: a torch set+get is three requests
+(SET, WAIT, GET).
 Then our async ``TCPStoreClient`` with 64 concurrent tasks in one process is
 compared with one torch client, on both servers.
 Prints ops/s and ratios ours/torch.
@@ -24,6 +26,7 @@ import argparse
 import asyncio
 import importlib.util
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -213,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     print(load_average())
     print(
         f"{'clients':>8} {'torch ops/s':>12} {'ours ops/s':>12} {'ours/torch':>10}"
-        f" {'server CPU us/request: torch':>29} {'ours':>5}"
+        f" {'(median)':>8} {'server CPU us/request: torch':>29} {'ours':>5}"
     )
     servers = {"torch": (torch_port, torch_proc.pid), "ours": (our_port, our_proc.pid)}
     one_torch: dict[str, float] = {}
@@ -221,23 +224,24 @@ def main(argv: list[str] | None = None) -> int:
         for k in ks:
             # warm up, then alternate the servers (and which goes first) and keep
             # each one's best run: the machine is shared
-            best = {"torch": 0.0, "ours": 0.0}
+            runs: dict[str, list[float]] = {"torch": [], "ours": []}
             cpu = {"torch": 0.0, "ours": 0.0}
-            for name in best:
+            for name in runs:
                 clients.run(k, servers[name][0], max(m // k // 10, 1))
             for r in range(args.repeat):
                 for name in ("torch", "ours") if r % 2 == 0 else ("ours", "torch"):
                     port, pid = servers[name]
                     c0 = server_cpu(pid)
-                    best[name] = max(best[name], clients.run(k, port, m // k))
+                    runs[name].append(clients.run(k, port, m // k))
                     cpu[name] += server_cpu(pid) - c0
-            theirs, ours = best["torch"], best["ours"]
+            theirs, ours = max(runs["torch"]), max(runs["ours"])
+            median = statistics.median(runs["ours"]) / statistics.median(runs["torch"])
             # per request: 3 requests per set+get pair, m // k pairs per client
             reqs = 3 * (m // k) * k * args.repeat
             if k == 1:
                 one_torch = {"torch": theirs, "ours": ours}
             print(
-                f"{k:>8} {theirs:>12,.0f} {ours:>12,.0f} {ours / theirs:>9.2f}x"
+                f"{k:>8} {theirs:>12,.0f} {ours:>12,.0f} {ours / theirs:>9.2f}x {median:>7.2f}x"
                 f" {1e6 * cpu['torch'] / reqs:>29.1f} {1e6 * cpu['ours'] / reqs:>5.1f}",
                 flush=True,
             )
