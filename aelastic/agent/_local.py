@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import signal
@@ -13,6 +12,7 @@ from typing import Any
 
 import anyio
 
+from .._net import is_loopback
 from ..errors import ProcessFailure
 from ..metrics import prof
 from ..store import StoreServer
@@ -38,15 +38,6 @@ __all__ = ("LocalElasticAgent",)
 log = logging.getLogger("aelastic.agent")
 
 _LOOPBACK = "127.0.0.1"
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class LocalElasticAgent(SimpleElasticAgent):
@@ -113,7 +104,7 @@ class LocalElasticAgent(SimpleElasticAgent):
             bind = advertised = _LOOPBACK
         else:
             bind, advertised = "", _hostname()
-        server = StoreServer(bind, 0, allow_non_loopback=not _is_loopback(bind))
+        server = StoreServer(bind, 0, allow_non_loopback=not is_loopback(bind))
         await stack.enter_async_context(server)
         log.debug("hosting the workers' store on %s (advertised %s)", server.address, advertised)
         return advertised, server.port, True
@@ -121,7 +112,7 @@ class LocalElasticAgent(SimpleElasticAgent):
     def _rendezvous_is_local(self) -> bool:
         rdzv = self._rdzv_info
         info = None if rdzv is None else rdzv.bootstrap_store_info
-        return info is not None and _is_loopback(info.master_addr)
+        return info is not None and is_loopback(info.master_addr)
 
     # -- starting and stopping ---------------------------------------------------------
 

@@ -49,6 +49,7 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 
+from .._net import is_loopback
 from ..store import StoreClosedError, StoreConnectionError, StoreError
 from ._api import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from ._etcd_client import (
@@ -80,11 +81,6 @@ __all__ = ("EtcdRendezvousHandler", "create_etcd_handler")
 log = logging.getLogger(__name__)
 
 _local_ids = itertools.count()
-_LOOPBACK = ("127.", "localhost", "::1")
-
-
-def _is_loopback(host: str) -> bool:
-    return host.startswith(_LOOPBACK) or host == "::1"
 
 
 @dataclass(frozen=True)
@@ -167,7 +163,7 @@ def create_etcd_handler(params: Any) -> EtcdRendezvousHandler:
     config, settings = _config_from_params(params)
     local_addr = params.local_addr
     if not local_addr:
-        if all(_is_loopback(h) for h, _ in config.endpoints):
+        if all(is_loopback(h) for h, _ in config.endpoints):
             local_addr = "127.0.0.1"
         else:
             local_addr = socket.getfqdn()

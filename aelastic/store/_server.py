@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import ipaddress
 import logging
 import socket
 import struct
@@ -14,6 +13,7 @@ from typing import cast
 
 import anyio
 
+from .._net import is_loopback
 from ._exceptions import ProtocolError, StoreConfigError, StoreError
 from ._local import LocalStore
 from ._protocol import (
@@ -27,7 +27,7 @@ from ._protocol import (
 )
 from ._state import StoreState, Waiter
 
-__all__ = ("StoreServer", "is_loopback")
+__all__ = ("StoreServer",)
 
 logger = logging.getLogger("aelastic.store")
 
@@ -49,16 +49,6 @@ _FAST_VALUE_LIMIT = 64 * 1024
 
 #: Default maximum number of simultaneous client connections.
 MAX_CONNECTIONS = 16384
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is a loopback address (or ``localhost``)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class _Connection(asyncio.Protocol):

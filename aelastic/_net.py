@@ -1,0 +1,21 @@
+"""Address helpers shared by the store, the agent and the rendezvous backends."""
+
+from __future__ import annotations
+
+__all__ = ("is_loopback",)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is ``localhost`` or a loopback address (``127.0.0.0/8``, ``::1``).
+
+    Names other than ``localhost`` are not resolved: an unresolvable or remote name is
+    simply not loopback. ``[::1]``-style brackets are accepted.
+    """
+    if host == "localhost":
+        return True
+    import ipaddress  # off the launch path unless an address is actually checked
+
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
