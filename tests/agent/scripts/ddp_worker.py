@@ -55,4 +55,13 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Skip interpreter finalization: gloo's C++ threads can still hold Python objects
+    # then and abort the process (SIGABRT, "terminate called without an active
+    # exception"; pytorch PR #179291). Seen twice in about five full-suite runs on a
+    # loaded 2-core machine, never in 16 runs of this test alone, each time after the
+    # work above was done; what this script checks (the agent's restart) is not
+    # torch's teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
