@@ -494,7 +494,11 @@ class SimpleElasticAgent(ElasticAgent):
         """Wait up to ``exit_barrier_timeout`` for every node to finish its workers.
 
         Keeps this agent (and the workers' store it may host) alive until the other
-        nodes are done. Errors other than cancellation are logged, not raised.
+        nodes are done. Ends early when a peer will never arrive: the rendezvous was
+        closed (a node failed for good) or a participant left or lapsed (pytorch
+        #99051: waiting out the whole timeout for a dead node helps nobody). A node
+        merely waiting to join does not end it. Errors other than cancellation are
+        logged, not raised.
         """
         from ..store import barrier
 
@@ -507,19 +511,44 @@ class SimpleElasticAgent(ElasticAgent):
             self._exit_barrier_timeout,
         )
         started = time.monotonic()
+        lost: list[str] = []
         try:
-            await barrier(
-                self._store,
-                wg.group_world_size,
-                key_prefix=_TERMINAL_STATE_SYNC_ID,
-                timeout=self._exit_barrier_timeout,
-            )
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._watch_for_lost_peers, tg.cancel_scope, lost)
+                await barrier(
+                    self._store,
+                    wg.group_world_size,
+                    key_prefix=_TERMINAL_STATE_SYNC_ID,
+                    timeout=self._exit_barrier_timeout,
+                )
+                tg.cancel_scope.cancel()
         except Exception:
             log.exception(
                 "error waiting on the exit barrier after %.1f s", time.monotonic() - started
             )
         else:
-            log.info("done waiting for other agents after %.3f s", time.monotonic() - started)
+            elapsed = time.monotonic() - started
+            if lost:
+                log.warning("left the exit barrier after %.3f s: %s", elapsed, lost[0])
+            else:
+                log.info("done waiting for other agents after %.3f s", elapsed)
+
+    async def _watch_for_lost_peers(
+        self, barrier_scope: anyio.CancelScope, lost: list[str]
+    ) -> None:
+        """End the exit barrier (cancel ``barrier_scope``) once a peer cannot arrive."""
+        handler = self._worker_group.spec.rdzv_handler
+        try:
+            await handler.wait_for_membership_change()
+            if await handler.is_closed():
+                lost.append("the rendezvous was closed (another node failed for good)")
+            elif await handler.num_nodes_waiting() == 0:
+                lost.append("a peer left or stopped heartbeating")
+            else:
+                return  # only a node waiting to join: keep waiting for the barrier
+        except Exception as exc:  # the rendezvous itself is gone: so are the peers' chances
+            lost.append(f"the rendezvous is unreachable ({exc})")
+        barrier_scope.cancel()
 
     async def _close_rendezvous(self) -> None:
         """The job failed for good here: close the rendezvous so peers stop promptly.

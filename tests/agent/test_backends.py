@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -11,7 +12,12 @@ from typing import Any
 import anyio
 
 from aelastic.agent import LocalElasticAgent, RunResult, WorkerSpec, WorkerState
-from aelastic.rendezvous import RendezvousHandler, RendezvousParameters, get_rendezvous_handler
+from aelastic.rendezvous import (
+    RendezvousClosedError,
+    RendezvousHandler,
+    RendezvousParameters,
+    get_rendezvous_handler,
+)
 from aelastic.store import StoreServer
 
 from ._shared import lapse_handler
@@ -220,3 +226,42 @@ async def test_c10d_terminal_failure_closes_the_rendezvous_for_peers(tmp_path: P
         assert [r.state for r in results] == [WorkerState.FAILED]
         assert len(raised) == 1, "the survivor should find the rendezvous closed"
         assert agent_b.remaining_restarts == 1, "a peer's failure is no local failure"
+
+
+async def test_exit_barrier_ends_when_a_peer_fails_for_good(tmp_path: Path) -> None:
+    """A node whose workers succeeded does not wait ``exit_barrier_timeout`` (60 s here)
+    for a peer that failed with no restarts left (pytorch #99051)."""
+    async with rdzv_store() as port, open_reporter() as rep:
+        done, failing = c10d(port, "barrier", 2, 2), c10d(port, "barrier", 2, 2)
+        in_barrier = anyio.Event()
+
+        class _Agent(LocalElasticAgent):
+            async def _exit_barrier(self) -> None:
+                in_barrier.set()
+                await super()._exit_barrier()
+
+        agent_a = _Agent(
+            _spec(done, rep.args("exit", code=0), tmp_path / "a", exit_barrier_timeout=60.0)
+        )
+        agent_b = LocalElasticAgent(
+            _spec(failing, rep.args("hold"), tmp_path / "b", max_restarts=0)
+        )
+        results: list[RunResult] = []
+
+        async def run_failing() -> None:
+            with contextlib.suppress(RendezvousClosedError):
+                await _run_node(failing, agent_b, results)
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_run_node, done, agent_a, results)
+                tg.start_soon(run_failing)
+                reports = await rep.next(2)
+                await in_barrier.wait()  # A's workers are done: now B fails for good
+                (held,) = [
+                    r
+                    for r in reports
+                    if r.env["GROUP_RANK"] == str(agent_b.get_worker_group().group_rank)
+                ]
+                await held.send(3)
+        assert sorted(r.state.value for r in results) == ["FAILED", "SUCCEEDED"]
