@@ -23,18 +23,25 @@ from typing import Any
 
 import anyio
 
+from ..errors import ProcessFailure
 from ..events import Event, EventSource, record
 from ..metrics import prof, put_metric
 from ..rendezvous import RendezvousGracefulExitError, RendezvousInfo
 from ..store import Store
 from ._exceptions import AgentError, SignalException
 from ._policy import (
+    UNINTERRUPTIBLE_STATE_TIMEOUT_ENV,
     Action,
     Decision,
     decide_after_exit,
     decide_after_membership_change,
+    decide_after_stuck,
     flakiness,
+    resolve_uninterruptible_state_timeout,
     restart_count,
+    stuck_workers,
+    track_uninterruptible,
+    uninterruptible_poll_interval,
 )
 from ._ranks import RankAssignment, RoleInfo, assign_ranks, identical_assignment
 from ._types import DEFAULT_ROLE, RunResult, Worker, WorkerGroup, WorkerSpec, WorkerState
@@ -81,7 +88,20 @@ class SimpleElasticAgent(ElasticAgent):
     Resources a round needs (processes, the workers' store) go on
     ``self._round_stack``, closed when the round ends, even on cancellation.
 
-    ``exit_barrier_timeout`` and ``shutdown_timeout`` override the spec's values.
+    ``exit_barrier_timeout``, ``shutdown_timeout`` and ``uninterruptible_state_timeout``
+    override the spec's values.
+
+    D-state check (opt-in, off by default): with an ``uninterruptible_state_timeout``
+    (argument, spec, or ``TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT``) > 0, the agent
+    reads its running workers' states (:meth:`_worker_states`) every
+    ``min(timeout / 4, 5)`` s. A worker continuously in uninterruptible sleep for the
+    timeout is logged with advice to recycle the host, the workers are stopped, and
+    ``run()`` returns FAILED with a failure per stuck worker, without restarting
+    (torch returns UNHEALTHY, which its launcher then treats as success; FAILED makes
+    the CLI report it and exit 1). Off: nothing polls.
+
+    Raises:
+        AgentConfigError: the D-state timeout (or its variable) is not a number.
     """
 
     def __init__(
@@ -89,6 +109,7 @@ class SimpleElasticAgent(ElasticAgent):
         spec: WorkerSpec,
         exit_barrier_timeout: float | None = None,
         shutdown_timeout: float | None = None,
+        uninterruptible_state_timeout: float | None = None,
     ) -> None:
         self._worker_group = WorkerGroup(spec)
         self._remaining_restarts = spec.max_restarts
@@ -108,6 +129,15 @@ class SimpleElasticAgent(ElasticAgent):
         self._running = False
         self._use_agent_store = False
         self._rdzv_info: RendezvousInfo | None = None
+        #: Seconds a worker may stay in D-state; None: the check is off (no polling).
+        self._uninterruptible_state_timeout = resolve_uninterruptible_state_timeout(
+            spec.uninterruptible_state_timeout
+            if uninterruptible_state_timeout is None
+            else uninterruptible_state_timeout,
+            os.environ.get(UNINTERRUPTIBLE_STATE_TIMEOUT_ENV),
+        )
+        #: ``{local_rank: pid}`` of the workers the D-state check found stuck.
+        self._stuck: dict[int, int] = {}
 
     # -- public -----------------------------------------------------------------------
 
@@ -240,6 +270,18 @@ class SimpleElasticAgent(ElasticAgent):
     def _forward_signal(self, sig: signal.Signals) -> None:
         """Send ``sig`` to the running workers without stopping them (default: nothing)."""
 
+    def _worker_states(self, worker_group: WorkerGroup) -> Mapping[int, str]:
+        """``{local_rank: state letter}`` of the running workers (``"D"``: uninterruptible).
+
+        Read by the opt-in D-state check only; the default reports nothing (never stuck).
+        Must not block: it runs in the event loop.
+        """
+        return {}
+
+    def _stopped_exit_codes(self, worker_group: WorkerGroup) -> Mapping[int, int]:
+        """``{local_rank: exitcode}`` of every worker reaped so far, stopped ones included."""
+        return self._worker_exit_codes(worker_group)
+
     # -- the state machine -------------------------------------------------------------
 
     async def _invoke_run(self, role: str = DEFAULT_ROLE) -> RunResult:
@@ -272,6 +314,8 @@ class SimpleElasticAgent(ElasticAgent):
                         )
                         await self._close_rendezvous()
                         return result
+                    if decision.action is Action.ABANDON:
+                        return await self._abandon_host(wg)
                     if decision.action is Action.RESTART:
                         log.warning(
                             "[%s] worker group FAILED (%s); %d/%d restarts left, restarting",
@@ -311,8 +355,27 @@ class SimpleElasticAgent(ElasticAgent):
         lws = spec.local_world_size
         decided: list[Decision] = []
         errors: list[Exception] = []
+        dstate_timeout = self._uninterruptible_state_timeout
 
         async with anyio.create_task_group() as tg:
+
+            async def watch_uninterruptible(limit: float) -> None:
+                try:
+                    interval = uninterruptible_poll_interval(limit)
+                    since: dict[int, float] = {}
+                    while True:
+                        await anyio.sleep(interval)
+                        now = time.monotonic()
+                        states = self._worker_states(worker_group)
+                        since = track_uninterruptible(since, states, now)
+                        stuck = stuck_workers(since, now, limit)
+                        if stuck:
+                            self._stuck = {r: worker_group.workers[r].id for r in stuck}
+                            decided.append(decide_after_stuck())
+                            break
+                except Exception as exc:
+                    errors.append(exc)
+                tg.cancel_scope.cancel()
 
             async def watch_exits() -> None:
                 try:
@@ -340,9 +403,55 @@ class SimpleElasticAgent(ElasticAgent):
 
             tg.start_soon(watch_exits)
             tg.start_soon(watch_membership)
+            if dstate_timeout is not None:
+                tg.start_soon(watch_uninterruptible, dstate_timeout)
         if decided:
             return decided[0]
         raise errors[0]
+
+    async def _abandon_host(self, wg: WorkerGroup) -> RunResult:
+        """Workers stuck in D-state: stop them, spend the budget, return FAILED naming them.
+
+        The rendezvous is left by the caller (the CLI's handler context), not closed:
+        the other nodes may carry on with a replacement host.
+        """
+        role = wg.spec.role
+        stuck = dict(self._stuck)
+        timeout = self._uninterruptible_state_timeout
+        self._remaining_restarts = 0
+        log.error(
+            "[%s] worker(s) in uninterruptible sleep (state D in /proc/<pid>/stat) for over"
+            " %s s (local_rank: pid %s): probably a hung GPU, NCCL, RDMA or network file"
+            " system call. Stopping the workers and NOT restarting on this host: recycle it.",
+            role,
+            timeout,
+            stuck,
+        )
+        await self._stop_workers(wg)
+        codes = self._stopped_exit_codes(wg)
+        unreaped = self._unkillable_workers(wg)
+        failures: dict[int, ProcessFailure] = {}
+        for rank, pid in stuck.items():
+            worker = wg.workers[rank]
+            failure = ProcessFailure(
+                local_rank=rank,
+                pid=pid,
+                exitcode=codes.get(rank, -signal.SIGKILL),
+                error_file=None,
+            )
+            failure.message = (
+                f"worker (pid {pid}) stayed in uninterruptible sleep (state D) for over"
+                f" {timeout} s ({UNINTERRUPTIBLE_STATE_TIMEOUT_ENV}); "
+                + (
+                    "it survived SIGKILL and was abandoned"
+                    if rank in unreaped
+                    else "the agent stopped it"
+                )
+                + ". A hung GPU, NCCL, RDMA or network file system call: recycle this host."
+            )
+            failures[worker.global_rank] = failure
+        wg.state = WorkerState.FAILED
+        return RunResult(state=WorkerState.FAILED, failures=failures)
 
     @prof
     async def _initialize_workers(self, worker_group: WorkerGroup) -> None:

@@ -59,8 +59,10 @@ class LocalElasticAgent(SimpleElasticAgent):
 
     ``worker_env_extra`` is added to every worker's environment (e.g.
     ``TORCHELASTIC_SIGNALS_TO_HANDLE``); the agent's own ``os.environ`` is never
-    modified. Arguments ``exit_barrier_timeout``, ``shutdown_timeout`` and
-    ``log_line_prefix_template`` override the spec's values.
+    modified. Arguments ``exit_barrier_timeout``, ``shutdown_timeout``,
+    ``log_line_prefix_template`` and ``uninterruptible_state_timeout`` (torch's
+    opt-in D-state check, see :class:`SimpleElasticAgent`; worker states come from
+    ``/proc/<pid>/stat``) override the spec's values.
     """
 
     def __init__(
@@ -72,8 +74,11 @@ class LocalElasticAgent(SimpleElasticAgent):
         log_line_prefix_template: str | None = None,
         worker_env_extra: Mapping[str, str] | None = None,
         start_method: str = "spawn",
+        uninterruptible_state_timeout: float | None = None,
     ) -> None:
-        super().__init__(spec, exit_barrier_timeout, shutdown_timeout)
+        super().__init__(
+            spec, exit_barrier_timeout, shutdown_timeout, uninterruptible_state_timeout
+        )
         if start_method != "spawn":
             raise ValueError(
                 f"start_method={start_method!r}: aelastic always spawns a fresh interpreter"
@@ -219,6 +224,14 @@ class LocalElasticAgent(SimpleElasticAgent):
     def _forward_signal(self, sig: signal.Signals) -> None:
         if self._procs is not None:
             self._procs.send_signal(sig)
+
+    def _worker_states(self, worker_group: WorkerGroup) -> Mapping[int, str]:
+        return self._procs.states() if self._procs is not None else {}
+
+    def _stopped_exit_codes(self, worker_group: WorkerGroup) -> Mapping[int, int]:
+        if self._procs is None:
+            return {}
+        return {rank: e.exitcode for rank, e in self._procs.exits.items()}
 
     @prof
     async def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:

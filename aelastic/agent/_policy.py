@@ -9,9 +9,11 @@ actions out, so the policy is unit-tested without processes.
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection
+import math
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from ._exceptions import AgentConfigError
 from ._types import WorkerState
 
 __all__ = (
@@ -21,7 +23,18 @@ __all__ = (
     "decide_after_membership_change",
     "restart_count",
     "flakiness",
+    "UNINTERRUPTIBLE_STATE_TIMEOUT_ENV",
+    "resolve_uninterruptible_state_timeout",
+    "uninterruptible_poll_interval",
+    "track_uninterruptible",
+    "stuck_workers",
+    "decide_after_stuck",
 )
+
+#: torch's opt-in knob: seconds a worker may stay in uninterruptible sleep (D-state).
+UNINTERRUPTIBLE_STATE_TIMEOUT_ENV = "TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT"
+#: Upper bound on the D-state check's period, whatever the timeout.
+_MAX_POLL_INTERVAL = 5.0
 
 
 class Action(str, enum.Enum):
@@ -37,6 +50,9 @@ class Action(str, enum.Enum):
     REJOIN = "REJOIN"
     #: A worker failed and the budget is spent: stop the others and return FAILED.
     FAIL = "FAIL"
+    #: A worker is stuck in uninterruptible sleep (D-state): stop the workers, spend
+    #: the whole budget (no restart on this host) and return FAILED.
+    ABANDON = "ABANDON"
 
 
 @dataclass(frozen=True)
@@ -105,3 +121,82 @@ def flakiness(is_failed: bool, max_restarts: int, remaining_restarts: int) -> in
     if is_failed:
         return 100
     return int(100.0 - 100.0 * (remaining_restarts + 1) / (max_restarts + 1))
+
+
+# -- uninterruptible sleep (Linux D-state) -------------------------------------------
+
+
+def resolve_uninterruptible_state_timeout(
+    value: float | None, env_value: str | None
+) -> float | None:
+    """The D-state timeout in seconds, or None when the check is off (the default).
+
+    ``value`` (an agent argument or ``WorkerSpec.uninterruptible_state_timeout``) wins
+    when not None; otherwise ``env_value``, the raw
+    ``TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT``, decides (unset or blank: off).
+    Zero or a negative number turns the check off, as in torch.
+
+    Raises:
+        AgentConfigError: the value is not a finite number of seconds.
+    """
+    if value is None:
+        if env_value is None or not env_value.strip():
+            return None
+        try:
+            seconds = float(env_value)
+        except ValueError:
+            seconds = math.nan
+        if not math.isfinite(seconds):
+            raise AgentConfigError(
+                f"{UNINTERRUPTIBLE_STATE_TIMEOUT_ENV}={env_value!r} is not a number of"
+                " seconds; set it to e.g. 600, or unset it (or set 0) to turn the D-state"
+                " check off"
+            )
+    else:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise AgentConfigError(
+                f"uninterruptible_state_timeout must be seconds (a number) or None, got {value!r}"
+            )
+        seconds = float(value)
+        if not math.isfinite(seconds):
+            raise AgentConfigError(
+                f"uninterruptible_state_timeout must be a finite number of seconds,"
+                f" got {value!r}; use 0 or a negative number to turn the check off"
+            )
+    return seconds if seconds > 0 else None
+
+
+def uninterruptible_poll_interval(timeout: float) -> float:
+    """How often the agent reads its workers' states: ``min(timeout / 4, 5)`` seconds."""
+    if timeout <= 0:
+        raise ValueError(f"timeout must be positive, got {timeout}")
+    return min(timeout / 4.0, _MAX_POLL_INTERVAL)
+
+
+def track_uninterruptible(
+    since: Mapping[int, float], states: Mapping[int, str], now: float
+) -> dict[int, float]:
+    """Fold one sample of worker states into ``{local_rank: first seen in D}``.
+
+    ``states`` is ``{local_rank: state letter}`` of the live workers (see
+    ``WorkerProcesses.states``). A worker seen in ``"D"`` keeps the time it was first
+    seen in D in an unbroken run of samples; any other state (or no state: exited,
+    unreadable) drops it, so only a worker *continuously* in D accumulates time.
+    """
+    return {rank: since.get(rank, now) for rank, state in states.items() if state == "D"}
+
+
+def stuck_workers(since: Mapping[int, float], now: float, timeout: float) -> list[int]:
+    """Local ranks (sorted) continuously in D-state for at least ``timeout`` seconds."""
+    return sorted(rank for rank, first in since.items() if now - first >= timeout)
+
+
+def decide_after_stuck() -> Decision:
+    """A worker is stuck in D-state: give up on this host, like torch.
+
+    torch's agent marks the group UNHEALTHY, sets the remaining restarts to 0 and
+    exits; a D-state worker usually means a hung GPU, NCCL, RDMA or network file
+    system call that a restart on the same host will not clear. The agent carries
+    this out as: stop the workers, return FAILED naming the stuck workers.
+    """
+    return Decision(Action.ABANDON, WorkerState.UNHEALTHY, 0)

@@ -93,6 +93,12 @@ class WorkerSpec:
         virtual_local_rank: every worker sees ``LOCAL_RANK=0`` and only its own device in
             ``CUDA_VISIBLE_DEVICES`` (the local_rank-th entry of the agent's list, else
             the local rank), as torchrun's ``--virtual-local-rank``.
+        uninterruptible_state_timeout: seconds a running worker may stay continuously
+            in uninterruptible sleep (Linux D-state) before the agent stops the workers
+            and returns FAILED without restarting on this host (a hung GPU, NCCL, RDMA
+            or network file system call: recycle the host). None: the
+            ``TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT`` variable decides (unset: off);
+            ``<= 0``: off. Off means no polling at all.
 
     String entrypoints' ``args`` go through torch's ``${local_rank}`` macro per worker.
     """
@@ -119,6 +125,7 @@ class WorkerSpec:
     duplicate_stdout_filters: list[str] | None = None
     duplicate_stderr_filters: list[str] | None = None
     virtual_local_rank: bool = False
+    uninterruptible_state_timeout: float | None = None
 
     def __post_init__(self) -> None:
         if self.fn is not None:
@@ -165,6 +172,15 @@ class WorkerSpec:
                     f"WorkerSpec.{name} must be a list of substrings such as ['loss'],"
                     f" got {needles!r}"
                 )
+        timeout = self.uninterruptible_state_timeout
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or timeout != timeout  # NaN
+        ):
+            raise AgentConfigError(
+                f"WorkerSpec.uninterruptible_state_timeout must be seconds or None, got {timeout!r}"
+            )
         self.args = tuple(self.args)
 
     def get_entrypoint_name(self) -> str:
