@@ -49,7 +49,10 @@ def main(argv: list[str]) -> int:
     with open(tmp, "w") as f:
         json.dump(env, f)
     os.replace(tmp, os.path.join(out, name))
-    print(f"READY rank={rank} world={world}", flush=True)
+    # One write per line: under ``python -u`` print() writes the text and the newline
+    # separately, and two workers sharing the console pipe can interleave between them.
+    sys.stdout.write(f"READY rank={rank} world={world}\n")
+    sys.stdout.flush()
     notify = opts.get("--notify")  # a test's TCP listener on 127.0.0.1: send our pid
     if notify is not None:
         import socket
