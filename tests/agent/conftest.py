@@ -16,7 +16,7 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from aelastic.agent import LocalElasticAgent, RunResult
+from aelastic.agent import LocalElasticAgent, RunResult, WorkerSpec
 
 from ._shared import LocalRendezvous as LocalRendezvous
 
@@ -131,3 +131,22 @@ def open_fds() -> set[str]:
 
 
 PYTHON = sys.executable
+
+
+def local_spec(
+    rdzv: LocalRendezvous, args: tuple[str, ...], tmp_path: Path, **kw: object
+) -> WorkerSpec:
+    """A two-worker spec over a one-node rendezvous with short timeouts; ``kw`` overrides."""
+    options: dict[str, object] = dict(
+        role="trainer",
+        local_world_size=2,
+        rdzv_handler=rdzv,
+        entrypoint=PYTHON,
+        args=args,
+        max_restarts=2,
+        shutdown_timeout=5.0,
+        exit_barrier_timeout=5.0,
+        log_dir=str(tmp_path / "logs"),
+    )
+    options.update(kw)
+    return WorkerSpec(**options)  # type: ignore[arg-type]

@@ -27,7 +27,7 @@ from aelastic.agent._policy import (
 )
 from aelastic.errors import ChildFailedError
 
-from .conftest import PYTHON, LocalRendezvous, open_reporter, pid_alive, start_run
+from .conftest import LocalRendezvous, local_spec, open_reporter, pid_alive, start_run
 
 ENV = UNINTERRUPTIBLE_STATE_TIMEOUT_ENV
 
@@ -140,20 +140,7 @@ class DStateAgent(LocalElasticAgent):
         return states
 
 
-def _spec(rdzv: LocalRendezvous, args: tuple[str, ...], tmp_path: Path, **kw: object) -> WorkerSpec:
-    options: dict[str, object] = dict(
-        role="trainer",
-        local_world_size=2,
-        rdzv_handler=rdzv,
-        entrypoint=PYTHON,
-        args=args,
-        max_restarts=2,
-        shutdown_timeout=5.0,
-        exit_barrier_timeout=5.0,
-        log_dir=str(tmp_path / "logs"),
-    )
-    options.update(kw)
-    return WorkerSpec(**options)  # type: ignore[arg-type]
+_spec = local_spec
 
 
 async def test_stuck_worker_stops_the_group_and_fails_without_restart(

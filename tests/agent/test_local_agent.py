@@ -10,33 +10,19 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aelastic.agent import LocalElasticAgent, SignalException, WorkerSpec, WorkerState
+from aelastic.agent import LocalElasticAgent, SignalException, WorkerState
 from aelastic.errors import ChildFailedError
 
 from .conftest import (
-    PYTHON,
     LocalRendezvous,
+    local_spec,
     open_fds,
     open_reporter,
     pid_alive,
     start_run,
 )
 
-
-def _spec(rdzv: LocalRendezvous, args: tuple[str, ...], tmp_path: Path, **kw: object) -> WorkerSpec:
-    options: dict[str, object] = dict(
-        role="trainer",
-        local_world_size=2,
-        rdzv_handler=rdzv,
-        entrypoint=PYTHON,
-        args=args,
-        max_restarts=2,
-        shutdown_timeout=5.0,
-        exit_barrier_timeout=5.0,
-        log_dir=str(tmp_path / "logs"),
-    )
-    options.update(kw)
-    return WorkerSpec(**options)  # type: ignore[arg-type]
+_spec = local_spec
 
 
 async def test_env_contract_and_success(tmp_path: Path) -> None:
