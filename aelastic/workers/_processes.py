@@ -453,12 +453,8 @@ class WorkerProcesses:
             for fd in close:
                 os.close(fd)
         log.debug("local rank %s runs in warm interpreter pid %s", spec.local_rank, warm.pid)
-        worker.popen = warm.popen
-        worker.pid = warm.pid
-        self.pids[spec.local_rank] = warm.pid
         self.warm_ranks.add(spec.local_rank)
-        worker.pidfd = os.pidfd_open(warm.pid)
-        loop.add_reader(worker.pidfd, self._on_pidfd_readable, spec.local_rank)
+        self._watch_pidfd(loop, worker, warm.popen)
         return True
 
     def _spawn_pidfd(
@@ -480,6 +476,15 @@ class WorkerProcesses:
             start_new_session=True,
             preexec_fn=preexec,
         )
+        self._watch_pidfd(loop, worker, popen)
+
+    def _watch_pidfd(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        worker: _Worker,
+        popen: subprocess.Popen[bytes],
+    ) -> None:
+        """Adopt ``popen`` as ``worker`` and have the loop tell us the moment it exits."""
         worker.popen = popen
         worker.pid = popen.pid
         self.pids[worker.spec.local_rank] = popen.pid
