@@ -50,9 +50,14 @@ def flat_params(model: nn.Module) -> torch.Tensor:
     return torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
 
 
+def param_bytes(model: nn.Module) -> bytes:
+    """The float32 parameter vector as raw bytes (no numpy: torch's CPU wheel lacks it)."""
+    return bytes(flat_params(model).view(torch.uint8).tolist())
+
+
 def save_checkpoint(path: str, model: nn.Module, step: int, world_size: int) -> None:
     header = json.dumps({"step": step, "world_size": world_size}).encode()
-    payload = flat_params(model).numpy().tobytes()
+    payload = param_bytes(model)
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as f:
         f.write(MAGIC + len(header).to_bytes(4, "little") + header + payload)
@@ -78,7 +83,7 @@ def load_checkpoint(path: str, model: nn.Module) -> int:
 
 
 def checksum(model: nn.Module) -> str:
-    return hashlib.sha256(flat_params(model).numpy().tobytes()).hexdigest()[:16]
+    return hashlib.sha256(param_bytes(model)).hexdigest()[:16]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,6 +101,15 @@ def main(argv: list[str] | None = None) -> int:
 
     model = build_model()
     start = load_checkpoint(opts.checkpoint, model) if opts.checkpoint else 0
+    if start >= opts.steps:
+        if rank == 0:
+            print(
+                f"{opts.checkpoint} already holds step {start} >= --steps {opts.steps}: "
+                "this run already finished; delete the checkpoint or raise --steps to train",
+                flush=True,
+            )
+        dist.destroy_process_group()
+        return 0
     ddp = DistributedDataParallel(model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=opts.lr)
     if rank == 0:
