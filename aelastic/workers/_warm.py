@@ -38,6 +38,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ._dispositions import spawn_signals
 from ._pdeathsig import wrap_argv
 from ._watch import _watcher
 
@@ -63,7 +64,7 @@ WARM_WORKERS_ENV = "AELASTIC_WARM_WORKERS"
 #: Seconds between an activation and the start of its replacements.
 DEFAULT_REPLENISH_DELAY = 0.25
 _BOOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_warm_boot.py")
-_MAGIC = b"aelastic-warm-1"
+_MAGIC = b"aelastic-warm-2"
 _NO_ARG_FLAGS = frozenset({"-u", "-B", "-O", "-OO", "-b", "-bb", "-s", "-S", "-q", "-E", "-R"})
 _STARTUP_PREFIXES = ("PYTHON", "LC_")
 _STARTUP_NAMES = frozenset({"LANG", "HOME"})
@@ -184,10 +185,14 @@ class WarmProcess:
     ) -> None:
         """Turn the interpreter into the worker; raises OSError when it cannot be reached.
 
-        Closes the control socket either way; the caller owns the process after.
+        The worker starts with the signal dispositions and mask a fresh spawn
+        from this thread would have now (:func:`spawn_signals`), whatever they
+        were when the interpreter was pre-started. Closes the control socket
+        either way; the caller owns the process after.
         """
         sys_argv = [entry.target, *entry.args] if entry.kind == "script" else ["-m", *entry.args]
         fields = [_MAGIC, os.fsencode(cwd), entry.kind.encode(), os.fsencode(entry.target)]
+        fields += spawn_signals().encode()
         for items in (list(argv), sys_argv):
             fields.append(str(len(items)).encode())
             fields += [os.fsencode(a) for a in items]
