@@ -31,9 +31,12 @@ from aelastic.workers import (
 
 PY = sys.executable
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(os, "pidfd_open"), reason="warm workers need the pidfd watcher (Linux >= 5.3)"
-)
+pytestmark = [
+    pytest.mark.anyio,  # every backend
+    pytest.mark.skipif(
+        not hasattr(os, "pidfd_open"), reason="warm workers need the pidfd watcher (Linux >= 5.3)"
+    ),
+]
 
 
 @pytest.fixture(autouse=True)
@@ -378,7 +381,7 @@ async def test_dead_idle_interpreter_is_skipped(tmp_path: Path) -> None:
     [
         ({"AELASTIC_WARM_WORKERS": "0"}, False),
         ({"AELASTIC_WARM_WORKERS": "off"}, False),
-        ({"AELASTIC_CHILD_WATCHER": "asyncio"}, False),
+        ({"AELASTIC_CHILD_WATCHER": "thread"}, True),  # a waiting thread follows them too
         ({"AELASTIC_WARM_WORKERS": "1"}, True),
         ({}, True),
     ],

@@ -1,4 +1,7 @@
-"""open_worker_processes with real subprocesses: exits, stop, signals, cleanup."""
+"""open_worker_processes with real subprocesses: exits, stop, signals, cleanup.
+
+Every test runs on asyncio, uvloop and trio (anyio's plugin) with both exit watchers.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +18,6 @@ from aelastic.workers import (
     NoMoreExitsError,
     ProcessSpec,
     Std,
-    WorkerProcessError,
     WorkerStartError,
     open_worker_processes,
     process_state,
@@ -23,12 +25,14 @@ from aelastic.workers import (
 
 from .conftest import Reporter, open_fds, pid_gone, py, wait_gone
 
+pytestmark = pytest.mark.anyio
+
 PAUSE = "import signal\nsignal.pause()\n"
 
 
-@pytest.fixture(autouse=True, params=["pidfd", "asyncio"])
+@pytest.fixture(autouse=True, params=["pidfd", "thread"])
 def watcher(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run every test with both exit watchers (pidfd, the loop's child watcher)."""
+    """Run every test with both exit watchers (pidfd, a thread blocked in waitid)."""
     name: str = request.param
     if name == "pidfd" and not hasattr(os, "pidfd_open"):
         pytest.skip("no pidfd on this platform")
@@ -115,11 +119,8 @@ async def test_grandchildren_in_the_group_are_killed(reporter: Reporter) -> None
     await wait_gone(grandchild)
 
 
-async def test_leftover_grandchild_of_an_exited_worker_is_killed(
-    reporter: Reporter, watcher: str
-) -> None:
-    if watcher != "pidfd":
-        pytest.skip("only the pidfd watcher keeps an exited leader's pid reserved")
+async def test_leftover_grandchild_of_an_exited_worker_is_killed(reporter: Reporter) -> None:
+    # Both watchers leave the exited leader a zombie, so its group id stays ours to signal.
     code = textwrap.dedent(
         """
         import subprocess, sys
@@ -196,22 +197,9 @@ async def test_bad_specs_are_rejected() -> None:
             pass
 
 
-def test_trio_backend_is_refused(watcher: str) -> None:
-    if watcher != "pidfd":
-        pytest.skip("backend check does not depend on the watcher")
-    pytest.importorskip("trio")
-
-    async def main() -> None:
-        async with open_worker_processes([spec(0, ["true"])]):
-            pass
-
-    with pytest.raises(WorkerProcessError, match="asyncio"):
-        anyio.run(main, backend="trio")
-
-
 async def test_bad_watcher_setting_is_clear(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AELASTIC_CHILD_WATCHER", "poll")
-    with pytest.raises(ValueError, match="pidfd, asyncio"):
+    with pytest.raises(ValueError, match="pidfd, thread"):
         async with open_worker_processes([spec(0, ["true"])]):
             pass
 
