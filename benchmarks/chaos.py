@@ -24,8 +24,8 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from chaos._harness import FAULTS, TORCHRUN, TrialResult, run_trial  # noqa: E402
-from launcher._nodes import AELASTIC_RUN  # noqa: E402
+from chaos._harness import FAULTS, TORCHRUN, TrialResult, run_trial
+from launcher._nodes import AELASTIC_RUN
 
 LAUNCHERS = {"aelastic": AELASTIC_RUN, "torchrun": TORCHRUN}
 
@@ -52,7 +52,7 @@ async def _main(opts: argparse.Namespace) -> None:
                     flush=True,
                 )
     print()
-    print("| fault | launcher | outcomes | broke a property | reacted (median) | recovered (median) |")
+    print("| fault | launcher | outcomes | broke a property | reacted | recovered |")
     print("|---|---|---|---|---|---|")
     for fault in faults:
         for name in launchers:
