@@ -34,22 +34,27 @@ from typing import Literal
 import anyio
 from launcher._nodes import AELASTIC_RUN, Cluster, Node, cluster, free_port
 
+from ._netns import Hosts
+
 HERE = Path(__file__).parent
 WORKER = str(HERE / "chaos_worker.py")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
-Target = Literal["worker", "agent", "host"]
+Target = Literal["worker", "agent", "host", "link"]
 Phase = Literal["rendezvous", "startup", "training"]
 
-#: How long a SIGSTOPped process stays stopped (longer than the heartbeat timeout).
+#: How long a SIGSTOPped process stays stopped, or a cut link stays cut (longer than the
+#: heartbeat timeout).
 STOP_SECONDS = 3.0
-#: The rendezvous settings every trial uses (torch's names: torchrun takes them too).
-CONF = "keep_alive_interval=0.2,heartbeat_timeout=1,join_timeout=60,close_timeout=5"
+#: The rendezvous settings every trial uses: torch's names and whole seconds, so torchrun
+#: runs with exactly the same ones (a silent node is dropped after 1 s x 2 misses).
+CONF = "keep_alive_interval=1,keep_alive_max_attempt=2,join_timeout=60,close_timeout=5"
 
 
 @dataclass(frozen=True)
 class Fault:
-    """One fault: which process gets which signal in which phase of the job."""
+    """One fault: which process gets which signal in which phase of the job (``link``:
+    node 2's host is cut off from the others' for :data:`STOP_SECONDS`; ``sig`` unused)."""
 
     target: Target
     sig: signal.Signals
@@ -57,12 +62,23 @@ class Fault:
 
     @property
     def name(self) -> str:
+        if self.target == "link":
+            return f"cut link during {self.phase}"
         return f"{self.sig.name} {self.target} during {self.phase}"
 
     @property
     def removes_node(self) -> bool:
         """Whether the fault takes a whole node out of the job for good."""
-        return self.target != "worker" and self.sig != signal.SIGSTOP
+        return self.target in ("agent", "host") and self.sig != signal.SIGSTOP
+
+    @property
+    def expected_worlds(self) -> tuple[int, ...]:
+        """The world sizes a job that completes after this fault may end in."""
+        if self.removes_node:
+            return (2,)
+        if self.target == "link" or (self.target == "agent" and self.sig == signal.SIGSTOP):
+            return (2, 3)  # dropped for good, or back in time to rejoin
+        return (3,)
 
 
 #: The faults the suite covers (``tests/chaos`` runs each once; the benchmark more often).
@@ -79,6 +95,8 @@ FAULTS: tuple[Fault, ...] = (
     Fault("host", signal.SIGKILL, "training"),
     Fault("host", signal.SIGTERM, "training"),
 )
+#: Faults that need two test hosts (network namespaces; see ``_netns``).
+HOST_FAULTS: tuple[Fault, ...] = (Fault("link", signal.SIGSTOP, "training"),)
 
 
 @dataclass
@@ -146,16 +164,18 @@ class TrialResult:
         return out
 
 
-def _argv(port: int, conf: str, is_host: bool, out: Path, steps: int) -> list[str]:
+def _argv(
+    endpoint: str, local_addr: str, conf: str, is_host: bool, out: Path, steps: int
+) -> list[str]:
     return [
         "--nnodes", "2:3",
         "--nproc-per-node", "1",
         "--max-restarts", "3",
         "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", f"127.0.0.1:{port}",
+        "--rdzv-endpoint", endpoint,
         "--rdzv-id", "chaos",
         "--rdzv-conf", f"{conf},is_host={int(is_host)}",
-        "--local-addr", "127.0.0.1",
+        "--local-addr", local_addr,
         "--monitor-interval", "0.1",
         WORKER, str(out), str(steps),
     ]  # fmt: skip
@@ -245,23 +265,24 @@ async def run_trial(
     launcher: Sequence[str] = AELASTIC_RUN,
     steps: int = 30,
     bound: float = 90.0,
+    hosts: Hosts | None = None,
 ) -> TrialResult:
     """Run one seeded trial of ``fault`` and return what it saw (never raises on a
-    broken property: :meth:`TrialResult.problems` lists those)."""
+    broken property: :meth:`TrialResult.problems` lists those). A ``link`` fault needs
+    ``hosts`` (nodes 0 and 1 on host a, node 2 on host b); the others run on loopback."""
     rng = random.Random(seed)
     name = "aelastic" if list(launcher) == list(AELASTIC_RUN) else "torchrun"
     out = tmp / "out"
     (out / "pids").mkdir(parents=True)
-    port = free_port()
     env = {"LOGLEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
     # a wide last call in the rendezvous trial keeps the round open while the victim dies
-    last_call = 3 if fault.phase == "rendezvous" else 0.5
+    last_call = 3 if fault.phase == "rendezvous" else 1
     conf = f"{CONF},last_call_timeout={last_call}"
     fault_at: float | None = None
     reacted: float | None = None
     recovered: float | None = None
     async with cluster() as c:
-        start = _starter(c, launcher, env, port, conf, out, steps)
+        start = _starter(c, launcher, env, conf, out, steps, hosts)
         nodes = [await start(True), await start(False)]
         if fault.phase == "rendezvous":
             # the host and one node join first; the third node comes after the fault
@@ -270,7 +291,7 @@ async def run_trial(
                 for node in nodes:
                     await node.wait_for_err("rendezvous'ing worker group")
         else:
-            victim_index = 0 if fault.target == "host" else rng.choice([1, 2])
+            victim_index = {"host": 0, "link": 2}.get(fault.target) or rng.choice([1, 2])
             nodes.append(await start(False))
         victim = nodes[victim_index]
         with anyio.move_on_after(bound):
@@ -283,8 +304,14 @@ async def run_trial(
             else:
                 target_pid = victim.process.pid
             fault_at = time.monotonic()
-            os.kill(target_pid, fault.sig)
-            if fault.sig == signal.SIGSTOP:
+            if fault.target == "link":
+                assert hosts is not None
+                hosts.cut()
+                await anyio.sleep(STOP_SECONDS)  # the fault's duration, not a synchronisation
+                hosts.mend()
+            else:
+                os.kill(target_pid, fault.sig)
+            if fault.sig == signal.SIGSTOP and fault.target != "link":
                 await anyio.sleep(STOP_SECONDS)  # the fault's duration, not a synchronisation
                 os.kill(target_pid, signal.SIGCONT)
             if fault.phase == "rendezvous":
@@ -312,15 +339,10 @@ async def run_trial(
     orphans = [pid for pid in _worker_pids(out) if _alive(pid)]
     for pid in orphans:
         os.kill(pid, signal.SIGKILL)
-    survivors = [i for i in range(len(nodes)) if not (fault.removes_node and i == victim_index)]
+    cut_off = fault.removes_node or fault.target == "link"
+    survivors = [i for i in range(len(nodes)) if not (cut_off and i == victim_index)]
     final_path = out / "final.json"
     final = json.loads(final_path.read_text()) if final_path.exists() else None
-    if fault.removes_node:
-        expected: tuple[int, ...] = (2,)
-    elif fault.sig == signal.SIGSTOP and fault.target == "agent":
-        expected = (2, 3)
-    else:
-        expected = (3,)
     unclear = [
         i for i in survivors if codes[i] not in (0, None) and not _clear_error(stderr[i], name)
     ]
@@ -331,7 +353,7 @@ async def run_trial(
         codes=codes,
         survivors=survivors,
         final=final,
-        expected_worlds=expected,
+        expected_worlds=fault.expected_worlds,
         orphans=orphans,
         checkpoint_problem=_checkpoint_problem(out),
         unclear_errors=unclear,
@@ -345,12 +367,23 @@ def _starter(
     c: Cluster,
     launcher: Sequence[str],
     env: dict[str, str],
-    port: int,
     conf: str,
     out: Path,
     steps: int,
+    hosts: Hosts | None,
 ) -> Callable[[bool], Awaitable[Node]]:
+    """``start(is_host)``: the next node, on loopback or (with ``hosts``) node 2 on host b."""
+    endpoint = f"{hosts.addresses[0] if hosts else '127.0.0.1'}:{free_port()}"
+
     async def start(is_host: bool) -> Node:
-        return await c.start(_argv(port, conf, is_host, out, steps), env, launcher=launcher)
+        if hosts is None:
+            return await c.start(
+                _argv(endpoint, "127.0.0.1", conf, is_host, out, steps), env, launcher=launcher
+            )
+        host = 1 if len(c.nodes) >= 2 else 0
+        argv = _argv(endpoint, hosts.addresses[host], conf, is_host, out, steps)
+        # gloo picks its interface by name: the veth end of this host
+        node_env = {**env, "GLOO_SOCKET_IFNAME": hosts.interfaces[host]}
+        return await c.start(argv, node_env, launcher=[*hosts.prefix(host), *launcher])
 
     return start
