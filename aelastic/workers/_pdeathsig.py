@@ -17,9 +17,10 @@ parent check. It forces a full fork of the agent, so it costs more, but
 needs no external binary.
 
 ``AELASTIC_PDEATHSIG=wrapper|preexec|off`` forces a choice. The kernel sends
-the signal when the *thread* that forked the child exits; asyncio and uvloop
-fork in the event-loop thread, so run the agent's loop in a thread that lives
-as long as the agent (normally the main thread).
+the signal when the *thread* that forked the child exits; workers and warm
+interpreters are forked in the event-loop thread (never in a worker thread,
+which anyio ends when idle), so run the agent's loop in a thread that lives as
+long as the agent (normally the main thread).
 """
 
 from __future__ import annotations
