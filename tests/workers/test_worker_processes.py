@@ -246,3 +246,24 @@ async def test_cancellation_with_pipes_and_log_files_leaks_no_fd(
             await anyio.sleep_forever()
     assert open_fds() == before
     assert (await anyio.Path(tmp_path / "1.out").read_text()) == "hello\n"
+
+
+def _children() -> set[str]:
+    """Pids of this process's children, zombies included (Linux >= 3.5)."""
+    found: set[str] = set()
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as fp:
+            found.update(fp.read().split())
+    return found
+
+
+async def test_cancelled_while_starting_leaves_no_process_or_fd(reporter: Reporter) -> None:
+    # Starting forks one worker per loop turn: a cancellation can land between two forks.
+    before, children = open_fds(), _children()
+    specs = [spec(r, py(f"report({r})\n" + PAUSE), reporter.env()) for r in range(3)]
+    with anyio.move_on_after(0) as scope:  # cancelled at the first checkpoint: after rank 0
+        async with open_worker_processes(specs, shutdown_timeout=10):
+            pytest.fail("the block must not run")
+    assert scope.cancelled_caught
+    assert _children() == children  # every worker started was stopped and reaped
+    assert open_fds() == before
