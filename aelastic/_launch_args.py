@@ -310,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     for flags, dest, kind, default, help_ in _OPTIONS:
-        shown = "" if kind == "flag" else f" (default: {default})"
+        shown = _shown_default(kind, default, help_)
         if kind == "flag":
             parser.add_argument(*flags, dest=dest, action="store_const", const=True, help=help_)
         else:
@@ -319,6 +319,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("training_script_args", nargs=argparse.REMAINDER)
     parser.set_defaults(**{dest: None for _, dest, _, _, _ in _OPTIONS})
     return parser
+
+
+def _shown_default(kind: str, default: Any, help_: str) -> str:
+    """The ``(default: X)`` suffix of an option's help, or "" when it would say nothing.
+
+    Flags, empty or None defaults, and help texts that already state their default
+    (computed ones such as ``--master-port``'s 29500) get no suffix, so no default is
+    printed twice.
+    """
+    if kind == "flag" or default in (None, "") or "default" in help_:
+        return ""
+    return f" (default: {default})"
 
 
 def _flag_name(dest: str) -> str:
