@@ -45,6 +45,7 @@ class Node:
         self.stderr = bytearray()
         self._changed = anyio.Event()
         self._stdout_closed = False
+        self._stderr_closed = False
 
     async def _pump_stdout(self) -> None:
         assert self.process.stdout is not None
@@ -66,8 +67,20 @@ class Node:
         try:
             async for chunk in self.process.stderr:
                 self.stderr += chunk
+                self._changed.set()
+                self._changed = anyio.Event()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             pass
+        finally:
+            self._stderr_closed = True
+            self._changed.set()
+
+    async def wait_for_err(self, text: str) -> None:
+        """Return once ``text`` appeared on stderr; fail if stderr closes first."""
+        while text not in self.err:
+            if self._stderr_closed:
+                raise AssertionError(f"{self.name} exited before {text!r} on stderr: {self.err}")
+            await self._changed.wait()
 
     async def wait_for_line(self, predicate: Callable[[str], bool], count: int = 1) -> None:
         """Return once ``count`` stdout lines satisfy ``predicate``; fail if stdout closes."""
