@@ -86,14 +86,19 @@ SCENARIOS: dict[str, Scenario] = {
     "record": Scenario(
         [*_NPROC2, "--log-dir", LOG_DIR, "--redirects", "0:3"],
         [WORKER, "a", "b"],
-        env={"PARITY_FAIL_RANKS": "0,1", "PARITY_RECORD": "1"},
+        env={"PARITY_FAIL_RANKS": "0,1", "PARITY_RECORD": "1", "PARITY_BARRIER": "1"},
     ),
     # --log-dir /dev/null: rank 0 redirected, rank 1 tee'd
     "no_python": Scenario(
         [*_NPROC2, "--log-dir", "/dev/null", "-r", "0:3", "-t", "1:3", "--no-python"],
         ["sh", "-c", _SH, sys.executable, WORKER, "x y"],
     ),
-    "run_path": Scenario([*_NPROC2, "--run-path"], [WORKER, "r"], env={"PARITY_FAIL_RANKS": "1"}),
+    # rank 1 fails, uncaught (torchrun records it all the same)
+    "run_path": Scenario(
+        [*_NPROC2, "--run-path"],
+        [WORKER, "r"],
+        env={"PARITY_FAIL_RANKS": "1", "PARITY_BARRIER": "1"},
+    ),
     "module": Scenario(
         [*_NPROC2, "--log-dir", LOG_DIR, "--tee", "3", "--local-ranks-filter", "1", "-m"],
         ["parity_worker", "m"],
@@ -132,12 +137,21 @@ class Run:
             text = text.replace(str(self.log_dir), "<LOG_DIR>")
         text = text.replace(str(self.tmp), "<TMP>")
         # The default log directory is a fresh mkdtemp(): random by construction. Its
-        # prefix is kept (and allow-listed) so a change of name is still seen.
-        text = re.sub(r"<TMP>/(torchelastic|aelastic)_[A-Za-z0-9_]+", r"<TMP>/\1_<RANDOM>", text)
+        # name's prefix is compared on its own (default_log_prefix).
+        text = re.sub(r"<TMP>/(torchelastic|aelastic)_[A-Za-z0-9_]+", "<DEFAULT_LOG_DIR>", text)
         # The per-agent run directory's name: test_run_directory_is_per_agent.
-        text = re.sub(r"(<LOG_DIR>|_<RANDOM>)/[^/]+/attempt_", r"\1/<RUN_DIR>/attempt_", text)
+        text = re.sub(
+            r"(<LOG_DIR>|<DEFAULT_LOG_DIR>)/[^/]+/attempt_", r"\1/<RUN_DIR>/attempt_", text
+        )
         # --standalone draws a random run id.
         return text.replace(self.run_id, "<RUN_ID>") if self.seen else text
+
+    def default_log_prefix(self, rank: str) -> str | None:
+        """The name prefix of the default log directory (None with --log-dir)."""
+        path = Path(self.seen[rank]["env"].get("TORCHELASTIC_ERROR_FILE", "/"))
+        if self.tmp not in path.parents:
+            return None
+        return path.relative_to(self.tmp).parts[0].rpartition("_")[0]
 
 
 def _command(name: str, scenario: Scenario, log_dir: Path) -> list[str]:
@@ -164,9 +178,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[st
             out, log_dir, tmp = where / "out", where / "logs", where / "tmp"
             for directory in (out, log_dir, tmp):
                 directory.mkdir(parents=True)
+            launch_env = {**env, **scenario.env}
+            if "PARITY_BARRIER" in launch_env:  # a FIFO the two ranks meet at
+                os.mkfifo(out / "barrier")
+                launch_env["PARITY_BARRIER"] = str(out / "barrier")
             launch_env = {
-                **env,
-                **scenario.env,
+                **launch_env,
                 "PARITY_OUT": str(out),
                 # default log directories land here, and are removed with it
                 "TMPDIR": str(tmp),
@@ -248,23 +265,17 @@ def _env(run: Run, rank: str) -> dict[str, str]:
     return {k: run.norm(v) for k, v in env.items()}
 
 
-_DEFAULT_LOG_DIR = re.compile(r"<TMP>/(\w+?)_<RANDOM>")
-
-
 def _env_pairs(theirs: Run, ours: Run) -> dict[str, tuple[Any, Any]]:
     pairs: dict[str, tuple[Any, Any]] = {}
     for rank in ("0", "1"):
         a, b = _env(theirs, rank), _env(ours, rank)
         pairs[f"env names (rank {rank})"] = (sorted(a), sorted(b))
         for name in sorted(set(a) & set(b)):
-            found = [_DEFAULT_LOG_DIR.search(v) for v in (a[name], b[name])]
-            if found[0] or found[1]:  # compared on their own, then left out of the value
-                prefixes = [m.group(1) if m else None for m in found]
-                pairs[f"default log dir prefix (rank {rank})"] = (prefixes[0], prefixes[1])
-            pairs[f"env {name} (rank {rank})"] = (
-                _DEFAULT_LOG_DIR.sub("<DEFAULT_LOG_DIR>", a[name]),
-                _DEFAULT_LOG_DIR.sub("<DEFAULT_LOG_DIR>", b[name]),
-            )
+            pairs[f"env {name} (rank {rank})"] = (a[name], b[name])
+        pairs[f"default log dir prefix (rank {rank})"] = (
+            theirs.default_log_prefix(rank),
+            ours.default_log_prefix(rank),
+        )
     return pairs
 
 

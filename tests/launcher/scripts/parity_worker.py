@@ -6,9 +6,9 @@ Writes ``$PARITY_OUT/<RANK>.json``: the whole environment, ``sys.argv``, the cwd
 signal mask and dispositions the kernel reports (``/proc/self/status``, before Python
 touches any beyond its own start-up) and what ``signal.getsignal`` says. Then prints
 one line to stdout and one to stderr (the log layout and console checks read them).
-When RANK is in ``$PARITY_FAIL_RANKS`` (comma list) it ignores SIGTERM and raises:
-under torch's ``@record`` with ``PARITY_RECORD=1`` (the only case that imports torch),
-uncaught otherwise.
+Then, with ``$PARITY_BARRIER``, waits for the other rank (see ``_barrier``). When
+RANK is in ``$PARITY_FAIL_RANKS`` (comma list) it raises: under torch's ``@record``
+with ``PARITY_RECORD=1`` (the only case that imports torch), uncaught otherwise.
 """
 
 from __future__ import annotations
@@ -62,19 +62,35 @@ def _fails() -> bool:
     return os.environ.get("RANK") in ranks.split(",")
 
 
+def _barrier() -> None:
+    """With ``$PARITY_BARRIER`` (a FIFO; two ranks): meet the other rank.
+
+    Opening a FIFO blocks until the other end is opened too, so no rank fails before
+    both have recorded. A failing rank ignores SIGTERM first: a launcher that saw the
+    other rank fail and stops this one cannot cut it short, so each fails on its own
+    with its own traceback, as on two nodes. (Only failing ranks: torchrun's
+    --run-path keeps a worker that returned alive until the others end, and would
+    wait 30 s for one that ignores SIGTERM.)
+    """
+    path = os.environ.get("PARITY_BARRIER")
+    if path:
+        if _fails():
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with open(path, "r" if os.environ.get("RANK") == "0" else "w"):
+            pass
+
+
 def main() -> None:
-    _record()
     if _fails():
-        # Fail on our own even when the launcher, having seen a peer fail first, is
-        # already stopping us: every failing rank then exits 1 with its own traceback.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise RuntimeError(f"parity worker rank {os.environ.get('RANK')} failed on purpose")
 
 
-if os.environ.get("PARITY_RECORD") == "1":
-    from torch.distributed.elastic.multiprocessing.errors import record
-
-    main = record(main)
-
 if __name__ == "__main__":
-    main()
+    _record()
+    _barrier()
+    if os.environ.get("PARITY_RECORD") == "1":
+        from torch.distributed.elastic.multiprocessing.errors import record
+
+        record(main)()
+    else:
+        main()
