@@ -157,6 +157,21 @@ def test_record_copies_child_root_cause(tmp_path: Path, monkeypatch: pytest.Monk
     assert data["message"]["errorCode"] == -11
 
 
+def test_record_writes_nothing_for_a_root_cause_without_error_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torch's @record only logs here; the launcher's error file stays absent.
+    parent_file = tmp_path / "parent.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(parent_file))
+
+    def agent_main() -> None:
+        raise ChildFailedError("w", {0: ProcessFailure(0, 1, -9, None)}, hostname="h")
+
+    with pytest.raises(ChildFailedError):
+        record(agent_main)()
+    assert not parent_file.exists()
+
+
 TORCH_CHECK = textwrap.dedent(
     """
     import json, sys

@@ -6,12 +6,17 @@ where the test compares with it.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
-from ._nodes import HERE, cluster
+from ._nodes import HERE, WORKER, cluster
 from ._summary import summary_block, summary_entries
 
 FAILING = str(HERE / "failing_worker.py")
@@ -70,3 +75,63 @@ async def test_a_worker_the_agent_stopped_is_not_a_failure(tmp_path: Path) -> No
     (entry,) = summary_entries(node.err)
     assert (entry.root, entry.rank, entry.exitcode) == (True, 1, 1)
     assert "RuntimeError: rank 1 fails on its own" in entry.traceback
+
+
+def _torchrun_argv() -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run"]
+
+
+def _without_timestamp(data: dict[str, Any]) -> dict[str, Any]:
+    copy = json.loads(json.dumps(data))
+    stamp = copy["message"]["extraInfo"].pop("timestamp")
+    assert isinstance(stamp, str) and stamp.isdigit()
+    return dict(copy)
+
+
+@pytest.mark.parametrize(
+    ("record", "written"), [("aelastic", True), ("none", False)], ids=["record", "plain"]
+)
+async def test_launcher_error_file_is_what_torchrun_writes(
+    tmp_path: Path, record: str, written: bool
+) -> None:
+    """Same failing worker under both launchers, each with its own TORCHELASTIC_ERROR_FILE."""
+    pytest.importorskip("torch")
+    ours, theirs = tmp_path / "aelastic.json", tmp_path / "torchrun.json"
+    args = ["--standalone", "--nproc-per-node", "1", FAILING, record]
+    async with cluster() as c:
+        node = await c.start(args, env={"TORCHELASTIC_ERROR_FILE": str(ours)})
+        with anyio.fail_after(100):
+            assert await node.wait() == 1, node.err
+    env = {**os.environ, "TORCHELASTIC_ERROR_FILE": str(theirs)}
+    with anyio.fail_after(100):
+        torchrun = await anyio.run_process([*_torchrun_argv(), *args], env=env, check=False)
+    assert torchrun.returncode == 1, torchrun.stderr.decode()
+    assert (await anyio.Path(theirs).exists()) is written
+    assert (await anyio.Path(ours).exists()) is written
+    if written:
+        expected = json.loads(await anyio.Path(theirs).read_text())
+        got = json.loads(await anyio.Path(ours).read_text())
+        assert _without_timestamp(got) == _without_timestamp(expected)
+        assert got["message"]["message"] == "RuntimeError: rank 0 fails on its own"
+        assert got["message"]["errorCode"] == 1
+        # ...and it is the worker's own file, as the summary names it.
+        (entry,) = summary_entries(node.err)
+        worker_file = json.loads(await anyio.Path(entry.error_file).read_text())
+        assert worker_file["message"]["extraInfo"] == got["message"]["extraInfo"]
+
+
+async def test_launcher_error_file_records_a_handled_signal(tmp_path: Path) -> None:
+    ours = tmp_path / "aelastic.json"
+    async with cluster() as c:
+        node = await c.start(
+            ["--standalone", WORKER, str(tmp_path), "--finish-at-world", "9"],
+            env={"TORCHELASTIC_ERROR_FILE": str(ours)},
+        )
+        with anyio.fail_after(60):
+            await node.wait_for_line(lambda line: line.startswith("READY"))
+            node.process.send_signal(signal.SIGTERM)
+            assert await node.wait() == 128 + signal.SIGTERM
+    data = json.loads(await anyio.Path(ours).read_text())
+    assert data["message"]["message"].startswith("SignalException: ")
+    assert "SIGTERM" in data["message"]["message"]
+    assert "Traceback" in data["message"]["extraInfo"]["py_callstack"]
