@@ -640,10 +640,12 @@ def parse_run_args(
     args: list[str] = []
     entrypoint: str
     if run_path:
-        # runpy.run_path(script, run_name="__main__") in a fresh interpreter is what
-        # 'python script' does; running it that way needs no function pickling.
+        # Like torchrun: runpy.run_path(script, run_name="__main__") under @record, so
+        # an undecorated script's uncaught exception still lands in its error file.
+        from .errors._run_script import RUN_SCRIPT_MODULE
+
         entrypoint = python or env.get("PYTHON_EXEC") or sys.executable
-        args = ["-u", script]
+        args = ["-u", "-m", RUN_SCRIPT_MODULE, script]
     elif no_python:
         entrypoint = script
     else:

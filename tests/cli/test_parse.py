@@ -136,7 +136,9 @@ def test_run_path_and_no_python_and_macro_kept() -> None:
     r = parse("--no-python", "/bin/echo", "${local_rank}")
     assert (r.entrypoint, r.args) == ("/bin/echo", ["${local_rank}"])
     r = parse("--run-path", "--no-python", "/abs/train.py", "x")
-    assert r.entrypoint == sys.executable and r.args == ["-u", "/abs/train.py", "x"]
+    # runpy.run_path under @record, as torchrun's --run-path does
+    runner = ["-u", "-m", "aelastic.errors._run_script"]
+    assert r.entrypoint == sys.executable and r.args == [*runner, "/abs/train.py", "x"]
     r = parse("x.py", PYTHON_EXEC="/opt/py")
     assert r.entrypoint == "/opt/py"
 

@@ -50,7 +50,7 @@ def _entry(text: str, root: bool) -> Entry:
         local_rank=int(local),
         exitcode=int(fields["exitcode"].split()[0]),
         error_file=fields["error_file"],
-        traceback="\n".join(trace or []),
+        traceback="\n".join(trace or []).rstrip(),  # torch ends it with "\n  "
     )
 
 

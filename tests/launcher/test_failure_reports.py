@@ -135,3 +135,78 @@ async def test_launcher_error_file_records_a_handled_signal(tmp_path: Path) -> N
     assert data["message"]["message"].startswith("SignalException: ")
     assert "SIGTERM" in data["message"]["message"]
     assert "Traceback" in data["message"]["extraInfo"]["py_callstack"]
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "fresh"])
+async def test_run_path_records_an_undecorated_script(tmp_path: Path, warm: bool) -> None:
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    argv = ["--standalone", "--nproc-per-node", "2", "--run-path", FAILING, "none"]
+    async with cluster() as c:
+        node = await c.start([*argv, "--barrier", str(barrier)], env=_warm_env(warm))
+        with anyio.fail_after(100):
+            assert await node.wait() == 1, node.err
+    assert "failing_worker.py FAILED" in summary_block(node.err)
+    _assert_each_has_its_own_error_file(node.err)
+
+
+SYS_EXIT = """\
+import json, os, sys
+with open(os.path.join(sys.argv[1], os.environ["RANK"] + ".json"), "w") as fp:
+    json.dump({"argv": sys.argv, "path0": sys.path[0], "name": __name__}, fp)
+sys.exit(int(sys.argv[2]))
+"""
+
+
+@pytest.mark.parametrize("code", [0, 3])
+async def test_run_path_runs_the_script_as_python_would(tmp_path: Path, code: int) -> None:
+    script = tmp_path / "scripts" / "exits.py"
+    script.parent.mkdir()
+    script.write_text(SYS_EXIT)
+    out = tmp_path / "out"
+    out.mkdir()
+    async with cluster() as c:
+        node = await c.start(["--standalone", "--run-path", str(script), str(out), str(code)])
+        with anyio.fail_after(60):
+            assert await node.wait() == (1 if code else 0), node.err
+    seen = json.loads((out / "0.json").read_text())
+    assert seen == {
+        "argv": [str(script), str(out), str(code)],
+        "path0": str(script.parent),
+        "name": "__main__",
+    }
+    if code:
+        (entry,) = summary_entries(node.err)
+        # sys.exit(3) is not an error to record: its exit code is the report.
+        assert (entry.exitcode, entry.error_file) == (3, "<N/A>")
+
+
+def _from_the_script_on(stack: str) -> str:
+    """The traceback from the script's frame down (the runner's frames differ)."""
+    return stack[stack.index(f'File "{FAILING}"') :]
+
+
+async def test_run_path_summary_and_error_file_match_torchrun(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    ours, theirs = tmp_path / "aelastic.json", tmp_path / "torchrun.json"
+    args = ["--standalone", "--nproc-per-node", "1", "--run-path", FAILING, "none"]
+    async with cluster() as c:
+        node = await c.start(args, env={"TORCHELASTIC_ERROR_FILE": str(ours)})
+        with anyio.fail_after(100):
+            assert await node.wait() == 1, node.err
+    env = {**os.environ, "TORCHELASTIC_ERROR_FILE": str(theirs)}
+    with anyio.fail_after(100):
+        torchrun = await anyio.run_process([*_torchrun_argv(), *args], env=env, check=False)
+    assert torchrun.returncode == 1
+    (mine,) = summary_entries(node.err)
+    (torch_entry,) = summary_entries(torchrun.stderr.decode())
+    assert (mine.rank, mine.exitcode) == (torch_entry.rank, torch_entry.exitcode) == (0, 1)
+    assert Path(mine.error_file).name == Path(torch_entry.error_file).name == "error.json"
+    assert _from_the_script_on(mine.traceback) == _from_the_script_on(torch_entry.traceback)
+    got = json.loads(await anyio.Path(ours).read_text())["message"]
+    expected = json.loads(await anyio.Path(theirs).read_text())["message"]
+    assert got["message"] == expected["message"] == "RuntimeError: rank 0 fails on its own"
+    assert got["errorCode"] == expected["errorCode"] == 1
+    assert _from_the_script_on(got["extraInfo"]["py_callstack"]) == _from_the_script_on(
+        expected["extraInfo"]["py_callstack"]
+    )
