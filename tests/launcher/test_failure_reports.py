@@ -64,6 +64,24 @@ def _assert_each_has_its_own_error_file(stderr: str) -> None:
     assert len({e.error_file for e in entries}) == 2
 
 
+async def test_the_root_cause_is_the_first_failure_by_time(tmp_path: Path) -> None:
+    """Rank 1 raises first, rank 0 just after (same second): rank 1 is the root cause.
+
+    Which of the two processes exits first is left to chance; the order comes from
+    when each wrote its error file.
+    """
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    worker = [FAILING, "aelastic", "--barrier", str(barrier), "--first-rank", "1"]
+    async with cluster() as c:
+        node = await c.start(["--standalone", "--nproc-per-node", "2", *worker])
+        with anyio.fail_after(100):
+            assert await node.wait() == 1, node.err
+    _assert_each_has_its_own_error_file(node.err)
+    (root,) = [e for e in summary_entries(node.err) if e.root]
+    assert root.rank == 1, summary_block(node.err)
+
+
 async def test_a_worker_the_agent_stopped_is_not_a_failure(tmp_path: Path) -> None:
     async with cluster() as c:
         node = await c.start(
