@@ -27,33 +27,33 @@ def _warm_env(warm: bool) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    ("record", "warm"),
-    [("aelastic", True), ("aelastic", False), ("torch", True)],
-    ids=["aelastic-record-warm", "aelastic-record-fresh", "torch-record-warm"],
+    ("record", "warm", "nproc"),
+    [("aelastic", True, 2), ("aelastic", False, 2), ("torch", True, 2), ("aelastic", True, 3)],
+    ids=["aelastic-record-warm", "aelastic-record-fresh", "torch-record-warm", "three-workers"],
 )
 async def test_every_worker_that_fails_on_its_own_is_in_the_summary(
-    tmp_path: Path, record: str, warm: bool
+    tmp_path: Path, record: str, warm: bool, nproc: int
 ) -> None:
     if record == "torch":
         pytest.importorskip("torch")
     barrier = tmp_path / "barrier"
     barrier.mkdir()
     logs = tmp_path / "logs"
-    argv = ["--standalone", "--nproc-per-node", "2", "--log-dir", str(logs)]
+    argv = ["--standalone", "--nproc-per-node", str(nproc), "--log-dir", str(logs)]
     async with cluster() as c:
         node = await c.start(
             [*argv, FAILING, record, "--barrier", str(barrier)], env=_warm_env(warm)
         )
         with anyio.fail_after(100):
             assert await node.wait() == 1, node.err
-    _assert_each_has_its_own_error_file(node.err)
+    _assert_each_has_its_own_error_file(node.err, nproc)
 
 
-def _assert_each_has_its_own_error_file(stderr: str) -> None:
+def _assert_each_has_its_own_error_file(stderr: str, nproc: int = 2) -> None:
     block = summary_block(stderr)
     assert "<NO_OTHER_FAILURES>" not in block
     entries = summary_entries(stderr)
-    assert sorted(e.local_rank for e in entries) == [0, 1], block
+    assert sorted(e.local_rank for e in entries) == list(range(nproc)), block
     assert [e.root for e in entries].count(True) == 1
     for entry in entries:
         # Each failure carries its own error file and its own traceback.
@@ -61,7 +61,7 @@ def _assert_each_has_its_own_error_file(stderr: str) -> None:
         assert Path(entry.error_file).parts[-2:] == (str(entry.local_rank), "error.json")
         assert f"RuntimeError: rank {entry.rank} fails on its own" in entry.traceback, block
         assert "Traceback (most recent call last)" in entry.traceback
-    assert len({e.error_file for e in entries}) == 2
+    assert len({e.error_file for e in entries}) == nproc
 
 
 async def test_the_root_cause_is_the_first_failure_by_time(tmp_path: Path) -> None:
