@@ -641,10 +641,11 @@ def parse_run_args(
     entrypoint: str
     if run_path:
         # Like torchrun: runpy.run_path(script, run_name="__main__") under @record, so
-        # an undecorated script's uncaught exception still lands in its error file.
+        # an undecorated script's uncaught exception still lands in its error file; in
+        # the launcher's interpreter (the runner is aelastic's), PYTHON_EXEC ignored.
         from .errors._run_script import RUN_SCRIPT_MODULE
 
-        entrypoint = python or env.get("PYTHON_EXEC") or sys.executable
+        entrypoint = python or sys.executable
         args = ["-u", "-m", RUN_SCRIPT_MODULE, script]
     elif no_python:
         entrypoint = script

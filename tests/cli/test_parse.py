@@ -141,6 +141,8 @@ def test_run_path_and_no_python_and_macro_kept() -> None:
     assert r.entrypoint == sys.executable and r.args == [*runner, "/abs/train.py", "x"]
     r = parse("x.py", PYTHON_EXEC="/opt/py")
     assert r.entrypoint == "/opt/py"
+    # torchrun runs --run-path in its own interpreter whatever PYTHON_EXEC says
+    assert parse("--run-path", "x.py", PYTHON_EXEC="/opt/py").entrypoint == sys.executable
 
 
 def test_numa_and_logs_specs_accepted_with_warning() -> None:
