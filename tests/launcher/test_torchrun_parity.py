@@ -51,11 +51,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("*", "default log dir prefix"): (
         "the default log directory is a new temp dir named aelastic_* (torchrun: torchelastic_*)"
     ),
-    ("run_path", "signals SigCgt"): (
-        "torchrun --run-path runs the script in a torch.multiprocessing child that has "
-        "imported torch (C++ fault handlers on SIGILL/SIGABRT/SIGBUS/SIGFPE/SIGSEGV); "
-        "aelastic runs 'python -u SCRIPT'"
-    ),
     ("run_path", "summary title"): (
         "--run-path: the failure summary names the script; torchrun names its internal "
         "run_script_path function"
@@ -489,7 +484,6 @@ def test_failure_exit_codes(runs: dict[str, dict[str, Run]]) -> None:
     _assert_same("*", pairs)
 
 
-@_xfail(1, "h/errors")
 def test_failure_summary_lists_every_failure(runs: dict[str, dict[str, Run]]) -> None:
     theirs, ours = _both(runs, "record")
     a, b = _summary(theirs), _summary(ours)
@@ -508,7 +502,6 @@ def test_failure_summary_root_cause(runs: dict[str, dict[str, Run]]) -> None:
         assert "Traceback" in run.stderr
 
 
-@_xfail(2, "h/errors")
 def test_launcher_error_file(runs: dict[str, dict[str, Run]]) -> None:
     theirs, ours = _both(runs, "record")
     # torchrun copies the root cause's error file there; which rank is the root cause
@@ -524,7 +517,6 @@ def test_launcher_error_file(runs: dict[str, dict[str, Run]]) -> None:
     )
 
 
-@_xfail(3, "h/errors")
 def test_run_path_failure_is_recorded(runs: dict[str, dict[str, Run]]) -> None:
     theirs, ours = _both(runs, "run_path")
     a, b = _summary(theirs), _summary(ours)
