@@ -51,6 +51,15 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("*", "default log dir prefix"): (
         "the default log directory is a new temp dir named aelastic_* (torchrun: torchelastic_*)"
     ),
+    ("run_path", "path0"): (
+        "--run-path: sys.path[0] is the script's directory, as for 'python SCRIPT'; "
+        "torchrun leaves its own (the launcher's cwd)"
+    ),
+    ("run_path", "own_process_group"): (
+        "every worker leads its own session and process group; torchrun's --run-path "
+        "workers are multiprocessing children in the launcher's"
+    ),
+    ("run_path", "own_session"): "the session too, for the same reason as the process group",
     ("run_path", "summary title"): (
         "--run-path: the failure summary names the script; torchrun names its internal "
         "run_script_path function"
@@ -278,7 +287,7 @@ def _worker_pairs(theirs: Run, ours: Run) -> dict[str, tuple[Any, Any]]:
     pairs = _env_pairs(theirs, ours)
     for rank in ("0", "1"):
         a, b = theirs.seen[rank], ours.seen[rank]
-        for what in ("argv", "cwd", "name"):
+        for what in ("argv", "cwd", "name", "path0", "stdin", "own_process_group", "own_session"):
             pairs[f"{what} (rank {rank})"] = (theirs.norm(str(a[what])), ours.norm(str(b[what])))
     return pairs
 

@@ -2,7 +2,8 @@
 
     parity_worker.py [ARGS...]     (also runs as ``-m parity_worker`` and via --run-path)
 
-Writes ``$PARITY_OUT/<RANK>.json``: the whole environment, ``sys.argv``, the cwd, the
+Writes ``$PARITY_OUT/<RANK>.json``: the whole environment, ``sys.argv``,
+``sys.path[0]``, the cwd, what stdin is, whether it leads its process group/session, the
 signal mask and dispositions the kernel reports (``/proc/self/status``, before Python
 touches any beyond its own start-up) and what ``signal.getsignal`` says. Then prints
 one line to stdout and one to stderr (the log layout and console checks read them).
@@ -48,6 +49,11 @@ def _record() -> None:
         },
         "mask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
         "name": __name__,
+        "path0": sys.path[0],
+        # what fd 0 is ("pipe:[inode]" kept as "pipe"), and how the process is grouped
+        "stdin": os.readlink("/proc/self/fd/0").partition(":")[0],
+        "own_process_group": os.getpgid(0) == os.getpid(),
+        "own_session": os.getsid(0) == os.getpid(),
     }
     path = os.path.join(os.environ["PARITY_OUT"], f"{rank}.json")
     with open(path + ".tmp", "w") as f:
