@@ -45,7 +45,7 @@ LOG_DIR = "{log_dir}"  # replaced by a directory of each launch's own
 #: "What is different from torchrun".
 ALLOWED: dict[tuple[str, str], str] = {
     ("*", "env MASTER_ADDR"): (
-        "the agent hosts each round's worker store bound to 127.0.0.1 and says so; "
+        "the agent hosts each round's worker store on 127.0.0.1 only and says so; "
         "torchrun says 'localhost', which may resolve to ::1"
     ),
     ("*", "default log dir prefix"): (
