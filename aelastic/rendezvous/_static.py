@@ -15,7 +15,7 @@ from ._c10d import _is_ip
 from ._exceptions import RendezvousClosedError, RendezvousConnectionError, RendezvousError
 from ._ops import Ops
 from ._params import RendezvousParameters, parse_endpoint
-from ._static_join import announce, wait_for_nodes
+from ._static_join import announce, check_host, wait_for_nodes
 
 __all__ = ("StaticRendezvousHandler", "create_static_handler")
 
@@ -86,6 +86,14 @@ class StaticRendezvousHandler(RendezvousHandler):
                 self.server = server
                 self._store = server.local_store
             else:
+                await check_host(
+                    self.host,
+                    self.port,
+                    run_id=self._run_id,
+                    rank=self.rank,
+                    world_size=self.world_size,
+                    within=self.timeout,
+                )
                 client = TCPStoreClient(
                     self.host, self.port, timeout=self.timeout, connect_timeout=self.timeout
                 )

@@ -19,7 +19,10 @@ from ..store import StoreTimeoutError
 from ._exceptions import RendezvousTimeoutError
 from ._ops import Ops
 
-__all__ = ("announce", "wait_for_nodes")
+__all__ = ("announce", "check_host", "wait_for_nodes")
+
+#: How long the probe of node rank 0's store may take before it counts as missing.
+_PROBE_SECONDS = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +35,43 @@ def _ranks(ranks: list[int]) -> str:
     return ("node rank " if len(ranks) == 1 else "node ranks ") + ", ".join(map(str, ranks))
 
 
-def _how_to_start(world_size: int, endpoint: str) -> str:
+def _how_to_start(missing: list[int], world_size: int, endpoint: str) -> str:
     port = endpoint.rpartition(":")[2]
+    node_rank = str(missing[0]) if len(missing) == 1 else "R"
     return (
-        f"start each of them with --nnodes {world_size} --node-rank R --master-addr "
-        f"<node rank 0's address> --master-port {port}; or, for an elastic job, give every "
-        "node --rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id JOB. "
+        f"start {_ranks(missing)} with --nnodes {world_size} --node-rank {node_rank} "
+        f"--master-addr <node rank 0's address> --master-port {port}; or, for an elastic "
+        "job, give every node --rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id JOB. "
         "--rdzv-conf timeout=SECONDS sets this wait"
     )
+
+
+async def check_host(
+    host: str, port: int, *, run_id: str, rank: int, world_size: int, within: float
+) -> None:
+    """Say up front when node rank 0's store does not accept connections yet.
+
+    One TCP connection attempt (closed at once), bounded by a few seconds; on refusal
+    or timeout logs a warning naming node rank 0, the wait ``within`` and how to start
+    it, then returns: the caller's own connect does the waiting. Never raises.
+    """
+    try:
+        with anyio.fail_after(min(_PROBE_SECONDS, within)):
+            stream = await anyio.connect_tcp(host, port)
+    except (OSError, TimeoutError):
+        log.warning(
+            "static rendezvous (run id %r), this node is node rank %d: node rank 0 does not "
+            "host the store at %s:%d yet; waiting up to %g s for it: %s",
+            run_id,
+            rank,
+            host,
+            port,
+            within,
+            _how_to_start([0], world_size, f"{host}:{port}"),
+        )
+    else:
+        with anyio.move_on_after(1, shield=True):
+            await stream.aclose()
 
 
 async def announce(ops: Ops, run_id: str, rank: int) -> None:
@@ -82,7 +114,7 @@ async def wait_for_nodes(
         world_size,
         within,
         _ranks(missing),
-        _how_to_start(world_size, endpoint),
+        _how_to_start(missing, world_size, endpoint),
     )
     with anyio.move_on_after(within):
         while missing:
@@ -93,8 +125,9 @@ async def wait_for_nodes(
             log.info("static rendezvous: %s joined", _ranks(missing[:1]))
             del missing[0]
     if missing:
+        fix = _how_to_start(missing, world_size, endpoint)
         raise RendezvousTimeoutError(
             f"static rendezvous (run id {run_id!r}, store {endpoint}): only "
             f"{world_size - len(missing)} of {world_size} nodes joined within timeout="
-            f"{within:g}s; {_ranks(missing)} never came: {_how_to_start(world_size, endpoint)}"
+            f"{within:g}s; {_ranks(missing)} never came: {fix}"
         )

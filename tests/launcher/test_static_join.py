@@ -46,3 +46,20 @@ async def test_node_that_comes_later_completes_the_world(tmp_path: Path) -> None
     assert sorted(r["RANK"] for r in recs) == ["0", "1"]
     assert {r["WORLD_SIZE"] for r in recs} == {"2"}
     assert "waiting" not in second.err  # node rank 0 was already there
+
+
+async def test_node_without_rank_0_says_so_up_front(tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there: node rank 0 was never started
+    argv = ["--nnodes", "2", "--node-rank", "1", "--master-port", str(port)]
+    async with cluster() as c:
+        node = await c.start([*argv, "--rdzv-conf", "timeout=2", WORKER, str(tmp_path)])
+        with anyio.fail_after(60):
+            await node.wait_for_err("node rank 0 does not host the store")
+        [code] = await wait_all([node], 60)
+    err = node.err
+    assert code == 1, err
+    notice, _, error = err.partition("aelastic run: error: ")
+    assert f"127.0.0.1:{port} yet; waiting up to 2 s" in notice, err
+    assert "--rdzv-backend c10d" in notice, err
+    assert "node rank 0" in error and "Traceback" not in err, err
+    assert records(tmp_path) == []
