@@ -29,11 +29,13 @@ from ..metrics import prof, put_metric
 from ..rendezvous import RendezvousGracefulExitError, RendezvousInfo
 from ..store import Store
 from ._exceptions import AgentError, SignalException
+from ._hang import Hang, RoundProgress, hang_failure, report_hang
 from ._policy import (
     UNINTERRUPTIBLE_STATE_TIMEOUT_ENV,
     Action,
     Decision,
     decide_after_exit,
+    decide_after_hang,
     decide_after_membership_change,
     decide_after_stuck,
     flakiness,
@@ -138,6 +140,10 @@ class SimpleElasticAgent(ElasticAgent):
         )
         #: ``{local_rank: pid}`` of the workers the D-state check found stuck.
         self._stuck: dict[int, int] = {}
+        #: This round's progress files (set by subclasses that start workers; None: off).
+        self._progress: RoundProgress | None = None
+        #: The hang that ended this round, if one did.
+        self._hang: Hang | None = None
 
     # -- public -----------------------------------------------------------------------
 
@@ -306,6 +312,8 @@ class SimpleElasticAgent(ElasticAgent):
                     if decision.action is Action.FAIL:
                         result = await self._monitor_workers(wg)
                         await self._stop_workers(wg)
+                        if self._hang is not None:
+                            result = self._hang_result(wg, self._hang)
                         wg.state = WorkerState.FAILED
                         log.error(
                             "[%s] worker group FAILED, no restarts left: %s",
@@ -356,8 +364,18 @@ class SimpleElasticAgent(ElasticAgent):
         decided: list[Decision] = []
         errors: list[Exception] = []
         dstate_timeout = self._uninterruptible_state_timeout
+        self._hang = None
 
         async with anyio.create_task_group() as tg:
+
+            async def watch_progress(progress: RoundProgress) -> None:
+                try:
+                    hang = await progress.wait_for_hang()
+                    self._hang = await report_hang(hang, progress, self._record)
+                    decided.append(decide_after_hang(self._remaining_restarts))
+                except Exception as exc:
+                    errors.append(exc)
+                tg.cancel_scope.cancel()
 
             async def watch_uninterruptible(limit: float) -> None:
                 try:
@@ -405,9 +423,19 @@ class SimpleElasticAgent(ElasticAgent):
             tg.start_soon(watch_membership)
             if dstate_timeout is not None:
                 tg.start_soon(watch_uninterruptible, dstate_timeout)
+            if self._progress is not None:
+                tg.start_soon(watch_progress, self._progress)
         if decided:
             return decided[0]
         raise errors[0]
+
+    def _hang_result(self, wg: WorkerGroup, hang: Hang) -> RunResult:
+        """FAILED, naming the hung worker (its peers were stopped on purpose)."""
+        codes = self._stopped_exit_codes(wg)
+        failure = hang_failure(hang, codes.get(hang.local_rank, -signal.SIGKILL))
+        return RunResult(
+            state=WorkerState.FAILED, failures={wg.workers[hang.local_rank].global_rank: failure}
+        )
 
     async def _abandon_host(self, wg: WorkerGroup) -> RunResult:
         """Workers stuck in D-state: stop them, spend the budget, return FAILED naming them.

@@ -30,6 +30,7 @@ from ..workers import (
 )
 from ._api import SimpleElasticAgent, _hostname
 from ._env import substitute_local_rank, worker_env
+from ._hang import RoundProgress, progress_directory, stacks_files
 from ._policy import restart_count
 from ._types import RunResult, WorkerGroup, WorkerSpec, WorkerState
 
@@ -92,6 +93,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._result_files: dict[int, str] = {}
         self._result_dir: tempfile.TemporaryDirectory[str] | None = None
         self._warm_pool: WarmPool | None = None
+        self._progress_dir: tempfile.TemporaryDirectory[str] | None = None
 
     # -- the workers' store ------------------------------------------------------------
 
@@ -145,6 +147,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         )
         base_env = os.environ.copy()
         restarts = restart_count(spec.max_restarts, self._remaining_restarts)
+        progress = self._open_round_progress(dests.attempt_dir)
         self._exits = {}
         self._error_files = {}
         self._result_files = {}
@@ -170,7 +173,9 @@ class LocalElasticAgent(SimpleElasticAgent):
                 run_id=run_id,
                 use_agent_store=self._use_agent_store,
                 error_file=error_file,
-                extra=self._worker_env_extra,
+                extra=self._worker_env_extra
+                if progress is None
+                else {**self._worker_env_extra, **progress.env(rank)},
                 virtual_local_rank=spec.virtual_local_rank,
             )
             self._error_files[rank] = error_file
@@ -181,9 +186,33 @@ class LocalElasticAgent(SimpleElasticAgent):
             )
         )
         self._procs = procs
+        if progress is not None:
+            progress.started(procs.pids)
         # LIFO: runs before the processes' own exit, so a forwarded signal reaches them.
         stack.push_async_callback(self._stop_on_round_exit)
         return dict(procs.pids)
+
+    def _open_round_progress(self, attempt_dir: str | None) -> RoundProgress | None:
+        """This round's progress files when hang detection is on (closed with the round)."""
+        spec = self._worker_group.spec
+        timeouts = spec.progress_timeouts()
+        if not timeouts.enabled:
+            return None
+        if self._progress_dir is None:
+            self._progress_dir = tempfile.TemporaryDirectory(
+                prefix="aelastic_progress_", dir=progress_directory()
+            )
+        ranks = list(range(spec.local_world_size))
+        stacks = stacks_files(self._progress_dir.name, self._attempt, attempt_dir, ranks)
+        progress = RoundProgress(self._progress_dir.name, self._attempt, stacks, timeouts)
+        assert self._round_stack is not None
+        self._round_stack.callback(self._close_round_progress, progress)
+        self._progress = progress
+        return progress
+
+    def _close_round_progress(self, progress: RoundProgress) -> None:
+        progress.close()
+        self._progress = None
 
     def _worker_args(self, spec: WorkerSpec, local_rank: int) -> list[str]:
         entrypoint = spec.entrypoint
@@ -288,3 +317,6 @@ class LocalElasticAgent(SimpleElasticAgent):
             if self._result_dir is not None:
                 self._result_dir.cleanup()
                 self._result_dir = None
+            if self._progress_dir is not None:
+                self._progress_dir.cleanup()
+                self._progress_dir = None

@@ -13,6 +13,7 @@ import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from ..progress import ProgressSnapshot, ProgressTimeouts
 from ._exceptions import AgentConfigError
 from ._types import WorkerState
 
@@ -29,6 +30,9 @@ __all__ = (
     "track_uninterruptible",
     "stuck_workers",
     "decide_after_stuck",
+    "ProgressDeadline",
+    "progress_deadline",
+    "decide_after_hang",
 )
 
 #: torch's opt-in knob: seconds a worker may stay in uninterruptible sleep (D-state).
@@ -200,3 +204,78 @@ def decide_after_stuck() -> Decision:
     this out as: stop the workers, return FAILED naming the stuck workers.
     """
     return Decision(Action.ABANDON, WorkerState.UNHEALTHY, 0)
+
+
+# -- hang detection (aelastic.progress) -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProgressDeadline:
+    """When a worker is due to show progress again, and which rule says so.
+
+    ``rule`` is ``"initial"`` (no heartbeat since start), ``"heartbeat"`` (steady
+    heartbeat interval), ``"section"`` (inside ``section``) or ``"out-of-section"``.
+    """
+
+    at_ns: int
+    rule: str
+    timeout: float
+    section: str | None = None
+
+
+def progress_deadline(
+    snapshot: ProgressSnapshot, timeouts: ProgressTimeouts, started_ns: int
+) -> ProgressDeadline | None:
+    """The earliest deadline that applies to a worker now, or None when none does.
+
+    A worker that has not attached (never imported :mod:`aelastic.progress`) is not
+    judged (None). Inside a section with a timeout only that timeout counts (a long
+    checkpoint is not a missed heartbeat). Otherwise: before the first heartbeat or
+    section, the initial timeout from ``started_ns`` (the worker's start); after a
+    heartbeat, the heartbeat timeout from the latest one; once sections were used,
+    the out-of-section timeout from the latest section exit.
+    """
+    if not snapshot.attached:
+        return None
+    section = snapshot.section
+    if section is not None and section in timeouts.sections:
+        seconds = timeouts.sections[section]
+        return ProgressDeadline(snapshot.section_ns + _ns(seconds), "section", seconds, section)
+    candidates: list[ProgressDeadline] = []
+    used_sections = section is not None or snapshot.section_exit_ns > 0
+    if snapshot.beats == 0 and not used_sections:
+        if timeouts.initial is not None:
+            candidates.append(
+                ProgressDeadline(started_ns + _ns(timeouts.initial), "initial", timeouts.initial)
+            )
+    elif snapshot.beats > 0 and timeouts.heartbeat is not None:
+        candidates.append(
+            ProgressDeadline(
+                snapshot.last_beat_ns + _ns(timeouts.heartbeat),
+                "heartbeat",
+                timeouts.heartbeat,
+                section,
+            )
+        )
+    if section is None and snapshot.section_exit_ns > 0 and timeouts.out_of_section is not None:
+        candidates.append(
+            ProgressDeadline(
+                snapshot.section_exit_ns + _ns(timeouts.out_of_section),
+                "out-of-section",
+                timeouts.out_of_section,
+            )
+        )
+    return min(candidates, key=lambda d: d.at_ns, default=None)
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+def decide_after_hang(remaining_restarts: int) -> Decision:
+    """A worker missed its progress deadline: restart the group if the budget allows."""
+    if remaining_restarts < 0:
+        raise ValueError(f"remaining_restarts must be >= 0, got {remaining_restarts}")
+    if remaining_restarts > 0:
+        return Decision(Action.RESTART, WorkerState.FAILED, remaining_restarts - 1)
+    return Decision(Action.FAIL, WorkerState.FAILED, 0)

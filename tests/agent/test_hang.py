@@ -1,0 +1,98 @@
+"""Hang detection in the agent with real worker processes (aelastic.progress)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aelastic.agent import LocalElasticAgent, WorkerState
+from aelastic.events import subscribe
+
+from .conftest import SCRIPTS, LocalRendezvous, local_spec, start_run
+
+WORKER = str(SCRIPTS / "hang_worker.py")
+
+
+def _spec(tmp_path: Path, mode: str, hung: int = 1, **kw: object) -> object:
+    options: dict[str, object] = dict(
+        initial_heartbeat_timeout=30.0, heartbeat_timeout=2.0, max_restarts=1
+    )
+    options.update(kw)
+    return local_spec(LocalRendezvous(), ("-u", WORKER, mode, str(hung)), tmp_path, **options)
+
+
+def _stacks(tmp_path: Path, attempt: int, rank: int) -> str:
+    path = tmp_path / "logs" / "test-run" / f"attempt_{attempt}" / str(rank) / "stacks.txt"
+    return path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("mode", "spec_kw", "rule"),
+    [
+        ("heartbeat", {}, "heartbeat"),
+        ("section", {"section_timeouts": {"allreduce": 1.0}}, "section"),
+        ("initial", {"initial_heartbeat_timeout": 1.5}, "initial"),
+    ],
+)
+async def test_hung_worker_is_restarted_with_its_stacks(
+    tmp_path: Path, mode: str, spec_kw: dict[str, object], rule: str
+) -> None:
+    spec = _spec(tmp_path, mode, **spec_kw)
+    agent = LocalElasticAgent(spec)  # type: ignore[arg-type]
+    with anyio.fail_after(60):
+        async with subscribe() as stream, anyio.create_task_group() as tg:
+            results = start_run(tg, agent)
+            async for event in stream:
+                if event.name == "aelastic.progress.hang":
+                    break
+    (result,) = results
+    assert result.state is WorkerState.SUCCEEDED
+    assert event.metadata["local_rank"] == 1
+    assert event.metadata["rule"] == rule
+    assert event.metadata["section"] == ("allreduce" if mode == "section" else None)
+    assert event.metadata["stacks_captured"] == 2
+    assert agent.remaining_restarts == 0  # the hang spent the one restart
+    hung = _stacks(tmp_path, 0, 1)
+    assert "wait_for_a_peer_that_never_comes" in hung
+    assert "Current thread" in hung or "Thread 0x" in hung
+    assert "healthy_peer" in _stacks(tmp_path, 0, 0)  # the peers' stacks too
+
+
+async def test_hang_without_restarts_left_fails_naming_the_section(tmp_path: Path) -> None:
+    from aelastic.errors import ChildFailedError
+
+    spec = _spec(tmp_path, "section", max_restarts=0, section_timeouts={"allreduce": 1.0})
+    agent = LocalElasticAgent(spec)  # type: ignore[arg-type]
+    with anyio.fail_after(60):
+        result = await agent.run()
+    assert result.state is WorkerState.FAILED
+    (failure,) = result.failures.values()
+    assert failure.local_rank == 1
+    text = str(ChildFailedError("hang_worker.py", result.failures))
+    assert "hung in section 'allreduce'" in text
+    assert "section timeout 1 s" in text
+    assert str(tmp_path / "logs" / "test-run" / "attempt_0" / "1" / "stacks.txt") in text
+
+
+async def test_worker_that_never_uses_the_api_is_not_judged(tmp_path: Path) -> None:
+    """A worker that never imports aelastic.progress runs past every timeout unharmed."""
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "import sys, time\n"
+        "time.sleep(2.5)\n"  # longer than the 1 s timeouts below
+        "sys.exit(0)\n"
+    )
+    spec = local_spec(
+        LocalRendezvous(),
+        ("-u", str(script)),
+        tmp_path,
+        initial_heartbeat_timeout=1.0,
+        heartbeat_timeout=1.0,
+        max_restarts=0,
+    )
+    agent = LocalElasticAgent(spec)
+    with anyio.fail_after(60):
+        result = await agent.run()
+    assert result.state is WorkerState.SUCCEEDED
