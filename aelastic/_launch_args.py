@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 from ._exceptions import AelasticError
 from ._ids import random_uuid4
 from ._launch_config import DEFAULT_SIGNALS, LaunchConfig, LaunchConfigError
+from .progress import _options as _progress_options
 
 __all__ = (
     "PROG",
@@ -284,6 +285,7 @@ _OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
         False,
         "every worker gets LOCAL_RANK=0 and its own CUDA_VISIBLE_DEVICES",
     ),
+    *_progress_options.OPTIONS,  # hang detection and restart policy (aelastic.progress)
 )
 
 # Options without a PET_ variable (as in torchrun).
@@ -678,6 +680,7 @@ def parse_run_args(
             redirects=redirects,
             tee=tee,
             local_ranks_filter=ranks_filter,
+            **_progress_options.config_fields(v),
         )
     except LaunchConfigError as exc:  # pragma: no cover - the checks above come first
         raise UsageError(str(exc)) from None

@@ -46,6 +46,7 @@ from ._policy import (
     uninterruptible_poll_interval,
 )
 from ._ranks import RankAssignment, RoleInfo, assign_ranks, identical_assignment
+from ._restart_policy import RestartPolicy
 from ._types import DEFAULT_ROLE, RunResult, Worker, WorkerGroup, WorkerSpec, WorkerState
 
 __all__ = ("ElasticAgent", "SimpleElasticAgent")
@@ -144,6 +145,7 @@ class SimpleElasticAgent(ElasticAgent):
         self._progress: RoundProgress | None = None
         #: The hang that ended this round, if one did.
         self._hang: Hang | None = None
+        self._restart_policy = RestartPolicy(spec)
 
     # -- public -----------------------------------------------------------------------
 
@@ -301,6 +303,7 @@ class SimpleElasticAgent(ElasticAgent):
                 try:
                     await self._initialize_workers(wg)
                     decision = await self._wait_for_outcome(wg)
+                    decision = await self._review_decision(decision)
                     wg.state = decision.state
                     put_metric(f"workers.{role}.remaining_restarts", self._remaining_restarts)
                     put_metric(f"workers.{role}.{wg.state.value}", 1)
@@ -314,6 +317,7 @@ class SimpleElasticAgent(ElasticAgent):
                         await self._stop_workers(wg)
                         if self._hang is not None:
                             result = self._hang_result(wg, self._hang)
+                        result.no_progress = self._restart_policy.stopped_for_no_progress
                         wg.state = WorkerState.FAILED
                         log.error(
                             "[%s] worker group FAILED, no restarts left: %s",
@@ -341,6 +345,8 @@ class SimpleElasticAgent(ElasticAgent):
                             wg.group_rank,
                         )
                     await self._restart_workers(wg)
+                    if decision.action is Action.RESTART:
+                        await anyio.sleep(self._restart_policy.backoff_seconds())
                     stuck = self._unkillable_workers(wg)
                     if stuck:
                         wg.state = WorkerState.UNKNOWN
@@ -423,11 +429,19 @@ class SimpleElasticAgent(ElasticAgent):
             tg.start_soon(watch_membership)
             if dstate_timeout is not None:
                 tg.start_soon(watch_uninterruptible, dstate_timeout)
-            if self._progress is not None:
+            if self._progress is not None and self._progress.timeouts.enabled:
                 tg.start_soon(watch_progress, self._progress)
         if decided:
             return decided[0]
         raise errors[0]
+
+    async def _review_decision(self, decision: Decision) -> Decision:
+        """Apply the restart policy (job-wide budget, no-progress stop) to ``decision``."""
+        progress = self._progress
+        snapshots = progress.snapshots().values() if progress is not None else ()
+        best = max((s.step for s in snapshots), default=-1)
+        round_ = self._rdzv_info.round if self._rdzv_info is not None else self._attempt
+        return await self._restart_policy.review(decision, attempt_best_step=best, round_=round_)
 
     def _hang_result(self, wg: WorkerGroup, hang: Hang) -> RunResult:
         """FAILED, naming the hung worker (its peers were stopped on purpose)."""

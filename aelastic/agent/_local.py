@@ -196,7 +196,8 @@ class LocalElasticAgent(SimpleElasticAgent):
         """This round's progress files when hang detection is on (closed with the round)."""
         spec = self._worker_group.spec
         timeouts = spec.progress_timeouts()
-        if not timeouts.enabled:
+        wanted = spec.max_no_progress_restarts is not None or spec.learn_timeouts is not None
+        if not timeouts.enabled and not wanted:
             return None
         if self._progress_dir is None:
             self._progress_dir = tempfile.TemporaryDirectory(

@@ -33,6 +33,12 @@ __all__ = (
     "ProgressDeadline",
     "progress_deadline",
     "decide_after_hang",
+    "NO_PROGRESS_EXIT_CODE",
+    "decide_job_budget",
+    "StepProgress",
+    "fold_attempt_steps",
+    "no_progress",
+    "restart_backoff",
 )
 
 #: torch's opt-in knob: seconds a worker may stay in uninterruptible sleep (D-state).
@@ -279,3 +285,53 @@ def decide_after_hang(remaining_restarts: int) -> Decision:
     if remaining_restarts > 0:
         return Decision(Action.RESTART, WorkerState.FAILED, remaining_restarts - 1)
     return Decision(Action.FAIL, WorkerState.FAILED, 0)
+
+
+# -- restart policy by failure kind ----------------------------------------------------
+
+#: ``aelastic run``'s exit code when a job stopped for making no progress: do not requeue
+#: (NVRx ``ft_launcher``'s value, so schedulers configured for it work unchanged).
+NO_PROGRESS_EXIT_CODE = 93
+
+
+def decide_job_budget(failed_rounds: int, max_restarts: int) -> Decision:
+    """Job-wide budget: restart while the job's failed rounds do not exceed ``max_restarts``.
+
+    ``failed_rounds`` counts this failure (each failed rendezvous round counts once,
+    whichever nodes failed in it).
+    """
+    if failed_rounds <= max_restarts:
+        return Decision(Action.RESTART, WorkerState.FAILED, max_restarts - failed_rounds)
+    return Decision(Action.FAIL, WorkerState.FAILED, 0)
+
+
+@dataclass(frozen=True)
+class StepProgress:
+    """The best step seen so far and the failed attempts since it last improved."""
+
+    best: int = -1
+    streak: int = 0
+
+
+def fold_attempt_steps(state: StepProgress, attempt_best: int, *, failed: bool) -> StepProgress:
+    """Fold one attempt's highest step (-1: none reported) into ``state``.
+
+    An attempt that passed the best step resets the streak; a failed attempt that did
+    not adds one to it; a membership restart without progress leaves it as is.
+    """
+    if attempt_best > state.best:
+        return StepProgress(attempt_best, 0)
+    return StepProgress(state.best, state.streak + 1 if failed else state.streak)
+
+
+def no_progress(state: StepProgress, limit: int | None) -> bool:
+    """Whether ``limit`` consecutive failed attempts made no step progress (None: off)."""
+    return limit is not None and state.streak >= limit
+
+
+def restart_backoff(consecutive_failures: int, base: float, cap: float) -> float:
+    """Seconds to wait before restart number ``consecutive_failures`` (1-based): ``base``,
+    doubling each time, at most ``cap``; 0 when ``base`` is 0 (off, the default)."""
+    if base <= 0 or consecutive_failures <= 0:
+        return 0.0
+    return float(min(cap, base * 2.0 ** min(consecutive_failures - 1, 60)))

@@ -329,12 +329,14 @@ class RunResult:
     ``return_values`` maps global rank to the return value (callable entrypoints; None
     for binaries) when the run succeeded; ``failures`` maps global rank to the
     :class:`~aelastic.errors.ProcessFailure` of each worker that failed on its own.
-    Workers the agent stopped on purpose are in neither.
+    Workers the agent stopped on purpose are in neither. ``no_progress``: the job was
+    stopped by ``max_no_progress_restarts`` (do not requeue it).
     """
 
     state: WorkerState
     return_values: dict[int, Any] = field(default_factory=dict)
     failures: dict[int, ProcessFailure] = field(default_factory=dict)
+    no_progress: bool = False
 
     def is_failed(self) -> bool:
         """True only when ``state`` is FAILED."""

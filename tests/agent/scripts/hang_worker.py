@@ -1,23 +1,31 @@
-"""A worker for the hang-detection tests: one local rank hangs in a chosen way.
+"""A worker for the hang-detection and restart-policy tests.
 
-``hang_worker.py MODE HUNG_RANK [EXIT_CODE]``; on a restart (TORCHELASTIC_RESTART_COUNT > 0)
-every rank heartbeats once and exits 0 unless MODE ends in ``-always``.
-Modes: ``heartbeat`` (the hung rank heartbeats, then stops), ``section`` (it
-enters section ``allreduce`` and stays), ``initial`` (it never heartbeats),
-``none`` (nobody hangs: a few steps, exit 0). The other ranks heartbeat until stopped.
+``hang_worker.py MODE ARG [STATE_DIR]``. Once the job is "done" (a restart,
+TORCHELASTIC_RESTART_COUNT > 0, or with STATE_DIR: a round after the one that hung)
+every worker reports a few steps and exits 0, unless MODE ends in ``-always``.
+
+Hang modes (the worker with LOCAL_RANK == ARG hangs; the others heartbeat until
+stopped): ``heartbeat`` (heartbeats, then stops), ``section`` (stays in section
+``allreduce``), ``initial`` (never heartbeats). Other modes: ``none`` (a few steps,
+exit 0); ``crash`` (step 5, exit 3); ``fail-in-turn`` (ARG is this node's turn: the
+node whose turn equals the number of earlier rounds that failed exits 3, the
+others hold; after two failed rounds everyone exits 0).
 """
 
 import os
 import sys
 import threading
 import time
+from pathlib import Path
 
 from aelastic.progress import heartbeat, section, step
 
 MODE = sys.argv[1]
-HUNG_RANK = int(sys.argv[2])
+ARG = int(sys.argv[2])
+STATE = Path(sys.argv[3]) if len(sys.argv) > 3 else None
 RANK = int(os.environ["LOCAL_RANK"])
 RESTART = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+ROUND = os.environ["MASTER_PORT"]  # a fresh workers' store (and port) every round
 
 
 def wait_for_a_peer_that_never_comes() -> None:
@@ -30,14 +38,41 @@ def healthy_peer() -> None:
         time.sleep(0.05)
 
 
+def done() -> bool:
+    if MODE.endswith("-always"):
+        return False
+    if STATE is None:
+        return RESTART > 0
+    marker = STATE / "hung"  # holds the round the hang happened in
+    return marker.exists() and marker.read_text() != ROUND
+
+
+def fail_in_turn() -> None:
+    assert STATE is not None
+    failed = [p for p in STATE.glob("failed_*") if p.name != f"failed_{ROUND}"]
+    if len(failed) >= 2:
+        return
+    if len(failed) == ARG:
+        (STATE / f"failed_{ROUND}").touch()
+        raise SystemExit(3)
+    healthy_peer()
+
+
 def main() -> None:
     mode = MODE.removesuffix("-always")
-    if (RESTART > 0 and not MODE.endswith("-always")) or mode == "none":
+    if mode == "fail-in-turn":
+        return fail_in_turn()
+    if mode == "none" or done():
         for i in range(3):
             step(RESTART * 10 + i)
         return
-    if RANK != HUNG_RANK:
+    if mode == "crash":
+        step(5)
+        raise SystemExit(3)
+    if RANK != ARG:
         healthy_peer()
+    if STATE is not None:
+        (STATE / "hung").write_text(ROUND)
     if mode == "heartbeat":
         step(1)
         heartbeat()
