@@ -30,6 +30,7 @@ from ..workers import (
 )
 from ._api import SimpleElasticAgent, _hostname
 from ._env import substitute_local_rank, worker_env
+from ._file_timer import ENABLE_ENV, TIMER_FILE_ENV, serve_file_timer
 from ._hang import RoundProgress, progress_directory, stacks_files
 from ._policy import restart_count
 from ._types import RunResult, WorkerGroup, WorkerSpec, WorkerState
@@ -310,9 +311,22 @@ class LocalElasticAgent(SimpleElasticAgent):
             finally:
                 self._warm_pool = None
 
+    @asynccontextmanager
+    async def _open_file_timer(self) -> AsyncIterator[None]:
+        """torchrun's ``TORCHELASTIC_ENABLE_FILE_TIMER=1``: serve the workers' expiration timers."""
+        if os.environ.get(ENABLE_ENV) != "1":
+            yield
+            return
+        async with serve_file_timer(self._record, os.environ.get(TIMER_FILE_ENV)) as path:
+            self._worker_env_extra[TIMER_FILE_ENV] = path
+            try:
+                yield
+            finally:
+                self._worker_env_extra.pop(TIMER_FILE_ENV, None)
+
     async def run(self, role: str = "default") -> RunResult:
         try:
-            async with self._open_warm_pool():
+            async with self._open_warm_pool(), self._open_file_timer():
                 return await super().run(role)
         finally:
             if self._result_dir is not None:
