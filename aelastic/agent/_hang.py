@@ -53,6 +53,8 @@ class Hang:
     stacks_file: str | None
     #: ``{local_rank: "faulthandler" | "py-spy"}`` of the workers whose stacks were written.
     stacks_captured: Mapping[int, str] | None = None
+    #: ``time.time()`` when the agent noticed (for logs and benchmarks across processes).
+    detected_at: float = 0.0
 
     def describe(self) -> str:
         d = self.deadline
@@ -129,7 +131,8 @@ class RoundProgress:
                     continue
                 if deadline.at_ns <= now:
                     stacks = self.stacks_files.get(rank)
-                    return Hang(rank, self.pids.get(rank, -1), deadline, snap, now, stacks)
+                    pid = self.pids.get(rank, -1)
+                    return Hang(rank, pid, deadline, snap, now, stacks, None, time.time())
                 wake = min(wake, deadline.at_ns)
             await anyio.sleep(max(0.0, (wake - time.monotonic_ns()) / 1e9))
 
@@ -212,6 +215,7 @@ async def report_hang(hang: Hang, progress: RoundProgress, record: Callable[[Eve
                 "section": d.section,
                 "timeout": d.timeout,
                 "late_ms": round((hang.detected_ns - d.at_ns) / 1e6, 3),
+                "detected_at": hang.detected_at,
                 "stacks_file": hang.stacks_file,
                 "stacks_captured": len(captured),
                 "step": hang.snapshot.step,

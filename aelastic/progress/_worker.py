@@ -85,16 +85,21 @@ def attached() -> bool:
 
 
 def heartbeat() -> None:
-    """Tell the agent this worker is alive and making progress (about 0.3 us, no system call)."""
+    """Tell the agent this worker is alive and making progress (~0.3 us, no system call)."""
     s = _slots
     if s is None:
         return
     now = _now()
-    last = s[L.LAST_BEAT_NS]
-    if last and now - last > s[L.MAX_GAP_NS]:
-        s[L.MAX_GAP_NS] = now - last
-    s[L.LAST_BEAT_NS] = now
-    s[L.BEATS] += 1
+    # Literal slot numbers (layout: BEATS=2, LAST_BEAT_NS=3, MAX_GAP_NS=4): the hot path.
+    gap = now - s[3]
+    if gap > s[4] and s[2]:
+        s[4] = gap
+    s[3] = now
+    s[2] += 1
+
+
+if (L.BEATS, L.LAST_BEAT_NS, L.MAX_GAP_NS) != (2, 3, 4):  # pragma: no cover
+    raise ImportError("aelastic.progress: heartbeat() slot numbers disagree with the layout")
 
 
 def step(value: int | None = None) -> None:
