@@ -30,6 +30,7 @@ from ..rendezvous import RendezvousGracefulExitError, RendezvousInfo
 from ..store import Store
 from ._exceptions import AgentError, SignalException
 from ._hang import Hang, RoundProgress, hang_failure, report_hang
+from ._learned import LearnedTimeouts
 from ._policy import (
     UNINTERRUPTIBLE_STATE_TIMEOUT_ENV,
     Action,
@@ -146,6 +147,7 @@ class SimpleElasticAgent(ElasticAgent):
         #: The hang that ended this round, if one did.
         self._hang: Hang | None = None
         self._restart_policy = RestartPolicy(spec)
+        self._learned = LearnedTimeouts(spec, self._record)
 
     # -- public -----------------------------------------------------------------------
 
@@ -438,8 +440,10 @@ class SimpleElasticAgent(ElasticAgent):
     async def _review_decision(self, decision: Decision) -> Decision:
         """Apply the restart policy (job-wide budget, no-progress stop) to ``decision``."""
         progress = self._progress
-        snapshots = progress.snapshots().values() if progress is not None else ()
+        snapshots = list(progress.snapshots().values()) if progress is not None else []
         best = max((s.step for s in snapshots), default=-1)
+        if snapshots and decision.action is not Action.ABANDON:
+            await self._learned.update(snapshots)
         round_ = self._rdzv_info.round if self._rdzv_info is not None else self._attempt
         return await self._restart_policy.review(decision, attempt_best_step=best, round_=round_)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..progress import ProgressSnapshot, ProgressTimeouts
 from ._exceptions import AgentConfigError
@@ -39,6 +39,10 @@ __all__ = (
     "fold_attempt_steps",
     "no_progress",
     "restart_backoff",
+    "Observed",
+    "merge_observed",
+    "observe",
+    "learned_timeouts",
 )
 
 #: torch's opt-in knob: seconds a worker may stay in uninterruptible sleep (D-state).
@@ -335,3 +339,70 @@ def restart_backoff(consecutive_failures: int, base: float, cap: float) -> float
     if base <= 0 or consecutive_failures <= 0:
         return 0.0
     return float(min(cap, base * 2.0 ** min(consecutive_failures - 1, 60)))
+
+
+# -- learned timeouts -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The longest healthy intervals seen so far (seconds): between two heartbeats, and
+    inside each section. Every recorded interval ended in progress, so all are healthy."""
+
+    heartbeat: float = 0.0
+    sections: Mapping[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {"heartbeat": self.heartbeat, "sections": dict(self.sections)}
+
+    @classmethod
+    def from_json(cls, obj: object) -> Observed:
+        """Parse :meth:`to_json`'s shape; ValueError when it is not that."""
+        if not isinstance(obj, dict):
+            raise ValueError(f"learned timeouts must be a JSON object, got {obj!r}")
+        sections = obj.get("sections", {})
+        if not isinstance(sections, dict):
+            raise ValueError(f"learned section intervals must be an object, got {sections!r}")
+        return cls(
+            float(obj.get("heartbeat", 0.0)), {str(k): float(v) for k, v in sections.items()}
+        )
+
+
+def merge_observed(a: Observed, b: Observed) -> Observed:
+    """The longer of each interval of ``a`` and ``b``."""
+    sections = dict(a.sections)
+    for name, seconds in b.sections.items():
+        sections[name] = max(seconds, sections.get(name, 0.0))
+    return Observed(max(a.heartbeat, b.heartbeat), sections)
+
+
+def observe(snapshots: Collection[ProgressSnapshot]) -> Observed:
+    """The longest intervals the workers of one attempt reported."""
+    observed = Observed()
+    for snap in snapshots:
+        if not snap.attached:
+            continue
+        sections = {k: v / 1e9 for k, v in snap.longest_sections_ns.items() if v > 0}
+        observed = merge_observed(observed, Observed(snap.max_gap_ns / 1e9, sections))
+    return observed
+
+
+def learned_timeouts(
+    configured: ProgressTimeouts, observed: Observed, factor: float
+) -> ProgressTimeouts:
+    """Tighter timeouts: ``factor`` x the longest healthy interval, never looser than the
+    configured value, and only for rules that are on (learning never turns a rule on)."""
+    heartbeat = configured.heartbeat
+    if heartbeat is not None and observed.heartbeat > 0:
+        heartbeat = min(heartbeat, factor * observed.heartbeat)
+    sections = dict(configured.sections)
+    for name, seconds in configured.sections.items():
+        longest = observed.sections.get(name, 0.0)
+        if longest > 0:
+            sections[name] = min(seconds, factor * longest)
+    return ProgressTimeouts(
+        initial=configured.initial,
+        heartbeat=heartbeat,
+        sections=sections,
+        out_of_section=configured.out_of_section,
+    )

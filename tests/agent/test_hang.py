@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import anyio
@@ -96,3 +97,33 @@ async def test_worker_that_never_uses_the_api_is_not_judged(tmp_path: Path) -> N
     with anyio.fail_after(60):
         result = await agent.run()
     assert result.state is WorkerState.SUCCEEDED
+
+
+async def test_learned_timeouts_tighten_the_next_attempt(tmp_path: Path) -> None:
+    """Attempt 0 beats every ~0.2 s then crashes; with x5 learning, attempt 1's hang is
+    caught by a learned timeout far below the configured 30 s."""
+    spec = _spec(
+        tmp_path,
+        "learn",
+        hung=0,
+        heartbeat_timeout=30.0,
+        learn_timeouts=5.0,
+        max_restarts=2,
+        local_world_size=1,
+    )
+    agent = LocalElasticAgent(spec)  # type: ignore[arg-type]
+    learned = None
+    with anyio.fail_after(60):
+        async with subscribe() as stream, anyio.create_task_group() as tg:
+            results = start_run(tg, agent)
+            async for event in stream:
+                if event.name == "aelastic.progress.learned_timeouts":
+                    learned = event.metadata["heartbeat"]
+                if event.name == "aelastic.progress.hang":
+                    break
+    (result,) = results
+    assert result.state is WorkerState.SUCCEEDED
+    assert isinstance(learned, float) and 5 * 0.2 <= learned < 30.0
+    assert event.metadata["timeout"] == learned
+    saved = json.loads((tmp_path / "logs" / "test-run" / "learned_timeouts.json").read_text())
+    assert saved["heartbeat"] * 5 == pytest.approx(learned)

@@ -6,12 +6,16 @@ import pytest
 
 from aelastic.agent import Action, AgentConfigError, WorkerSpec
 from aelastic.agent._policy import (
+    Observed,
     StepProgress,
     decide_job_budget,
     fold_attempt_steps,
+    learned_timeouts,
+    merge_observed,
     no_progress,
     restart_backoff,
 )
+from aelastic.progress import ProgressTimeouts
 
 from .conftest import LocalRendezvous
 
@@ -60,3 +64,16 @@ def test_bad_spec_fields_are_one_clear_error(field: str, value: object, match: s
             entrypoint="/bin/true",
             **{field: value},  # type: ignore[arg-type]
         )
+
+
+def test_learned_timeouts_only_tighten_rules_that_are_on() -> None:
+    configured = ProgressTimeouts(initial=60, heartbeat=10, sections={"ckpt": 100, "fwd": 1})
+    seen = merge_observed(Observed(0.5, {"ckpt": 4.0}), Observed(1.0, {"fwd": 0.5, "eval": 9}))
+    assert seen == Observed(1.0, {"ckpt": 4.0, "fwd": 0.5, "eval": 9})
+    learned = learned_timeouts(configured, seen, 5)
+    assert learned.heartbeat == 5.0 and learned.initial == 60
+    assert learned.sections == {"ckpt": 20.0, "fwd": 1}  # never looser; "eval" stays off
+    assert learned_timeouts(ProgressTimeouts(), seen, 5) == ProgressTimeouts()
+    assert Observed.from_json(seen.to_json()) == seen
+    with pytest.raises(ValueError, match="JSON object"):
+        Observed.from_json([1])

@@ -7,9 +7,9 @@ every worker reports a few steps and exits 0, unless MODE ends in ``-always``.
 Hang modes (the worker with LOCAL_RANK == ARG hangs; the others heartbeat until
 stopped): ``heartbeat`` (heartbeats, then stops), ``section`` (stays in section
 ``allreduce``), ``initial`` (never heartbeats). Other modes: ``none`` (a few steps,
-exit 0); ``crash`` (step 5, exit 3); ``fail-in-turn`` (ARG is this node's turn: the
-node whose turn equals the number of earlier rounds that failed exits 3, the
-others hold; after two failed rounds everyone exits 0).
+exit 0); ``crash`` (step 5, exit 3); ``learn`` (see ``learn()``); ``fail-in-turn``
+(ARG is this node's turn: the node whose turn equals the number of earlier rounds
+that failed exits 3, the others hold; after two failed rounds everyone exits 0).
 """
 
 import os
@@ -58,8 +58,22 @@ def fail_in_turn() -> None:
     healthy_peer()
 
 
+def learn() -> None:
+    """Attempt 0: healthy 0.2 s heartbeat intervals, then a crash; attempt 1: a hang."""
+    if RESTART == 0:
+        for _ in range(5):
+            heartbeat()
+            time.sleep(0.2)
+        raise SystemExit(3)
+    if RESTART == 1:
+        heartbeat()
+        wait_for_a_peer_that_never_comes()
+
+
 def main() -> None:
     mode = MODE.removesuffix("-always")
+    if mode == "learn":
+        return learn()
     if mode == "fail-in-turn":
         return fail_in_turn()
     if mode == "none" or done():
