@@ -124,6 +124,7 @@ class RoundProgress:
         while True:
             now = time.monotonic_ns()
             wake = now + recheck
+            oldest = -1
             for rank, progress in self.files.items():
                 snap = progress.snapshot()
                 deadline = progress_deadline(snap, self.timeouts, self.started_ns)
@@ -133,7 +134,12 @@ class RoundProgress:
                     stacks = self.stacks_files.get(rank)
                     pid = self.pids.get(rank, -1)
                     return Hang(rank, pid, deadline, snap, now, stacks, None, time.time())
+                if snap.beats:
+                    # Lateness: how much of its heartbeat timeout the worker used up.
+                    oldest = max(oldest, (now - snap.last_beat_ns) // 1_000_000)
                 wake = min(wake, deadline.at_ns)
+            if oldest >= 0:
+                put_metric("progress.heartbeat_age_ms", oldest)
             await anyio.sleep(max(0.0, (wake - time.monotonic_ns()) / 1e9))
 
     def close(self) -> None:

@@ -127,3 +127,16 @@ async def test_learned_timeouts_tighten_the_next_attempt(tmp_path: Path) -> None
     assert event.metadata["timeout"] == learned
     saved = json.loads((tmp_path / "logs" / "test-run" / "learned_timeouts.json").read_text())
     assert saved["heartbeat"] * 5 == pytest.approx(learned)
+
+
+async def test_stacks_of_fresh_interpreters_without_the_warm_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No warm bootstrap: importing aelastic.progress registers the stacks dump itself."""
+    monkeypatch.setenv("AELASTIC_WARM_WORKERS", "0")
+    agent = LocalElasticAgent(_spec(tmp_path, "heartbeat"))  # type: ignore[arg-type]
+    with anyio.fail_after(60):
+        result = await agent.run()
+    assert result.state is WorkerState.SUCCEEDED
+    assert "wait_for_a_peer_that_never_comes" in _stacks(tmp_path, 0, 1)
+    assert "healthy_peer" in _stacks(tmp_path, 0, 0)
