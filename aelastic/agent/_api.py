@@ -384,7 +384,9 @@ class SimpleElasticAgent(ElasticAgent):
 
             async def watch_progress(progress: RoundProgress) -> None:
                 try:
-                    hang = await progress.wait_for_hang()
+                    hang = await progress.wait_for_hang(
+                        lambda: self._worker_exit_codes(worker_group).keys()
+                    )
                     self._hang = await report_hang(hang, progress, self._record)
                     decided.append(decide_after_hang(self._remaining_restarts))
                 except Exception as exc:

@@ -16,7 +16,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 import anyio
@@ -115,17 +115,21 @@ class RoundProgress:
     def snapshots(self) -> dict[int, ProgressSnapshot]:
         return {rank: f.snapshot() for rank, f in self.files.items()}
 
-    async def wait_for_hang(self) -> Hang:
+    async def wait_for_hang(self, exited: Callable[[], Collection[int]] = tuple) -> Hang:
         """Return the first worker found past its deadline; sleeps until deadlines only.
 
-        Cancellation: stops waiting at once, nothing to clean up.
+        ``exited()`` names the local ranks that already exited (never judged: a worker
+        that finished early is not hung). Cancellation: stops waiting at once.
         """
         recheck = int(self.timeouts.shortest() * 1e9)
         while True:
             now = time.monotonic_ns()
             wake = now + recheck
             oldest = -1
+            gone = exited()
             for rank, progress in self.files.items():
+                if rank in gone:
+                    continue
                 snap = progress.snapshot()
                 deadline = progress_deadline(snap, self.timeouts, self.started_ns)
                 if deadline is None:

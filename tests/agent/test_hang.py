@@ -140,3 +140,12 @@ async def test_stacks_of_fresh_interpreters_without_the_warm_pool(
     assert result.state is WorkerState.SUCCEEDED
     assert "wait_for_a_peer_that_never_comes" in _stacks(tmp_path, 0, 1)
     assert "healthy_peer" in _stacks(tmp_path, 0, 0)
+
+
+async def test_a_worker_that_finished_early_is_not_hung(tmp_path: Path) -> None:
+    """Rank 0 exits 0 after one heartbeat; rank 1 goes on past rank 0's 1 s deadline."""
+    agent = LocalElasticAgent(_spec(tmp_path, "early-exit", hung=0, heartbeat_timeout=1.0))  # type: ignore[arg-type]
+    with anyio.fail_after(60):
+        result = await agent.run()
+    assert result.state is WorkerState.SUCCEEDED
+    assert agent.remaining_restarts == 1  # nothing was restarted

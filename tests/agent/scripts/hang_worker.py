@@ -7,7 +7,8 @@ every worker reports a few steps and exits 0, unless MODE ends in ``-always``.
 Hang modes (the worker with LOCAL_RANK == ARG hangs; the others heartbeat until
 stopped): ``heartbeat`` (heartbeats, then stops), ``section`` (stays in section
 ``allreduce``), ``initial`` (never heartbeats). Other modes: ``none`` (a few steps,
-exit 0); ``crash`` (step 5, exit 3); ``learn`` (see ``learn()``); ``fail-in-turn``
+exit 0); ``crash`` (step 5, exit 3); ``learn``, ``early-exit`` (see those functions);
+``fail-in-turn``
 (ARG is this node's turn: the node whose turn equals the number of earlier rounds
 that failed exits 3, the others hold; after two failed rounds everyone exits 0).
 """
@@ -70,10 +71,23 @@ def learn() -> None:
         wait_for_a_peer_that_never_comes()
 
 
+def early_exit() -> None:
+    """Rank ARG heartbeats once and exits 0; the others heartbeat for 2.5 s, then exit 0."""
+    heartbeat()
+    if RANK == ARG:
+        return
+    end = time.monotonic() + 2.5
+    while time.monotonic() < end:
+        heartbeat()
+        time.sleep(0.05)
+
+
 def main() -> None:
     mode = MODE.removesuffix("-always")
     if mode == "learn":
         return learn()
+    if mode == "early-exit":
+        return early_exit()
     if mode == "fail-in-turn":
         return fail_in_turn()
     if mode == "none" or done():
