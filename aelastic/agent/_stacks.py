@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import signal
+import sys
 from collections.abc import Mapping
 
 import anyio
@@ -105,7 +106,8 @@ async def capture_stacks(
     or refuses. Cancellation: stops waiting; dumps already requested may still land.
     """
     captured: dict[int, str] = {}
-    py_spy = shutil.which("py-spy")
+    # On PATH, or beside this interpreter (a virtual environment that is not activated).
+    py_spy = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
 
     async def one(rank: int, pid: int, path: str) -> None:
         if handles_signal(pid, signum):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sys
 from pathlib import Path
 
 import anyio
@@ -149,3 +152,18 @@ async def test_a_worker_that_finished_early_is_not_hung(tmp_path: Path) -> None:
         result = await agent.run()
     assert result.state is WorkerState.SUCCEEDED
     assert agent.remaining_restarts == 1  # nothing was restarted
+
+
+async def test_py_spy_dumps_workers_without_faulthandler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not (shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))):
+        pytest.skip("py-spy is not installed (pip install py-spy)")
+    monkeypatch.setenv("HANG_WORKER_NO_FAULTHANDLER", "1")
+    agent = LocalElasticAgent(_spec(tmp_path, "heartbeat"))  # type: ignore[arg-type]
+    with anyio.fail_after(60):
+        result = await agent.run()
+    assert result.state is WorkerState.SUCCEEDED
+    stacks = _stacks(tmp_path, 0, 1)
+    assert "wait_for_a_peer_that_never_comes" in stacks
+    assert "Python v" in stacks  # py-spy's header: faulthandler did not write it

@@ -83,6 +83,10 @@ def early_exit() -> None:
 
 
 def main() -> None:
+    if os.environ.get("HANG_WORKER_NO_FAULTHANDLER"):
+        import faulthandler  # leave the stacks to py-spy
+
+        faulthandler.unregister(int(os.environ["AELASTIC_STACKS_SIGNAL"]))
     mode = MODE.removesuffix("-always")
     if mode == "learn":
         return learn()
