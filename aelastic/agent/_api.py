@@ -330,7 +330,7 @@ class SimpleElasticAgent(ElasticAgent):
                         log.error(
                             "[%s] worker group FAILED, no restarts left: %s",
                             role,
-                            _describe_exits(self._worker_exit_codes(wg)),
+                            self._describe_outcome(wg),
                         )
                         await self._close_rendezvous()
                         return result
@@ -340,7 +340,7 @@ class SimpleElasticAgent(ElasticAgent):
                         log.warning(
                             "[%s] worker group FAILED (%s); %d/%d restarts left, restarting",
                             role,
-                            _describe_exits(self._worker_exit_codes(wg)),
+                            self._describe_outcome(wg),
                             self._remaining_restarts,
                             spec.max_restarts,
                         )
@@ -444,6 +444,11 @@ class SimpleElasticAgent(ElasticAgent):
         if decided:
             return decided[0]
         raise errors[0]
+
+    def _describe_outcome(self, wg: WorkerGroup) -> str:
+        if self._hang is not None:
+            return self._hang.describe()
+        return _describe_exits(self._worker_exit_codes(wg))
 
     async def _review_decision(self, decision: Decision) -> Decision:
         """Apply the restart policy (job-wide budget, no-progress stop) to ``decision``."""
