@@ -22,7 +22,6 @@ import logging
 import os
 import tempfile
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -170,7 +169,10 @@ def _make_fifo(path: str | None) -> tuple[str, int, int]:
     Our own writer end keeps the FIFO from reporting end-of-file between clients.
     A handful of metadata calls on a local file system: done once per run.
     """
-    path = path or os.path.join(tempfile.gettempdir(), f"watchdog_timer_{uuid.uuid4()}")
+    if not path:
+        import uuid  # off the launch path: only when the timer is enabled
+
+        path = os.path.join(tempfile.gettempdir(), f"watchdog_timer_{uuid.uuid4()}")
     if os.path.lexists(path):
         os.remove(path)
     os.mkfifo(path, 0o600)
