@@ -56,7 +56,16 @@ def _attach() -> None:
     slots[L.ATTACH_NS] = now
     slots[L.ATTACHED] = L.MAGIC
     _slots = slots
+    # A forked child (e.g. a fork-started data loader worker) must not speak for us.
+    os.register_at_fork(after_in_child=_detach)
     _register_stacks_dump()
+
+
+def _detach() -> None:
+    global _slots, _map
+    _slots = None
+    _map = None
+    _open.clear()
 
 
 def _register_stacks_dump() -> None:

@@ -132,3 +132,21 @@ def test_after_a_hang_the_budget_decides() -> None:
     assert decide_after_hang(2).action is Action.RESTART
     assert decide_after_hang(2).remaining_restarts == 1
     assert decide_after_hang(0).action is Action.FAIL
+
+
+def test_a_forked_child_does_not_heartbeat_for_its_parent(tmp_path: Path) -> None:
+    progress = ProgressFile(str(tmp_path / "w.progress"))
+    code = (
+        "import os\n"
+        "from aelastic.progress import attached, heartbeat\n"
+        "heartbeat()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    heartbeat(); heartbeat()\n"
+        "    os._exit(0 if not attached() else 1)\n"
+        "assert os.waitpid(pid, 0)[1] == 0\n"
+    )
+    env = {**_env_without_agent(), "AELASTIC_PROGRESS_FILE": progress.path}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    assert progress.snapshot().beats == 1
+    progress.close()
