@@ -38,6 +38,7 @@ def _stacks(tmp_path: Path, attempt: int, rank: int) -> str:
         ("heartbeat", {}, "heartbeat"),
         ("section", {"section_timeouts": {"allreduce": 1.0}}, "section"),
         ("initial", {"initial_heartbeat_timeout": 1.5}, "initial"),
+        ("out-of-section", {"out_of_section_timeout": 1.0}, "out-of-section"),
     ],
 )
 async def test_hung_worker_is_restarted_with_its_stacks(

@@ -6,11 +6,12 @@ every worker reports a few steps and exits 0, unless MODE ends in ``-always``.
 
 Hang modes (the worker with LOCAL_RANK == ARG hangs; the others heartbeat until
 stopped): ``heartbeat`` (heartbeats, then stops), ``section`` (stays in section
-``allreduce``), ``initial`` (never heartbeats). Other modes: ``none`` (a few steps,
+``allreduce``), ``initial`` (never heartbeats), ``out-of-section`` (leaves a
+section, then never enters another). Other modes: ``none`` (a few steps,
 exit 0); ``crash`` (step 5, exit 3); ``learn``, ``early-exit`` (see those functions);
-``fail-in-turn``
-(ARG is this node's turn: the node whose turn equals the number of earlier rounds
-that failed exits 3, the others hold; after two failed rounds everyone exits 0).
+``fail-in-turn`` (ARG is this node's turn: the node whose turn equals the number of
+earlier rounds that failed exits 3, the others hold; after two failed rounds everyone
+exits 0).
 """
 
 import os
@@ -114,6 +115,10 @@ def main() -> None:
         with section("allreduce"):
             wait_for_a_peer_that_never_comes()
     elif mode == "initial":
+        wait_for_a_peer_that_never_comes()
+    elif mode == "out-of-section":
+        with section("load"):
+            pass
         wait_for_a_peer_that_never_comes()
     raise SystemExit(f"unknown mode {MODE}")
 
