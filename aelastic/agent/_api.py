@@ -95,6 +95,11 @@ class SimpleElasticAgent(ElasticAgent):
     ``exit_barrier_timeout``, ``shutdown_timeout`` and ``uninterruptible_state_timeout``
     override the spec's values.
 
+    Hang detection (opt-in, see :class:`WorkerSpec`'s heartbeat and section timeouts):
+    subclasses set ``self._progress`` (a :class:`~aelastic.agent._hang.RoundProgress`)
+    for the round; a worker past its deadline has every local worker's stacks written,
+    then counts as a failure (restart within the budget, else FAILED saying "hung").
+
     D-state check (opt-in, off by default): with an ``uninterruptible_state_timeout``
     (argument, spec, or ``TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT``) > 0, the agent
     reads its running workers' states (:meth:`_worker_states`) every
@@ -387,7 +392,13 @@ class SimpleElasticAgent(ElasticAgent):
                     hang = await progress.wait_for_hang(
                         lambda: self._worker_exit_codes(worker_group).keys()
                     )
-                    self._hang = await report_hang(hang, progress, self._record)
+                    identity: dict[str, str | int | None] = {
+                        "run_id": spec.rdzv_handler.get_run_id(),
+                        "hostname": _hostname(),
+                        "global_rank": worker_group.workers[hang.local_rank].global_rank,
+                        "group_rank": worker_group.group_rank,
+                    }
+                    self._hang = await report_hang(hang, progress, self._record, identity)
                     decided.append(decide_after_hang(self._remaining_restarts))
                 except Exception as exc:
                     errors.append(exc)

@@ -195,11 +195,17 @@ def hang_failure(hang: Hang, exitcode: int) -> ProcessFailure:
     return failure
 
 
-async def report_hang(hang: Hang, progress: RoundProgress, record: Callable[[Event], None]) -> Hang:
+async def report_hang(
+    hang: Hang,
+    progress: RoundProgress,
+    record: Callable[[Event], None],
+    identity: Mapping[str, str | int | None] | None = None,
+) -> Hang:
     """Capture every local worker's stacks (before anything is stopped), log and record.
 
     Returns ``hang`` with ``stacks_captured`` filled in. Bounded by the capture's own
-    timeouts; records the ``aelastic.progress.hang`` event and the
+    timeouts; records the ``aelastic.progress.hang`` event (``identity``: e.g. the
+    run id, host and global rank, added to its metadata) and the
     ``progress.hangs`` / ``progress.stacks_captured`` metrics.
     """
     log.error("%s; capturing the stacks of every local worker", hang.describe())
@@ -219,6 +225,7 @@ async def report_hang(hang: Hang, progress: RoundProgress, record: Callable[[Eve
             source=EventSource.AGENT,
             timestamp=int(time.time() * 1000),
             metadata={
+                **(identity or {}),
                 "local_rank": hang.local_rank,
                 "pid": hang.pid,
                 "rule": d.rule,

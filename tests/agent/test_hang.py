@@ -54,7 +54,7 @@ async def test_hung_worker_is_restarted_with_its_stacks(
                     break
     (result,) = results
     assert result.state is WorkerState.SUCCEEDED
-    assert event.metadata["local_rank"] == 1
+    assert event.metadata["local_rank"] == 1 and event.metadata["global_rank"] == 1
     assert event.metadata["rule"] == rule
     assert event.metadata["section"] == ("allreduce" if mode == "section" else None)
     assert event.metadata["stacks_captured"] == 2
