@@ -58,6 +58,7 @@ class RestartPolicy:
         """
         spec = self._spec
         action = decision.action
+        progressed = attempt_best_step > self.steps.best
         if action in (Action.RESTART, Action.FAIL, Action.REJOIN):
             failed = action is not Action.REJOIN
             self.steps = fold_attempt_steps(self.steps, attempt_best_step, failed=failed)
@@ -65,7 +66,8 @@ class RestartPolicy:
             self.consecutive_failures = 0
         if action is not Action.RESTART:
             return decision
-        self.consecutive_failures += 1
+        # Back-off grows while the group crash-loops; an attempt that made progress resets it.
+        self.consecutive_failures = 1 if progressed else self.consecutive_failures + 1
         if no_progress(self.steps, spec.max_no_progress_restarts):
             self.stopped_for_no_progress = True
             log.error(

@@ -77,3 +77,25 @@ def test_learned_timeouts_only_tighten_rules_that_are_on() -> None:
     assert Observed.from_json(seen.to_json()) == seen
     with pytest.raises(ValueError, match="JSON object"):
         Observed.from_json([1])
+
+
+async def test_backoff_grows_while_crash_looping_and_resets_on_progress() -> None:
+    from aelastic.agent import WorkerState
+    from aelastic.agent._policy import Decision
+    from aelastic.agent._restart_policy import RestartPolicy
+
+    spec = WorkerSpec(
+        role="r",
+        local_world_size=1,
+        rdzv_handler=LocalRendezvous(),
+        entrypoint="/bin/true",
+        restart_backoff=1.0,
+        restart_backoff_max=10.0,
+    )
+    policy = RestartPolicy(spec)
+    restart = Decision(Action.RESTART, WorkerState.FAILED, 3)
+    waits = []
+    for best in (5, 5, 5, 9, 9):
+        assert await policy.review(restart, attempt_best_step=best, round_=1) == restart
+        waits.append(policy.backoff_seconds())
+    assert waits == [1.0, 2.0, 4.0, 1.0, 2.0]
