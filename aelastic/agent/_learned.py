@@ -3,7 +3,7 @@ hang-detection timeouts to ``factor`` x them from the next restart on.
 
 The observations (:class:`~aelastic.agent._policy.Observed`) are kept per run id in
 ``<log_dir>/<run_id>/learned_timeouts.json`` and, when the rendezvous backend has a
-shared store (c10d, etcd), under ``aelastic/learned_timeouts/<run_id>`` so every node
+shared store (c10d), under ``aelastic/learned_timeouts/<run_id>`` so every node
 uses the longest interval any node saw. The rules are plain functions in
 :mod:`aelastic.agent._policy` (``observe``, ``merge_observed``, ``learned_timeouts``).
 """

@@ -94,8 +94,8 @@ class RestartPolicy:
             if not self._warned_no_store:
                 self._warned_no_store = True
                 log.warning(
-                    "[%s] --job-wide-restarts needs a rendezvous backend with a shared store"
-                    " (c10d, etcd); %s has none: counting this node's failures only",
+                    "[%s] --job-wide-restarts needs a rendezvous backend with a job-wide store"
+                    " (c10d); %s has none: counting this node's failures only",
                     spec.role,
                     spec.rdzv_handler.get_backend(),
                 )

@@ -115,7 +115,7 @@ class WorkerSpec:
         restart_backoff_max: the longest back-off, in seconds.
         job_wide_restarts: ``max_restarts`` counts the failures of the whole job (kept in
             the rendezvous store, one per failed round whichever node saw it) rather
-            than this node's.
+            than this node's. Needs the c10d backend (others: per node, with a warning).
         learn_timeouts: a safety factor (e.g. 5): after a healthy attempt the agent
             proposes heartbeat/section timeouts of that many times the longest interval
             observed, persists them (log dir and store) and uses them from the next
