@@ -21,8 +21,8 @@ import anyio
 from ..events import Event, EventSource
 from ..metrics import put_metric
 from ..progress import ProgressSnapshot, ProgressTimeouts
-from ..store import Store
 from ._policy import Observed, learned_timeouts, merge_observed, observe
+from ._restart_policy import job_store
 from ._types import WorkerSpec
 
 __all__ = ("LearnedTimeouts",)
@@ -52,13 +52,6 @@ class LearnedTimeouts:
             return None
         return os.path.join(os.fspath(log_dir), self._spec.rdzv_handler.get_run_id(), _FILE_NAME)
 
-    def _store(self) -> Store | None:
-        try:
-            store = getattr(self._spec.rdzv_handler, "store", None)
-        except Exception:
-            return None
-        return store if isinstance(store, Store) else None
-
     def timeouts(self) -> ProgressTimeouts:
         """The timeouts for the next attempt (the configured ones while nothing is learned)."""
         configured = self._spec.progress_timeouts()
@@ -77,7 +70,7 @@ class LearnedTimeouts:
         before = self.timeouts()
         merged = merge_observed(self.observed, observe(snapshots))
         key = f"aelastic/learned_timeouts/{self._spec.rdzv_handler.get_run_id()}"
-        store = self._store()
+        store = job_store(self._spec.rdzv_handler)
         path = self._path()
         try:
             if not self._loaded and path is not None and await anyio.Path(path).exists():

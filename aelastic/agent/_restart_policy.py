@@ -13,6 +13,7 @@ import logging
 import anyio
 
 from ..metrics import put_metric
+from ..rendezvous import RendezvousHandler
 from ..store import Store
 from ._policy import (
     NO_PROGRESS_EXIT_CODE,
@@ -26,13 +27,22 @@ from ._policy import (
 )
 from ._types import WorkerSpec, WorkerState
 
-__all__ = ("RestartPolicy",)
+__all__ = ("RestartPolicy", "job_store")
 
 log = logging.getLogger("aelastic.agent")
 
 #: Bound on the two store requests of the job-wide budget.
 _STORE_TIMEOUT = 30.0
 _KEY_PREFIX = "aelastic/job_restarts"
+
+
+def job_store(handler: RendezvousHandler) -> Store | None:
+    """The rendezvous' job-wide store (c10d's ``handler.store``), or None when it has none."""
+    try:
+        store = getattr(handler, "store", None)
+    except Exception:  # not started, or gone
+        return None
+    return store if isinstance(store, Store) else None
 
 
 class RestartPolicy:
@@ -86,11 +96,8 @@ class RestartPolicy:
 
     async def _job_budget(self, decision: Decision, round_: int) -> Decision:
         spec = self._spec
-        try:
-            store = getattr(spec.rdzv_handler, "store", None)
-        except Exception:
-            store = None
-        if not isinstance(store, Store):
+        store = job_store(spec.rdzv_handler)
+        if store is None:
             if not self._warned_no_store:
                 self._warned_no_store = True
                 log.warning(
