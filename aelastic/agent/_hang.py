@@ -183,9 +183,9 @@ def hang_failure(hang: Hang, exitcode: int) -> ProcessFailure:
         exit_time=time.time(),
     )
     stacks = (
-        f"stacks of every thread: {hang.stacks_file}"
+        f"Stacks of every thread: {hang.stacks_file}"
         if hang.stacks_captured and hang.local_rank in hang.stacks_captured
-        else "no stacks could be captured (no faulthandler registered, py-spy not installed)"
+        else "No stacks could be captured (no faulthandler registered, py-spy not installed)."
     )
     failure.message = f"worker {hang.describe()}; the agent stopped it. {stacks}"
     failure.error_file_data = {
