@@ -282,6 +282,9 @@ class SimpleElasticAgent(ElasticAgent):
     async def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM) -> None:
         """Release what the agent holds outside a round (called once, on abnormal exit)."""
 
+    def _explain_failures(self, result: RunResult) -> None:
+        """Amend the failures' messages with what only the agent knows (default: nothing)."""
+
     def _unkillable_workers(self, worker_group: WorkerGroup) -> Mapping[int, int]:
         """``{local_rank: pid}`` of stopped workers that could not be reaped (default none)."""
         return {}
@@ -331,6 +334,7 @@ class SimpleElasticAgent(ElasticAgent):
                         if self._hang is not None:
                             result = self._hang_result(wg, self._hang)
                         result.no_progress = self._restart_policy.stopped_for_no_progress
+                        self._explain_failures(result)
                         wg.state = WorkerState.FAILED
                         log.error(
                             "[%s] worker group FAILED, no restarts left: %s",

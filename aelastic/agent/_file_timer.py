@@ -22,16 +22,24 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 
 import anyio
 
+from ..errors import ProcessFailure
+from ..errors._failure import NOT_AVAILABLE
 from ..events import Event, EventSource
 from ..metrics import put_metric
 
-__all__ = ("ENABLE_ENV", "TIMER_FILE_ENV", "FileTimerServer", "serve_file_timer")
+__all__ = (
+    "ENABLE_ENV",
+    "TIMER_FILE_ENV",
+    "FileTimerServer",
+    "explain_expired",
+    "serve_file_timer",
+)
 
 log = logging.getLogger("aelastic.agent")
 
@@ -70,6 +78,8 @@ class FileTimerServer:
         self._partial = b""
         #: ``{pid: [scope_id, ...]}`` of the workers this server signalled.
         self.reaped: dict[int, list[str]] = {}
+        #: The FIFO's path (set by :func:`serve_file_timer`).
+        self.path = ""
 
     def feed(self, data: bytes) -> None:
         """Register the complete request lines in ``data`` (a partial line waits)."""
@@ -181,11 +191,30 @@ def _make_fifo(path: str | None) -> tuple[str, int, int]:
     return path, read_fd, write_fd
 
 
+def explain_expired(failures: Iterable[ProcessFailure], reaped: Mapping[int, list[str]]) -> None:
+    """Say "expiration timer expired" in the failures of workers this server killed.
+
+    Without it a SIGKILLed worker reads like an OOM kill. Failures with an error file
+    (the worker recorded its own error) are left as they are.
+    """
+    for failure in failures:
+        scopes = reaped.get(failure.pid)
+        if scopes is None or failure.error_file != NOT_AVAILABLE:
+            continue
+        failure.message = (
+            f"the expiration timer(s) {', '.join(repr(s) for s in scopes)} of this worker"
+            f" (torch.distributed.elastic.timer, TORCHELASTIC_ENABLE_FILE_TIMER=1) expired;"
+            f" the agent killed it with {failure.signal_name()}"
+        )
+
+
 @asynccontextmanager
 async def serve_file_timer(
     record: Callable[[Event], None], path: str | None = None
-) -> AsyncIterator[str]:
-    """Create the FIFO, serve torch's timer protocol until the block exits; yield its path.
+) -> AsyncIterator[FileTimerServer]:
+    """Create the FIFO, serve torch's timer protocol until the block exits.
+
+    Yields the server (``server.path`` is the FIFO's path).
 
     Cancellation-safe: leaving the block stops serving, closes the FIFO and removes it.
 
@@ -194,13 +223,14 @@ async def serve_file_timer(
     """
     path, read_fd, write_fd = _make_fifo(path)
     server = FileTimerServer(record)
+    server.path = path
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_read_fifo, read_fd, server)
             tg.start_soon(server.run_expiry)
             log.info("serving torch's file timer at %s", path)
             try:
-                yield path
+                yield server
             finally:
                 tg.cancel_scope.cancel()
     finally:

@@ -30,7 +30,13 @@ from ..workers import (
 )
 from ._api import SimpleElasticAgent, _hostname
 from ._env import substitute_local_rank, worker_env
-from ._file_timer import ENABLE_ENV, TIMER_FILE_ENV, serve_file_timer
+from ._file_timer import (
+    ENABLE_ENV,
+    TIMER_FILE_ENV,
+    FileTimerServer,
+    explain_expired,
+    serve_file_timer,
+)
 from ._hang import RoundProgress, progress_directory, stacks_files
 from ._policy import restart_count
 from ._types import RunResult, WorkerGroup, WorkerSpec, WorkerState
@@ -98,6 +104,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._result_dir: tempfile.TemporaryDirectory[str] | None = None
         self._warm_pool: WarmPool | None = None
         self._progress_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._file_timer: FileTimerServer | None = None
 
     # -- the workers' store ------------------------------------------------------------
 
@@ -346,12 +353,18 @@ class LocalElasticAgent(SimpleElasticAgent):
         if os.environ.get(ENABLE_ENV) != "1":
             yield
             return
-        async with serve_file_timer(self._record, os.environ.get(TIMER_FILE_ENV)) as path:
-            self._worker_env_extra[TIMER_FILE_ENV] = path
+        async with serve_file_timer(self._record, os.environ.get(TIMER_FILE_ENV)) as server:
+            self._worker_env_extra[TIMER_FILE_ENV] = server.path
+            self._file_timer = server
             try:
                 yield
             finally:
+                self._file_timer = None
                 self._worker_env_extra.pop(TIMER_FILE_ENV, None)
+
+    def _explain_failures(self, result: RunResult) -> None:
+        if self._file_timer is not None:
+            explain_expired(result.failures.values(), self._file_timer.reaped)
 
     async def run(self, role: str = "default") -> RunResult:
         try:

@@ -39,6 +39,23 @@ async def test_worker_with_an_expired_torch_timer_is_killed_and_restarted(
     assert event.metadata["signal"] == signal.SIGKILL
 
 
+async def test_the_failure_says_the_timer_expired(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHELASTIC_ENABLE_FILE_TIMER", "1")
+    monkeypatch.delenv("TORCHELASTIC_TIMER_FILE", raising=False)
+    spec = local_spec(
+        LocalRendezvous(), ("-u", WORKER), tmp_path, local_world_size=1, max_restarts=0
+    )
+    with anyio.fail_after(120):
+        result = await LocalElasticAgent(spec).run()
+    assert result.state is WorkerState.FAILED
+    (failure,) = result.failures.values()
+    assert failure.exitcode == -signal.SIGKILL
+    assert "'stuck_in_collective'" in failure.message and "expired" in failure.message
+    assert "OOM" not in failure.message
+
+
 def test_protocol_release_partial_lines_and_garbage() -> None:
     events: list[object] = []
     server = FileTimerServer(events.append)
