@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ._nodes import HERE, cluster, free_port, wait_all
@@ -113,3 +114,23 @@ async def test_per_node_budget_is_torchruns_default(tmp_path: Path) -> None:
     """The same failures without the flag: each node spends its own one restart; job done."""
     codes = await _fail_in_turn(tmp_path)
     assert codes == [0, 0]
+
+
+async def test_learned_timeouts_are_shared_through_the_store(tmp_path: Path) -> None:
+    """Node 0's 0.3 s heartbeat intervals (round 1) set node 1's learned timeout (x5),
+    which then catches node 1's hang in round 2 long before the configured 30 s."""
+    port = free_port()
+    state = tmp_path / "state"
+    state.mkdir()
+    common = _two_nodes(port, "learn2")
+    common += ["--heartbeat-timeout", "30", "--learn-timeouts", "5", "--max-restarts", "1"]
+    async with cluster() as c:
+        nodes = []
+        for n in (0, 1):
+            worker = [HANG_WORKER, "learn-shared", str(n), str(state)]
+            nodes.append(await c.start([*common, "--log-dir", str(tmp_path / str(n)), *worker]))
+        codes = await wait_all(nodes, 120)
+    assert codes == [0, 0], f"0:\n{nodes[0].err}\n1:\n{nodes[1].err}"
+    learned = json.loads((tmp_path / "1" / "learn2" / "learned_timeouts.json").read_text())
+    assert learned["heartbeat"] >= 0.3  # node 1's own workers never waited that long
+    assert "hung outside any section: no heartbeat for 1." in nodes[1].err

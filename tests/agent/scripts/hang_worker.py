@@ -7,11 +7,11 @@ every worker reports a few steps and exits 0, unless MODE ends in ``-always``.
 Hang modes (the worker with LOCAL_RANK == ARG hangs; the others heartbeat until
 stopped): ``heartbeat`` (heartbeats, then stops), ``section`` (stays in section
 ``allreduce``), ``initial`` (never heartbeats), ``out-of-section`` (leaves a
-section, then never enters another). Other modes: ``none`` (a few steps,
-exit 0); ``crash`` (step 5, exit 3); ``learn``, ``early-exit`` (see those functions);
-``fail-in-turn`` (ARG is this node's turn: the node whose turn equals the number of
-earlier rounds that failed exits 3, the others hold; after two failed rounds everyone
-exits 0).
+section, then never enters another). Other modes: ``none`` (a few steps, exit 0);
+``crash`` (step 5, exit 3); ``learn``, ``learn-shared``, ``early-exit`` (see those
+functions); ``fail-in-turn`` (ARG is this node's turn: the node whose turn equals the
+number of earlier rounds that failed exits 3, the others hold; after two failed rounds
+everyone exits 0).
 """
 
 import os
@@ -83,6 +83,28 @@ def early_exit() -> None:
         time.sleep(0.05)
 
 
+def learn_shared() -> None:
+    """Two nodes (ARG 0 and 1). Round 1: node 0 heartbeats every 0.3 s then crashes, node 1
+    every 0.05 s. Round 2: node 1 hangs after one heartbeat. Round 3: all exit 0."""
+    assert STATE is not None
+    crashed = STATE / "crashed"
+    if done():
+        return
+    if not crashed.exists() or crashed.read_text() == ROUND:
+        if ARG == 0:
+            for _ in range(5):
+                heartbeat()
+                time.sleep(0.3)
+            crashed.write_text(ROUND)
+            raise SystemExit(3)
+        healthy_peer()
+    if ARG == 1:
+        heartbeat()
+        (STATE / "hung").write_text(ROUND)
+        wait_for_a_peer_that_never_comes()
+    healthy_peer()
+
+
 def main() -> None:
     if os.environ.get("HANG_WORKER_NO_FAULTHANDLER"):
         import faulthandler  # leave the stacks to py-spy
@@ -93,6 +115,8 @@ def main() -> None:
         return learn()
     if mode == "early-exit":
         return early_exit()
+    if mode == "learn-shared":
+        return learn_shared()
     if mode == "fail-in-turn":
         return fail_in_turn()
     if mode == "none" or done():
