@@ -37,7 +37,7 @@ def _stacks(tmp_path: Path, attempt: int, rank: int) -> str:
     [
         ("heartbeat", {}, "heartbeat"),
         ("section", {"section_timeouts": {"allreduce": 1.0}}, "section"),
-        ("initial", {"initial_heartbeat_timeout": 1.5}, "initial"),
+        ("initial", {"initial_heartbeat_timeout": 2.5}, "initial"),
         ("out-of-section", {"out_of_section_timeout": 1.0}, "out-of-section"),
     ],
 )
