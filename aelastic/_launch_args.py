@@ -306,7 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "exit status: 0 every worker of this node succeeded; 1 the job failed (summary "
-            "on stderr, root cause last); 2 a bad option or value, nothing started; 128+N "
+            "on stderr, root cause last); 93 stopped by --max-no-progress-restarts (do not "
+            "requeue); 2 a bad option or value, nothing started; 128+N "
             "stopped by handled signal N (workers got N first). LOGLEVEL=INFO|DEBUG shows "
             "the agent's log."
         ),
