@@ -11,6 +11,7 @@ timeout interval, and a worker that never attaches one look per shortest timeout
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -147,8 +148,13 @@ class RoundProgress:
             await anyio.sleep(max(0.0, (wake - time.monotonic_ns()) / 1e9))
 
     def close(self) -> None:
+        """Unmap the files and remove the stacks files nothing was written to."""
         for progress in self.files.values():
             progress.close()
+        for path in self.stacks_files.values():
+            with contextlib.suppress(OSError):
+                if os.stat(path).st_size == 0:
+                    os.remove(path)
 
 
 def stacks_files(

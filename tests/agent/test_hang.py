@@ -63,6 +63,8 @@ async def test_hung_worker_is_restarted_with_its_stacks(
     assert "wait_for_a_peer_that_never_comes" in hung
     assert "Current thread" in hung or "Thread 0x" in hung
     assert "healthy_peer" in _stacks(tmp_path, 0, 0)  # the peers' stacks too
+    # No hang in attempt 1: no (empty) stacks files left behind.
+    assert not list((tmp_path / "logs" / "test-run" / "attempt_1").glob("*/stacks.txt"))
 
 
 async def test_hang_without_restarts_left_fails_naming_the_section(tmp_path: Path) -> None:
