@@ -2,7 +2,8 @@
 
 Importing aelastic never imports torch. Subpackages: ``aelastic.store``,
 ``aelastic.rendezvous``, ``aelastic.agent``, ``aelastic.workers``,
-``aelastic.errors``, ``aelastic.events``, ``aelastic.metrics``; the launch API
+``aelastic.errors``, ``aelastic.events``, ``aelastic.metrics``, ``aelastic.progress``
+(the workers' progress reporting for hang detection); the launch API
 (``LaunchConfig``, ``launch``, ``elastic_launch``) is in ``aelastic.launcher``.
 """
 

@@ -128,7 +128,22 @@ def _make_spec(
         duplicate_stdout_filters=config.duplicate_stdout_filters,
         duplicate_stderr_filters=config.duplicate_stderr_filters,
         virtual_local_rank=config.virtual_local_rank,
+        **{name: getattr(config, name) for name in _PROGRESS_FIELDS},
     )
+
+
+#: LaunchConfig fields passed to WorkerSpec as they are (hang detection, restart policy).
+_PROGRESS_FIELDS = (
+    "initial_heartbeat_timeout",
+    "heartbeat_timeout",
+    "section_timeouts",
+    "out_of_section_timeout",
+    "learn_timeouts",
+    "max_no_progress_restarts",
+    "restart_backoff",
+    "restart_backoff_max",
+    "job_wide_restarts",
+)
 
 
 def _make_agent(config: LaunchConfig, spec: WorkerSpec) -> LocalElasticAgent:
@@ -206,6 +221,10 @@ async def run_launch(
         else:
             result = await agent.run()
     if result.is_failed():
+        if result.no_progress:
+            from .agent import NoProgressError
+
+            raise NoProgressError(entrypoint_name(entrypoint, args), result.failures)
         raise ChildFailedError(entrypoint_name(entrypoint, args), result.failures)
     return dict(result.return_values)
 

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 from ._exceptions import AelasticError
 from ._ids import random_uuid4
 from ._launch_config import DEFAULT_SIGNALS, LaunchConfig, LaunchConfigError
+from .progress import _options as _progress_options
 
 __all__ = (
     "PROG",
@@ -284,6 +285,7 @@ _OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
         False,
         "every worker gets LOCAL_RANK=0 and its own CUDA_VISIBLE_DEVICES",
     ),
+    *_progress_options.OPTIONS,  # hang detection and restart policy (aelastic.progress)
 )
 
 # Options without a PET_ variable (as in torchrun).
@@ -304,7 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "exit status: 0 every worker of this node succeeded; 1 the job failed (summary "
-            "on stderr, root cause last); 2 a bad option or value, nothing started; 128+N "
+            "on stderr, root cause last); 93 stopped by --max-no-progress-restarts (do not "
+            "requeue); 2 a bad option or value, nothing started; 128+N "
             "stopped by handled signal N (workers got N first). LOGLEVEL=INFO|DEBUG shows "
             "the agent's log."
         ),
@@ -693,6 +696,7 @@ def parse_run_args(
             redirects=redirects,
             tee=tee,
             local_ranks_filter=ranks_filter,
+            **_progress_options.config_fields(v),
         )
     except LaunchConfigError as exc:  # pragma: no cover - the checks above come first
         raise UsageError(str(exc)) from None

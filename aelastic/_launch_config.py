@@ -38,6 +38,12 @@ class LaunchConfig:
     ``redirects`` and ``tee`` take what ``-r``/``-t`` take: ``0``-``3``, a string such as
     ``"3"`` or ``"0:1,1:2"``, an ``aelastic.workers.Std`` or a ``{local_rank: Std}`` map.
 
+    Hang detection and restart policy (``initial_heartbeat_timeout``,
+    ``heartbeat_timeout``, ``section_timeouts``, ``out_of_section_timeout``,
+    ``learn_timeouts``, ``max_no_progress_restarts``, ``restart_backoff``,
+    ``restart_backoff_max``, ``job_wide_restarts``) are
+    :class:`~aelastic.agent.WorkerSpec`'s fields of the same names.
+
     ``shutdown_timeout`` of None means the environment variable
     ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, else 30 seconds; it is read when the launch
     starts, never written. Constructing a config changes nothing process-global.
@@ -76,6 +82,16 @@ class LaunchConfig:
     redirects: Any = 0
     tee: Any = 0
     local_ranks_filter: set[int] | None = None
+    # hang detection and restart policy: see aelastic.agent.WorkerSpec
+    initial_heartbeat_timeout: float | None = None
+    heartbeat_timeout: float | None = None
+    section_timeouts: dict[str, float] | None = None
+    out_of_section_timeout: float | None = None
+    learn_timeouts: float | None = None
+    max_no_progress_restarts: int | None = None
+    restart_backoff: float = 0.0
+    restart_backoff_max: float = 300.0
+    job_wide_restarts: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.min_nodes <= self.max_nodes:

@@ -3,6 +3,7 @@
 Exit status:
 
 * ``0``: every worker of this node succeeded.
+* ``93``: stopped by ``--max-no-progress-restarts`` (no step progress): do not requeue
 * ``1``: the job failed (the ``ChildFailedError`` summary is on stderr, root cause last)
   or the agent could not carry on (a one-line ``aelastic run: error: ...``).
 * ``2``: a bad flag or value (one line naming it and the fix); no worker was started.
@@ -115,7 +116,7 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
 
     from ._launch import run_launch
     from ._launch_config import LaunchConfigError
-    from .agent import SignalException
+    from .agent import NO_PROGRESS_EXIT_CODE, NoProgressError, SignalException
     from .errors import ChildFailedError
 
     if startup_gc_off:
@@ -125,6 +126,10 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
         anyio.run(
             partial(run_launch, parsed.config, parsed.entrypoint, parsed.args, handle_signals=True)
         )
+    except NoProgressError as exc:
+        print(exc.format_msg(), file=sys.stderr, flush=True)
+        _err("stopped: no step progress over --max-no-progress-restarts attempts; do not requeue")
+        return NO_PROGRESS_EXIT_CODE
     except ChildFailedError as exc:
         _record_for_scheduler(exc)
         print(exc.format_msg(), file=sys.stderr, flush=True)
