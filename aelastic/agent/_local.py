@@ -92,6 +92,12 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._result_files: dict[int, str] = {}
         self._result_dir: tempfile.TemporaryDirectory[str] | None = None
         self._warm_pool: WarmPool | None = None
+        self._log_destinations: LogDestinations | None = None
+
+    @property
+    def log_destinations(self) -> LogDestinations | None:
+        """Where the current (last) attempt's workers log; None before the first start."""
+        return self._log_destinations
 
     # -- the workers' store ------------------------------------------------------------
 
@@ -143,6 +149,7 @@ class LocalElasticAgent(SimpleElasticAgent):
             duplicate_stdout_filters=spec.duplicate_stdout_filters,
             duplicate_stderr_filters=spec.duplicate_stderr_filters,
         )
+        self._log_destinations = dests
         base_env = os.environ.copy()
         restarts = restart_count(spec.max_restarts, self._remaining_restarts)
         self._exits = {}
