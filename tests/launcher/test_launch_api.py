@@ -93,3 +93,19 @@ def test_the_launch_path_loads_no_http_parser() -> None:
     code = "import sys, aelastic.launcher, aelastic._run_cli; print('h11' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_health_port_flag_and_torchrun_variable() -> None:
+    from aelastic._launch_args import UsageError, parse_run_args
+
+    assert parse_run_args(["x.py"], environ={}).config.health_port is None
+    flag = parse_run_args(["--health-port", "0", "x.py"], environ={}).config
+    assert (flag.health_port, flag.health_host) == (0, "127.0.0.1")
+    env = {"TORCHELASTIC_HEALTH_CHECK_PORT": "8123"}
+    assert parse_run_args(["x.py"], environ=env).config.health_port == 8123
+    both = parse_run_args(["--health-port", "9", "--health-host", "::1", "x.py"], environ=env)
+    assert (both.config.health_port, both.config.health_host) == (9, "::1")  # the flag wins
+    with pytest.raises(UsageError, match="TORCHELASTIC_HEALTH_CHECK_PORT='http'"):
+        parse_run_args(["x.py"], environ={"TORCHELASTIC_HEALTH_CHECK_PORT": "http"})
+    with pytest.raises(UsageError, match="--health-port 70000: a TCP port is 0-65535"):
+        parse_run_args(["--health-port", "70000", "x.py"], environ={})
