@@ -52,8 +52,12 @@ def fetch_status(address: tuple[str, int]) -> dict[str, object]:
         return dict(json.load(r))
 
 
+#: this file, run as the jobs' worker
+WORKER = (sys.executable, "-u", os.path.abspath(__file__), "--worker")
+
+
 async def service() -> None:
-    me = (sys.executable, "-u", os.path.abspath(__file__), "--worker")
+    me = WORKER
     async with anyio.create_task_group() as tg:
         long = await tg.start(aelastic.run_job, config(), *me, "600")
         assert long.health_address is not None
