@@ -130,3 +130,28 @@ async def test_cli_health_port_from_torchrun_variable(tmp_path: Path) -> None:
             assert all(isinstance(x["pid"], int) for x in status["workers"])
             node.process.send_signal(signal.SIGTERM)
             assert await node.wait() == 128 + signal.SIGTERM
+
+
+def _serve_on(backend: str) -> tuple[int, dict[str, Any]]:
+    """Serve a (not started) job's endpoint under ``backend``; query it over real HTTP."""
+    from aelastic._job import Job
+    from aelastic._launch_build import prepare_job
+    from aelastic.health import serve_health
+
+    async def main() -> tuple[int, dict[str, Any]]:
+        job = Job(_config(), prepare_job(_config(), "/bin/true", ()))
+        async with anyio.create_task_group() as tg:
+            address = await tg.start(serve_health, job, "127.0.0.1", 0)
+            code = (await get(address, "/healthz"))[0]
+            status = json.loads((await get(address, "/status"))[2])
+            tg.cancel_scope.cancel()
+        return code, status
+
+    return anyio.run(main, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+async def test_endpoint_runs_on_every_anyio_backend(backend: str) -> None:
+    pytest.importorskip(backend)
+    code, status = await anyio.to_thread.run_sync(_serve_on, backend)
+    assert code == 200 and status["state"] == "INIT" and len(status["workers"]) == 2
