@@ -354,24 +354,35 @@ async def open_job(
     """
     prepared = prepare_job(config, entrypoint, args)
     job = Job(config, prepared)
+    error: BaseException | None = None  # raised after the task group, which would wrap it
     async with anyio.create_task_group() as tg:
-        if config.health_port is not None:
-            from .health import serve_health
-
-            job.health_address = await tg.start(
-                serve_health, job, config.health_host, config.health_port
-            )
-        tg.start_soon(job._run, name=f"aelastic job {job.run_id}")
         try:
+            if config.health_port is not None:
+                job.health_address = await _start_health(tg, job, config)
+            tg.start_soon(job._run, name=f"aelastic job {job.run_id}")
             yield job
-        except BaseException as exc:  # raised below, so the task group does not wrap it
-            body_error: BaseException | None = exc
-        else:
-            body_error = None
+        except BaseException as exc:
+            error = exc
         finally:
             tg.cancel_scope.cancel()
-    if body_error is not None:
-        raise body_error
+    if error is not None:
+        raise error
+
+
+async def _start_health(tg: anyio.abc.TaskGroup, job: Job, config: LaunchConfig) -> tuple[str, int]:
+    """Listen for the health endpoint in ``tg``; an unusable port is named with the fix."""
+    from .health import serve_health
+
+    host, port = config.health_host, config.health_port
+    try:
+        address: tuple[str, int] = await tg.start(serve_health, job, host, port)
+    except OSError as exc:
+        raise OSError(
+            exc.errno,
+            f"health endpoint: cannot listen on {host}:{port}: {exc.strerror or exc}; choose "
+            "another health_port (--health-port), or 0 for any free port",
+        ) from None
+    return address
 
 
 async def run_job(

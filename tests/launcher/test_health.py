@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 import pytest
 
@@ -155,3 +156,11 @@ async def test_endpoint_runs_on_every_anyio_backend(backend: str) -> None:
     pytest.importorskip(backend)
     code, status = await anyio.to_thread.run_sync(_serve_on, backend)
     assert code == 200 and status["state"] == "INIT" and len(status["workers"]) == 2
+
+
+async def test_a_port_in_use_is_named_and_nothing_starts() -> None:
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0) as taken:
+        port = taken.extra(anyio.abc.SocketAttribute.local_port)
+        with pytest.raises(OSError, match=f"health endpoint: cannot listen on 127.0.0.1:{port}"):
+            async with open_job(_config(health_port=port), "/bin/true"):
+                pytest.fail("the block must not run")
