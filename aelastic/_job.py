@@ -89,7 +89,8 @@ class WorkerInfo:
 
 @dataclass(frozen=True)
 class FailureInfo:
-    """The first non-zero exit of the last failed attempt (whether restarted or not)."""
+    """A worker of the last attempt that failed (restarted or not): the lowest local rank
+    that exited non-zero. ``wait()``'s ``ChildFailedError`` names the root cause."""
 
     local_rank: int
     global_rank: int
@@ -156,7 +157,7 @@ class Job:
 
     @property
     def last_failure(self) -> FailureInfo | None:
-        """The first failed worker of the last attempt that failed (None: none failed)."""
+        """A failed worker of the last attempt that failed (None: none failed yet)."""
         return self._last_failure
 
     @property
