@@ -34,6 +34,7 @@ __all__ = (
 
 PROG = "python -m aelastic run"
 _EXIT_BARRIER_ENV = "TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT"
+_HEALTH_ENV = "TORCHELASTIC_HEALTH_CHECK_PORT"
 _STANDALONE_ENDPOINT = "localhost:0"
 
 
@@ -286,6 +287,21 @@ _OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
         "every worker gets LOCAL_RANK=0 and its own CUDA_VISIBLE_DEVICES",
     ),
     *_progress_options.OPTIONS,  # hang detection and restart policy (aelastic.progress)
+    (
+        ("--health-port", "--health_port"),
+        "health_port",
+        "str",
+        None,
+        "serve /healthz /readyz /status /metrics on this port (0: any free port; "
+        "else $TORCHELASTIC_HEALTH_CHECK_PORT; unset: no endpoint)",
+    ),
+    (
+        ("--health-host", "--health_host"),
+        "health_host",
+        "str",
+        "127.0.0.1",
+        "address the health endpoint listens on",
+    ),
 )
 
 # Options without a PET_ variable (as in torchrun).
@@ -405,6 +421,21 @@ class _Values:
             bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
             raise UsageError(f"{self.source(dest)} {raw}: must be {bound} seconds")
         return value
+
+
+def _health_port(v: _Values, env: Mapping[str, str]) -> int | None:
+    """``--health-port``, else ``TORCHELASTIC_HEALTH_CHECK_PORT`` (torchrun's variable)."""
+    port = v.int_("health_port", minimum=0)
+    source = v.source("health_port")
+    if port is None and env.get(_HEALTH_ENV):
+        raw, source = env[_HEALTH_ENV], _HEALTH_ENV
+        try:
+            port = int(raw)
+        except ValueError:
+            raise UsageError(f"{_HEALTH_ENV}={raw!r}: expected a TCP port number") from None
+    if port is not None and not 0 <= port <= 65535:
+        raise UsageError(f"{source} {port}: a TCP port is 0-65535")
+    return port
 
 
 def parse_nnodes(value: str, source: str = "--nnodes") -> tuple[int, int]:
@@ -600,6 +631,7 @@ def parse_run_args(
         else:
             exit_barrier_timeout = 300.0
 
+    health_port = _health_port(v, env)
     start_method = v.str_("start_method")
     if start_method not in _START_METHODS:
         raise UsageError(
@@ -697,6 +729,8 @@ def parse_run_args(
             tee=tee,
             local_ranks_filter=ranks_filter,
             **_progress_options.config_fields(v),
+            health_port=health_port,
+            health_host=v.str_("health_host"),
         )
     except LaunchConfigError as exc:  # pragma: no cover - the checks above come first
         raise UsageError(str(exc)) from None

@@ -32,7 +32,9 @@ class LaunchConfig:
     the ``run`` command passes torchrun's own defaults). aelastic adds
     ``exit_barrier_timeout``, ``log_dir``, ``redirects``, ``tee`` and
     ``local_ranks_filter``, which torch keeps in ``logs_specs`` and environment
-    variables; ``master_addr``/``master_port`` of the static backend come from
+    variables, and ``health_port``/``health_host``: where the job's health and status
+    endpoint listens (None: none; 0: a free port; loopback unless another address is
+    given); ``master_addr``/``master_port`` of the static backend come from
     ``rdzv_endpoint`` as in torch.
 
     ``redirects`` and ``tee`` take what ``-r``/``-t`` take: ``0``-``3``, a string such as
@@ -46,7 +48,8 @@ class LaunchConfig:
 
     ``shutdown_timeout`` of None means the environment variable
     ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, else 30 seconds; it is read when the launch
-    starts, never written. Constructing a config changes nothing process-global.
+    starts, never written. Constructing a config changes nothing process-global, nor the
+    caller's ``rdzv_configs`` dict (the config keeps its own copy, with ``timeout`` set).
 
     Raises:
         LaunchConfigError: from ``__post_init__`` when a field cannot work
@@ -92,6 +95,8 @@ class LaunchConfig:
     restart_backoff: float = 0.0
     restart_backoff_max: float = 300.0
     job_wide_restarts: bool = False
+    health_port: int | None = None
+    health_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         if not 0 < self.min_nodes <= self.max_nodes:
@@ -119,6 +124,16 @@ class LaunchConfig:
             raise LaunchConfigError(
                 f"exit_barrier_timeout={self.exit_barrier_timeout}: need >= 0 seconds"
             )
+        if self.health_port is not None and (
+            isinstance(self.health_port, bool)
+            or not isinstance(self.health_port, int)
+            or not 0 <= self.health_port < 65536
+        ):
+            raise LaunchConfigError(
+                f"health_port={self.health_port!r}: need a port in 0..65535 (0: any free port)"
+                " or None for no health endpoint"
+            )
+        self.rdzv_configs = dict(self.rdzv_configs)  # the caller's dict stays as it was
         if self.rdzv_timeout is not None and self.rdzv_timeout != -1:
             self.rdzv_configs["timeout"] = self.rdzv_timeout
         else:

@@ -118,6 +118,7 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
     from ._launch_config import LaunchConfigError
     from .agent import NO_PROGRESS_EXIT_CODE, NoProgressError, SignalException
     from .errors import ChildFailedError
+    from .rendezvous import RendezvousGracefulExitError
 
     if startup_gc_off:
         gc.freeze()  # what start-up made stays; later collections skip it
@@ -141,6 +142,9 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
     except LaunchConfigError as exc:
         _err(f"error: {exc}")
         return 2
+    except RendezvousGracefulExitError as exc:  # a spare node let go: nothing failed
+        _err(f"exiting: {exc}")
+        return 0
     except KeyboardInterrupt:
         _err("interrupted")
         return 130

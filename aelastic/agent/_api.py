@@ -164,6 +164,16 @@ class SimpleElasticAgent(ElasticAgent):
         """Restarts left in the failure budget."""
         return self._remaining_restarts
 
+    @property
+    def attempt(self) -> int:
+        """Worker starts so far minus one (``attempt_<n>`` of the logs); -1 before the first."""
+        return self._attempt
+
+    @property
+    def rendezvous_round(self) -> int | None:
+        """The round of the last completed rendezvous (None before the first)."""
+        return None if self._rdzv_info is None else self._rdzv_info.round
+
     def send_signal(self, sig: int, *, terminate: bool = True) -> None:
         """Handle a signal the embedding program received (the CLI forwards its signals here).
 

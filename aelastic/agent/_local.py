@@ -105,6 +105,12 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._warm_pool: WarmPool | None = None
         self._progress_dir: tempfile.TemporaryDirectory[str] | None = None
         self._file_timer: FileTimerServer | None = None
+        self._log_destinations: LogDestinations | None = None
+
+    @property
+    def log_destinations(self) -> LogDestinations | None:
+        """Where the current (last) attempt's workers log; None before the first start."""
+        return self._log_destinations
 
     # -- the workers' store ------------------------------------------------------------
 
@@ -156,6 +162,7 @@ class LocalElasticAgent(SimpleElasticAgent):
             duplicate_stdout_filters=spec.duplicate_stdout_filters,
             duplicate_stderr_filters=spec.duplicate_stderr_filters,
         )
+        self._log_destinations = dests
         base_env = os.environ.copy()
         restarts = restart_count(spec.max_restarts, self._remaining_restarts)
         progress = self._open_round_progress(dests.attempt_dir)

@@ -297,16 +297,17 @@ class WorkerGroup:
 
     ``store`` is the current round's rendezvous store; ``master_addr``/``master_port``
     the workers' store endpoint. Mutated by the agent as it runs: read ``state`` to
-    observe it.
+    observe it, or :meth:`add_state_listener` to be told of every change (nothing polls).
     """
 
     __slots__ = (
+        "_listeners",
+        "_state",
         "group_rank",
         "group_world_size",
         "master_addr",
         "master_port",
         "spec",
-        "state",
         "store",
         "workers",
     )
@@ -319,7 +320,33 @@ class WorkerGroup:
         self.group_world_size: int | None = None
         self.master_addr: str | None = None
         self.master_port: int | None = None
-        self.state = WorkerState.INIT
+        self._listeners: tuple[Callable[[WorkerGroup, WorkerState], None], ...] = ()
+        self._state = WorkerState.INIT
+
+    @property
+    def state(self) -> WorkerState:
+        """The group's current state; setting a different one calls the state listeners."""
+        return self._state
+
+    @state.setter
+    def state(self, value: WorkerState) -> None:
+        previous, self._state = self._state, value
+        if value is not previous:
+            for listener in self._listeners:
+                listener(self, previous)
+
+    def add_state_listener(self, listener: Callable[[WorkerGroup, WorkerState], None]) -> None:
+        """Call ``listener(group, previous_state)`` right after each change of :attr:`state`.
+
+        It runs synchronously in the agent's task, in the event loop, at the moment of
+        the change: it must be quick and must not block or raise (an exception would
+        abort the agent's transition).
+        """
+        self._listeners = (*self._listeners, listener)
+
+    def remove_state_listener(self, listener: Callable[[WorkerGroup, WorkerState], None]) -> None:
+        """Stop calling ``listener`` (no error if it was not added)."""
+        self._listeners = tuple(x for x in self._listeners if x is not listener)
 
 
 @dataclass
