@@ -40,7 +40,7 @@ WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 "$VENV/bin/python" -m pip download -q "nvidia-resiliency-ext==$VERSION" --no-deps \
     --only-binary=:all: --python-version 3.12 --platform manylinux_2_39_x86_64 -d "$WORK/dl"
-"$VENV/bin/python" -m wheel unpack -d "$WORK/src" "$WORK"/dl/nvidia_resiliency_ext-*.whl
+"$VENV/bin/python" -m wheel unpack -d "$WORK/src" "$WORK"/dl/nvidia_resiliency_ext-*.whl >/dev/null
 TREE="$WORK/src/nvidia_resiliency_ext-$VERSION"
 rm -f "$TREE"/nvrx_cupti_module.*.so
 META="$TREE/nvidia_resiliency_ext-$VERSION.dist-info/WHEEL"
