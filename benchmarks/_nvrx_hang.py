@@ -98,12 +98,17 @@ def nvrx_launcher(venv: Path | None = None) -> Path:
     (bounded: 15 min).
     """
     venv = venv or DEFAULT_NVRX_VENV
-    proc = subprocess.run(
-        ["bash", str(NVRX_SETUP), str(venv)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    try:
+        proc = subprocess.run(
+            ["bash", str(NVRX_SETUP), str(venv)],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(
+            f"NVRx setup took over 15 min; run `bash {NVRX_SETUP} {venv}` to see where"
+        ) from None
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         raise RuntimeError(
