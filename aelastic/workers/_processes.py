@@ -35,7 +35,7 @@ from ._procfs import process_state
 from ._spec import ProcessExit, ProcessSpec
 from ._std import Std
 from ._warm import WarmPool
-from ._watch import _watcher, open_pidfd, wait_exit
+from ._watch import _watcher, exit_code_now, open_pidfd, wait_exit
 
 __all__ = ("WorkerProcesses", "open_worker_processes")
 
@@ -130,14 +130,20 @@ class WorkerProcesses:
     def poll_exits(self) -> None:
         """Record now every worker that has exited but whose exit the loop has not delivered.
 
-        Non-blocking (one ``waitid(WNOHANG)`` per live worker); call it right before
-        :meth:`stop` to tell workers that ended on their own from the ones the signal
-        will end. Only the ``pidfd`` watcher can look ahead; with the ``asyncio``
-        watcher this does nothing.
+        Non-blocking (one ``waitid(WNOHANG | WNOWAIT)`` per live worker, nothing
+        reaped); call it right before :meth:`stop` to tell workers that ended on
+        their own from the ones the signal will end. Works with both watchers.
         """
         for rank, worker in self._workers.items():
-            if rank not in self.exits and worker.pidfd is not None:
-                self._on_pidfd_readable(rank)
+            if rank in self.exits or worker.pid <= 0 or worker.reaped:
+                continue
+            try:
+                code = exit_code_now(worker.pid)
+            except ChildProcessError:  # reaped behind our back: status lost
+                self._on_exit(rank, -1, reaped=True)
+                continue
+            if code is not None:
+                self._on_exit(rank, code, reaped=False)
 
     async def wait_for_exit(self) -> ProcessExit:
         """Return the next exit not returned before, as soon as it happens.

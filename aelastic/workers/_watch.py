@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import anyio
 
-__all__ = ("WATCHER_ENV", "open_pidfd", "wait_exit")
+__all__ = ("WATCHER_ENV", "exit_code_now", "open_pidfd", "wait_exit")
 
 #: ``pidfd`` (Linux >= 5.3, default there) or ``thread`` (``asyncio``: the old name of it).
 WATCHER_ENV = "AELASTIC_CHILD_WATCHER"
@@ -61,6 +61,15 @@ def _exitcode(info: os.waitid_result) -> int:
     if info.si_code == os.CLD_EXITED:
         return info.si_status
     return -info.si_status  # CLD_KILLED, CLD_DUMPED
+
+
+def exit_code_now(pid: int) -> int | None:
+    """The exit code of our exited child ``pid``, None while it runs; never blocks or reaps.
+
+    Raises ChildProcessError when the child was already reaped.
+    """
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    return None if info is None else _exitcode(info)
 
 
 def _wait_blocking(pid: int) -> int | None:
