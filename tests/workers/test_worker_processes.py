@@ -267,3 +267,25 @@ async def test_cancelled_while_starting_leaves_no_process_or_fd(reporter: Report
     assert scope.cancelled_caught
     assert _children() == children  # every worker started was stopped and reaped
     assert open_fds() == before
+
+
+async def test_large_output_reaches_the_log_file_whole(tmp_path: Path) -> None:
+    # 4 MiB through the agent's pipe reader (tee'd to the console, so piped), in bursts
+    # larger than a pipe and than one read: every byte lands in the file, in order.
+    code = (
+        "import sys\nfor i in range(64):\n    sys.stdout.write(f'{i:05d}' + 'x' * 65530 + '\\n')\n"
+    )
+    out = tmp_path / "0.out"
+    worker = ProcessSpec(
+        0,
+        [sys.executable, "-c", code],
+        dict(os.environ),
+        stdout_file=str(out),
+        tee=Std.OUT,  # file and console: the agent reads the pipe and writes both
+    )
+    async with open_worker_processes([worker]) as w:
+        with anyio.fail_after(60):
+            assert (await w.wait_for_exit()).exitcode == 0
+    lines = (await anyio.Path(out).read_text()).splitlines()
+    assert [line[:5] for line in lines] == [f"{i:05d}" for i in range(64)]
+    assert all(len(line) == 65535 for line in lines)
