@@ -17,6 +17,7 @@ from .._net import is_loopback
 from ._exceptions import ProtocolError, StoreConfigError, StoreError
 from ._local import LocalStore
 from ._protocol import (
+    MAX_FRAME_SIZE,
     MAX_KEY_COUNT,
     MAX_KEY_SIZE,
     MAX_VALUE_SIZE,
@@ -78,6 +79,7 @@ class _Connection(asyncio.Protocol):
             max_key_size=server.max_key_size,
             max_value_size=server.max_value_size,
             max_key_count=server.max_key_count,
+            max_frame_size=server.max_frame_size,
         )
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -384,6 +386,7 @@ class StoreServer:
         max_key_size: int = MAX_KEY_SIZE,
         max_value_size: int = MAX_VALUE_SIZE,
         max_key_count: int = MAX_KEY_COUNT,
+        max_frame_size: int = MAX_FRAME_SIZE,
         max_connections: int = MAX_CONNECTIONS,
         allow_non_loopback: bool = False,
         backlog: int | None = None,
@@ -400,6 +403,7 @@ class StoreServer:
             ("max_key_size", max_key_size),
             ("max_value_size", max_value_size),
             ("max_key_count", max_key_count),
+            ("max_frame_size", max_frame_size),
             ("max_connections", max_connections),
         ):
             if value <= 0:
@@ -409,6 +413,7 @@ class StoreServer:
         self.max_key_size = max_key_size
         self.max_value_size = max_value_size
         self.max_key_count = max_key_count
+        self.max_frame_size = max_frame_size
         self.max_connections = max_connections
         self.backlog = backlog if backlog is not None else max(socket.SOMAXCONN, 4096)
         self._state = StoreState()
