@@ -37,6 +37,18 @@ path); keys and values are ``bytes``:
 ``LIST_KEYS``      ``(17,)``
 ``BARRIER``        ``(18, key, world_size)``
 =================  ==========================================
+
+aelastic's extension requests (opcodes ``0xA0``-``0xA2``, which torch clients never
+send; torch's server closes the connection on them):
+
+=======================  ==============================================  ============
+``AE_HELLO``             ``(0xA0,)``                                     ``u32`` version
+``AE_ON_CLOSE``          ``(0xA1, action, key, value)``: ``u8`` action   ``i64`` id
+                         (a torch opcode: SET, ADD, DELETE_KEY, APPEND,
+                         QUEUE_PUSH) + two strings; the server performs
+                         it when this connection closes
+``AE_ON_CLOSE_CANCEL``   ``(0xA2, id)``: ``i64`` (-1 = all)              ``i64`` count
+=======================  ==============================================  ============
 """
 
 from __future__ import annotations
@@ -61,6 +73,8 @@ __all__ = (
     "MAX_VALUE_SIZE",
     "MAX_KEY_COUNT",
     "MAX_FRAME_SIZE",
+    "AE_VERSION",
+    "AE_ON_CLOSE_ACTIONS",
     "Request",
     "RequestParser",
     "ResponseParser",
@@ -107,6 +121,17 @@ class Opcode(enum.IntEnum):
     QUEUE_LEN = 16
     LIST_KEYS = 17
     BARRIER = 18
+    # aelastic extensions (never sent by torch clients; torch's server drops the
+    # connection on them, which is how a client learns they are unsupported)
+    AE_HELLO = 0xA0
+    AE_ON_CLOSE = 0xA1
+    AE_ON_CLOSE_CANCEL = 0xA2
+
+
+#: Version of the aelastic extensions a server answers ``AE_HELLO`` with.
+AE_VERSION = 1
+#: Store writes an ``AE_ON_CLOSE`` may register: SET, ADD, DELETE_KEY, APPEND, QUEUE_PUSH.
+AE_ON_CLOSE_ACTIONS = frozenset({1, 4, 8, 9, 14})
 
 
 #: A parsed request: ``(opcode, *args)``, see the module docstring.
@@ -394,6 +419,33 @@ class RequestParser:
             (nonce,) = _U32.unpack_from(buf, p)
             out.append((op, nonce))
             return q
+        if op == 0xA1:  # AE_ON_CLOSE
+            q = p + 1
+            if q > end:
+                raise _Incomplete(q)
+            action = buf[p]
+            if action not in AE_ON_CLOSE_ACTIONS:
+                raise ProtocolError(f"AE_ON_CLOSE action {action} is not a recordable write")
+            key, q = string(buf, q, end, mk, "key")
+            value, q = string(buf, q, end, mv, "value")
+            if action == 4:
+                try:
+                    int(value)
+                except ValueError:
+                    raise ProtocolError(
+                        f"AE_ON_CLOSE ADD delta {value[:32]!r} is not a decimal integer"
+                    ) from None
+            out.append((op, action, key, value))
+            return q
+        if op == 0xA0:  # AE_HELLO
+            out.append((op,))
+            return p
+        if op == 0xA2:  # AE_ON_CLOSE_CANCEL
+            q = p + 8
+            if q > end:
+                raise _Incomplete(q)
+            out.append((op, _I64.unpack_from(buf, p)[0]))
+            return q
         if op == 0:
             raise ProtocolError("VALIDATE sent twice on one connection")
         raise ProtocolError(f"unknown opcode {op} (torch >= 2.4 uses 0-18)")
@@ -529,6 +581,18 @@ def request_list_keys() -> bytes:
 
 def request_barrier(key: bytes, world_size: int) -> bytes:
     return b"\x12" + _s(key) + _I64.pack(world_size)
+
+
+def request_ae_hello() -> bytes:
+    return b"\xa0"
+
+
+def request_on_close(action: int, key: bytes, value: bytes) -> bytes:
+    return b"\xa1" + _U8.pack(action) + _s(key) + _s(value)
+
+
+def request_on_close_cancel(action_id: int) -> bytes:
+    return b"\xa2" + _I64.pack(action_id)
 
 
 class Reply(enum.IntEnum):

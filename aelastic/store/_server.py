@@ -14,9 +14,11 @@ from typing import cast
 import anyio
 
 from .._net import is_loopback
+from ._ephemeral import MAX_ON_CLOSE_ACTIONS
 from ._exceptions import ProtocolError, StoreConfigError, StoreError
 from ._local import LocalStore
 from ._protocol import (
+    AE_VERSION,
     MAX_FRAME_SIZE,
     MAX_KEY_COUNT,
     MAX_KEY_SIZE,
@@ -63,6 +65,7 @@ class _Connection(asyncio.Protocol):
         "_key_waiters",
         "_max_key",
         "_max_value",
+        "_on_close",
         "_pending",
         "_server",
         "_state",
@@ -93,6 +96,8 @@ class _Connection(asyncio.Protocol):
         self._dropped = False
         self._data = self._state.data
         self._key_waiters = self._state._waiters
+        # AE_ON_CLOSE actions: id -> (opcode, key, value), performed when the connection closes
+        self._on_close: dict[int, tuple[int, bytes, bytes]] | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------
 
@@ -121,6 +126,43 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._server._connections.discard(self)
         self._cancel_waits()
+        self._run_on_close()
+
+    def _run_on_close(self) -> None:
+        actions, self._on_close = self._on_close, None
+        if not actions or self._server._closing:
+            return
+        for op, key, value in actions.values():
+            try:
+                self._state.apply(op, key, value)
+            except ValueError as exc:  # ADD on a non-counter: nothing to add to
+                logger.warning(
+                    "store %s: on-close action of %s skipped: %s",
+                    self._server.address,
+                    self.peer,
+                    exc,
+                )
+
+    def _register_on_close(self, op: int, key: bytes, value: bytes) -> int:
+        actions = self._on_close
+        if actions is None:
+            actions = self._on_close = {}
+        if len(actions) >= MAX_ON_CLOSE_ACTIONS:
+            raise ValueError(f"more than {MAX_ON_CLOSE_ACTIONS} on-close actions on one connection")
+        self._server._next_action_id += 1
+        action_id = self._server._next_action_id
+        actions[action_id] = (op, key, value)
+        return action_id
+
+    def _cancel_on_close(self, action_id: int) -> int:
+        actions = self._on_close
+        if not actions:
+            return 0
+        if action_id == -1:
+            n = len(actions)
+            actions.clear()
+            return n
+        return 1 if actions.pop(action_id, None) is not None else 0
 
     def resume_writing(self) -> None:
         # the transport drained below its low-water mark: answer the parked requests
@@ -338,8 +380,14 @@ class _Connection(asyncio.Protocol):
                         append(_STOP)
                     else:
                         self._track(w)
+                elif op == 0xA1:  # AE_ON_CLOSE
+                    append(_I64.pack(self._register_on_close(req[1], req[2], req[3])))
+                elif op == 0xA0:  # AE_HELLO
+                    append(_U32.pack(AE_VERSION))
+                elif op == 0xA2:  # AE_ON_CLOSE_CANCEL
+                    append(_I64.pack(self._cancel_on_close(req[1])))
                 # op 0 (VALIDATE) needs no answer
-        except ValueError as exc:  # ADD on a non-integer value
+        except ValueError as exc:  # ADD on a non-integer value, too many on-close actions
             self._batch = None
             if out and self.transport is not None:
                 self.transport.write(b"".join(out))
@@ -419,6 +467,8 @@ class StoreServer:
         self._state = StoreState()
         self._connections: set[_Connection] = set()
         self._server: asyncio.Server | None = None
+        self._closing = False
+        self._next_action_id = 0
         self.local_store = LocalStore(_state=self._state, name=f"{self.host}:{port}")
 
     @property
@@ -487,6 +537,7 @@ class StoreServer:
         """Stop listening and close every connection. Idempotent, shielded from cancellation."""
         with anyio.CancelScope(shield=True):
             server, self._server = self._server, None
+            self._closing = True
             await self.local_store.aclose()
             if server is None:
                 return

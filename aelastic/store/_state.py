@@ -179,6 +179,26 @@ class StoreState:
             for k in self._waiters.keys() & keys:
                 self._wake(k)
 
+    def apply(self, op: int, key: bytes, value: bytes) -> None:
+        """Perform a recorded write (an on-close action): the torch opcode ``op`` on ``key``.
+
+        SET (1), ADD (4: ``value`` is the decimal delta), DELETE_KEY (8), APPEND (9),
+        QUEUE_PUSH (14). Raises :class:`ValueError` for ADD on a non-integer value
+        or an unknown ``op``.
+        """
+        if op == 1:
+            self.set(key, value)
+        elif op == 14:
+            self.queue_push(key, value)
+        elif op == 4:
+            self.add(key, int(value))
+        elif op == 8:
+            self.delete(key)
+        elif op == 9:
+            self.append(key, value)
+        else:
+            raise ValueError(f"opcode {op} is not a recordable write")
+
     # -- queues -------------------------------------------------------------
 
     def queue_push(self, key: bytes, value: bytes) -> None:

@@ -40,6 +40,11 @@ requests = st.one_of(
     keys.map(lambda k: (P.request_queue_len(k), (16, k))),
     st.just((P.request_list_keys(), (17,))),
     st.tuples(keys, st.integers(1, 1000)).map(lambda a: (P.request_barrier(*a), (18, *a))),
+    st.just((P.request_ae_hello(), (0xA0,))),
+    st.tuples(st.sampled_from([1, 8, 9, 14]), keys, values).map(
+        lambda a: (P.request_on_close(*a), (0xA1, *a))
+    ),
+    st.integers(-1, 2**40).map(lambda n: (P.request_on_close_cancel(n), (0xA2, n))),
 )
 
 
