@@ -235,6 +235,10 @@ class LocalStore(Store):
 
     async def aclose(self) -> None:
         """Close the store: blocked calls raise :class:`StoreClosedError`. Idempotent."""
+        self.close()
+
+    def close(self) -> None:
+        """:meth:`aclose` without awaiting (for cleanups that must not yield)."""
         self._closed = True
         for event in list(self._blocked):
             event.set()

@@ -88,6 +88,40 @@ class StoreState:
                 lst.append(waiter)
         return waiter
 
+    def open_waiter(self, callback: Callable[[], object]) -> Waiter:
+        """Start a waiter whose keys are registered in pieces (:meth:`extend_waiter`).
+
+        For a WAIT on very many keys, registered in slices with the event loop
+        running in between: the waiter cannot fire before :meth:`close_waiter`.
+        """
+        waiter = Waiter([], callback)
+        waiter.remaining = 1  # the registration itself, released by close_waiter
+        return waiter
+
+    def extend_waiter(self, waiter: Waiter, keys: Iterable[bytes]) -> None:
+        """Register ``waiter`` on those of ``keys`` that are missing now."""
+        if not waiter.active:
+            return
+        present = self._present
+        table = self._waiters
+        for k in keys:
+            if not present(k):
+                waiter.keys.append(k)
+                waiter.remaining += 1
+                lst = table.get(k)
+                if lst is None:
+                    table[k] = [waiter]
+                else:
+                    lst.append(waiter)
+
+    def close_waiter(self, waiter: Waiter) -> bool:
+        """End the registration; return True (callback not called) if every key is present."""
+        waiter.remaining -= 1
+        if waiter.active and waiter.remaining <= 0:
+            waiter.active = False
+            return True
+        return False
+
     def cancel_waiter(self, waiter: Waiter) -> None:
         """Deactivate ``waiter`` and unregister it; its callback will not fire."""
         if not waiter.active:

@@ -8,6 +8,7 @@ import sys
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -25,14 +26,14 @@ TORCH_OPS = str(Path(__file__).with_name("_torch_ops.py"))
 
 
 @pytest.fixture(params=["local", "tcp", "prefix"])
-async def pair(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Store, Store]]:
+async def pair(request: pytest.FixtureRequest, hosted: Any) -> AsyncIterator[tuple[Store, Store]]:
     """(store that opens the session, store that observes), same data."""
     if request.param == "local":
         async with LocalStore(timeout=10) as s:
             yield s, s
         return
     async with (
-        StoreServer() as server,
+        hosted(StoreServer()) as server,
         TCPStoreClient(server.host, server.port, timeout=10) as client,
     ):
         if request.param == "prefix":
