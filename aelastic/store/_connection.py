@@ -230,12 +230,17 @@ class _Connection:
         server = self._server
         sock = self.sock
         recv = sock.recv
+        more = False  # the last recv filled its buffer: more data is likely there
         try:
             while True:
+                if not more:
+                    # a peer waiting for our answer has sent nothing more yet:
+                    # wait before recv (saves a recv that would find nothing)
+                    await self._wait_for_data()
                 try:
                     data = recv(RECV_SIZE)
                 except (BlockingIOError, InterruptedError):
-                    await self._wait_for_data()
+                    more = False
                     continue
                 except OSError as exc:
                     self.close(f"receive failed: {exc}", quiet=True)
@@ -257,7 +262,8 @@ class _Connection:
                     await self._wait_drained()
                 if self._held or self.parser.buffered:
                     await self._account()
-                if len(data) == RECV_SIZE:
+                more = len(data) == RECV_SIZE
+                if more:
                     await anyio.lowlevel.checkpoint()  # a fast sender: let others run
         except (_Closed, anyio.ClosedResourceError):
             pass
