@@ -232,7 +232,7 @@ class _Connection:
         recv = sock.recv
         more = False  # the last recv filled its buffer: more data is likely there
         try:
-            while True:
+            while not self.closed:  # closed by the server, maybe before this task ran
                 if not more:
                     # a peer waiting for our answer has sent nothing more yet:
                     # wait before recv (saves a recv that would find nothing)
@@ -310,13 +310,17 @@ class _Connection:
             server._budget_released()
             return
         # over the budget of all connections: stop reading until others complete theirs
+        # The oldest partial request completes or times out within frame_timeout,
+        # so a wait of twice that is bounded yet outlasts it. The request gets a
+        # fresh frame_timeout once it may read again (the pause was ours).
         while not server._may_buffer(self) and not self.closed:
-            with anyio.move_on_after(self._frame_t0 + server.frame_timeout - anyio.current_time()):
+            with anyio.move_on_after(2 * server.frame_timeout):
                 await server._budget_wait()
+                self._frame_t0 = anyio.current_time()
                 continue
             self.close(
-                f"request not completed within frame_timeout={server.frame_timeout} s "
-                f"(waiting for buffer space: {server._buffered} bytes held by all "
+                f"no buffer space within 2 x frame_timeout={server.frame_timeout} s "
+                f"(waiting for it: {server._buffered} bytes held by all "
                 f"connections, max_buffered_bytes={server.max_buffered_bytes})"
             )
             raise _Closed
