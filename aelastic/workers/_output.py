@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import sys
-from typing import IO, Any, Literal
+
+from ._console import ConsoleName, console_writer
 
 __all__ = ("ConsoleName", "PipeProtocol", "Sink")
 
@@ -14,8 +14,6 @@ log = logging.getLogger("aelastic.workers")
 
 #: A console line longer than this is flushed even without a newline.
 _MAX_PENDING = 1 << 16
-
-ConsoleName = Literal["stdout", "stderr"]
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -28,14 +26,17 @@ def _write_all(fd: int, data: bytes) -> None:
 class Sink:
     """Where one piped stream of one worker goes: a log file and/or the console.
 
-    The file gets the bytes as they come; the console gets whole lines with the
-    prefix (a partial last line is flushed at end of stream or past 64 KiB).
-    The console is looked up at write time (``sys.stdout``/``sys.stderr``), so
-    an embedding application's redirection applies. With ``copy_fd`` and
-    ``needles`` (``--duplicate-std*-filters``), each console line containing
-    any needle is also appended, prefixed, to ``copy_fd``. A write error
-    disables that destination with one log message; it never raises into the
-    loop.
+    The file gets the bytes as they come (one bounded ``os.write`` per chunk
+    read from the pipe, to the page cache); the console gets whole lines with
+    the prefix (a partial last line is flushed at end of stream or past 64 KiB)
+    through the process-wide :class:`~._console.ConsoleWriter`, which never
+    blocks: a stalled console drops its oldest queued lines (counted and
+    reported), never the file's bytes, and never holds up the pipe. With
+    ``copy_fd`` and ``needles`` (``--duplicate-std*-filters``), each console
+    line containing any needle is also appended, prefixed, to ``copy_fd``. A
+    write error disables that destination with one log message; nothing here
+    raises into the loop. Callers wait for the console with
+    :func:`~._console.wait_consoles_written` (bounded, gives up on a stall).
     """
 
     def __init__(
@@ -82,23 +83,7 @@ class Sink:
         if self.console is None:
             return
         prefix = self.prefix
-        data = b"".join(prefix + line + b"\n" for line in lines)
-        stream: IO[Any] | None = sys.stdout if self.console == "stdout" else sys.stderr
-        if stream is None:  # pythonw, or a daemon that closed its console
-            self.console = None
-            return
-        try:
-            buffer = getattr(stream, "buffer", None)
-            if buffer is not None:
-                stream.flush()
-                buffer.write(data)
-                buffer.flush()
-            else:
-                stream.write(data.decode(errors="replace"))
-                stream.flush()
-        except (OSError, ValueError, AttributeError) as exc:
-            log.error("cannot write worker output to the console (%s); file only now", exc)
-            self.console = None
+        console_writer(self.console).write(b"".join(prefix + line + b"\n" for line in lines))
 
     def _copy(self, lines: list[bytes]) -> None:
         assert self.copy_fd is not None

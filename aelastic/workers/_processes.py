@@ -27,6 +27,7 @@ import anyio
 import sniffio
 
 from ..errors import ProcessFailure
+from ._console import wait_consoles_written
 from ._exceptions import NoMoreExitsError, WorkerProcessError, WorkerStartError
 from ._output import ConsoleName, PipeProtocol, Sink
 from ._pdeathsig import wrap_argv
@@ -524,6 +525,7 @@ class WorkerProcesses:
         with anyio.move_on_after(_DRAIN_TIMEOUT):
             for worker in dead:
                 await worker.drained()
+            await wait_consoles_written()
         for rank, worker in self._workers.items():
             if worker.transport is not None:
                 worker.transport.close()
