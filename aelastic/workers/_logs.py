@@ -6,8 +6,9 @@ Layout (one directory per run, one per attempt, never deleted)::
     <log_dir>/<run_id>/attempt_<n>/filtered_{stdout,stderr}.log   (with duplicate filters)
 
 ``log_dir=None`` uses one ``tempfile.mkdtemp(prefix="aelastic_")`` per run id
-and process; ``log_dir=os.devnull`` disables files (redirected streams are
-discarded, error files are off). If an attempt directory already exists (a
+and process; ``log_dir=os.devnull`` disables files and, like torchrun, with them
+redirects, tee and the local-ranks filter: every worker writes straight to the
+console, unprefixed, and error files are off. If an attempt directory already exists (a
 membership restart keeps the restart count), ``attempt_<n>_<k>`` is used, so
 the logs of an earlier start are never overwritten.
 """
@@ -145,6 +146,11 @@ class LogDestinations:
             duplicate_stdout_filters=out_filters,
             duplicate_stderr_filters=err_filters,
         )
+        if attempt_dir is None:
+            # Like torchrun: without files, redirects, tee and the ranks filter do not
+            # apply; every worker writes straight to the console, unprefixed.
+            redirect_map = tee_map = dict.fromkeys(range(local_world_size), Std.NONE)
+            local_ranks_filter = None
         for rank in range(local_world_size):
             files = redirect_map[rank] | tee_map[rank]
             rank_dir = None if attempt_dir is None else os.path.join(attempt_dir, str(rank))
@@ -154,13 +160,10 @@ class LogDestinations:
                 (Std.OUT, "stdout.log", dest.stdouts),
                 (Std.ERR, "stderr.log", dest.stderrs),
             ):
-                if not files & flag:
-                    target[rank] = None
-                elif rank_dir is None:
-                    # Files are off: a tee'd stream still reaches the console.
-                    target[rank] = None if tee_map[rank] & flag else os.devnull
-                else:
+                if files & flag and rank_dir is not None:
                     target[rank] = os.path.join(rank_dir, name)
+                else:
+                    target[rank] = None
             dest.error_files[rank] = (
                 None if rank_dir is None else os.path.join(rank_dir, "error.json")
             )

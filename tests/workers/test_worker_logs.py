@@ -68,11 +68,16 @@ async def test_prefix_template_uses_global_rank(tmp_path: Path) -> None:
     assert "[default g10 l0] out 0 0" in out
 
 
-async def test_devnull_disables_files() -> None:
-    out, err, attempt = await run_agent({"n": 1, "log_dir": os.devnull, "tee": 1, "redirects": 2})
+async def test_devnull_disables_files_and_with_them_redirects_and_tee() -> None:
+    # torchrun's behaviour (tests/launcher/test_log_layout.py compares the two).
+    cfg = {"n": 2, "log_dir": os.devnull, "tee": 1, "redirects": 2, "filter": [0]}
+    out, err, attempt = await run_agent(cfg)
     assert attempt == "None"
-    assert "[default0]:out 0 0" in out
-    assert err == []
+    text, errors = "\n".join(out), "\n".join(err)
+    for rank in (0, 1):  # both ranks, the filter notwithstanding, unprefixed
+        assert all(f"out {rank} {i}" in text for i in range(3))
+        assert f"err {rank}" in errors
+    assert "[default" not in text + errors
 
 
 def test_attempt_dirs_are_never_reused(tmp_path: Path) -> None:
