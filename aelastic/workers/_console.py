@@ -77,7 +77,7 @@ class ConsoleWriter:
         self._inflight = 0  # bytes of that write
         self._unreported = 0  # dropped bytes not yet in a summary
         self._warned = False
-        self._disabled = False
+        self._broken: object = None  # the stream a write failed on: skipped while current
 
     def write(self, data: bytes) -> int:
         """Queue ``data``; returns the ``enqueued`` mark to wait for with :meth:`wait_done`.
@@ -86,7 +86,7 @@ class ConsoleWriter:
         """
         with self._cond:
             self.enqueued += len(data)
-            if self._disabled:
+            if self._broken is not None and self._broken is self._stream():
                 self.done += len(data)
                 return self.enqueued
             self._queue.append(data)
@@ -160,13 +160,13 @@ class ConsoleWriter:
                     " oldest lines queued for it (the log files stay complete)",
                     self.name,
                 )
-            ok = self._write(b"".join(chunks))
+            broken = self._write(b"".join(chunks))
             with self._cond:
                 self._busy_since = None
                 self._inflight = 0
                 self.done += size
-                if not ok:
-                    self._disabled = True
+                if broken is not None:  # skip this stream until sys.std* changes
+                    self._broken = broken
                     self.done += self._queued
                     self._queue.clear()
                     self._queued = 0
@@ -195,11 +195,14 @@ class ConsoleWriter:
             self._queued = 0
             self._report_locked()
 
-    def _write(self, data: bytes) -> bool:
-        """Write ``data`` to the console as it is now; False disables this console."""
-        stream: IO[Any] | None = sys.stdout if self.name == "stdout" else sys.stderr
+    def _stream(self) -> IO[Any] | None:
+        return sys.stdout if self.name == "stdout" else sys.stderr
+
+    def _write(self, data: bytes) -> object:
+        """Write ``data`` to the console as it is now; the stream if that failed, else None."""
+        stream = self._stream()
         if stream is None:  # pythonw, or a daemon that closed its console
-            return False
+            return None
         try:
             try:
                 fd = stream.fileno()
@@ -217,10 +220,14 @@ class ConsoleWriter:
                     stream.flush()
         except (OSError, ValueError, AttributeError) as exc:
             log.error(
-                "cannot write worker output to the %s console (%s); file only now", self.name, exc
+                "cannot write worker output to the %s console (%s); the log files only, until"
+                " sys.%s changes",
+                self.name,
+                exc,
+                self.name,
             )
-            return False
-        return True
+            return stream
+        return None
 
 
 def _write_fd(fd: int, data: bytes) -> None:

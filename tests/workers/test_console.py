@@ -14,6 +14,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from aelastic.workers import _console
 from aelastic.workers._console import ConsoleWriter, wait_consoles_written
 from aelastic.workers._output import Sink
 
@@ -152,6 +153,8 @@ def test_sink_feeds_files_whole_when_the_console_is_full(
 ) -> None:
     console = io.TextIOWrapper(io.FileIO(stalled_pipe, "wb", closefd=False))
     monkeypatch.setattr(sys, "stdout", console)
+    # This test's console writer stays stuck on the pipe: keep it from later tests.
+    monkeypatch.setattr(_console, "_writers", {})
     path = tmp_path / "out.log"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
@@ -171,3 +174,25 @@ def test_sink_feeds_files_whole_when_the_console_is_full(
     finally:
         os.close(fd)
     assert path.stat().st_size == 50_000 * 100
+
+
+def test_a_broken_console_is_skipped_until_sys_stdout_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    r, w = os.pipe()
+    os.close(r)  # every write now fails with EPIPE
+    try:
+        monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.FileIO(w, "wb", closefd=False)))
+        writer = ConsoleWriter("stdout")
+        assert writer.wait_done(writer.write(b"lost\n"), 20)
+        assert writer.wait_done(writer.write(b"skipped\n"), 20)
+    finally:
+        os.close(w)
+    r2, w2 = os.pipe()
+    try:
+        monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.FileIO(w2, "wb", closefd=False)))
+        assert writer.wait_done(writer.write(b"shown\n"), 20)
+        assert os.read(r2, 100) == b"shown\n"
+    finally:
+        os.close(r2)
+        os.close(w2)
