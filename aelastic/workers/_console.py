@@ -138,8 +138,9 @@ class ConsoleWriter:
         while True:
             with self._cond:
                 if not self._queue:
-                    self._report_locked()
-                    self._cond.wait(_LINGER)
+                    self._report_locked()  # releases the lock meanwhile: look again
+                    if not self._queue:
+                        self._cond.wait(_LINGER)
                     if not self._queue:
                         self._thread = None
                         return
@@ -294,7 +295,10 @@ def _exit_flush() -> None:
 
 
 def _after_fork_in_child() -> None:
+    # The parent's writer threads do not exist here, and a lock may have been held.
+    global _writers_lock
     _writers.clear()
+    _writers_lock = threading.Lock()
 
 
 atexit.register(_exit_flush)
