@@ -59,63 +59,71 @@ _EXIT_TIMEOUT = 5.0
 class ConsoleWriter:
     """The bounded queue of one console and the thread that writes it.
 
-    ``enqueued`` and ``done`` count bytes ever queued and ever written or dropped;
-    ``dropped`` counts the dropped ones. Thread-safe; :meth:`write` never blocks.
+    ``enqueued`` counts bytes ever queued, ``done`` those written, dropped or
+    skipped, ``dropped`` those dropped because the console was too slow.
+    :meth:`write` (the loop's side) never blocks and takes no lock in the steady
+    state: it appends to a deque and drops from its head, and the writer thread
+    pops from it; each counter has one thread that writes it. A lock is taken
+    only to start the thread, and an event is set only to wake an idle one.
     """
 
     def __init__(self, name: ConsoleName, limit: int = DEFAULT_LIMIT) -> None:
         self.name: ConsoleName = name
         self.limit = limit
+        # written by the loop's side (write) only
         self.enqueued = 0
-        self.done = 0
         self.dropped = 0
-        self._queue: collections.deque[bytes] = collections.deque()
-        self._queued = 0
-        self._cond = threading.Condition(threading.Lock())
-        self._thread: threading.Thread | None = None
+        self._skipped = 0
+        # written by the writer thread only
+        self._handed = 0  # popped by the writer
+        self._written = 0  # written, or discarded because the stream failed
+        self._reported = 0  # dropped bytes already reported
+        self._warned_at = -1  # _reported when the last "not keeping up" warning went out
         self._busy_since: float | None = None  # a write in progress started then
         self._inflight = 0  # bytes of that write
-        self._unreported = 0  # dropped bytes not yet in a summary
-        self._warned = False
+        self._queue: collections.deque[bytes] = collections.deque()
+        self._wake = threading.Event()
+        self._life = threading.Lock()  # guards starting and ending the thread
+        self._thread: threading.Thread | None = None
+        self._progress = threading.Condition(threading.Lock())  # for wait_done
         self._broken: object = None  # the stream a write failed on: skipped while current
+
+    @property
+    def done(self) -> int:
+        return self._written + self.dropped + self._skipped
 
     def write(self, data: bytes) -> int:
         """Queue ``data``; returns the ``enqueued`` mark to wait for with :meth:`wait_done`.
 
         Never blocks, never raises: over the bound, the oldest queued chunks go.
         """
-        with self._cond:
-            self.enqueued += len(data)
-            if self._broken is not None and self._broken is self._stream():
-                self.done += len(data)
-                return self.enqueued
-            self._queue.append(data)
-            self._queued += len(data)
-            while self._queued > self.limit and len(self._queue) > 1:
-                self._drop(self._queue.popleft())
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name=f"aelastic-console-{self.name}", daemon=True
-                )
-                self._thread.start()
-            else:
-                self._cond.notify_all()
+        self.enqueued += len(data)
+        if self._broken is not None and self._broken is self._stream():
+            self._skipped += len(data)
             return self.enqueued
-
-    def _drop(self, chunk: bytes) -> None:
-        # Called with the lock held.
-        self._queued -= len(chunk)
-        self.done += len(chunk)
-        self.dropped += len(chunk)
-        self._unreported += len(chunk)
-        self._cond.notify_all()
+        queue = self._queue
+        queue.append(data)
+        excess = self.enqueued - self._skipped - self.dropped - self._handed - self.limit
+        while excess > 0 and len(queue) > 1:
+            try:
+                chunk = queue.popleft()
+            except IndexError:  # the writer took it meanwhile
+                break
+            self.dropped += len(chunk)
+            excess -= len(chunk)
+        if self._thread is None:
+            with self._life:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name=f"aelastic-console-{self.name}", daemon=True
+                    )
+                    self._thread.start()
+        elif not self._wake.is_set():
+            self._wake.set()
+        return self.enqueued
 
     def stalled(self) -> bool:
         """True while one write has been waiting on the console for ``STALL_AFTER``."""
-        with self._cond:
-            return self._stalled_locked()
-
-    def _stalled_locked(self) -> bool:
         busy = self._busy_since
         return busy is not None and time.monotonic() - busy >= STALL_AFTER
 
@@ -126,75 +134,90 @@ class ConsoleWriter:
         For threads and exit handlers; the loop uses :func:`wait_consoles_written`.
         """
         deadline = time.monotonic() + timeout
-        with self._cond:
-            while self.done < mark and not self._stalled_locked():
+        with self._progress:
+            while self.done < mark and not self.stalled():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                self._cond.wait(min(left, STALL_AFTER / 2))
+                self._progress.wait(min(left, STALL_AFTER / 2))
             return True
 
     def _run(self) -> None:
+        queue = self._queue
         while True:
-            with self._cond:
-                if not self._queue:
-                    self._report_locked()  # releases the lock meanwhile: look again
-                    if not self._queue:
-                        self._cond.wait(_LINGER)
-                    if not self._queue:
+            self._wake.clear()
+            if not queue:
+                self._report()
+                if not queue:
+                    self._wake.wait(_LINGER)
+                if not queue:
+                    with self._life:
+                        # End, unless a write came meanwhile: it saw this thread alive.
                         self._thread = None
-                        return
-                chunks: list[bytes] = []
-                size = 0
-                while self._queue and (not chunks or size + len(self._queue[0]) <= _MAX_WRITE):
-                    chunk = self._queue.popleft()
-                    chunks.append(chunk)
-                    size += len(chunk)
-                self._queued -= size
-                self._busy_since = time.monotonic()
-                self._inflight = size
-                warn = self._unreported and not self._warned
-                self._warned = self._warned or bool(warn)
-            if warn:
+                        if not queue:
+                            return
+                        self._thread = threading.current_thread()
+                continue
+            chunks: list[bytes] = []
+            size = 0
+            while size < _MAX_WRITE:
+                try:
+                    chunk = queue.popleft()
+                except IndexError:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            if not chunks:
+                continue
+            self._handed += size
+            self._inflight = size
+            self._busy_since = time.monotonic()
+            if self.dropped > self._reported and not self._warned_since_report():
                 log.warning(
                     "the console (%s) is not keeping up with the workers' output: dropping the"
                     " oldest lines queued for it (the log files stay complete)",
                     self.name,
                 )
             broken = self._write(b"".join(chunks))
-            with self._cond:
-                self._busy_since = None
-                self._inflight = 0
-                self.done += size
+            self._busy_since = None
+            self._inflight = 0
+            with self._progress:
+                self._written += size
                 if broken is not None:  # skip this stream until sys.std* changes
                     self._broken = broken
-                    self.done += self._queued
-                    self._queue.clear()
-                    self._queued = 0
-                self._cond.notify_all()
+                    while True:
+                        try:
+                            chunk = queue.popleft()
+                        except IndexError:
+                            break
+                        self._handed += len(chunk)
+                        self._written += len(chunk)
+                self._progress.notify_all()
 
-    def _report_locked(self) -> None:
-        if not self._unreported:
-            return
-        dropped, self._unreported, self._warned = self._unreported, 0, False
-        # Logging and recording may take the console's own lock: not under ours.
-        self._cond.release()
-        try:
+    def _warned_since_report(self) -> bool:
+        # One warning per stall: until the dropped bytes are reported.
+        if self._warned_at == self._reported:
+            return True
+        self._warned_at = self._reported
+        return False
+
+    def _report(self) -> None:
+        dropped = self.dropped - self._reported
+        if dropped > 0:
+            self._reported += dropped
             report_dropped(self.name, dropped)
-        finally:
-            self._cond.acquire()
 
     def report(self) -> None:
         """Report the dropped bytes not reported yet, counting what is still queued or
         in a stalled write as dropped (at exit: it will never show)."""
-        with self._cond:
-            lost = self._queued
-            self.dropped += lost + self._inflight
-            self._unreported += lost + self._inflight
-            self._queue.clear()
-            self.done += lost
-            self._queued = 0
-            self._report_locked()
+        lost = self._inflight
+        while True:
+            try:
+                lost += len(self._queue.popleft())
+            except IndexError:
+                break
+        self.dropped += lost
+        self._report()
 
     def _stream(self) -> IO[Any] | None:
         return sys.stdout if self.name == "stdout" else sys.stderr

@@ -196,3 +196,26 @@ def test_a_broken_console_is_skipped_until_sys_stdout_changes(
     finally:
         os.close(r2)
         os.close(w2)
+
+
+def test_a_live_console_gets_every_line_in_order(
+    pipe: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r, w = pipe
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.FileIO(w, "wb", closefd=False)))
+    writer = ConsoleWriter("stdout", limit=1 << 30)
+    count = 50_000
+    received = bytearray()
+
+    def read() -> None:
+        while len(received) < count * 10:
+            received.extend(os.read(r, 1 << 16))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    for i in range(count):  # small writes: the writer thread starts, idles, wakes many times
+        writer.write(b"%09d\n" % i)
+    assert writer.wait_done(writer.enqueued, 60)
+    reader.join(60)
+    assert writer.dropped == 0
+    assert bytes(received) == b"".join(b"%09d\n" % i for i in range(count))
