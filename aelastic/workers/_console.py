@@ -201,15 +201,15 @@ class ConsoleWriter:
         self._warned_at = self._reported
         return False
 
-    def _report(self) -> None:
+    def _report(self, at_exit: bool = False) -> None:
         dropped = self.dropped - self._reported
         if dropped > 0:
             self._reported += dropped
-            report_dropped(self.name, dropped)
+            report_dropped(self.name, dropped, at_exit)
 
     def report(self) -> None:
         """Report the dropped bytes not reported yet, counting what is still queued or
-        in a stalled write as dropped (at exit: it will never show)."""
+        in a stalled write as dropped (at exit: it will never show). Never blocks."""
         lost = self._inflight
         while True:
             try:
@@ -217,7 +217,7 @@ class ConsoleWriter:
             except IndexError:
                 break
         self.dropped += lost
-        self._report()
+        self._report(at_exit=True)
 
     def _stream(self) -> IO[Any] | None:
         return sys.stdout if self.name == "stdout" else sys.stderr
@@ -265,14 +265,25 @@ def _write_fd(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def report_dropped(name: ConsoleName, dropped: int) -> None:
-    """Log and record (``aelastic.console.dropped``) that ``dropped`` bytes never showed."""
-    log.warning(
+def report_dropped(name: ConsoleName, dropped: int, at_exit: bool = False) -> None:
+    """Log and record (``aelastic.console.dropped``) that ``dropped`` bytes never showed.
+
+    At exit the warning goes through the stderr :class:`ConsoleWriter` (formatted
+    like the root logger's first handler would) instead of ``logging``: stderr may
+    be the very pipe that stalled, and exit must not wait on it.
+    """
+    message = (
         "%d bytes of worker output were dropped from the console (%s) because it was not"
-        " keeping up; the log files have them",
-        dropped,
-        name,
+        " keeping up; the log files have them"
     )
+    if not at_exit:
+        log.warning(message, dropped, name)
+    elif log.isEnabledFor(logging.WARNING):
+        args = (dropped, name)
+        entry = log.makeRecord(log.name, logging.WARNING, __file__, 0, message, args, None)
+        handler = next((h for h in logging.getLogger().handlers if h.formatter), None)
+        text = handler.format(entry) if handler is not None else entry.getMessage()
+        console_writer("stderr").write(text.encode(errors="replace") + b"\n")
     with contextlib.suppress(Exception):
         record(
             Event(
@@ -312,9 +323,16 @@ async def wait_consoles_written() -> None:
 
 
 def _exit_flush() -> None:
-    for writer in list(_writers.values()):
-        writer.wait_done(writer.enqueued, _EXIT_TIMEOUT)
-        writer.report()
+    # stdout first: its report goes to stderr, which is waited for last. Each wait
+    # ends at once on a stalled console, so exit never hangs on one.
+    for name in ("stdout", "stderr"):
+        writer = _writers.get(name)
+        if writer is not None:
+            writer.wait_done(writer.enqueued, _EXIT_TIMEOUT)
+            writer.report()
+    stderr = _writers.get("stderr")
+    if stderr is not None:
+        stderr.wait_done(stderr.enqueued, _EXIT_TIMEOUT)
 
 
 def _after_fork_in_child() -> None:

@@ -54,14 +54,18 @@ def stalled_pipe(pipe: tuple[int, int]) -> int:
     return pipe[1]
 
 
-def launch(tmp_path: Path, stdout: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def launch(
+    tmp_path: Path, stdout: int, env: dict[str, str], stderr_too: bool = False
+) -> subprocess.Popen[bytes]:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     argv = [sys.executable, "-m", "aelastic", "run", "--standalone", "--nproc-per-node", "2"]
     argv += ["--tee", "3", "--log-dir", str(tmp_path / "logs"), str(script)]
     stderr = open(tmp_path / "launcher.err", "wb")  # noqa: SIM115 (closed below)
     try:
-        return subprocess.Popen(argv, stdout=stdout, stderr=stderr, env=env)
+        return subprocess.Popen(
+            argv, stdout=stdout, stderr=stdout if stderr_too else stderr, env=env
+        )
     finally:
         stderr.close()
 
@@ -90,6 +94,20 @@ async def test_stalled_console_neither_blocks_workers_nor_truncates_logs(
     err = (tmp_path / "launcher.err").read_text()
     assert "were dropped from the console (stdout)" in err
     assert err.count("dropped from the console") == 1
+
+
+async def test_stalled_stdout_and_stderr_do_not_hang_the_exit(
+    tmp_path: Path, stalled_pipe: int
+) -> None:
+    # `aelastic run ... 2>&1 | collector`: the drop report itself must not wait on the pipe.
+    proc = launch(tmp_path, stalled_pipe, dict(os.environ), stderr_too=True)
+    try:
+        assert await wait_exit(proc, 60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert log_sizes(tmp_path) == [LINES * 100, LINES * 100]
 
 
 async def test_sigterm_is_handled_while_the_console_is_stalled(
