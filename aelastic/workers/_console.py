@@ -38,7 +38,13 @@ import anyio.to_thread
 
 from ..events import Event, EventSource, record
 
-__all__ = ("ConsoleName", "ConsoleWriter", "console_writer", "wait_consoles_written")
+__all__ = (
+    "ConsoleLogHandler",
+    "ConsoleName",
+    "ConsoleWriter",
+    "console_writer",
+    "wait_consoles_written",
+)
 
 log = logging.getLogger("aelastic.workers")
 
@@ -292,6 +298,28 @@ def report_dropped(name: ConsoleName, dropped: int, at_exit: bool = False) -> No
                 metadata={"console": name, "dropped_bytes": dropped},
             )
         )
+
+
+class ConsoleLogHandler(logging.Handler):
+    """A ``logging`` handler that writes through the console's :class:`ConsoleWriter`.
+
+    ``emit`` never blocks (the record joins the same bounded queue as the workers'
+    lines on that console, so their order is kept); for the agent's own logging when
+    its stderr may stall. Records dropped with a stalled console are counted like
+    worker lines.
+    """
+
+    def __init__(self, console: ConsoleName = "stderr", level: int = logging.NOTSET) -> None:
+        super().__init__(level)
+        self.console: ConsoleName = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        console_writer(self.console).write(text.encode(errors="replace") + b"\n")
 
 
 _writers: dict[str, ConsoleWriter] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import os
 import signal
 import subprocess
@@ -15,7 +16,7 @@ import anyio
 import pytest
 
 from aelastic.workers import _console
-from aelastic.workers._console import ConsoleWriter, wait_consoles_written
+from aelastic.workers._console import ConsoleLogHandler, ConsoleWriter, wait_consoles_written
 from aelastic.workers._output import Sink
 
 from .conftest import Reporter
@@ -237,3 +238,27 @@ def test_a_live_console_gets_every_line_in_order(
     reader.join(60)
     assert writer.dropped == 0
     assert bytes(received) == b"".join(b"%09d\n" % i for i in range(count))
+
+
+def test_log_handler_never_blocks_on_a_stalled_console(
+    pipe: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r, w = pipe
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(io.FileIO(w, "wb", closefd=False)))
+    monkeypatch.setattr(_console, "_writers", {})  # this test's writer stays stuck on the pipe
+    logger = logging.getLogger("aelastic.test.console")
+    handler = ConsoleLogHandler("stderr")
+    handler.setFormatter(logging.Formatter("[%(levelname)s] %(message)s"))
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.warning("first")
+        assert _console.console_writer("stderr").wait_done(1, 20)
+        assert os.read(r, 100) == b"[WARNING] first\n"
+        _console.console_writer("stderr").limit = 1 << 16
+        for _ in range(20_000):  # 1.4 MB of records into a 64 KiB pipe nobody reads now
+            logger.warning("x" * 60)
+        assert _console.console_writer("stderr").dropped > 0
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
