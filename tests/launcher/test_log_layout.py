@@ -74,13 +74,14 @@ count = os.environ["TORCHELASTIC_RESTART_COUNT"]
 record = {k: os.environ[k] for k in ("TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_ERROR_FILE")}
 with open(os.path.join(out, f"{count}-{os.getpid()}.json"), "w") as f:
     json.dump(record, f)
-held = os.path.join(out, "held")
-if count == "0" and not os.path.exists(held):  # the first round
+held, failed = os.path.join(out, "held"), os.path.join(out, "failed")
+if count == "0" and not os.path.exists(failed):  # the first round
     if os.environ["GROUP_RANK"] == "1":
         open(held, "w").close()
         time.sleep(120)  # stopped by its agent when the other node restarts
     while not os.path.exists(held):
         time.sleep(0.01)
+    open(failed, "w").close()
     sys.exit(1)
 """
 
