@@ -462,7 +462,6 @@ def test_console_output(runs: dict[str, dict[str, Run]], scenario: str) -> None:
     _assert_same(scenario, _console_pairs(theirs, ours))
 
 
-@_xfail(5, "h/output")
 def test_console_output_with_log_dir_dev_null(runs: dict[str, dict[str, Run]]) -> None:
     theirs, ours = _both(runs, "no_python")
     assert len(_worker_lines(theirs.stdout)) == 2
@@ -476,7 +475,6 @@ def test_log_directory_layout(runs: dict[str, dict[str, Run]], scenario: str) ->
     _assert_same(scenario, {"log files": (_layout(theirs), _layout(ours))})
 
 
-@_xfail(4, "h/output")
 def test_run_directory_is_per_agent(runs: dict[str, dict[str, Run]]) -> None:
     theirs, ours = _both(runs, "record")
     assert _run_dirs(theirs) == ["<RUN_ID>_<RANDOM>"]
