@@ -10,8 +10,7 @@ summary's entries, the workers' error files and the launcher's own error file.
 
 Values that must differ between two launches are normalised (each rule below says
 why); every other difference fails the test unless it is on :data:`ALLOWED`, which the
-README's "What is different from torchrun" section states too. Checks for differences
-being fixed on other branches are ``xfail(strict=True)``: they XPASS once the fix lands.
+README's "What is different from torchrun" section states too.
 """
 
 from __future__ import annotations
@@ -418,10 +417,6 @@ def _assert_same(scenario: str, pairs: dict[str, tuple[Any, Any]]) -> None:
 
 
 # -- the tests --------------------------------------------------------------------------
-
-
-def _xfail(item: int, branch: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=f"issue 10 item {item}, fixed on branch {branch}")
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
