@@ -128,6 +128,30 @@ def test_deadline_rules(tmp_path: Path) -> None:
     assert progress_deadline(_snap(tmp_path, ATTACHED=0), t, s) is None  # never attached
 
 
+def test_leaving_a_long_timed_section_is_progress_not_a_missed_heartbeat(
+    tmp_path: Path,
+) -> None:
+    t = ProgressTimeouts(heartbeat=2, sections={"ckpt": 120})
+    s = 1_000_000_000
+    # Last heartbeat at 4 s, then 60 s in "ckpt", left at 64 s: due at 66 s, not 6 s.
+    left = _snap(tmp_path, BEATS=3, LAST_BEAT_NS=4 * s, SECTION_EXIT_NS=64 * s)
+    d = progress_deadline(left, t, started_ns=s)
+    assert d is not None and (d.rule, d.at_ns) == ("heartbeat", 66 * s)
+
+
+def test_a_hang_in_an_untimed_section_before_the_first_heartbeat_is_caught(
+    tmp_path: Path,
+) -> None:
+    t = ProgressTimeouts(initial=10, heartbeat=2)
+    s = 1_000_000_000
+    # Entered "load" (no timeout) at 2 s, never heartbeated, never left it.
+    stuck = _snap(tmp_path, SECTION=1, SECTION_NS=2 * s, NAMES=1)
+    d = progress_deadline(stuck, t, started_ns=s)
+    assert d is not None and (d.rule, d.at_ns, d.section) == ("initial", 11 * s, "")
+    # After the first section exit the initial timeout is done with.
+    assert progress_deadline(_snap(tmp_path, SECTION_EXIT_NS=3 * s), t, started_ns=s) is None
+
+
 def test_after_a_hang_the_budget_decides() -> None:
     assert decide_after_hang(2).action is Action.RESTART
     assert decide_after_hang(2).remaining_restarts == 1
