@@ -332,8 +332,12 @@ def fold_attempt_steps(state: StepProgress, attempt_best: int, *, failed: bool) 
 
 
 def no_progress(state: StepProgress, limit: int | None) -> bool:
-    """Whether ``limit`` consecutive failed attempts made no step progress (None: off)."""
-    return limit is not None and state.streak >= limit
+    """Whether ``limit`` consecutive failed attempts made no step progress (None: off).
+
+    Never before a step was seen (``state.best < 0``): a job that does not call
+    ``aelastic.progress.step()`` cannot show progress, so it is not stopped for lacking it.
+    """
+    return limit is not None and state.best >= 0 and state.streak >= limit
 
 
 def restart_backoff(consecutive_failures: int, base: float, cap: float) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import anyio
+import anyio.lowlevel
 import pytest
 
 from aelastic.agent import Action, AgentConfigError, WorkerSpec
@@ -16,6 +18,7 @@ from aelastic.agent._policy import (
     restart_backoff,
 )
 from aelastic.progress import ProgressTimeouts
+from aelastic.store import LocalStore, Store, Value
 
 from .conftest import LocalRendezvous
 
@@ -99,3 +102,118 @@ async def test_backoff_grows_while_crash_looping_and_resets_on_progress() -> Non
         assert await policy.review(restart, attempt_best_step=best, round_=1) == restart
         waits.append(policy.backoff_seconds())
     assert waits == [1.0, 2.0, 4.0, 1.0, 2.0]
+
+
+def test_no_progress_stop_needs_a_step_to_have_been_seen() -> None:
+    never_stepped = StepProgress()
+    for _ in range(5):
+        never_stepped = fold_attempt_steps(never_stepped, -1, failed=True)
+    assert not no_progress(never_stepped, 2)
+
+
+async def test_a_job_that_never_calls_step_is_not_stopped_for_no_progress(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from aelastic.agent import WorkerState
+    from aelastic.agent._policy import Decision
+    from aelastic.agent._restart_policy import RestartPolicy
+
+    spec = WorkerSpec(
+        role="r",
+        local_world_size=1,
+        rdzv_handler=LocalRendezvous(),
+        entrypoint="/bin/true",
+        max_restarts=9,
+        max_no_progress_restarts=2,
+    )
+    policy = RestartPolicy(spec)
+    restart = Decision(Action.RESTART, WorkerState.FAILED, 3)
+    with caplog.at_level("WARNING", logger="aelastic.agent"):
+        for _ in range(4):
+            assert await policy.review(restart, attempt_best_step=-1, round_=1) == restart
+    assert not policy.stopped_for_no_progress
+    assert sum("never called" in r.getMessage() for r in caplog.records) == 1
+
+
+class _StoreRendezvous(LocalRendezvous):
+    """One node's view of a job whose rendezvous has a shared store (as c10d's has)."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__("budget-run")
+        self.store = store
+
+
+class _CancelAfterOneRequest(LocalStore):
+    """A real LocalStore whose writer is cancelled right after its first request lands."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scope: anyio.CancelScope | None = None
+
+    async def _landed(self) -> None:
+        if self.scope is not None:
+            self.scope.cancel()
+            self.scope = None
+            await anyio.lowlevel.checkpoint()  # the reply is lost to the cancellation
+
+    async def add(self, key: str, amount: int) -> int:
+        total = await super().add(key, amount)
+        await self._landed()
+        return total
+
+    async def compare_set(self, key: str, expected: Value, desired: Value) -> bytes:
+        value = await super().compare_set(key, expected, desired)
+        await self._landed()
+        return value
+
+
+def _budget_spec(store: Store) -> WorkerSpec:
+    return WorkerSpec(
+        role="r",
+        local_world_size=1,
+        rdzv_handler=_StoreRendezvous(store),
+        entrypoint="/bin/true",
+        max_restarts=3,
+        job_wide_restarts=True,
+    )
+
+
+async def test_job_wide_budget_counts_a_round_whose_first_node_was_cancelled() -> None:
+    from aelastic.agent import WorkerState
+    from aelastic.agent._policy import Decision
+    from aelastic.agent._restart_policy import RestartPolicy
+
+    store = _CancelAfterOneRequest()
+    restart = Decision(Action.RESTART, WorkerState.FAILED, 3)
+    with anyio.CancelScope() as scope:
+        store.scope = scope
+        await RestartPolicy(_budget_spec(store)).review(restart, attempt_best_step=-1, round_=7)
+    assert scope.cancelled_caught
+    # Another node of the same failed round: the round counts once, not zero times.
+    peer = await RestartPolicy(_budget_spec(store)).review(restart, attempt_best_step=-1, round_=7)
+    assert peer.remaining_restarts == 2
+    again = await RestartPolicy(_budget_spec(store)).review(restart, attempt_best_step=-1, round_=7)
+    assert again.remaining_restarts == 2  # idempotent per round
+    later = await RestartPolicy(_budget_spec(store)).review(restart, attempt_best_step=-1, round_=8)
+    assert later.remaining_restarts == 1
+
+
+class _SilentStore(LocalStore):
+    """A store that never answers the budget's request (an unreachable endpoint)."""
+
+    async def compare_set(self, key: str, expected: Value, desired: Value) -> bytes:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+async def test_job_wide_budget_store_timeout_is_one_clear_agent_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from aelastic.agent import AgentError, WorkerState, _restart_policy
+    from aelastic.agent._policy import Decision
+
+    monkeypatch.setattr(_restart_policy, "_STORE_TIMEOUT", 0.05)
+    policy = _restart_policy.RestartPolicy(_budget_spec(_SilentStore()))
+    restart = Decision(Action.RESTART, WorkerState.FAILED, 3)
+    with pytest.raises(AgentError, match=r"did not answer within.*--job-wide-restarts"):
+        await policy.review(restart, attempt_best_step=-1, round_=1)
