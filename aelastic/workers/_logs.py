@@ -24,7 +24,12 @@ from string import Template
 from ._spec import ProcessSpec
 from ._std import Std, to_map
 
-__all__ = ("DEFAULT_LOG_LINE_PREFIX_TEMPLATE", "LOG_LINE_PREFIX_ENV", "LogDestinations")
+__all__ = (
+    "DEFAULT_LOG_LINE_PREFIX_TEMPLATE",
+    "LOG_LINE_PREFIX_ENV",
+    "LogDestinations",
+    "run_dir",
+)
 
 LOG_LINE_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 #: torch's default console prefix, e.g. ``[default0]:``.
@@ -34,7 +39,8 @@ _temp_dirs: dict[str, str] = {}
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
-def _run_dir(log_dir: str | None, run_id: str) -> str:
+def run_dir(log_dir: str | None, run_id: str) -> str:
+    """``<log_dir>/<run_id>`` with the run id made a safe file name (a temp dir without logs)."""
     safe_id = _SAFE.sub("_", run_id) or "run"
     if log_dir is None:
         base = _temp_dirs.get(safe_id)
@@ -128,7 +134,7 @@ class LogDestinations:
             or DEFAULT_LOG_LINE_PREFIX_TEMPLATE
         )
         disabled = log_dir == os.devnull
-        attempt_dir = None if disabled else _fresh_attempt_dir(_run_dir(log_dir, run_id), attempt)
+        attempt_dir = None if disabled else _fresh_attempt_dir(run_dir(log_dir, run_id), attempt)
 
         filtered: list[str | None] = []
         for needles, name in ((out_filters, "stdout"), (err_filters, "stderr")):

@@ -108,19 +108,22 @@ async def test_worker_that_never_uses_the_api_is_not_judged(tmp_path: Path) -> N
 async def test_learned_timeouts_tighten_the_next_attempt(tmp_path: Path) -> None:
     """Attempt 0 beats every ~0.2 s then crashes; with x5 learning, attempt 1's hang is
     caught by a learned timeout far below the configured 30 s."""
-    spec = _spec(
+    # A run id that is not a safe file name: the file must stay inside the log dir.
+    run_id = "../team/x"
+    spec = local_spec(
+        LocalRendezvous(run_id),
+        ("-u", WORKER, "learn", "0"),
         tmp_path,
-        "learn",
-        hung=0,
+        initial_heartbeat_timeout=30.0,
         heartbeat_timeout=30.0,
         learn_timeouts=5.0,
         max_restarts=2,
         local_world_size=1,
     )
-    agent = LocalElasticAgent(spec)  # type: ignore[arg-type]
+    agent = LocalElasticAgent(spec)
     learned = None
     with anyio.fail_after(60):
-        async with subscribe() as stream, anyio.create_task_group() as tg:
+        async with subscribe(run_id=run_id) as stream, anyio.create_task_group() as tg:
             results = start_run(tg, agent)
             async for event in stream:
                 if event.name == "aelastic.progress.learned_timeouts":
@@ -131,7 +134,8 @@ async def test_learned_timeouts_tighten_the_next_attempt(tmp_path: Path) -> None
     assert result.state is WorkerState.SUCCEEDED
     assert isinstance(learned, float) and 5 * 0.2 <= learned < 30.0
     assert event.metadata["timeout"] == learned
-    saved = json.loads((tmp_path / "logs" / "test-run" / "learned_timeouts.json").read_text())
+    saved = json.loads((tmp_path / "logs" / ".._team_x" / "learned_timeouts.json").read_text())
+    assert not (tmp_path / "team").exists()
     assert saved["heartbeat"] * 5 == pytest.approx(learned)
 
 

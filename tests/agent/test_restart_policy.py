@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
 import anyio.lowlevel
 import pytest
@@ -217,3 +219,29 @@ async def test_job_wide_budget_store_timeout_is_one_clear_agent_error(
     restart = Decision(Action.RESTART, WorkerState.FAILED, 3)
     with pytest.raises(AgentError, match=r"did not answer within.*--job-wide-restarts"):
         await policy.review(restart, attempt_best_step=-1, round_=1)
+
+
+async def test_learned_timeouts_survive_a_store_error(tmp_path: Path) -> None:
+    """A closed rendezvous store (StoreClosedError) is logged, never raised: the learned
+    intervals are still used and written to the run's file."""
+    from aelastic.agent._learned import LearnedTimeouts
+    from aelastic.progress import ProgressSnapshot
+
+    store = LocalStore()
+    await store.aclose()
+    rdzv = _StoreRendezvous(store)
+    spec = WorkerSpec(
+        role="r",
+        local_world_size=1,
+        rdzv_handler=rdzv,
+        entrypoint="/bin/true",
+        heartbeat_timeout=30.0,
+        learn_timeouts=5.0,
+        log_dir=str(tmp_path),
+    )
+    emitted: list[str] = []
+    learned = LearnedTimeouts(spec, lambda name, md: emitted.append(name))
+    snap = ProgressSnapshot(True, 1, 3, 2, 1_000_000_000, 4, None, 0, 0, {})
+    await learned.update([snap])
+    assert learned.timeouts().heartbeat == 5.0
+    assert emitted == ["aelastic.progress.learned_timeouts"]
