@@ -327,6 +327,11 @@ class SimpleElasticAgent(ElasticAgent):
                 try:
                     await self._initialize_workers(wg)
                     decision = await self._wait_for_outcome(wg)
+                    if decision.action in (Action.RESTART, Action.FAIL, Action.REJOIN):
+                        # Stop the failed or hung group before the review's store requests
+                        # (up to 40 s): its peers must not run on meanwhile. The progress
+                        # snapshots the review reads stay mapped until the round ends.
+                        await self._stop_workers(wg)
                     decision = await self._review_decision(decision)
                     wg.state = decision.state
                     put_metric(f"workers.{role}.remaining_restarts", self._remaining_restarts)

@@ -245,3 +245,45 @@ async def test_learned_timeouts_survive_a_store_error(tmp_path: Path) -> None:
     await learned.update([snap])
     assert learned.timeouts().heartbeat == 5.0
     assert emitted == ["aelastic.progress.learned_timeouts"]
+
+
+class _GatedStore(LocalStore):
+    """A real LocalStore that holds the job-wide budget's request until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+
+    async def compare_set(self, key: str, expected: Value, desired: Value) -> bytes:
+        self.entered.set()
+        await self.release.wait()
+        return await super().compare_set(key, expected, desired)
+
+
+async def test_the_failed_group_is_stopped_before_the_restart_review(tmp_path: Path) -> None:
+    """While the review waits on the store (up to 40 s), the failed worker's peer must
+    not keep running."""
+    from aelastic.agent import LocalElasticAgent, WorkerState
+
+    from .conftest import local_spec, open_reporter, pid_alive, start_run
+
+    store = _GatedStore()
+    rdzv = _StoreRendezvous(store)
+    async with open_reporter() as rep, anyio.create_task_group() as tg:
+        spec = local_spec(rdzv, rep.args("hold"), tmp_path, max_restarts=1, job_wide_restarts=True)
+        agent = LocalElasticAgent(spec)
+        results = start_run(tg, agent)
+        first, peer = sorted(await rep.next(2), key=lambda r: r.rank)
+        await first.send(3)
+        with anyio.fail_after(30):
+            await store.entered.wait()
+        with anyio.fail_after(10):
+            await peer.wait_closed()  # stopped while the review is still pending
+        assert not pid_alive(peer.pid)
+        store.release.set()
+        for r in await rep.next_of_attempt(1):
+            await r.send(0)
+    (result,) = results
+    assert result.state is WorkerState.SUCCEEDED
+    assert agent.remaining_restarts == 0
