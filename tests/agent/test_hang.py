@@ -174,3 +174,37 @@ async def test_py_spy_dumps_workers_without_faulthandler(
     stacks = _stacks(tmp_path, 0, 1)
     assert "wait_for_a_peer_that_never_comes" in stacks
     assert "Python v" in stacks  # py-spy's header: faulthandler did not write it
+
+
+async def test_warm_workers_register_the_stacks_dump_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the warm pool the bootstrap registers the dump and takes its variables, so
+    importing aelastic.progress registers nothing again (no second open stacks file) and
+    the worker's children inherit nothing."""
+    monkeypatch.delenv("AELASTIC_WARM_WORKERS", raising=False)
+    script = tmp_path / "check_stacks_dump.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        "def handled():\n"
+        "    bit = 1 << (int(signal.SIGRTMIN) + 6 - 1)\n"
+        "    for line in open('/proc/self/status'):\n"
+        "        if line.startswith('SigCgt:'):\n"
+        "            return bool(int(line.split()[1], 16) & bit)\n"
+        "registered_before = handled()\n"
+        "left = sorted(k for k in os.environ if k.startswith('AELASTIC_STACKS'))\n"
+        "import aelastic.progress\n"
+        "print(registered_before, left, aelastic.progress.attached(), file=sys.stderr)\n"
+        "sys.exit(0 if registered_before and not left and aelastic.progress.attached() else 7)\n"
+    )
+    spec = local_spec(
+        LocalRendezvous(),
+        ("-u", str(script)),
+        tmp_path,
+        heartbeat_timeout=30.0,
+        max_restarts=0,
+        local_world_size=1,
+    )
+    with anyio.fail_after(60):
+        result = await LocalElasticAgent(spec).run()
+    assert result.state is WorkerState.SUCCEEDED

@@ -174,3 +174,35 @@ def test_a_forked_child_does_not_heartbeat_for_its_parent(tmp_path: Path) -> Non
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
     assert progress.snapshot().beats == 1
     progress.close()
+
+
+def test_a_spawned_child_does_not_attach_for_its_parent(tmp_path: Path) -> None:
+    """A process the worker starts (a spawn-started data loader worker, mp.spawn) imports
+    aelastic.progress too: it must neither reset the worker's step nor heartbeat for it."""
+    progress = ProgressFile(str(tmp_path / "w.progress"))
+    child = (
+        "import os\n"
+        "from aelastic.progress import attached, heartbeat, step\n"
+        "step(0); heartbeat()\n"
+        "print(attached(), sorted(k for k in os.environ if k.startswith('AELASTIC_')))\n"
+    )
+    code = (
+        "import subprocess, sys\n"
+        "from aelastic.progress import step\n"
+        "step(5)\n"
+        f"sys.stdout.write(subprocess.run([sys.executable, '-c', {child!r}],"
+        " capture_output=True, text=True, check=True).stdout)\n"
+    )
+    env = {
+        **_env_without_agent(),
+        "AELASTIC_PROGRESS_FILE": progress.path,
+        "AELASTIC_STACKS_FILE": str(tmp_path / "stacks.txt"),
+        "AELASTIC_STACKS_SIGNAL": "40",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert out == "False []\n"
+    snap = progress.snapshot()
+    assert (snap.step, snap.beats) == (5, 1)
+    progress.close()
