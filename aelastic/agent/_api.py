@@ -561,20 +561,36 @@ class SimpleElasticAgent(ElasticAgent):
 
     @prof
     async def _rendezvous(self, worker_group: WorkerGroup) -> None:
-        """Join the next round, assign ranks, and agree on the workers' store endpoint."""
+        """Join the next round, assign ranks, and agree on the workers' store endpoint.
+
+        A member that dies between the round's completion and the rank assignment
+        would leave the others waiting on its role info or its assignment forever, so
+        the assignment races the round's membership: when the membership changes
+        first, this node joins the next round instead.
+        """
         spec = worker_group.spec
-        started = time.monotonic()
-        info = await spec.rdzv_handler.next_rendezvous()
-        self._rdzv_info = info
-        self._store = info.store
-        worker_group.store = info.store
-        worker_group.group_rank = info.rank
-        worker_group.group_world_size = info.world_size
-        self._record(
-            self._construct_event("RENDEZVOUS", EventSource.AGENT, duration_ms=_ms_since(started))
-        )
-        started = time.monotonic()
-        workers = await self._assign_worker_ranks(info.store, info.rank, info.world_size, spec)
+        while True:
+            started = time.monotonic()
+            info = await spec.rdzv_handler.next_rendezvous()
+            self._rdzv_info = info
+            self._store = info.store
+            worker_group.store = info.store
+            worker_group.group_rank = info.rank
+            worker_group.group_world_size = info.world_size
+            self._record(
+                self._construct_event(
+                    "RENDEZVOUS", EventSource.AGENT, duration_ms=_ms_since(started)
+                )
+            )
+            started = time.monotonic()
+            workers = await self._assign_ranks_unless_members_change(info, spec)
+            if workers is not None:
+                break
+            log.warning(
+                "[%s] the round's membership changed during rank assignment (a member left "
+                "or died); joining the next round",
+                spec.role,
+            )
         worker_group.workers = workers
         self._record(
             self._construct_event(
@@ -618,6 +634,31 @@ class SimpleElasticAgent(ElasticAgent):
         return addr or _hostname(), spec.master_port, agent_store
 
     @prof
+    async def _assign_ranks_unless_members_change(
+        self, info: RendezvousInfo, spec: WorkerSpec
+    ) -> list[Worker] | None:
+        """:meth:`_assign_worker_ranks`, or None if the round's membership changes first.
+
+        Cancelling the caller cancels both the assignment and the watch; an error from
+        either (the store, the rendezvous) propagates.
+        """
+        assigned: list[list[Worker]] = []
+        async with anyio.create_task_group() as tg:
+
+            async def assign() -> None:
+                assigned.append(
+                    await self._assign_worker_ranks(info.store, info.rank, info.world_size, spec)
+                )
+                tg.cancel_scope.cancel()
+
+            async def watch() -> None:
+                await spec.rdzv_handler.wait_for_membership_change()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(assign)
+            tg.start_soon(watch)
+        return assigned[0] if assigned else None
+
     async def _assign_worker_ranks(
         self, store: Store, group_rank: int, group_world_size: int, spec: WorkerSpec
     ) -> list[Worker]:
