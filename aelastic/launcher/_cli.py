@@ -128,6 +128,7 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
             partial(run_launch, parsed.config, parsed.entrypoint, parsed.args, handle_signals=True)
         )
     except NoProgressError as exc:
+        _record_for_scheduler(exc)
         print(exc.format_msg(), file=sys.stderr, flush=True)
         _err("stopped: no step progress over --max-no-progress-restarts attempts; do not requeue")
         return NO_PROGRESS_EXIT_CODE
