@@ -154,7 +154,7 @@ class SimpleElasticAgent(ElasticAgent):
         #: The hang that ended this round, if one did.
         self._hang: Hang | None = None
         self._restart_policy = RestartPolicy(spec)
-        self._learned = LearnedTimeouts(spec, self._record)
+        self._learned = LearnedTimeouts(spec, self._emit)
 
     # -- public -----------------------------------------------------------------------
 
@@ -329,6 +329,11 @@ class SimpleElasticAgent(ElasticAgent):
                 try:
                     await self._initialize_workers(wg)
                     decision = await self._wait_for_outcome(wg)
+                    if decision.action in (Action.RESTART, Action.FAIL, Action.REJOIN):
+                        # Stop the failed or hung group before the review's store requests
+                        # (up to 40 s): its peers must not run on meanwhile. The progress
+                        # snapshots the review reads stay mapped until the round ends.
+                        await self._stop_workers(wg)
                     decision = await self._review_decision(decision)
                     wg.state = decision.state
                     put_metric(f"workers.{role}.remaining_restarts", self._remaining_restarts)
@@ -408,13 +413,10 @@ class SimpleElasticAgent(ElasticAgent):
                     hang = await progress.wait_for_hang(
                         lambda: self._worker_exit_codes(worker_group).keys()
                     )
-                    identity: dict[str, str | int | None] = {
-                        "run_id": spec.rdzv_handler.get_run_id(),
-                        "hostname": _hostname(),
-                        "global_rank": worker_group.workers[hang.local_rank].global_rank,
-                        "group_rank": worker_group.group_rank,
-                    }
-                    self._hang = await report_hang(hang, progress, self._record, identity)
+                    hung = worker_group.workers[hang.local_rank]
+                    self._hang = await report_hang(
+                        hang, progress, lambda name, md: self._emit(name, md, hung)
+                    )
                     decided.append(decide_after_hang(self._remaining_restarts))
                 except Exception as exc:
                     errors.append(exc)
@@ -823,6 +825,31 @@ class SimpleElasticAgent(ElasticAgent):
             record(event, self._worker_group.spec.event_log_handler)
         except Exception:
             log.exception("failed to record event %s", event.name)
+
+    def _emit(self, name: str, metadata: Mapping[str, Any], worker: Worker | None = None) -> None:
+        """Record the agent event ``name``, stamped with the time and the identity keys of
+        :meth:`_construct_event` (run id, host, role, group rank, and ``worker``'s global
+        rank), so run-scoped subscribers (``events.subscribe(run_id=...)``) see it.
+
+        Never raises (a failing handler is logged); never blocks.
+        """
+        wg = self._worker_group
+        spec = wg.spec
+        self._record(
+            Event(
+                name,
+                source=EventSource.AGENT,
+                timestamp=int(time.time() * 1000),
+                metadata={
+                    "run_id": spec.rdzv_handler.get_run_id(),
+                    "hostname": _hostname(),
+                    "role": spec.role,
+                    "group_rank": wg.group_rank,
+                    "global_rank": None if worker is None else worker.global_rank,
+                    **metadata,
+                },
+            )
+        )
 
     def get_event_failed(self) -> Event:
         """The agent's FAILED event (with the current traceback as ``raw_error``)."""

@@ -211,6 +211,8 @@ class LocalElasticAgent(SimpleElasticAgent):
             )
         )
         self._procs = procs
+        if self._file_timer is not None:
+            self._file_timer.worker_pids = frozenset(procs.pids.values())
         if progress is not None:
             progress.started(procs.pids)
         # LIFO: runs before the processes' own exit, so a forwarded signal reaches them.
@@ -366,7 +368,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         if os.environ.get(ENABLE_ENV) != "1":
             yield
             return
-        async with serve_file_timer(self._record, os.environ.get(TIMER_FILE_ENV)) as server:
+        async with serve_file_timer(self._emit, os.environ.get(TIMER_FILE_ENV)) as server:
             self._worker_env_extra[TIMER_FILE_ENV] = server.path
             self._file_timer = server
             try:

@@ -34,6 +34,7 @@ __all__ = (
     "LOG_LINE_PREFIX_ENV",
     "LogDestinations",
     "make_run_log_dir",
+    "run_dir",
 )
 
 LOG_LINE_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
@@ -43,6 +44,13 @@ DEFAULT_LOG_LINE_PREFIX_TEMPLATE = "[${role_name}${local_rank}]:"
 #: Run directories of callers that pass no ``run_dir``: one per (log_dir, run id) and process.
 _run_dirs: dict[tuple[str | None, str], str] = {}
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def run_dir(log_dir: str, run_id: str) -> str:
+    """``<log_dir>/<run_id>``, the run id made a safe file name: what every agent of the run
+    shares under ``log_dir`` (learned timeouts live there; each agent logs into its own
+    ``<run_id>_<random>`` beside it, see :func:`make_run_log_dir`)."""
+    return os.path.join(log_dir, _SAFE.sub("_", run_id) or "run")
 
 
 def make_run_log_dir(log_dir: str | None, run_id: str) -> str | None:

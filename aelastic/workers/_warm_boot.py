@@ -18,9 +18,10 @@ descriptors on 1 and 2, ``os.environ`` equal to the target environment, cwd,
 exceptions behave as for a fresh interpreter. End of stream before a message
 (the pool closed) exits 0 without running anything.
 
-Deliberately imports nothing but ``os``, ``sys``, ``_signal`` and ``_socket`` (``runpy``
-only for ``-m``, as ``python -m`` does), and never aelastic: user code should
-find a near-pristine interpreter.
+Deliberately imports nothing but ``os``, ``sys``, ``_signal`` and ``_socket``
+(``runpy`` only for ``-m``, as ``python -m`` does), and no aelastic module except the
+standard-library-only ``aelastic._stacks_dump`` when hang detection asks for stacks:
+user code should find a near-pristine interpreter.
 """
 
 import _signal  # type: ignore[import-not-found,unused-ignore]  # no stub; signal costs enum
@@ -136,18 +137,18 @@ def _become_worker() -> tuple[str, str]:
 
 
 def _register_stacks_dump() -> None:
-    """Hang detection (aelastic.agent._stacks): dump every thread's stack on the agent's signal."""
-    path = os.environ.get("AELASTIC_STACKS_FILE")
-    signum = os.environ.get("AELASTIC_STACKS_SIGNAL")
-    if not path or not signum:
+    """Hang detection (aelastic.agent._stacks): dump every thread's stack on the agent's signal.
+
+    Imports ``aelastic._stacks_dump`` (standard library only; not aelastic.progress,
+    which would mark the worker as reporting) only when the agent asked for stacks.
+    """
+    if "AELASTIC_STACKS_FILE" not in os.environ:  # aelastic._stacks_dump.STACKS_FILE_ENV
         return
     try:
-        import faulthandler  # built in; faulthandler keeps the file open
-
-        stream = open(path, "a", encoding="utf-8")  # noqa: SIM115
-        faulthandler.register(int(signum), file=stream, all_threads=True, chain=False)
-    except (OSError, ValueError, RuntimeError):
-        pass
+        from aelastic._stacks_dump import register_from_env
+    except ImportError:  # aelastic not importable here (e.g. python -S): py-spy then
+        return
+    register_from_env()
 
 
 def _exit_like_python(exc: BaseException) -> None:
