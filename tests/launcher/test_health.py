@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
 import urllib.error
 import urllib.request
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +166,70 @@ async def test_a_port_in_use_is_named_and_nothing_starts() -> None:
         with pytest.raises(OSError, match=f"health endpoint: cannot listen on 127.0.0.1:{port}"):
             async with open_job(_config(health_port=port), "/bin/true"):
                 pytest.fail("the block must not run")
+
+
+def _idle_job() -> Any:
+    """A job that is made but not started: enough for the endpoint to report on."""
+    from aelastic._job import Job
+    from aelastic._launch_build import prepare_job
+
+    return Job(_config(), prepare_job(_config(), "/bin/true", ()))
+
+
+async def _ask(host: str, port: int, conn: anyio.abc.SocketStream | None = None) -> bytes:
+    """Send ``GET /healthz`` (on ``conn`` or a new connection); return the whole reply."""
+    stream = conn if conn is not None else await anyio.connect_tcp(host, port)
+    async with stream:
+        await stream.send(b"GET /healthz HTTP/1.1\r\nhost: probe\r\n\r\n")
+        reply = b""
+        with contextlib.suppress(anyio.EndOfStream):
+            while True:
+                reply += await stream.receive()
+    return reply
+
+
+async def test_a_host_with_two_addresses_listens_on_one_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A name resolving to 127.0.0.1 and ::1 (``localhost`` on many hosts): both listen on
+    the reported port. No name here resolves to both, so the resolver is the seam."""
+    from aelastic.health import _server
+
+    async def both(host: str, port: int) -> list[str]:
+        return ["127.0.0.1", "::1"]
+
+    monkeypatch.setattr(_server, "_addresses", both)
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            host, port = await tg.start(_server.serve_health, _idle_job(), "dual", 0)
+            assert host == "127.0.0.1" and port > 0
+            for address in ("127.0.0.1", "::1"):
+                assert (await _ask(address, port)).startswith(b"HTTP/1.1 200 ")
+            tg.cancel_scope.cancel()
+
+
+async def test_connections_over_the_limit_are_closed_at_once() -> None:
+    from aelastic.health import serve_health
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            host, port = await tg.start(
+                partial(serve_health, max_connections=2), _idle_job(), "127.0.0.1", 0
+            )
+            conns = [await anyio.connect_tcp(host, port) for _ in range(3)]
+            closed: list[int] = []
+            async with anyio.create_task_group() as first_eof:
+
+                async def until_closed(index: int) -> None:
+                    with contextlib.suppress(anyio.EndOfStream):
+                        await conns[index].receive()
+                    closed.append(index)
+                    first_eof.cancel_scope.cancel()
+
+                for index in range(3):
+                    first_eof.start_soon(until_closed, index)
+            assert len(closed) == 1  # one closed with no answer, before any request timeout
+            await conns[closed[0]].aclose()
+            for index in {0, 1, 2} - set(closed):  # the two others are served
+                assert (await _ask(host, port, conns[index])).startswith(b"HTTP/1.1 200 ")
+            tg.cancel_scope.cancel()
