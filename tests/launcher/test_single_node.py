@@ -199,7 +199,7 @@ def test_the_agent_process_never_imports_torch(tmp_path: Path) -> None:
 
     code = (
         "import sys\n"
-        "from aelastic._run_cli import main\n"
+        "from aelastic.launcher._cli import main\n"
         f"rc = main(['--standalone', {WORKER!r}, {str(tmp_path)!r}])\n"
         "assert rc == 0, rc\n"
         "assert 'torch' not in sys.modules\n"
