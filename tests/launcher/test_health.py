@@ -138,13 +138,10 @@ async def test_cli_health_port_from_torchrun_variable(tmp_path: Path) -> None:
 def _serve_on(backend: str) -> tuple[int, dict[str, Any]]:
     """Serve a (not started) job's endpoint under ``backend``; query it over real HTTP."""
     from aelastic.health import serve_health
-    from aelastic.launcher._build import prepare_job
-    from aelastic.launcher._job import Job
 
     async def main() -> tuple[int, dict[str, Any]]:
-        job = Job(_config(), prepare_job(_config(), "/bin/true", ()))
         async with anyio.create_task_group() as tg:
-            address = await tg.start(serve_health, job, "127.0.0.1", 0)
+            address = await tg.start(serve_health, _idle_job(), "127.0.0.1", 0)
             code = (await get(address, "/healthz"))[0]
             status = json.loads((await get(address, "/status"))[2])
             tg.cancel_scope.cancel()
@@ -170,8 +167,8 @@ async def test_a_port_in_use_is_named_and_nothing_starts() -> None:
 
 def _idle_job() -> Any:
     """A job that is made but not started: enough for the endpoint to report on."""
-    from aelastic._job import Job
-    from aelastic._launch_build import prepare_job
+    from aelastic.launcher._build import prepare_job
+    from aelastic.launcher._job import Job
 
     return Job(_config(), prepare_job(_config(), "/bin/true", ()))
 
