@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ._config import LaunchConfigError as LaunchConfigError
     from ._job import FailureInfo as FailureInfo
     from ._job import Job as Job
+    from ._job import JobSignalError as JobSignalError
     from ._job import JobStoppedError as JobStoppedError
     from ._job import StateChange as StateChange
     from ._job import WorkerInfo as WorkerInfo
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = (
     "FailureInfo",
     "Job",
+    "JobSignalError",
     "JobStoppedError",
     "LaunchConfig",
     "LaunchConfigError",
@@ -59,6 +61,7 @@ _SOURCES = {
     "LaunchConfigError": "._config",
     "FailureInfo": "._job",
     "Job": "._job",
+    "JobSignalError": "._job",
     "JobStoppedError": "._job",
     "StateChange": "._job",
     "WorkerInfo": "._job",

@@ -14,8 +14,8 @@ import collections
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,11 +28,13 @@ from ._config import LaunchConfig
 
 if TYPE_CHECKING:
     from ..agent import RunResult, WorkerGroup, WorkerState
+    from ..errors import ProcessFailure
     from ..events import EventStream
 
 __all__ = (
     "FailureInfo",
     "Job",
+    "JobSignalError",
     "JobStoppedError",
     "StateChange",
     "WorkerInfo",
@@ -46,6 +48,13 @@ _HISTORY = 1_000
 
 class JobStoppedError(AelasticError):
     """The job was stopped before it finished: its ``open_job`` block was left or cancelled."""
+
+
+class JobSignalError(AelasticError, ValueError):
+    """:meth:`Job.send_signal` was given a number that is not a signal of this platform.
+
+    Also a ``ValueError`` (what ``signal.Signals(n)`` raises), so existing handlers work.
+    """
 
 
 @dataclass(frozen=True)
@@ -124,6 +133,8 @@ class Job:
         self._done = anyio.Event()
         self._outcome: RunResult | BaseException | None = None
         self._last_failure: FailureInfo | None = None
+        #: the agent's ``last_failures`` mapping ``_last_failure`` was made from
+        self._failures_seen: Mapping[int, ProcessFailure] = self._agent.last_failures
         group = self._agent.get_worker_group()
         self._push(group.state, None)
         group.add_state_listener(self._on_state)
@@ -153,11 +164,18 @@ class Job:
     @property
     def restart_count(self) -> int:
         """Failures restarted so far."""
-        return self.config.max_restarts - self._agent.remaining_restarts
+        from ..agent._policy import restart_count
+
+        return restart_count(self.config.max_restarts, self._agent.remaining_restarts)
 
     @property
     def last_failure(self) -> FailureInfo | None:
-        """A failed worker of the last attempt that failed (None: none failed yet)."""
+        """A failed worker of the last attempt that failed (None: none failed yet).
+
+        Known once that attempt's workers are stopped (the agent's ``last_failures``):
+        a hung worker is named with the code it was stopped with.
+        """
+        self._take_failures()
         return self._last_failure
 
     @property
@@ -188,7 +206,7 @@ class Job:
             )
         return out
 
-    async def state_changes(self) -> AsyncIterator[StateChange]:
+    async def state_changes(self) -> AsyncGenerator[StateChange, None]:
         """Every state transition from ``INIT`` on, as the agent makes it; ends with the job.
 
         ``async for change in job.state_changes():``. Each call starts from the
@@ -213,7 +231,8 @@ class Job:
         """Subscribe to this job's events only (those whose run id is :attr:`run_id`).
 
         ``async with job.events() as stream: async for event in stream: ...``; see
-        :func:`aelastic.events.subscribe` (events recorded from this call on).
+        :func:`aelastic.events.subscribe`: events recorded from the moment the stream
+        is entered (or first read) on; a stream never used subscribes to nothing.
         """
         from ..events import subscribe
 
@@ -227,11 +246,27 @@ class Job:
         raises :class:`aelastic.agent.SignalException`; without, the running workers'
         process groups get ``sig`` (e.g. SIGUSR1 as a preemption notice) and the job
         goes on. Never blocks.
+
+        Raises:
+            JobSignalError: ``sig`` is not a signal number of this platform (nothing
+                is sent; also a ``ValueError``).
         """
-        self._agent.send_signal(signal.Signals(sig), terminate=terminate)
+        try:
+            number = signal.Signals(sig)
+        except ValueError:
+            raise JobSignalError(
+                f"send_signal({sig!r}): not a signal number on this platform; pass a "
+                "signal.Signals member such as signal.SIGTERM or signal.SIGUSR1"
+            ) from None
+        self._agent.send_signal(number, terminate=terminate)
 
     async def wait(self) -> dict[int, Any]:
         """Wait for the job to end; return ``{global_rank: return value}`` of this node.
+
+        Cancelling the wait (a timeout around it) only stops waiting: the job goes on
+        running and a later ``wait()`` still gets its outcome. The job stops when its
+        ``open_job`` block is left, so a cancellation that also leaves the block (the
+        usual case for a cancelled task group) stops it then.
 
         Raises:
             aelastic.errors.ChildFailedError: a worker failed and the restart budget
@@ -254,10 +289,7 @@ class Job:
     # -- the agent's side -------------------------------------------------------------
 
     def _on_state(self, group: WorkerGroup, previous: WorkerState) -> None:
-        from ..agent import WorkerState
-
-        if group.state is WorkerState.FAILED:
-            self._note_failure(group)
+        self._take_failures()
         self._push(group.state, previous)
 
     def _push(self, state: WorkerState, previous: WorkerState | None) -> None:
@@ -268,7 +300,7 @@ class Job:
                 previous=previous,
                 round=agent.rendezvous_round,
                 attempt=agent.attempt,
-                restart_count=self.config.max_restarts - agent.remaining_restarts,
+                restart_count=self.restart_count,
                 remaining_restarts=agent.remaining_restarts,
                 timestamp=time.time(),
             )
@@ -277,17 +309,23 @@ class Job:
         changed, self._changed = self._changed, anyio.Event()
         changed.set()
 
-    def _note_failure(self, group: WorkerGroup) -> None:
-        codes = self._agent._worker_exit_codes(group)  # the agent's own hook, read-only
-        failed = sorted(rank for rank, code in codes.items() if code != 0)
-        if not failed:
+    def _take_failures(self) -> None:
+        """Note the failure the agent published, if new (at most once per failed round).
+
+        Called at each transition, so a failure is noted with the attempt it ended
+        (the agent publishes it before leaving ``FAILED``, and the next attempt starts
+        after that), and when read.
+        """
+        failures = self._agent.last_failures
+        if failures is self._failures_seen or not failures:
             return
-        worker = group.workers[failed[0]]
+        self._failures_seen = failures
+        global_rank, failure = min(failures.items(), key=lambda item: item[1].local_rank)
         self._last_failure = FailureInfo(
-            local_rank=worker.local_rank,
-            global_rank=worker.global_rank,
-            pid=worker.id,
-            exitcode=codes[failed[0]],
+            local_rank=failure.local_rank,
+            global_rank=global_rank,
+            pid=failure.pid,
+            exitcode=failure.exitcode,
             attempt=self._agent.attempt,
             timestamp=time.time(),
         )
@@ -313,6 +351,7 @@ class Job:
             if self._outcome is None:  # a BaseException such as KeyboardInterrupt
                 self._outcome = JobStoppedError(f"job {self.run_id!r} was interrupted")
             self._agent.get_worker_group().remove_state_listener(self._on_state)
+            self._take_failures()
             self._done.set()
             self._changed.set()
 
@@ -407,8 +446,9 @@ async def run_job(
     from ..agent import WorkerState
 
     async with open_job(config, entrypoint, *args) as job:
-        async for change in job.state_changes():
-            if change.state is WorkerState.HEALTHY:
-                task_status.started(job)
-                break
+        async with aclosing(job.state_changes()) as changes:
+            async for change in changes:
+                if change.state is WorkerState.HEALTHY:
+                    task_status.started(job)
+                    break
         return await job.wait()
