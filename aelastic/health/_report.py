@@ -10,18 +10,17 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..agent import WorkerState
+
 if TYPE_CHECKING:
     from ..launcher import Job
 
 __all__ = ("is_ready", "metrics_text", "status")
 
-#: Every state the group can be in (``aelastic.agent.WorkerState`` values).
-_STATES = ("INIT", "HEALTHY", "UNHEALTHY", "STOPPED", "SUCCEEDED", "FAILED", "UNKNOWN")
-
 
 def is_ready(job: Job) -> bool:
     """Whether the workers are running (``HEALTHY``): what ``/readyz`` answers."""
-    return str(job.state.value) == "HEALTHY"
+    return job.state is WorkerState.HEALTHY
 
 
 def status(job: Job) -> dict[str, Any]:
@@ -51,12 +50,15 @@ def _escape(value: str) -> str:
 def metrics_text(job: Job) -> str:
     """The ``/metrics`` page: Prometheus text exposition format 0.0.4, written by hand."""
     labels = f'run_id="{_escape(job.run_id)}",role="{_escape(job.role)}"'
-    state = job.state.value
+    state = job.state
     running = sum(1 for w in job.workers() if w.pid is not None) if is_ready(job) else 0
     lines = [
         "# HELP aelastic_job_state 1 for the worker group's current state, else 0.",
         "# TYPE aelastic_job_state gauge",
-        *(f'aelastic_job_state{{{labels},state="{s}"}} {1 if s == state else 0}' for s in _STATES),
+        *(
+            f'aelastic_job_state{{{labels},state="{s.value}"}} {int(s is state)}'
+            for s in WorkerState
+        ),
     ]
     for name, kind, help_, value in (
         ("restarts_total", "counter", "Worker-group failures restarted.", job.restart_count),
