@@ -184,6 +184,26 @@ class SimpleElasticAgent(ElasticAgent):
         """
         return self._last_failures
 
+    def heartbeat_age_ms(self) -> int | None:
+        """Milliseconds since the stalest last heartbeat of the running workers.
+
+        None when no running worker has sent a heartbeat (``aelastic.progress``
+        unused, or between rounds). Reads the workers' shared progress memory: a few
+        microseconds, never blocks.
+        """
+        progress = self._progress
+        if progress is None:
+            return None
+        exited = self._worker_exit_codes(self._worker_group).keys()
+        beats = [
+            snap.last_beat_ns
+            for rank, snap in progress.snapshots().items()
+            if snap.beats and rank not in exited
+        ]
+        if not beats:
+            return None
+        return (time.monotonic_ns() - min(beats)) // 1_000_000
+
     @property
     def rendezvous_round(self) -> int | None:
         """The round of the last completed rendezvous (None before the first)."""

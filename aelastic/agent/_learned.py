@@ -111,6 +111,7 @@ class LearnedTimeouts:
                 source=EventSource.AGENT,
                 timestamp=int(time.time() * 1000),
                 metadata={
+                    "run_id": self._spec.rdzv_handler.get_run_id(),  # job.events() scoping
                     "heartbeat": timeouts.heartbeat,
                     "sections": json.dumps(dict(timeouts.sections)),
                     "factor": self._spec.learn_timeouts,

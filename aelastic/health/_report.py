@@ -25,7 +25,7 @@ def is_ready(job: Job) -> bool:
 
 def status(job: Job) -> dict[str, Any]:
     """The ``/status`` document: node, role, run id, round, state, restarts, workers, failure."""
-    failure = job.last_failure
+    failure, hang = job.last_failure, job.last_hang
     return {
         "node": job.node,
         "role": job.role,
@@ -39,12 +39,19 @@ def status(job: Job) -> dict[str, Any]:
         "max_restarts": job.config.max_restarts,
         "workers": [dataclasses.asdict(w) for w in job.workers()],
         "last_failure": None if failure is None else dataclasses.asdict(failure),
+        "hangs": job.hang_count,
+        "last_hang": None if hang is None else dataclasses.asdict(hang),
         "time": time.time(),
     }
 
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _optional(name: str, help_: str, value: int | None) -> list[tuple[str, str, str, int]]:
+    """A gauge that is left out while it has no value (Prometheus: absent, not 0)."""
+    return [] if value is None else [(name, "gauge", help_, value)]
 
 
 def metrics_text(job: Job) -> str:
@@ -66,6 +73,25 @@ def metrics_text(job: Job) -> str:
         ("round", "gauge", "Rendezvous round of the current workers.", job.round or 0),
         ("workers_running", "gauge", "Local workers running now.", running),
         ("ready", "gauge", "1 when the workers are running.", int(is_ready(job))),
+        ("progress_hangs_total", "counter", "Hung workers found.", job.hang_count),
+        (
+            "progress_stacks_captured_total",
+            "counter",
+            "Worker stacks written on hangs.",
+            job.stacks_captured,
+        ),
+        *_optional(
+            "progress_heartbeat_age_ms",
+            "Milliseconds since the stalest last heartbeat of the running workers.",
+            job.heartbeat_age_ms(),
+        ),
+        *_optional(
+            "progress_learned_heartbeat_timeout_ms",
+            "Heartbeat timeout learned by learn_timeouts, in milliseconds.",
+            None
+            if job.learned_heartbeat_timeout is None
+            else round(job.learned_heartbeat_timeout * 1000),
+        ),
     ):
         lines += [
             f"# HELP aelastic_job_{name} {help_}",

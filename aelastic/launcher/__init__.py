@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ._config import LaunchConfig as LaunchConfig
     from ._config import LaunchConfigError as LaunchConfigError
     from ._job import FailureInfo as FailureInfo
+    from ._job import HangInfo as HangInfo
     from ._job import Job as Job
     from ._job import JobSignalError as JobSignalError
     from ._job import JobStoppedError as JobStoppedError
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "FailureInfo",
+    "HangInfo",
     "Job",
     "JobSignalError",
     "JobStoppedError",
@@ -60,6 +62,7 @@ _SOURCES = {
     "LaunchConfig": "._config",
     "LaunchConfigError": "._config",
     "FailureInfo": "._job",
+    "HangInfo": "._job",
     "Job": "._job",
     "JobSignalError": "._job",
     "JobStoppedError": "._job",

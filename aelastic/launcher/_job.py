@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "FailureInfo",
+    "HangInfo",
     "Job",
     "JobSignalError",
     "JobStoppedError",
@@ -109,6 +110,28 @@ class FailureInfo:
     timestamp: float
 
 
+@dataclass(frozen=True)
+class HangInfo:
+    """The last hung worker the agent found (its ``aelastic.progress.hang`` event).
+
+    ``rule`` is the deadline that expired (``initial``, ``heartbeat``, ``section``,
+    ``out_of_section``), ``section`` the section it was in (None: none), ``timeout``
+    that rule's seconds, ``stacks_file`` where every local worker's stacks were
+    written (``stacks_captured`` of them), ``detected_at`` the wall clock.
+    """
+
+    global_rank: int | None
+    local_rank: int
+    pid: int
+    rule: str
+    section: str | None
+    timeout: float
+    stacks_file: str | None
+    stacks_captured: int
+    step: int
+    detected_at: float
+
+
 class Job:
     """A handle on one node's job; made by :func:`open_job` (do not construct it).
 
@@ -135,6 +158,12 @@ class Job:
         self._last_failure: FailureInfo | None = None
         #: the agent's ``last_failures`` mapping ``_last_failure`` was made from
         self._failures_seen: Mapping[int, ProcessFailure] = self._agent.last_failures
+        self._last_hang: HangInfo | None = None
+        #: hangs found and stacks written so far (from the job's own events)
+        self.hang_count = 0
+        self.stacks_captured = 0
+        #: the heartbeat timeout ``learn_timeouts`` learned, in seconds (None: none yet)
+        self.learned_heartbeat_timeout: float | None = None
         group = self._agent.get_worker_group()
         self._push(group.state, None)
         group.add_state_listener(self._on_state)
@@ -177,6 +206,16 @@ class Job:
         """
         self._take_failures()
         return self._last_failure
+
+    @property
+    def last_hang(self) -> HangInfo | None:
+        """The last hung worker the agent found (None: none hung so far)."""
+        return self._last_hang
+
+    def heartbeat_age_ms(self) -> int | None:
+        """Milliseconds since the stalest last heartbeat of the running workers (None:
+        no running worker uses ``aelastic.progress`` heartbeats)."""
+        return self._agent.heartbeat_age_ms()
 
     @property
     def done(self) -> bool:
@@ -330,6 +369,44 @@ class Job:
             timestamp=time.time(),
         )
 
+    async def _watch_progress(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Keep what this job's progress events say (hangs, learned timeouts) until
+        cancelled; subscribed before ``started``, so the job's first event is seen."""
+        from ..events import subscribe
+
+        async with subscribe(run_id=self.run_id, max_buffer=1000) as stream:
+            task_status.started()
+            async for event in stream:
+                name = getattr(event, "name", None)
+                metadata = getattr(event, "metadata", None) or {}
+                if name == "aelastic.progress.hang":
+                    self._note_hang(metadata)
+                elif name == "aelastic.progress.learned_timeouts":
+                    heartbeat = metadata.get("heartbeat")
+                    if heartbeat is not None:
+                        self.learned_heartbeat_timeout = float(heartbeat)
+
+    def _note_hang(self, metadata: Mapping[str, Any]) -> None:
+        global_rank = metadata.get("global_rank")
+        section = metadata.get("section")
+        stacks_file = metadata.get("stacks_file")
+        self._last_hang = HangInfo(
+            global_rank=None if global_rank is None else int(global_rank),
+            local_rank=int(metadata.get("local_rank", -1)),
+            pid=int(metadata.get("pid", -1)),
+            rule=str(metadata.get("rule")),
+            section=None if section is None else str(section),
+            timeout=float(metadata.get("timeout") or 0.0),
+            stacks_file=None if stacks_file is None else str(stacks_file),
+            stacks_captured=int(metadata.get("stacks_captured") or 0),
+            step=int(metadata.get("step", -1)),
+            detected_at=float(metadata.get("detected_at") or 0.0),
+        )
+        self.hang_count += 1
+        self.stacks_captured += self._last_hang.stacks_captured
+
     async def _run(self) -> None:
         """Run the agent in its handler; keep the outcome for :meth:`wait`.
 
@@ -403,6 +480,7 @@ async def open_job(
         try:
             if config.health_port is not None:
                 job.health_address = await _start_health(tg, job, config)
+            await tg.start(job._watch_progress)
             tg.start_soon(job._run, name=f"aelastic job {job.run_id}")
             yield job
         except BaseException as exc:

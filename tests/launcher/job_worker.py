@@ -6,8 +6,8 @@ Connects to 127.0.0.1:PORT and sends ``ready <local_rank> <restart_count> <pid>`
 ``--fail-first``: local rank 0 of the first attempt exits 5. ``--wait``: reports each
 SIGUSR1 as ``usr1 <local_rank>`` and runs until the test sends ``exit <code>`` (or
 closes the connection: exit 0); SIGTERM ends it as usual. ``--hang-first``: local rank
-0 of the first attempt sends one ``aelastic.progress`` heartbeat, then hangs (waits for
-the test, which never answers). Otherwise it exits 0.
+0 of the first attempt sends one ``aelastic.progress`` heartbeat (and ``beat 0``), then
+hangs: waits for the test (exits 0 when it sends anything). Otherwise it exits 0.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ def main(argv: list[str]) -> int:
         from aelastic.progress import heartbeat
 
         heartbeat()
+        conn.sendall(f"beat {rank}\n".encode())
         conn.recv(64)  # the test never answers: hung until the agent stops it
         return 0
     if "--wait" not in argv:

@@ -230,3 +230,47 @@ async def test_connections_over_the_limit_are_closed_at_once() -> None:
             for index in {0, 1, 2} - set(closed):  # the two others are served
                 assert (await _ask(host, port, conns[index])).startswith(b"HTTP/1.1 200 ")
             tg.cancel_scope.cancel()
+
+
+async def test_status_and_metrics_show_the_last_hang(tmp_path: Path) -> None:
+    async with workers_listener() as w:
+        config = _config(log_dir=str(tmp_path), heartbeat_timeout=1.0, max_restarts=1)
+        with anyio.fail_after(60):
+            async with open_job(config, *w.argv("--hang-first")) as job:
+                assert await job.wait() == {0: None, 1: None}
+                address = job.health_address
+                assert address is not None
+                status = json.loads((await get(address, "/status"))[2])
+                metrics = (await get(address, "/metrics"))[2]
+    hang = status["last_hang"]
+    assert status["hangs"] == 1 and hang is not None
+    assert (hang["local_rank"], hang["global_rank"], hang["rule"]) == (0, 0, "heartbeat")
+    assert hang["timeout"] == 1.0 and hang["section"] is None
+    assert Path(hang["stacks_file"]).parent == tmp_path / job.run_id / "attempt_0" / "0"
+    failure = status["last_failure"]  # the hung worker, once the agent stopped it
+    assert failure is not None and failure["local_rank"] == 0 and failure["exitcode"] < 0
+    labels = f'run_id="{job.run_id}",role="default_role"'
+    assert f"aelastic_job_progress_hangs_total{{{labels}}} 1" in metrics
+    assert f"aelastic_job_progress_stacks_captured_total{{{labels}}} {hang['stacks_captured']}" in (
+        metrics
+    )
+
+
+async def test_metrics_show_the_heartbeat_age_of_running_workers() -> None:
+    async with workers_listener() as w:
+        config = _config(heartbeat_timeout=600.0)
+        with anyio.fail_after(60):
+            async with open_job(config, *w.argv("--hang-first")) as job:
+                assert job.health_address is not None
+                while (await w.line())[0] != "beat":
+                    pass
+                age = job.heartbeat_age_ms()
+                assert age is not None and age >= 0
+                metrics = (await get(job.health_address, "/metrics"))[2]
+                assert "aelastic_job_progress_heartbeat_age_ms{" in metrics
+                await w.tell_all("exit 0")
+                assert await job.wait() == {0: None, 1: None}
+                assert job.heartbeat_age_ms() is None  # no running worker beats
+                metrics = (await get(job.health_address, "/metrics"))[2]
+                assert "aelastic_job_progress_heartbeat_age_ms" not in metrics
+                assert "aelastic_job_progress_learned_heartbeat_timeout_ms" not in metrics
