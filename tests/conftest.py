@@ -1,24 +1,66 @@
-"""Shared fixtures: a store server in-process, a client to it, and a store server subprocess."""
+"""Shared fixtures: store servers and clients; every anyio backend for tests marked anyio."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import TypeVar
 
 import anyio
 import pytest
+from pytest_asyncio.plugin import PytestAsyncioFunction
 
 from aelastic.store import StoreServer, TCPStoreClient
 
+T = TypeVar("T")
+
 READY_PREFIX = "aelastic store listening on "
+
+
+@contextlib.asynccontextmanager
+async def _hosted(resource: AbstractAsyncContextManager[T]) -> AsyncIterator[T]:
+    """Enter ``resource`` in a task of its own and exit it there, whatever task leaves this.
+
+    pytest-asyncio runs an async fixture's setup and teardown in two different
+    tasks, but a resource that owns a task group (``StoreServer``) must be entered
+    and exited by one task: this runs it in a host task for the fixture's life.
+    """
+    entered: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    leave = asyncio.Event()
+
+    async def host() -> None:
+        try:
+            async with resource as value:
+                entered.set_result(value)
+                await leave.wait()
+        except BaseException as exc:
+            if not entered.done():
+                entered.set_exception(exc)
+            raise
+
+    task = asyncio.get_running_loop().create_task(host())
+    try:
+        yield await entered
+    finally:
+        leave.set()
+        await task
 
 
 @pytest.fixture
 async def store_server() -> AsyncIterator[StoreServer]:
     """An in-process :class:`StoreServer` on 127.0.0.1, free port."""
-    async with StoreServer("127.0.0.1", 0) as server:
+    async with _hosted(StoreServer("127.0.0.1", 0)) as server:
         yield server
+
+
+@pytest.fixture
+def hosted() -> Callable[[AbstractAsyncContextManager[T]], AbstractAsyncContextManager[T]]:
+    """:func:`_hosted`, for async fixtures that enter a ``StoreServer`` themselves."""
+    return _hosted
 
 
 @pytest.fixture
@@ -60,3 +102,40 @@ async def store_server_process() -> AsyncIterator[tuple[str, int]]:
                     if proc.returncode is None:
                         proc.kill()
                         await proc.wait()
+
+
+#: anyio's pytest plugin runs tests marked ``@pytest.mark.anyio`` once per backend.
+BACKENDS = [
+    pytest.param("asyncio", id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+    pytest.param("trio", id="trio"),
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> object:
+    """asyncio, asyncio with uvloop and trio, for tests marked ``@pytest.mark.anyio``."""
+    backend = request.param
+    if backend != "asyncio":
+        pytest.importorskip("uvloop" if isinstance(backend, tuple) else "trio")
+    return backend
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give tests marked ``anyio`` back to anyio's plugin.
+
+    pytest-asyncio's auto mode (the project's default) claims every coroutine test,
+    also those anyio's plugin should run on each backend; such an item becomes a plain
+    :class:`pytest.Function` again, which anyio's ``pytest_pyfunc_call`` then runs.
+    """
+    for i, item in enumerate(items):
+        if isinstance(item, PytestAsyncioFunction) and item.get_closest_marker("anyio") is not None:
+            items[i] = pytest.Function.from_parent(
+                item.parent,
+                name=item.name,
+                callspec=getattr(item, "callspec", None),
+                callobj=item.obj,
+                fixtureinfo=item._fixtureinfo,
+                keywords=item.keywords,
+                originalname=item.originalname,
+            )

@@ -138,6 +138,8 @@ class SimpleElasticAgent(ElasticAgent):
         self._signal: signal.Signals | None = None
         self._running = False
         self._use_agent_store = False
+        # the workers' store endpoint group rank 0 opened for this round (_rendezvous)
+        self._store_endpoint: tuple[str, int, bool] | None = None
         self._rdzv_info: RendezvousInfo | None = None
         #: Seconds a worker may stay in D-state; None: the check is off (no polling).
         self._uninterruptible_state_timeout = resolve_uninterruptible_state_timeout(
@@ -626,6 +628,9 @@ class SimpleElasticAgent(ElasticAgent):
                 )
             )
             started = time.monotonic()
+            # Group rank 0 hosts the workers' store here, in this task: a StoreServer
+            # on the round's stack must be entered by the task that leaves it.
+            self._store_endpoint = await self._worker_store_endpoint() if info.rank == 0 else None
             workers = await self._assign_ranks_unless_members_change(info, spec)
             if workers is not None:
                 break
@@ -720,7 +725,7 @@ class SimpleElasticAgent(ElasticAgent):
         port: int | None
         agent_store: bool
         if group_rank == 0:
-            addr, port, agent_store = await self._worker_store_endpoint()
+            addr, port, agent_store = self._store_endpoint or await self._worker_store_endpoint()
             self._use_agent_store = agent_store
             if identical:
                 mine = identical_assignment(0, group_world_size, spec.local_world_size)

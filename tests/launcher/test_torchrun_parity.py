@@ -430,7 +430,6 @@ def test_worker_sees_the_same(runs: dict[str, dict[str, Run]], scenario: str) ->
     _assert_same(scenario, _worker_pairs(theirs, ours))
 
 
-@_xfail(6, "h/procs")
 def test_no_python_keeps_argv0(runs: dict[str, dict[str, Run]]) -> None:
     theirs, ours = _both(runs, "no_python")
     pairs = {
@@ -450,7 +449,6 @@ def test_signal_dispositions_and_mask(runs: dict[str, dict[str, Run]], scenario:
     _assert_same(scenario, _signal_pairs(theirs, ours))
 
 
-@_xfail(7, "h/procs")
 def test_signals_when_started_in_the_background(runs: dict[str, dict[str, Run]]) -> None:
     theirs, ours = _both(runs, "module")
     assert theirs.seen["0"]["getsignal"]["SIGINT"] == "handler"  # torchrun resets it

@@ -13,6 +13,8 @@ import pytest
 from aelastic.agent import AgentConfigError, WorkerSpec
 from aelastic.workers import LogDestinations, ProcessSpec, Std, open_worker_processes
 
+pytestmark = pytest.mark.anyio  # every backend: the agent reads the piped output
+
 # Each worker prints a few stdout lines (some matching), a partial last line, and stderr.
 WORKER = (
     "import sys\n"

@@ -15,7 +15,17 @@ from aelastic.workers import LogDestinations, Std, parse_std_spec
 SCRIPT = os.path.join(os.path.dirname(__file__), "agent_script.py")
 
 
-async def run_agent(cfg: dict[str, object]) -> tuple[list[str], list[str], str]:
+@pytest.fixture(params=["asyncio", "uvloop", "trio"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The event loop of the agent process (it reads the workers' piped output)."""
+    name: str = request.param
+    if name != "asyncio":
+        pytest.importorskip(name)
+    return name
+
+
+async def run_agent(cfg: dict[str, object], backend: str) -> tuple[list[str], list[str], str]:
+    cfg = {**cfg, "backend": backend}
     with anyio.fail_after(60):
         result = await anyio.run_process(
             [sys.executable, SCRIPT, "logs", json.dumps(cfg)], check=False
@@ -27,8 +37,10 @@ async def run_agent(cfg: dict[str, object]) -> tuple[list[str], list[str], str]:
     return out, err, attempt_dir
 
 
-async def test_tee_with_prefix_and_local_ranks_filter(tmp_path: Path) -> None:
-    out, err, attempt = await run_agent({"n": 2, "log_dir": str(tmp_path), "tee": 3, "filter": [0]})
+async def test_tee_with_prefix_and_local_ranks_filter(tmp_path: Path, backend: str) -> None:
+    out, err, attempt = await run_agent(
+        {"n": 2, "log_dir": str(tmp_path), "tee": 3, "filter": [0]}, backend
+    )
     assert sorted(out) == [
         "[default0]:out 0 0",
         "[default0]:out 0 1",
@@ -46,8 +58,10 @@ async def test_tee_with_prefix_and_local_ranks_filter(tmp_path: Path) -> None:
         )
 
 
-async def test_redirect_only_keeps_console_clean(tmp_path: Path) -> None:
-    out, err, attempt = await run_agent({"n": 2, "log_dir": str(tmp_path), "redirects": "0:1,1:3"})
+async def test_redirect_only_keeps_console_clean(tmp_path: Path, backend: str) -> None:
+    out, err, attempt = await run_agent(
+        {"n": 2, "log_dir": str(tmp_path), "redirects": "0:1,1:3"}, backend
+    )
     # rank 0 stderr was not redirected: it reaches the console unprefixed.
     assert out == []
     assert err == ["err 0"]
@@ -56,20 +70,23 @@ async def test_redirect_only_keeps_console_clean(tmp_path: Path) -> None:
     assert await anyio.Path(attempt, "1", "stderr.log").read_text() == "err 1\n"
 
 
-async def test_prefix_template_uses_global_rank(tmp_path: Path) -> None:
+async def test_prefix_template_uses_global_rank(tmp_path: Path, backend: str) -> None:
     out, _, _ = await run_agent(
         {
             "n": 1,
             "log_dir": str(tmp_path),
             "tee": 1,
             "template": "[${role_name} g${rank} l${local_rank}] ",
-        }
+        },
+        backend,
     )
     assert "[default g10 l0] out 0 0" in out
 
 
-async def test_devnull_disables_files() -> None:
-    out, err, attempt = await run_agent({"n": 1, "log_dir": os.devnull, "tee": 1, "redirects": 2})
+async def test_devnull_disables_files(backend: str) -> None:
+    out, err, attempt = await run_agent(
+        {"n": 1, "log_dir": os.devnull, "tee": 1, "redirects": 2}, backend
+    )
     assert attempt == "None"
     assert "[default0]:out 0 0" in out
     assert err == []
