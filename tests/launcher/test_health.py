@@ -6,6 +6,7 @@ import contextlib
 import json
 import signal
 import socket
+import sys
 import urllib.error
 import urllib.request
 from functools import partial
@@ -274,3 +275,24 @@ async def test_metrics_show_the_heartbeat_age_of_running_workers() -> None:
                 metrics = (await get(job.health_address, "/metrics"))[2]
                 assert "aelastic_job_progress_heartbeat_age_ms" not in metrics
                 assert "aelastic_job_progress_learned_heartbeat_timeout_ms" not in metrics
+
+
+async def test_metrics_show_the_learned_heartbeat_timeout(tmp_path: Path) -> None:
+    """hang_worker's ``learn``: attempt 0 beats every 0.2 s and crashes, attempt 1 hangs
+    and is caught by the learned (x5) timeout, attempt 2 succeeds."""
+    worker = str(Path(__file__).parent.parent / "agent" / "scripts" / "hang_worker.py")
+    config = _config(
+        nproc_per_node=1, log_dir=str(tmp_path), heartbeat_timeout=30.0, learn_timeouts=5.0
+    )
+    with anyio.fail_after(60):
+        async with open_job(config, sys.executable, "-u", worker, "learn", "0") as job:
+            assert await job.wait() == {0: None}
+            assert job.health_address is not None
+            metrics = (await get(job.health_address, "/metrics"))[2]
+    learned = job.learned_heartbeat_timeout
+    assert learned is not None and 5 * 0.2 <= learned < 30.0
+    hang = job.last_hang
+    assert hang is not None and hang.timeout == learned and job.hang_count == 1
+    labels = f'run_id="{job.run_id}",role="default_role"'
+    line = f"aelastic_job_progress_learned_heartbeat_timeout_ms{{{labels}}} {round(learned * 1000)}"
+    assert line in metrics
