@@ -100,7 +100,9 @@ class WorkerInfo:
 @dataclass(frozen=True)
 class FailureInfo:
     """A worker of the last attempt that failed (restarted or not): the lowest local rank
-    that exited non-zero. ``wait()``'s ``ChildFailedError`` names the root cause."""
+    among the failures the agent reported once it stopped that attempt's workers (a
+    hung worker: with the code it was stopped with). ``wait()``'s ``ChildFailedError``
+    names the root cause."""
 
     local_rank: int
     global_rank: int
