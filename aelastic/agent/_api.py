@@ -131,7 +131,7 @@ class SimpleElasticAgent(ElasticAgent):
             spec.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
         )
         self._total_execution_time = 0
-        #: Worker starts so far; names the log directory ``attempt_<n>`` (never reused).
+        #: Worker starts so far (names callable result files; logs use the restart count).
         self._attempt = -1
         self._round_stack: AsyncExitStack | None = None
         self._run_scope: anyio.CancelScope | None = None

@@ -27,6 +27,7 @@ import anyio.lowlevel
 
 from ..errors import ProcessFailure
 from ._background import BackgroundTasks, background_tasks
+from ._console import wait_consoles_written
 from ._exceptions import NoMoreExitsError, WorkerStartError
 from ._output import ConsoleName, Sink
 from ._pdeathsig import wrap_argv
@@ -420,6 +421,7 @@ class WorkerProcesses:
         with anyio.move_on_after(_DRAIN_TIMEOUT):
             for worker in dead:
                 await worker.drained()
+            await wait_consoles_written()
 
     def _release(self) -> None:
         """Reap; close pidfds, pipes and log files (after the watching tasks ended)."""

@@ -27,9 +27,14 @@ def _spec(tmp_path: Path, mode: str, hung: int = 1, **kw: object) -> object:
     return local_spec(LocalRendezvous(), ("-u", WORKER, mode, str(hung)), tmp_path, **options)
 
 
+def _attempt_dir(tmp_path: Path, attempt: int) -> Path:
+    # The agent's own run directory: <log_dir>/<run_id>_<random> (torchrun's layout).
+    (run_dir,) = (tmp_path / "logs").glob("test-run_*")
+    return run_dir / f"attempt_{attempt}"
+
+
 def _stacks(tmp_path: Path, attempt: int, rank: int) -> str:
-    path = tmp_path / "logs" / "test-run" / f"attempt_{attempt}" / str(rank) / "stacks.txt"
-    return path.read_text()
+    return (_attempt_dir(tmp_path, attempt) / str(rank) / "stacks.txt").read_text()
 
 
 @pytest.mark.parametrize(
@@ -64,7 +69,7 @@ async def test_hung_worker_is_restarted_with_its_stacks(
     assert "Current thread" in hung or "Thread 0x" in hung
     assert "healthy_peer" in _stacks(tmp_path, 0, 0)  # the peers' stacks too
     # No hang in attempt 1: no (empty) stacks files left behind.
-    assert not list((tmp_path / "logs" / "test-run" / "attempt_1").glob("*/stacks.txt"))
+    assert not list(_attempt_dir(tmp_path, 1).glob("*/stacks.txt"))
 
 
 async def test_hang_without_restarts_left_fails_naming_the_section(tmp_path: Path) -> None:
@@ -80,7 +85,7 @@ async def test_hang_without_restarts_left_fails_naming_the_section(tmp_path: Pat
     text = str(ChildFailedError("hang_worker.py", result.failures))
     assert "hung in section 'allreduce'" in text
     assert "section timeout 1 s" in text
-    assert str(tmp_path / "logs" / "test-run" / "attempt_0" / "1" / "stacks.txt") in text
+    assert str(_attempt_dir(tmp_path, 0) / "1" / "stacks.txt") in text
 
 
 async def test_worker_that_never_uses_the_api_is_not_judged(tmp_path: Path) -> None:

@@ -87,10 +87,11 @@ async def test_a_rank_hangs_on_one_node_and_both_nodes_restart(tmp_path: Path) -
         )
         codes = await wait_all([hangs, healthy], 120)
     assert codes == [0, 0], f"A:\n{hangs.err}\nB:\n{healthy.err}"
-    stacks = tmp_path / "a" / "hang2" / "attempt_0" / "0" / "stacks.txt"
+    # Each agent's own run directory: <log_dir>/<run_id>_<random> (torchrun's layout).
+    (stacks,) = _glob(tmp_path / "a", "hang2_*/attempt_0/0/stacks.txt")
     assert "wait_for_a_peer_that_never_comes" in stacks.read_text()
     # The healthy node restarted too (a membership change): it has a second attempt.
-    assert (tmp_path / "b" / "hang2" / "attempt_1").is_dir()
+    assert len(_glob(tmp_path / "b", "hang2_*/attempt_*")) == 2
 
 
 async def _fail_in_turn(tmp_path: Path, *flags: str) -> list[int]:

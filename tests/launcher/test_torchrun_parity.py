@@ -10,8 +10,7 @@ summary's entries, the workers' error files and the launcher's own error file.
 
 Values that must differ between two launches are normalised (each rule below says
 why); every other difference fails the test unless it is on :data:`ALLOWED`, which the
-README's "What is different from torchrun" section states too. Checks for differences
-being fixed on other branches are ``xfail(strict=True)``: they XPASS once the fix lands.
+README's "What is different from torchrun" section states too.
 """
 
 from __future__ import annotations
@@ -420,10 +419,6 @@ def _assert_same(scenario: str, pairs: dict[str, tuple[Any, Any]]) -> None:
 # -- the tests --------------------------------------------------------------------------
 
 
-def _xfail(item: int, branch: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=f"issue 10 item {item}, fixed on branch {branch}")
-
-
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_worker_sees_the_same(runs: dict[str, dict[str, Run]], scenario: str) -> None:
     theirs, ours = _both(runs, scenario)
@@ -462,7 +457,6 @@ def test_console_output(runs: dict[str, dict[str, Run]], scenario: str) -> None:
     _assert_same(scenario, _console_pairs(theirs, ours))
 
 
-@_xfail(5, "h/output")
 def test_console_output_with_log_dir_dev_null(runs: dict[str, dict[str, Run]]) -> None:
     theirs, ours = _both(runs, "no_python")
     assert len(_worker_lines(theirs.stdout)) == 2
@@ -476,7 +470,6 @@ def test_log_directory_layout(runs: dict[str, dict[str, Run]], scenario: str) ->
     _assert_same(scenario, {"log files": (_layout(theirs), _layout(ours))})
 
 
-@_xfail(4, "h/output")
 def test_run_directory_is_per_agent(runs: dict[str, dict[str, Run]]) -> None:
     theirs, ours = _both(runs, "record")
     assert _run_dirs(theirs) == ["<RUN_ID>_<RANDOM>"]
