@@ -19,6 +19,7 @@ import time
 import traceback
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
+from types import MappingProxyType
 from typing import Any
 
 import anyio
@@ -153,6 +154,8 @@ class SimpleElasticAgent(ElasticAgent):
         self._progress: RoundProgress | None = None
         #: The hang that ended this round, if one did.
         self._hang: Hang | None = None
+        #: The failed workers of the last failed round, published once they are stopped.
+        self._last_failures: Mapping[int, ProcessFailure] = MappingProxyType({})
         self._restart_policy = RestartPolicy(spec)
         self._learned = LearnedTimeouts(spec, self._emit)
 
@@ -170,6 +173,38 @@ class SimpleElasticAgent(ElasticAgent):
     def attempt(self) -> int:
         """Worker starts so far minus one (``attempt_<n>`` of the logs); -1 before the first."""
         return self._attempt
+
+    @property
+    def last_failures(self) -> Mapping[int, ProcessFailure]:
+        """The workers that failed in the last round that failed, by global rank.
+
+        Empty until a round fails. Published once that round's workers are stopped
+        (so a hung worker is there, named by its hang, with the code it was stopped
+        with): before the group leaves ``FAILED`` for ``STOPPED`` on a restart, and
+        before :meth:`run` returns on the last failure. A new read-only mapping each
+        time a round fails (compare by identity to see a new failure).
+        """
+        return self._last_failures
+
+    def heartbeat_age_ms(self) -> int | None:
+        """Milliseconds since the stalest last heartbeat of the running workers.
+
+        None when no running worker has sent a heartbeat (``aelastic.progress``
+        unused, or between rounds). Reads the workers' shared progress memory: a few
+        microseconds, never blocks.
+        """
+        progress = self._progress
+        if progress is None:
+            return None
+        exited = self._worker_exit_codes(self._worker_group).keys()
+        beats = [
+            snap.last_beat_ns
+            for rank, snap in progress.snapshots().items()
+            if snap.beats and rank not in exited
+        ]
+        if not beats:
+            return None
+        return (time.monotonic_ns() - min(beats)) // 1_000_000
 
     @property
     def rendezvous_round(self) -> int | None:
@@ -352,6 +387,7 @@ class SimpleElasticAgent(ElasticAgent):
                             result = self._hang_result(wg, self._hang)
                         result.no_progress = self._restart_policy.stopped_for_no_progress
                         self._explain_failures(result)
+                        self._last_failures = MappingProxyType(dict(result.failures))
                         wg.state = WorkerState.FAILED
                         log.error(
                             "[%s] worker group FAILED, no restarts left: %s",
@@ -538,6 +574,7 @@ class SimpleElasticAgent(ElasticAgent):
                 + ". A hung GPU, NCCL, RDMA or network file system call: recycle this host."
             )
             failures[worker.global_rank] = failure
+        self._last_failures = MappingProxyType(dict(failures))
         wg.state = WorkerState.FAILED
         return RunResult(state=WorkerState.FAILED, failures=failures)
 
@@ -561,6 +598,12 @@ class SimpleElasticAgent(ElasticAgent):
         """Stop every local worker; the caller's loop re-rendezvous and starts them again."""
         log.info("[%s] stopping worker group", worker_group.spec.role)
         await self._stop_workers(worker_group)
+        if worker_group.state is WorkerState.FAILED:  # a failure restarted: publish it
+            result = await self._monitor_workers(worker_group)
+            if self._hang is not None:
+                result = self._hang_result(worker_group, self._hang)
+            self._explain_failures(result)
+            self._last_failures = MappingProxyType(dict(result.failures))
         worker_group.state = WorkerState.STOPPED
 
     @prof

@@ -347,8 +347,12 @@ class WorkerGroup:
         self._listeners = (*self._listeners, listener)
 
     def remove_state_listener(self, listener: Callable[[WorkerGroup, WorkerState], None]) -> None:
-        """Stop calling ``listener`` (no error if it was not added)."""
-        self._listeners = tuple(x for x in self._listeners if x is not listener)
+        """Stop calling ``listener`` (no error if it was not added).
+
+        Compared by equality, not identity: ``obj.method`` makes a new bound method
+        each time it is read, equal to (not the same object as) the one added.
+        """
+        self._listeners = tuple(x for x in self._listeners if x != listener)
 
 
 @dataclass

@@ -457,8 +457,12 @@ class _Dispatcher:
         else:
             try:  # in the dispatcher's own context, not the caller's (which may say trio)
                 loop.call_soon_threadsafe(self._wake_in_loop, dest, context=self._context)
-            except RuntimeError:  # interpreter shutdown or dispatcher stopping: loop gone
-                dest.idle = True
+            except RuntimeError:  # the loop is closed
+                if self._loop is loop:  # not by stop(): interpreter shutdown; next record retries
+                    dest.idle = True
+                # else stop() closed it after we read it: its registry pass restarts every
+                # destination with queued events (ours: queued before we read the loop), so
+                # the state is the pass's; marking it idle here would contradict it
 
     def _wake_in_loop(self, dest: Destination) -> None:
         if dest.running:
@@ -504,7 +508,9 @@ class _Dispatcher:
         """Stop the loop and join the thread within ``timeout`` s; return whether it ended.
 
         Drainers are cancelled (events still queued stay queued). A record racing with
-        the stop starts a fresh dispatcher for its event.
+        the stop starts a fresh dispatcher for its event: either it reads the cleared
+        loop and starts one, or it read the old loop, and then its event was queued
+        before the pass below, which restarts every destination with queued events.
         """
         with self._lock:
             thread, loop, scope = self._thread, self._loop, self._scope

@@ -40,6 +40,9 @@ class EventStream(ObjectReceiveStream[Any]):
     oldest buffered event to make room, ``"drop_newest"`` discards the new one. Either way
     :attr:`dropped` counts the discarded events, so a consumer can tell it saw a gap.
 
+    The subscription starts when the stream is entered (``async with``) or first read
+    (``receive``, ``receive_nowait``, ``async for``), not when it is made: a stream
+    that is never used buffers nothing and holds no place in the registry.
     Iteration ends once the stream is closed (:meth:`aclose`, leaving the ``async
     with`` block): what was buffered is still returned first. Cancelling a waiting
     ``receive`` loses nothing: the next call returns the next event.
@@ -65,8 +68,20 @@ class EventStream(ObjectReceiveStream[Any]):
             maxlen=max_buffer if self._drop_oldest else None
         )
         self._waiting = False
+        self._attached = False
         self._closed = False
         self._signal = Signal()
+
+    def _attach(self) -> None:
+        """Start the subscription (once; never after :meth:`close`)."""
+        if not self._attached and not self._closed:
+            self._attached = True
+            _attach(self)
+
+    async def __aenter__(self) -> EventStream:
+        """Start the subscription: events recorded from here on are delivered."""
+        self._attach()
+        return self
 
     def push(self, event: Any, destination: str) -> None:
         """Deliver ``event`` (called by recorders, from any thread; never blocks)."""
@@ -88,6 +103,7 @@ class EventStream(ObjectReceiveStream[Any]):
 
     def receive_nowait(self) -> Any:
         """Return the next buffered event; raise ``anyio.WouldBlock`` when there is none."""
+        self._attach()
         if self._buffer:
             return self._buffer.popleft()
         if self._closed:
@@ -96,6 +112,7 @@ class EventStream(ObjectReceiveStream[Any]):
 
     async def receive(self) -> Any:
         """Return the next event, waiting for one; ``anyio.EndOfStream`` once closed."""
+        self._attach()
         buffer = self._buffer
         while True:
             if buffer:
@@ -111,7 +128,7 @@ class EventStream(ObjectReceiveStream[Any]):
 
     def close(self) -> None:
         """Unsubscribe now (synchronous :meth:`aclose`); buffered events can still be read."""
-        if not self._closed:
+        if self._attached and not self._closed:
             _detach(self)
         self._closed = True
         self._signal.set()
@@ -155,8 +172,9 @@ def subscribe(
     ``run_id`` keeps only one job's events (``job.events()`` does this for a
     :class:`aelastic.Job`). Events recorded from any thread or loop are delivered
     through the receiving task's own loop (asyncio or trio). See :class:`EventStream`
-    for the overflow policy. The subscription starts at this call; leaving the block
-    or ``await stream.aclose()`` (also on cancellation) ends it.
+    for the overflow policy. The subscription starts when the stream is entered or
+    first read (a stream made and never used costs nothing); leaving the block or
+    ``await stream.aclose()`` (also on cancellation) ends it.
 
     Raises:
         ValueError: ``max_buffer`` is not a positive int or ``overflow`` is unknown.
@@ -173,5 +191,4 @@ def subscribe(
             "events.subscribe() was called outside a running event loop; call it from "
             "async code (the events are delivered through that loop)"
         ) from None
-    _attach(stream)
     return stream

@@ -10,23 +10,22 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..agent import WorkerState
+
 if TYPE_CHECKING:
     from ..launcher import Job
 
 __all__ = ("is_ready", "metrics_text", "status")
 
-#: Every state the group can be in (``aelastic.agent.WorkerState`` values).
-_STATES = ("INIT", "HEALTHY", "UNHEALTHY", "STOPPED", "SUCCEEDED", "FAILED", "UNKNOWN")
-
 
 def is_ready(job: Job) -> bool:
     """Whether the workers are running (``HEALTHY``): what ``/readyz`` answers."""
-    return str(job.state.value) == "HEALTHY"
+    return job.state is WorkerState.HEALTHY
 
 
 def status(job: Job) -> dict[str, Any]:
     """The ``/status`` document: node, role, run id, round, state, restarts, workers, failure."""
-    failure = job.last_failure
+    failure, hang = job.last_failure, job.last_hang
     return {
         "node": job.node,
         "role": job.role,
@@ -40,6 +39,8 @@ def status(job: Job) -> dict[str, Any]:
         "max_restarts": job.config.max_restarts,
         "workers": [dataclasses.asdict(w) for w in job.workers()],
         "last_failure": None if failure is None else dataclasses.asdict(failure),
+        "hangs": job.hang_count,
+        "last_hang": None if hang is None else dataclasses.asdict(hang),
         "time": time.time(),
     }
 
@@ -48,15 +49,23 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+def _optional(name: str, help_: str, value: int | None) -> list[tuple[str, str, str, int]]:
+    """A gauge that is left out while it has no value (Prometheus: absent, not 0)."""
+    return [] if value is None else [(name, "gauge", help_, value)]
+
+
 def metrics_text(job: Job) -> str:
     """The ``/metrics`` page: Prometheus text exposition format 0.0.4, written by hand."""
     labels = f'run_id="{_escape(job.run_id)}",role="{_escape(job.role)}"'
-    state = job.state.value
+    state = job.state
     running = sum(1 for w in job.workers() if w.pid is not None) if is_ready(job) else 0
     lines = [
         "# HELP aelastic_job_state 1 for the worker group's current state, else 0.",
         "# TYPE aelastic_job_state gauge",
-        *(f'aelastic_job_state{{{labels},state="{s}"}} {1 if s == state else 0}' for s in _STATES),
+        *(
+            f'aelastic_job_state{{{labels},state="{s.value}"}} {int(s is state)}'
+            for s in WorkerState
+        ),
     ]
     for name, kind, help_, value in (
         ("restarts_total", "counter", "Worker-group failures restarted.", job.restart_count),
@@ -64,6 +73,25 @@ def metrics_text(job: Job) -> str:
         ("round", "gauge", "Rendezvous round of the current workers.", job.round or 0),
         ("workers_running", "gauge", "Local workers running now.", running),
         ("ready", "gauge", "1 when the workers are running.", int(is_ready(job))),
+        ("progress_hangs_total", "counter", "Hung workers found.", job.hang_count),
+        (
+            "progress_stacks_captured_total",
+            "counter",
+            "Worker stacks written on hangs.",
+            job.stacks_captured,
+        ),
+        *_optional(
+            "progress_heartbeat_age_ms",
+            "Milliseconds since the stalest last heartbeat of the running workers.",
+            job.heartbeat_age_ms(),
+        ),
+        *_optional(
+            "progress_learned_heartbeat_timeout_ms",
+            "Heartbeat timeout learned by learn_timeouts, in milliseconds.",
+            None
+            if job.learned_heartbeat_timeout is None
+            else round(job.learned_heartbeat_timeout * 1000),
+        ),
     ):
         lines += [
             f"# HELP aelastic_job_{name} {help_}",

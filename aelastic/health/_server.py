@@ -3,17 +3,22 @@
 Routes: ``GET /healthz`` (200 once this event loop answers: the agent's loop is alive),
 ``/readyz`` (200 while the workers run, else 503), ``/status`` (JSON) and ``/metrics``
 (Prometheus text). Each connection carries one request and is closed; a connection
-that does not complete its request within 5 s is dropped.
+that does not complete its request within 5 s is dropped, and at most 32 are served
+at a time (more are closed at once: a probe storm cannot pile up tasks on the agent's
+loop). A host name that resolves to several addresses (``localhost`` as 127.0.0.1 and
+::1) is served on every one of them, on one port.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
-from anyio.abc import SocketAttribute, SocketStream
+from anyio.abc import Listener, SocketAttribute, SocketStream
+from anyio.streams.stapled import MultiListener
 
 from ._http import Response, serve_one
 from ._report import is_ready, metrics_text, status
@@ -25,6 +30,10 @@ __all__ = ("serve_health",)
 
 #: How long one connection may take to send its request and get the answer.
 _CONNECTION_TIMEOUT = 5.0
+#: Connections served at once; more are closed as soon as they are accepted.
+_MAX_CONNECTIONS = 32
+#: Tries at finding a free port common to every address of the host (port 0).
+_PORT_TRIES = 5
 _TEXT = "text/plain; charset=utf-8"
 
 
@@ -43,30 +52,78 @@ def _route(job: Job, method: str, path: str) -> Response:
     return Response(404, _TEXT, f"no page {path}: try /healthz /readyz /status /metrics\n".encode())
 
 
+async def _addresses(host: str, port: int) -> list[str]:
+    """The addresses ``host`` resolves to for listening, in resolver order, each once."""
+    infos = await anyio.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE | socket.AI_ADDRCONFIG
+    )
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+async def _bind_all(addresses: list[str], port: int) -> MultiListener[SocketStream]:
+    """Listen on every address on ONE port: the first address's (a free one for 0).
+
+    With port 0 each address would otherwise get a different free port, and only
+    one could be reported. When the first address's free port is taken on another
+    address, all are closed and another port is tried (a few times).
+    """
+    for attempt in range(_PORT_TRIES):
+        listeners: list[Listener[SocketStream]] = []
+        chosen = port
+        try:
+            for address in addresses:
+                bound = await anyio.create_tcp_listener(local_host=address, local_port=chosen)
+                listeners.extend(bound.listeners)
+                chosen = int(bound.extra(SocketAttribute.local_port))
+        except OSError:
+            for listener in listeners:
+                await anyio.aclose_forcefully(listener)
+            if port != 0 or len(listeners) == 0 or attempt == _PORT_TRIES - 1:
+                raise
+            continue
+        except BaseException:
+            for listener in listeners:
+                await anyio.aclose_forcefully(listener)
+            raise
+        return MultiListener(listeners)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 async def serve_health(
     job: Job,
     host: str,
     port: int,
     *,
+    max_connections: int = _MAX_CONNECTIONS,
     task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``job``'s health endpoint on ``host:port`` until cancelled.
 
     ``address = await task_group.start(serve_health, job, "127.0.0.1", 0)`` returns
-    the bound ``(host, port)`` once it listens. Cancellation closes the listener and
-    every open connection at once.
+    the bound ``(host, port)`` once it listens: every address ``host`` resolves to
+    listens on that one port. At most ``max_connections`` connections are served at
+    once; more are closed as soon as they are accepted. Cancellation closes the
+    listeners and every open connection at once.
 
     Raises:
         OSError: ``host:port`` cannot be bound (in use, not a local address).
     """
-    listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False)
+    listener = await _bind_all(await _addresses(host, port), port)
+    limiter = anyio.CapacityLimiter(max_connections)
     async with listener:
-        bound = listener.extra(SocketAttribute.local_address)
+        bound = listener.listeners[0].extra(SocketAttribute.local_address)
         task_status.started((str(bound[0]), int(bound[1])))
 
         async def handle(stream: SocketStream) -> None:
             async with stream:
-                with anyio.move_on_after(_CONNECTION_TIMEOUT):
-                    await serve_one(stream, lambda method, path: _route(job, method, path))
+                try:
+                    limiter.acquire_nowait()
+                except anyio.WouldBlock:
+                    return  # over the limit: closed at once
+                try:
+                    with anyio.move_on_after(_CONNECTION_TIMEOUT):
+                        await serve_one(stream, lambda method, path: _route(job, method, path))
+                finally:
+                    limiter.release()
 
         await listener.serve(handle)

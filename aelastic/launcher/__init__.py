@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from ._config import LaunchConfig as LaunchConfig
     from ._config import LaunchConfigError as LaunchConfigError
     from ._job import FailureInfo as FailureInfo
+    from ._job import HangInfo as HangInfo
     from ._job import Job as Job
+    from ._job import JobSignalError as JobSignalError
     from ._job import JobStoppedError as JobStoppedError
     from ._job import StateChange as StateChange
     from ._job import WorkerInfo as WorkerInfo
@@ -37,7 +39,9 @@ if TYPE_CHECKING:
 
 __all__ = (
     "FailureInfo",
+    "HangInfo",
     "Job",
+    "JobSignalError",
     "JobStoppedError",
     "LaunchConfig",
     "LaunchConfigError",
@@ -58,7 +62,9 @@ _SOURCES = {
     "LaunchConfig": "._config",
     "LaunchConfigError": "._config",
     "FailureInfo": "._job",
+    "HangInfo": "._job",
     "Job": "._job",
+    "JobSignalError": "._job",
     "JobStoppedError": "._job",
     "StateChange": "._job",
     "WorkerInfo": "._job",

@@ -106,15 +106,12 @@ def make_spec(
     handler: RendezvousHandler,
     entrypoint: Callable[..., Any] | str,
     args: Sequence[Any],
+    master: tuple[str, int] | None = None,
 ) -> WorkerSpec:
+    """The agent's spec; ``master``: the workers' store endpoint (static rendezvous)."""
     from ..agent import WorkerSpec
 
-    master_addr: str | None = None
-    master_port: int | None = None
-    if config.rdzv_backend == "static":
-        from ..rendezvous import parse_endpoint
-
-        master_addr, master_port = parse_endpoint(config.rdzv_endpoint, 29500)
+    master_addr, master_port = master if master is not None else (None, None)
     # None: a fresh temp dir (made by aelastic.workers, torch's default); os.devnull: no
     # log or error files at all.
     log_dir = config.log_dir
@@ -195,19 +192,20 @@ def prepare_job(
         raise LaunchConfigError("launch: the entrypoint is empty; pass a binary path or a callable")
     check_event_destination(config.event_log_handler)
     run_id = config.run_id or random_uuid4().replace("-", "")
+    master: tuple[str, int] | None = None
     try:
         handler = make_handler(config, run_id)
-        if config.rdzv_backend == "static":
+        if config.rdzv_backend == "static":  # the workers' store is the rendezvous endpoint
             from ..rendezvous import parse_endpoint
 
-            parse_endpoint(config.rdzv_endpoint, 29500)
+            master = parse_endpoint(config.rdzv_endpoint, 29500)
     except (ValueError, RendezvousError) as exc:
         raise LaunchConfigError(
             f"invalid rendezvous settings (rdzv_backend, rdzv_endpoint, run_id, rdzv_configs; "
             f"--rdzv-* on the command line): {exc}"
         ) from None
     try:
-        spec = make_spec(config, handler, entrypoint, args)
+        spec = make_spec(config, handler, entrypoint, args, master)
     except ValueError as exc:  # the agent's WorkerSpec checks
         if isinstance(exc, LaunchConfigError):
             raise

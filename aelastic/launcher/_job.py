@@ -14,8 +14,8 @@ import collections
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,11 +28,14 @@ from ._config import LaunchConfig
 
 if TYPE_CHECKING:
     from ..agent import RunResult, WorkerGroup, WorkerState
+    from ..errors import ProcessFailure
     from ..events import EventStream
 
 __all__ = (
     "FailureInfo",
+    "HangInfo",
     "Job",
+    "JobSignalError",
     "JobStoppedError",
     "StateChange",
     "WorkerInfo",
@@ -46,6 +49,13 @@ _HISTORY = 1_000
 
 class JobStoppedError(AelasticError):
     """The job was stopped before it finished: its ``open_job`` block was left or cancelled."""
+
+
+class JobSignalError(AelasticError, ValueError):
+    """:meth:`Job.send_signal` was given a number that is not a signal of this platform.
+
+    Also a ``ValueError`` (what ``signal.Signals(n)`` raises), so existing handlers work.
+    """
 
 
 @dataclass(frozen=True)
@@ -90,7 +100,9 @@ class WorkerInfo:
 @dataclass(frozen=True)
 class FailureInfo:
     """A worker of the last attempt that failed (restarted or not): the lowest local rank
-    that exited non-zero. ``wait()``'s ``ChildFailedError`` names the root cause."""
+    among the failures the agent reported once it stopped that attempt's workers (a
+    hung worker: with the code it was stopped with). ``wait()``'s ``ChildFailedError``
+    names the root cause."""
 
     local_rank: int
     global_rank: int
@@ -98,6 +110,28 @@ class FailureInfo:
     exitcode: int
     attempt: int
     timestamp: float
+
+
+@dataclass(frozen=True)
+class HangInfo:
+    """The last hung worker the agent found (its ``aelastic.progress.hang`` event).
+
+    ``rule`` is the deadline that expired (``initial``, ``heartbeat``, ``section``,
+    ``out_of_section``), ``section`` the section it was in (None: none), ``timeout``
+    that rule's seconds, ``stacks_file`` where every local worker's stacks were
+    written (``stacks_captured`` of them), ``detected_at`` the wall clock.
+    """
+
+    global_rank: int | None
+    local_rank: int
+    pid: int
+    rule: str
+    section: str | None
+    timeout: float
+    stacks_file: str | None
+    stacks_captured: int
+    step: int
+    detected_at: float
 
 
 class Job:
@@ -124,6 +158,14 @@ class Job:
         self._done = anyio.Event()
         self._outcome: RunResult | BaseException | None = None
         self._last_failure: FailureInfo | None = None
+        #: the agent's ``last_failures`` mapping ``_last_failure`` was made from
+        self._failures_seen: Mapping[int, ProcessFailure] = self._agent.last_failures
+        self._last_hang: HangInfo | None = None
+        #: hangs found and stacks written so far (from the job's own events)
+        self.hang_count = 0
+        self.stacks_captured = 0
+        #: the heartbeat timeout ``learn_timeouts`` learned, in seconds (None: none yet)
+        self.learned_heartbeat_timeout: float | None = None
         group = self._agent.get_worker_group()
         self._push(group.state, None)
         group.add_state_listener(self._on_state)
@@ -153,12 +195,29 @@ class Job:
     @property
     def restart_count(self) -> int:
         """Failures restarted so far."""
-        return self.config.max_restarts - self._agent.remaining_restarts
+        from ..agent._policy import restart_count
+
+        return restart_count(self.config.max_restarts, self._agent.remaining_restarts)
 
     @property
     def last_failure(self) -> FailureInfo | None:
-        """A failed worker of the last attempt that failed (None: none failed yet)."""
+        """A failed worker of the last attempt that failed (None: none failed yet).
+
+        Known once that attempt's workers are stopped (the agent's ``last_failures``):
+        a hung worker is named with the code it was stopped with.
+        """
+        self._take_failures()
         return self._last_failure
+
+    @property
+    def last_hang(self) -> HangInfo | None:
+        """The last hung worker the agent found (None: none hung so far)."""
+        return self._last_hang
+
+    def heartbeat_age_ms(self) -> int | None:
+        """Milliseconds since the stalest last heartbeat of the running workers (None:
+        no running worker uses ``aelastic.progress`` heartbeats)."""
+        return self._agent.heartbeat_age_ms()
 
     @property
     def done(self) -> bool:
@@ -188,7 +247,7 @@ class Job:
             )
         return out
 
-    async def state_changes(self) -> AsyncIterator[StateChange]:
+    async def state_changes(self) -> AsyncGenerator[StateChange, None]:
         """Every state transition from ``INIT`` on, as the agent makes it; ends with the job.
 
         ``async for change in job.state_changes():``. Each call starts from the
@@ -213,7 +272,8 @@ class Job:
         """Subscribe to this job's events only (those whose run id is :attr:`run_id`).
 
         ``async with job.events() as stream: async for event in stream: ...``; see
-        :func:`aelastic.events.subscribe` (events recorded from this call on).
+        :func:`aelastic.events.subscribe`: events recorded from the moment the stream
+        is entered (or first read) on; a stream never used subscribes to nothing.
         """
         from ..events import subscribe
 
@@ -227,11 +287,27 @@ class Job:
         raises :class:`aelastic.agent.SignalException`; without, the running workers'
         process groups get ``sig`` (e.g. SIGUSR1 as a preemption notice) and the job
         goes on. Never blocks.
+
+        Raises:
+            JobSignalError: ``sig`` is not a signal number of this platform (nothing
+                is sent; also a ``ValueError``).
         """
-        self._agent.send_signal(signal.Signals(sig), terminate=terminate)
+        try:
+            number = signal.Signals(sig)
+        except ValueError:
+            raise JobSignalError(
+                f"send_signal({sig!r}): not a signal number on this platform; pass a "
+                "signal.Signals member such as signal.SIGTERM or signal.SIGUSR1"
+            ) from None
+        self._agent.send_signal(number, terminate=terminate)
 
     async def wait(self) -> dict[int, Any]:
         """Wait for the job to end; return ``{global_rank: return value}`` of this node.
+
+        Cancelling the wait (a timeout around it) only stops waiting: the job goes on
+        running and a later ``wait()`` still gets its outcome. The job stops when its
+        ``open_job`` block is left, so a cancellation that also leaves the block (the
+        usual case for a cancelled task group) stops it then.
 
         Raises:
             aelastic.errors.ChildFailedError: a worker failed and the restart budget
@@ -254,10 +330,7 @@ class Job:
     # -- the agent's side -------------------------------------------------------------
 
     def _on_state(self, group: WorkerGroup, previous: WorkerState) -> None:
-        from ..agent import WorkerState
-
-        if group.state is WorkerState.FAILED:
-            self._note_failure(group)
+        self._take_failures()
         self._push(group.state, previous)
 
     def _push(self, state: WorkerState, previous: WorkerState | None) -> None:
@@ -268,7 +341,7 @@ class Job:
                 previous=previous,
                 round=agent.rendezvous_round,
                 attempt=agent.attempt,
-                restart_count=self.config.max_restarts - agent.remaining_restarts,
+                restart_count=self.restart_count,
                 remaining_restarts=agent.remaining_restarts,
                 timestamp=time.time(),
             )
@@ -277,20 +350,64 @@ class Job:
         changed, self._changed = self._changed, anyio.Event()
         changed.set()
 
-    def _note_failure(self, group: WorkerGroup) -> None:
-        codes = self._agent._worker_exit_codes(group)  # the agent's own hook, read-only
-        failed = sorted(rank for rank, code in codes.items() if code != 0)
-        if not failed:
+    def _take_failures(self) -> None:
+        """Note the failure the agent published, if new (at most once per failed round).
+
+        Called at each transition, so a failure is noted with the attempt it ended
+        (the agent publishes it before leaving ``FAILED``, and the next attempt starts
+        after that), and when read.
+        """
+        failures = self._agent.last_failures
+        if failures is self._failures_seen or not failures:
             return
-        worker = group.workers[failed[0]]
+        self._failures_seen = failures
+        global_rank, failure = min(failures.items(), key=lambda item: item[1].local_rank)
         self._last_failure = FailureInfo(
-            local_rank=worker.local_rank,
-            global_rank=worker.global_rank,
-            pid=worker.id,
-            exitcode=codes[failed[0]],
+            local_rank=failure.local_rank,
+            global_rank=global_rank,
+            pid=failure.pid,
+            exitcode=failure.exitcode,
             attempt=self._agent.attempt,
             timestamp=time.time(),
         )
+
+    async def _watch_progress(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Keep what this job's progress events say (hangs, learned timeouts) until
+        cancelled; subscribed before ``started``, so the job's first event is seen."""
+        from ..events import subscribe
+
+        async with subscribe(run_id=self.run_id, max_buffer=1000) as stream:
+            task_status.started()
+            async for event in stream:
+                name = getattr(event, "name", None)
+                metadata = getattr(event, "metadata", None) or {}
+                if name == "aelastic.progress.hang":
+                    self._note_hang(metadata)
+                elif name == "aelastic.progress.learned_timeouts":
+                    heartbeat = metadata.get("heartbeat")
+                    if heartbeat is not None:
+                        self.learned_heartbeat_timeout = float(heartbeat)
+
+    def _note_hang(self, metadata: Mapping[str, Any]) -> None:
+        global_rank = metadata.get("global_rank")
+        section = metadata.get("section")
+        stacks_file = metadata.get("stacks_file")
+        self._last_hang = HangInfo(
+            global_rank=None if global_rank is None else int(global_rank),
+            local_rank=int(metadata.get("local_rank", -1)),
+            pid=int(metadata.get("pid", -1)),
+            rule=str(metadata.get("rule")),
+            section=None if section is None else str(section),
+            timeout=float(metadata.get("timeout") or 0.0),
+            stacks_file=None if stacks_file is None else str(stacks_file),
+            stacks_captured=int(metadata.get("stacks_captured") or 0),
+            step=int(metadata.get("step", -1)),
+            detected_at=float(metadata.get("detected_at") or 0.0),
+        )
+        self.hang_count += 1
+        self.stacks_captured += self._last_hang.stacks_captured
 
     async def _run(self) -> None:
         """Run the agent in its handler; keep the outcome for :meth:`wait`.
@@ -313,6 +430,7 @@ class Job:
             if self._outcome is None:  # a BaseException such as KeyboardInterrupt
                 self._outcome = JobStoppedError(f"job {self.run_id!r} was interrupted")
             self._agent.get_worker_group().remove_state_listener(self._on_state)
+            self._take_failures()
             self._done.set()
             self._changed.set()
 
@@ -364,6 +482,7 @@ async def open_job(
         try:
             if config.health_port is not None:
                 job.health_address = await _start_health(tg, job, config)
+            await tg.start(job._watch_progress)
             tg.start_soon(job._run, name=f"aelastic job {job.run_id}")
             yield job
         except BaseException as exc:
@@ -407,8 +526,9 @@ async def run_job(
     from ..agent import WorkerState
 
     async with open_job(config, entrypoint, *args) as job:
-        async for change in job.state_changes():
-            if change.state is WorkerState.HEALTHY:
-                task_status.started(job)
-                break
+        async with aclosing(job.state_changes()) as changes:
+            async for change in changes:
+                if change.state is WorkerState.HEALTHY:
+                    task_status.started(job)
+                    break
         return await job.wait()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -265,3 +266,46 @@ def test_dispatch_does_not_import_the_handlers_module() -> None:
         if isinstance(node, ast.ImportFrom) and node.module is not None
     }
     assert "_handlers" not in imported and "_subscribe" not in imported
+
+
+class _StopsFirst:
+    """The dispatcher's loop as a wake() that read it just before a stop() sees it: the
+    first wake-up call lets the whole stop run first, then reaches the closed loop."""
+
+    def __init__(self, loop: Any) -> None:
+        self._loop = loop
+        self.raced = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loop, name)
+
+    def call_soon_threadsafe(self, callback: Any, *args: Any, **kw: Any) -> Any:
+        if not self.raced and callback == _dispatch._dispatcher._wake_in_loop:
+            self.raced = True
+            assert _dispatch._dispatcher.stop(10)  # the loop is closed after this
+        return self._loop.call_soon_threadsafe(callback, *args, **kw)
+
+
+def test_a_wake_that_loses_the_race_with_stop_leaves_its_event_delivered() -> None:
+    seen: list[int] = []
+    done = threading.Event()
+
+    def handler(event: Event) -> None:
+        seen.append(event.timestamp)
+        done.set()
+
+    events.register_handler("race", handler)
+    events.record(Event("warm", EventSource.WORKER, 0), "race")  # starts the dispatcher
+    assert events.flush_blocking(10) and seen == [0]
+    dispatcher = _dispatch._dispatcher
+    stale = _StopsFirst(dispatcher._loop)
+    dispatcher._loop = stale  # type: ignore[assignment]
+    done.clear()
+    events.record(Event("raced", EventSource.WORKER, 1), "race")
+    assert stale.raced
+    assert done.wait(10), "the event stayed queued after the stop"
+    assert seen == [0, 1]
+    dest = _dispatch.registry.destinations["race"]
+    assert events.flush_blocking(10) and not dest.queue
+    events.record(Event("after", EventSource.WORKER, 2), "race")  # the state is still sound
+    assert events.flush_blocking(10) and seen == [0, 1, 2]

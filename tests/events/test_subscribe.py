@@ -152,6 +152,8 @@ async def test_run_id_filter_keeps_one_jobs_events() -> None:
 async def test_stream_is_an_anyio_object_receive_stream_with_async_close() -> None:
     stream = events.subscribe()
     assert isinstance(stream, anyio.abc.ObjectReceiveStream)
+    with pytest.raises(anyio.WouldBlock):
+        stream.receive_nowait()  # the first read starts the subscription
     events.record(_ev(1))
     await stream.aclose()
     events.record(_ev(2))  # after the close: not delivered
@@ -162,3 +164,26 @@ async def test_stream_is_an_anyio_object_receive_stream_with_async_close() -> No
 async def test_subscribe_outside_an_event_loop_names_the_problem() -> None:
     with pytest.raises(events.EventsError, match="outside a running event loop"):
         await anyio.to_thread.run_sync(events.subscribe)
+
+
+async def test_a_stream_never_used_is_not_subscribed() -> None:
+    events.record(_ev(0))  # makes the "null" destination
+    before = events.statistics()["null"].subscribers
+    unused = events.subscribe()
+    events.record(_ev(1))
+    assert events.statistics()["null"].subscribers == before
+    assert len(unused) == 0  # buffers nothing: it would otherwise hold up to max_buffer
+    async with unused:  # entering starts it
+        assert events.statistics()["null"].subscribers == before + 1
+        events.record(_ev(2))
+    assert [e.timestamp async for e in unused] == [2]
+    assert events.statistics()["null"].subscribers == before
+
+
+async def test_a_stream_closed_before_use_never_subscribes() -> None:
+    stream = events.subscribe()
+    await stream.aclose()
+    with pytest.raises(anyio.EndOfStream):
+        await stream.receive()
+    events.record(_ev(1))
+    assert len(stream) == 0

@@ -1,11 +1,13 @@
 """A non-torch worker for job-handle tests; it talks to the test over TCP, never sleeps.
 
-    job_worker.py PORT [--fail-first] [--wait]
+    job_worker.py PORT [--fail-first] [--hang-first] [--wait]
 
 Connects to 127.0.0.1:PORT and sends ``ready <local_rank> <restart_count> <pid>``.
 ``--fail-first``: local rank 0 of the first attempt exits 5. ``--wait``: reports each
 SIGUSR1 as ``usr1 <local_rank>`` and runs until the test sends ``exit <code>`` (or
-closes the connection: exit 0); SIGTERM ends it as usual. Otherwise it exits 0.
+closes the connection: exit 0); SIGTERM ends it as usual. ``--hang-first``: local rank
+0 of the first attempt sends one ``aelastic.progress`` heartbeat (and ``beat 0``), then
+hangs: waits for the test (exits 0 when it sends anything). Otherwise it exits 0.
 """
 
 from __future__ import annotations
@@ -26,6 +28,13 @@ def main(argv: list[str]) -> int:
     conn.sendall(f"ready {rank} {restart} {os.getpid()}\n".encode())
     if "--fail-first" in argv and restart == "0" and rank == "0":
         return 5
+    if "--hang-first" in argv and restart == "0" and rank == "0":
+        from aelastic.progress import heartbeat
+
+        heartbeat()
+        conn.sendall(f"beat {rank}\n".encode())
+        conn.recv(64)  # the test never answers: hung until the agent stops it
+        return 0
     if "--wait" not in argv:
         return 0
     data = b""

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
+import sys
 import urllib.error
 import urllib.request
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -136,13 +139,10 @@ async def test_cli_health_port_from_torchrun_variable(tmp_path: Path) -> None:
 def _serve_on(backend: str) -> tuple[int, dict[str, Any]]:
     """Serve a (not started) job's endpoint under ``backend``; query it over real HTTP."""
     from aelastic.health import serve_health
-    from aelastic.launcher._build import prepare_job
-    from aelastic.launcher._job import Job
 
     async def main() -> tuple[int, dict[str, Any]]:
-        job = Job(_config(), prepare_job(_config(), "/bin/true", ()))
         async with anyio.create_task_group() as tg:
-            address = await tg.start(serve_health, job, "127.0.0.1", 0)
+            address = await tg.start(serve_health, _idle_job(), "127.0.0.1", 0)
             code = (await get(address, "/healthz"))[0]
             status = json.loads((await get(address, "/status"))[2])
             tg.cancel_scope.cancel()
@@ -164,3 +164,136 @@ async def test_a_port_in_use_is_named_and_nothing_starts() -> None:
         with pytest.raises(OSError, match=f"health endpoint: cannot listen on 127.0.0.1:{port}"):
             async with open_job(_config(health_port=port), "/bin/true"):
                 pytest.fail("the block must not run")
+
+
+def _idle_job() -> Any:
+    """A job that is made but not started: enough for the endpoint to report on."""
+    from aelastic.launcher._build import prepare_job
+    from aelastic.launcher._job import Job
+
+    return Job(_config(), prepare_job(_config(), "/bin/true", ()))
+
+
+async def _ask(host: str, port: int, conn: anyio.abc.SocketStream | None = None) -> bytes:
+    """Send ``GET /healthz`` (on ``conn`` or a new connection); return the whole reply."""
+    stream = conn if conn is not None else await anyio.connect_tcp(host, port)
+    async with stream:
+        await stream.send(b"GET /healthz HTTP/1.1\r\nhost: probe\r\n\r\n")
+        reply = b""
+        with contextlib.suppress(anyio.EndOfStream):
+            while True:
+                reply += await stream.receive()
+    return reply
+
+
+async def test_a_host_with_two_addresses_listens_on_one_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A name resolving to 127.0.0.1 and ::1 (``localhost`` on many hosts): both listen on
+    the reported port. No name here resolves to both, so the resolver is the seam."""
+    from aelastic.health import _server
+
+    async def both(host: str, port: int) -> list[str]:
+        return ["127.0.0.1", "::1"]
+
+    monkeypatch.setattr(_server, "_addresses", both)
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            host, port = await tg.start(_server.serve_health, _idle_job(), "dual", 0)
+            assert host == "127.0.0.1" and port > 0
+            for address in ("127.0.0.1", "::1"):
+                assert (await _ask(address, port)).startswith(b"HTTP/1.1 200 ")
+            tg.cancel_scope.cancel()
+
+
+async def test_connections_over_the_limit_are_closed_at_once() -> None:
+    from aelastic.health import serve_health
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            host, port = await tg.start(
+                partial(serve_health, max_connections=2), _idle_job(), "127.0.0.1", 0
+            )
+            conns = [await anyio.connect_tcp(host, port) for _ in range(3)]
+            closed: list[int] = []
+            async with anyio.create_task_group() as first_eof:
+
+                async def until_closed(index: int) -> None:
+                    with contextlib.suppress(anyio.EndOfStream):
+                        await conns[index].receive()
+                    closed.append(index)
+                    first_eof.cancel_scope.cancel()
+
+                for index in range(3):
+                    first_eof.start_soon(until_closed, index)
+            assert len(closed) == 1  # one closed with no answer, before any request timeout
+            await conns[closed[0]].aclose()
+            for index in {0, 1, 2} - set(closed):  # the two others are served
+                assert (await _ask(host, port, conns[index])).startswith(b"HTTP/1.1 200 ")
+            tg.cancel_scope.cancel()
+
+
+async def test_status_and_metrics_show_the_last_hang(tmp_path: Path) -> None:
+    async with workers_listener() as w:
+        config = _config(log_dir=str(tmp_path), heartbeat_timeout=1.0, max_restarts=1)
+        with anyio.fail_after(60):
+            async with open_job(config, *w.argv("--hang-first")) as job:
+                assert await job.wait() == {0: None, 1: None}
+                address = job.health_address
+                assert address is not None
+                status = json.loads((await get(address, "/status"))[2])
+                metrics = (await get(address, "/metrics"))[2]
+    hang = status["last_hang"]
+    assert status["hangs"] == 1 and hang is not None
+    assert (hang["local_rank"], hang["global_rank"], hang["rule"]) == (0, 0, "heartbeat")
+    assert hang["timeout"] == 1.0 and hang["section"] is None
+    stacks = Path(hang["stacks_file"])
+    assert stacks.is_relative_to(tmp_path) and stacks.parts[-3:] == ("attempt_0", "0", "stacks.txt")
+    failure = status["last_failure"]  # the hung worker, once the agent stopped it
+    assert failure is not None and failure["local_rank"] == 0 and failure["exitcode"] < 0
+    labels = f'run_id="{job.run_id}",role="default_role"'
+    assert f"aelastic_job_progress_hangs_total{{{labels}}} 1" in metrics
+    assert f"aelastic_job_progress_stacks_captured_total{{{labels}}} {hang['stacks_captured']}" in (
+        metrics
+    )
+
+
+async def test_metrics_show_the_heartbeat_age_of_running_workers() -> None:
+    async with workers_listener() as w:
+        config = _config(heartbeat_timeout=600.0)
+        with anyio.fail_after(60):
+            async with open_job(config, *w.argv("--hang-first")) as job:
+                assert job.health_address is not None
+                while (await w.line())[0] != "beat":
+                    pass
+                age = job.heartbeat_age_ms()
+                assert age is not None and age >= 0
+                metrics = (await get(job.health_address, "/metrics"))[2]
+                assert "aelastic_job_progress_heartbeat_age_ms{" in metrics
+                await w.tell_all("exit 0")
+                assert await job.wait() == {0: None, 1: None}
+                assert job.heartbeat_age_ms() is None  # no running worker beats
+                metrics = (await get(job.health_address, "/metrics"))[2]
+                assert "aelastic_job_progress_heartbeat_age_ms" not in metrics
+                assert "aelastic_job_progress_learned_heartbeat_timeout_ms" not in metrics
+
+
+async def test_metrics_show_the_learned_heartbeat_timeout(tmp_path: Path) -> None:
+    """hang_worker's ``learn``: attempt 0 beats every 0.2 s and crashes, attempt 1 hangs
+    and is caught by the learned (x5) timeout, attempt 2 succeeds."""
+    worker = str(Path(__file__).parent.parent / "agent" / "scripts" / "hang_worker.py")
+    config = _config(
+        nproc_per_node=1, log_dir=str(tmp_path), heartbeat_timeout=30.0, learn_timeouts=5.0
+    )
+    with anyio.fail_after(60):
+        async with open_job(config, sys.executable, "-u", worker, "learn", "0") as job:
+            assert await job.wait() == {0: None}
+            assert job.health_address is not None
+            metrics = (await get(job.health_address, "/metrics"))[2]
+    learned = job.learned_heartbeat_timeout
+    assert learned is not None and 5 * 0.2 <= learned < 30.0
+    hang = job.last_hang
+    assert hang is not None and hang.timeout == learned and job.hang_count == 1
+    labels = f'run_id="{job.run_id}",role="default_role"'
+    line = f"aelastic_job_progress_learned_heartbeat_timeout_ms{{{labels}}} {round(learned * 1000)}"
+    assert line in metrics

@@ -13,7 +13,14 @@ import pytest
 from aelastic.agent import SignalException, WorkerState
 from aelastic.events import RdzvEvent
 from aelastic.events._subscribe import run_id_of
-from aelastic.launcher import JobStoppedError, LaunchConfig, StateChange, open_job, run_job
+from aelastic.launcher import (
+    JobSignalError,
+    JobStoppedError,
+    LaunchConfig,
+    StateChange,
+    open_job,
+    run_job,
+)
 from aelastic.rendezvous import RendezvousTimeoutError
 
 from ._notify import workers_listener
@@ -165,3 +172,30 @@ async def test_events_are_scoped_to_their_job() -> None:
     assert {run_id_of(e) for e in seen_b} == {b.run_id}
     assert "torchelastic.worker.status.SUCCEEDED" in {e.name for e in seen_a}
     assert any(isinstance(e, RdzvEvent) for e in seen_a)  # the rendezvous' own events too
+
+
+async def test_a_hung_worker_is_the_last_failure_once_it_is_stopped(tmp_path: Path) -> None:
+    """The failure is the one the agent reports once it stopped the hung worker (its
+    signal exit), never the exit codes of a moment when it still ran (none)."""
+    async with workers_listener() as w:
+        config = _config(max_restarts=1, log_dir=str(tmp_path), heartbeat_timeout=1.0)
+        with anyio.fail_after(60):
+            async with open_job(config, *w.argv("--hang-first")) as job:
+                failure_at: dict[WorkerState, Any] = {}
+                async for change in job.state_changes():
+                    failure_at.setdefault(change.state, job.last_failure)
+                assert await job.wait() == {0: None, 1: None}
+    failure = job.last_failure
+    assert failure is not None and failure_at[WorkerState.STOPPED] == failure
+    assert failure_at[WorkerState.FAILED] in (None, failure)  # never a half-known failure
+    assert failure.local_rank == 0 and failure.attempt == 0 and failure.exitcode < 0
+    assert job.restart_count == 1
+
+
+async def test_send_signal_with_a_bad_number_names_the_fix() -> None:
+    with anyio.fail_after(60):
+        async with open_job(_config(1, min_nodes=2, max_nodes=2), "/bin/true") as job:
+            with pytest.raises(JobSignalError, match=r"signal\.SIGTERM"):
+                job.send_signal(100_000)
+            assert issubclass(JobSignalError, ValueError)
+            assert not job.done  # nothing was sent: the job goes on
