@@ -61,6 +61,8 @@ from . import _events
 from ._api import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from ._exceptions import (
     RendezvousClosedError,
+    RendezvousConfigError,
+    RendezvousConnectionError,
     RendezvousError,
     RendezvousGracefulExitError,
     RendezvousTimeoutError,
@@ -103,12 +105,14 @@ class DynamicSettings:
 
     @classmethod
     def from_params(cls, params: RendezvousParameters) -> DynamicSettings:
-        """Read torch's ``--rdzv-conf`` keys; raise ValueError naming a bad one."""
+        """Read torch's ``--rdzv-conf`` keys; raise RendezvousConfigError naming a bad one."""
         interval = params.get_positive_float("keep_alive_interval", 5.0)
         attempts = params.get_as_int("keep_alive_max_attempt", 3)
         assert attempts is not None
         if attempts < 1:
-            raise ValueError(f"rendezvous config keep_alive_max_attempt={attempts} must be >= 1")
+            raise RendezvousConfigError(
+                f"rendezvous config keep_alive_max_attempt={attempts} must be >= 1"
+            )
         return cls(
             join_timeout=params.get_positive_float("join_timeout", 600.0),
             last_call_timeout=params.get_positive_float("last_call_timeout", 30.0),
@@ -255,9 +259,10 @@ class DynamicRendezvousHandler(RendezvousHandler):
         master_endpoint: str = "",
     ) -> None:
         if min_nodes < 1 or max_nodes < min_nodes:
-            raise ValueError(
-                f"need 1 <= min_nodes <= max_nodes, got min_nodes={min_nodes}, "
-                f"max_nodes={max_nodes}"
+            raise RendezvousConfigError(
+                f"the dynamic rendezvous needs 1 <= min_nodes <= max_nodes, got "
+                f"min_nodes={min_nodes}, max_nodes={max_nodes}; pass --nnodes MIN:MAX with "
+                "1 <= MIN <= MAX"
             )
         self._run_id = run_id
         self._min = min_nodes
@@ -319,6 +324,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
             master_endpoint=self._master_endpoint,
             local_id=self._local_id,
             rank=rank,
+            stacklevel=2,
         )
 
     async def _open_store(self, stack: AsyncExitStack, tg: TaskGroup) -> Store:
@@ -364,11 +370,16 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 # background tasks, which never raise, so nothing is added to it.
                 await stack.__aexit__(None, None, None)
 
-    def _require_started(self) -> TaskGroup:
+    @property
+    def started(self) -> bool:
+        return self._tg is not None and self._store is not None
+
+    async def _require_started(self) -> TaskGroup:
+        await self._autostart()
         if self._tg is None or self._store is None:
             raise RendezvousError(
                 "the rendezvous handler is not started: use 'async with handler:' "
-                "around next_rendezvous()"
+                "around next_rendezvous(), or give it a task group with handler.run_in(tg)"
             )
         return self._tg
 
@@ -389,7 +400,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
             RendezvousConnectionError: the store is unreachable.
             RendezvousStateError: the store holds malformed rendezvous state.
         """
-        tg = self._require_started()
+        tg = await self._require_started()
         assert self._lock is not None
         async with self._lock:
             await self._leave()
@@ -419,20 +430,29 @@ class DynamicRendezvousHandler(RendezvousHandler):
         """
         ops, keys = self._ops(), self._keys
         round_ = await ops.add(keys.round, 0)
-        ticket = await ops.add(keys.joined(round_), 1) - 1
-        view = _View(round_, ticket)
-        self._set_view(view)
-        if ticket == 0:
-            if self._min == 1 or self._max == 1:
-                # Ticket 0 alone reaches min/max: wake the coordinator now, not at its
-                # first periodic tick (a one-node round otherwise took keep_alive_interval).
-                await ops.push(keys.inbox(round_), Message("joined", ticket).dumps())
-            await tg.start(self._background, view, self._coordinate)
-        else:
-            await self._liveness.attach(ops, keys, round_, ticket, self._descriptor)
-            if ticket + 1 == self._min or ticket + 1 >= self._max:
-                await ops.push(keys.inbox(round_), Message("joined", ticket).dumps())
-            await tg.start(self._background, view, self._watch)
+        # A ticket taken must be handed to a view (whose withdrawal releases it) and
+        # its coordinator or watcher started: no cancellation in between, but bounded.
+        with anyio.CancelScope(shield=True) as shield:
+            shield.deadline = anyio.current_time() + self._settings.read_timeout
+            ticket = await ops.add(keys.joined(round_), 1) - 1
+            view = _View(round_, ticket)
+            self._set_view(view)
+            if ticket == 0:
+                await tg.start(self._background, view, self._coordinate)
+            else:
+                await self._liveness.attach(ops, keys, round_, ticket, self._descriptor)
+                await tg.start(self._background, view, self._watch)
+        if shield.cancelled_caught:
+            raise RendezvousConnectionError(
+                f"the rendezvous store at {self._master_endpoint or 'the given store'} did not "
+                f"answer within read_timeout={self._settings.read_timeout}s while joining"
+            )
+        if ticket == 0 and (self._min == 1 or self._max == 1):
+            # Ticket 0 alone reaches min/max: wake the coordinator now, not at its
+            # first periodic tick (a one-node round otherwise took keep_alive_interval).
+            await ops.push(keys.inbox(round_), Message("joined", ticket).dumps())
+        if ticket > 0 and (ticket + 1 == self._min or ticket + 1 >= self._max):
+            await ops.push(keys.inbox(round_), Message("joined", ticket).dumps())
         waiting_sent = False
         spare = False
         while True:
@@ -503,12 +523,12 @@ class DynamicRendezvousHandler(RendezvousHandler):
         )
 
     async def is_closed(self) -> bool:
-        self._require_started()
+        await self._require_started()
         return await self._ops().check(self._keys.closed)
 
     async def set_closed(self) -> None:
         """Close the rendezvous: every pending and later join raises RendezvousClosedError."""
-        self._require_started()
+        await self._require_started()
         ops, keys = self._ops(), self._keys
         with anyio.fail_after(self._settings.close_timeout):
             await ops.set(keys.closed, "1")
@@ -549,19 +569,28 @@ class DynamicRendezvousHandler(RendezvousHandler):
             await _first_of(view.event, view_set)
 
     async def shutdown(self) -> bool:
-        """Leave the current round (the others re-rendezvous); does not close the run."""
-        if self._shut:
-            return True
-        self._shut = True
-        if self._tg is None:
-            return True
+        """Leave the current round (the others re-rendezvous); does not close the run.
+
+        A handler started by :meth:`run_in` then stops (its store closes); the next
+        call starts it again.
+        """
         try:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(self._settings.close_timeout):
-                await self._leave()
+            if self._shut or self._tg is None:
+                self._shut = True
                 return True
-        except RendezvousError:
+            self._shut = True
+            try:
+                with (
+                    anyio.CancelScope(shield=True),
+                    anyio.move_on_after(self._settings.close_timeout),
+                ):
+                    await self._leave()
+                    return True
+            except RendezvousError:
+                return False
             return False
-        return False
+        finally:
+            self._serve_ends()
 
     # -- leaving -------------------------------------------------------------
 
@@ -569,7 +598,9 @@ class DynamicRendezvousHandler(RendezvousHandler):
         """Stop the view's background task; then forget this node's keys of that round."""
         if view.scope is not None:
             view.scope.cancel()
-        with anyio.CancelScope(shield=True):
+        # The task ends at its next checkpoint; the bound only guards against a bug
+        # (the handler's task group cancels a straggler when the handler is left).
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._settings.close_timeout):
             await view.done.wait()
         if view.ticket > 0 and self._tg is not None and not view.forgotten:
             view.forgotten = True
