@@ -594,8 +594,10 @@ class DynamicRendezvousHandler(RendezvousHandler):
 
     # -- leaving -------------------------------------------------------------
 
-    async def _stop(self, view: _View) -> None:
-        """Stop the view's background task; then forget this node's keys of that round."""
+    async def _stop(self, view: _View, *, forget_now: bool = False) -> None:
+        """Stop the view's background task; then forget this node's keys of that round
+        (in the background, or before returning with ``forget_now``: when leaving, the
+        handler's task group may end right after)."""
         if view.scope is not None:
             view.scope.cancel()
         # The task ends at its next checkpoint; the bound only guards against a bug
@@ -604,7 +606,10 @@ class DynamicRendezvousHandler(RendezvousHandler):
             await view.done.wait()
         if view.ticket > 0 and self._tg is not None and not view.forgotten:
             view.forgotten = True
-            self._tg.start_soon(self._forget, view.round, view.ticket)
+            if forget_now:
+                await self._forget(view.round, view.ticket)
+            else:
+                self._tg.start_soon(self._forget, view.round, view.ticket)
 
     async def _forget(self, round_: int, ticket: int) -> None:
         """Delete this node's registration of a round it left (best effort, in background).
@@ -637,14 +642,33 @@ class DynamicRendezvousHandler(RendezvousHandler):
             try:
                 if not view.ended:
                     await self._dissolve(view.round)
-                    await self._ops().push(
-                        self._keys.inbox(view.round), Message("leave", view.ticket).dumps()
-                    )
-                    if view.ticket == 0:  # our own coordinator publishes the dissolution
+                    if view.ticket != 0 or not view.done.is_set():
+                        await self._ops().push(
+                            self._keys.inbox(view.round), Message("leave", view.ticket).dumps()
+                        )
+                    if view.ticket == 0:
+                        # Our coordinator publishes the dissolution; if it was cancelled
+                        # already (the handler's task group with it), we do.
                         with anyio.move_on_after(self._settings.read_timeout):
                             await view.done.wait()
+                        await self._publish_dissolved(view.round)
             finally:
-                await self._stop(view)
+                await self._stop(view, forget_now=True)
+
+    async def _publish_dissolved(self, round_: int) -> None:
+        """Publish a ``dissolved`` tick after the round's last one, unless it ended already.
+
+        Reads the last tick from the store (ticks and ``tick_latest`` are written in one
+        request), so a tick published just before the coordinator was cancelled counts.
+        """
+        ops, latest = self._ops(), self._keys.tick_latest(round_)
+        n = 0
+        if await ops.check(latest):
+            last = Tick.loads(latest, await ops.get(latest))
+            if last.state in ("dissolved", "closed"):
+                return
+            n = last.n + 1
+        await self._publish(round_, Tick(n, "dissolved"))
 
     async def _withdraw(self) -> None:
         """Withdraw from a round that has not admitted this node (timeout, error, cancel)."""
@@ -654,14 +678,13 @@ class DynamicRendezvousHandler(RendezvousHandler):
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(self._settings.close_timeout):
             try:
-                await self._stop(view)
+                await self._stop(view, forget_now=True)
                 if view.ended:
                     return
                 if view.ticket == 0:
                     # Nobody else can finish this round: hand it over to the next one.
                     await self._dissolve(view.round)
-                    last = view.tick.n if view.tick is not None else -1
-                    await self._publish(view.round, Tick(last + 1, "dissolved"))
+                    await self._publish_dissolved(view.round)
                 else:
                     await self._ops().push(
                         self._keys.inbox(view.round), Message("withdraw", view.ticket).dumps()
