@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -42,9 +43,12 @@ class Node:
         self.process = process
         self.name = name
         self.lines: list[str] = []
+        #: ``time.monotonic()`` at which each of :attr:`lines` arrived
+        self.line_times: list[float] = []
         self.stderr = bytearray()
         self._changed = anyio.Event()
         self._stdout_closed = False
+        self._stderr_closed = False
 
     async def _pump_stdout(self) -> None:
         assert self.process.stdout is not None
@@ -53,6 +57,7 @@ class Node:
             while True:
                 line = await stream.receive_until(b"\n", 1 << 20)
                 self.lines.append(line.decode(errors="replace"))
+                self.line_times.append(time.monotonic())
                 self._changed.set()
                 self._changed = anyio.Event()
         except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError):
@@ -66,8 +71,20 @@ class Node:
         try:
             async for chunk in self.process.stderr:
                 self.stderr += chunk
+                self._changed.set()
+                self._changed = anyio.Event()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             pass
+        finally:
+            self._stderr_closed = True
+            self._changed.set()
+
+    async def wait_for_err(self, needle: str) -> None:
+        """Return once stderr contains ``needle`` (case-insensitive); fail if stderr closes."""
+        while needle.lower() not in self.err.lower():
+            if self._stderr_closed:
+                raise AssertionError(f"{self.name} closed stderr before {needle!r}: {self.err}")
+            await self._changed.wait()
 
     async def wait_for_line(self, predicate: Callable[[str], bool], count: int = 1) -> None:
         """Return once ``count`` stdout lines satisfy ``predicate``; fail if stdout closes."""
@@ -109,12 +126,19 @@ class Cluster:
         self._tg = tg
         self.nodes: list[Node] = []
 
-    async def start(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> Node:
+    async def start(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        *,
+        launcher: Sequence[str] = AELASTIC_RUN,
+    ) -> Node:
+        """Start ``launcher + argv`` (``python -m aelastic run`` unless told otherwise)."""
         full_env = dict(os.environ)
         full_env.pop("OMP_NUM_THREADS", None)
         full_env.update(env or {})
         process = await anyio.open_process(
-            [*AELASTIC_RUN, *argv],
+            [*launcher, *argv],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=full_env,
