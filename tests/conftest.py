@@ -2,23 +2,64 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import TypeVar
 
 import anyio
 import pytest
 
 from aelastic.store import StoreServer, TCPStoreClient
 
+T = TypeVar("T")
+
 READY_PREFIX = "aelastic store listening on "
+
+
+@contextlib.asynccontextmanager
+async def _hosted(resource: AbstractAsyncContextManager[T]) -> AsyncIterator[T]:
+    """Enter ``resource`` in a task of its own and exit it there, whatever task leaves this.
+
+    pytest-asyncio runs an async fixture's setup and teardown in two different
+    tasks, but a resource that owns a task group (``StoreServer``) must be entered
+    and exited by one task: this runs it in a host task for the fixture's life.
+    """
+    entered: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    leave = asyncio.Event()
+
+    async def host() -> None:
+        try:
+            async with resource as value:
+                entered.set_result(value)
+                await leave.wait()
+        except BaseException as exc:
+            if not entered.done():
+                entered.set_exception(exc)
+            raise
+
+    task = asyncio.get_running_loop().create_task(host())
+    try:
+        yield await entered
+    finally:
+        leave.set()
+        await task
 
 
 @pytest.fixture
 async def store_server() -> AsyncIterator[StoreServer]:
     """An in-process :class:`StoreServer` on 127.0.0.1, free port."""
-    async with StoreServer("127.0.0.1", 0) as server:
+    async with _hosted(StoreServer("127.0.0.1", 0)) as server:
         yield server
+
+
+@pytest.fixture
+def hosted() -> Callable[[AbstractAsyncContextManager[T]], AbstractAsyncContextManager[T]]:
+    """:func:`_hosted`, for async fixtures that enter a ``StoreServer`` themselves."""
+    return _hosted
 
 
 @pytest.fixture

@@ -3,6 +3,8 @@
 * :class:`Store` - the async interface (torch's Store operations);
 * :class:`StoreServer` - a TCPStore-compatible server (torch clients work against it);
 * :class:`TCPStoreClient` - an async client (works against ours and torch's server);
+* :meth:`Store.ephemeral` - writes the server performs when a client's connection
+  closes (process death noticed at once; an aelastic extension of the protocol);
 * :class:`LocalStore` - in-process store; :class:`PrefixStore` - namespaced view;
 * :func:`barrier`, :func:`synchronize`, :func:`get_all` - coordination helpers.
 """
@@ -11,6 +13,8 @@ from ._api import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
 from ._api import Store as Store
 from ._api import Value as Value
 from ._client import TCPStoreClient as TCPStoreClient
+from ._ephemeral import EphemeralSession as EphemeralSession
+from ._ephemeral import OnCloseAction as OnCloseAction
 from ._exceptions import ProtocolError as ProtocolError
 from ._exceptions import QueueEmptyError as QueueEmptyError
 from ._exceptions import StoreClosedError as StoreClosedError
@@ -19,6 +23,7 @@ from ._exceptions import StoreConnectionError as StoreConnectionError
 from ._exceptions import StoreError as StoreError
 from ._exceptions import StoreLimitError as StoreLimitError
 from ._exceptions import StoreTimeoutError as StoreTimeoutError
+from ._exceptions import StoreUnsupportedError as StoreUnsupportedError
 from ._local import LocalStore as LocalStore
 from ._prefix import PrefixStore as PrefixStore
 from ._server import StoreServer as StoreServer
@@ -28,7 +33,9 @@ from ._utils import synchronize as synchronize
 
 __all__ = (
     "DEFAULT_TIMEOUT",
+    "EphemeralSession",
     "LocalStore",
+    "OnCloseAction",
     "PrefixStore",
     "ProtocolError",
     "QueueEmptyError",
@@ -40,6 +47,7 @@ __all__ = (
     "StoreLimitError",
     "StoreServer",
     "StoreTimeoutError",
+    "StoreUnsupportedError",
     "TCPStoreClient",
     "Value",
     "barrier",

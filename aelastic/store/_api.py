@@ -11,8 +11,15 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING
 
 from anyio.abc import AsyncResource
+
+from ._exceptions import StoreUnsupportedError
+
+if TYPE_CHECKING:
+    from ._ephemeral import EphemeralSession
 
 __all__ = ("Store", "Value", "DEFAULT_TIMEOUT", "to_bytes")
 
@@ -115,6 +122,18 @@ class Store(AsyncResource):
     @abc.abstractmethod
     async def queue_len(self, key: str) -> int:
         """Return the number of values in queue ``key``."""
+
+    def ephemeral(self) -> AbstractAsyncContextManager[EphemeralSession]:
+        """A session whose registered writes the store performs when it ends.
+
+        ``async with store.ephemeral() as session: await session.on_close(
+        "queue_push", "departed", node_id)``: if this process dies, its connection
+        closes and the server pushes at once (see
+        :class:`~aelastic.store.EphemeralSession`). Raises
+        :class:`~aelastic.store.StoreUnsupportedError` (on entering) where the store
+        cannot do it, e.g. torch's own TCPStore server.
+        """
+        raise StoreUnsupportedError(f"{type(self).__name__} has no ephemeral sessions")
 
     async def aclose(self) -> None:  # optional hook, default no-op
         """Release the store's resources. Idempotent; safe under cancellation."""

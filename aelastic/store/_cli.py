@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
+import importlib.util
 import logging
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+import anyio
 
 from ._exceptions import StoreConfigError, StoreError
-from ._protocol import MAX_KEY_COUNT, MAX_KEY_SIZE, MAX_VALUE_SIZE
-from ._server import MAX_CONNECTIONS, StoreServer
+from ._protocol import MAX_FRAME_SIZE, MAX_KEY_COUNT, MAX_KEY_SIZE, MAX_VALUE_SIZE
+from ._server import (
+    FRAME_TIMEOUT,
+    MAX_BUFFERED_BYTES,
+    MAX_CONNECTION_BUFFER,
+    MAX_CONNECTIONS,
+    StoreServer,
+)
 
 __all__ = ("main",)
 
@@ -29,6 +38,16 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text}")
     return value
 
 
@@ -68,12 +87,30 @@ def _build_parser() -> argparse.ArgumentParser:
         help=f"most keys in one request (default {MAX_KEY_COUNT}){limit}",
     )  # fmt: skip
     p.add_argument(
+        "--max-frame-size", type=_positive, default=MAX_FRAME_SIZE, metavar="BYTES",
+        help=f"largest request, all its keys and values (default {MAX_FRAME_SIZE}){limit}",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-connection-buffer", type=_positive, default=MAX_CONNECTION_BUFFER,
+        metavar="BYTES",
+        help=f"partial request held for one client (default {MAX_CONNECTION_BUFFER}){limit}",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-buffered-bytes", type=_positive, default=MAX_BUFFERED_BYTES, metavar="BYTES",
+        help=f"partial requests held for all clients (default {MAX_BUFFERED_BYTES}); "
+        "beyond, only the oldest is read",
+    )  # fmt: skip
+    p.add_argument(
+        "--frame-timeout", type=_seconds, default=FRAME_TIMEOUT, metavar="SECONDS",
+        help=f"time to finish sending a request (default {FRAME_TIMEOUT:g}){limit}",
+    )  # fmt: skip
+    p.add_argument(
         "--max-connections", type=_positive, default=MAX_CONNECTIONS, metavar="N",
         help=f"most simultaneous clients (default {MAX_CONNECTIONS}); more are refused",
     )  # fmt: skip
     p.add_argument(
         "--loop",
-        choices=("auto", "asyncio", "uvloop"),
+        choices=("auto", "asyncio", "uvloop", "trio"),
         default="auto",
         help="event loop: uvloop if installed (auto, the default), or force one",
     )
@@ -85,21 +122,23 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    async with StoreServer(
-        args.host,
-        args.port,
-        max_key_size=args.max_key_size,
-        max_value_size=args.max_value_size,
-        max_key_count=args.max_key_count,
-        max_connections=args.max_connections,
-        allow_non_loopback=args.allow_non_loopback,
-    ) as server:
-        print(f"aelastic store listening on {server.address}", flush=True)
-        await stop.wait()
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with StoreServer(
+            args.host,
+            args.port,
+            max_key_size=args.max_key_size,
+            max_value_size=args.max_value_size,
+            max_key_count=args.max_key_count,
+            max_frame_size=args.max_frame_size,
+            max_connection_buffer=args.max_connection_buffer,
+            max_buffered_bytes=args.max_buffered_bytes,
+            frame_timeout=args.frame_timeout,
+            max_connections=args.max_connections,
+            allow_non_loopback=args.allow_non_loopback,
+        ) as server:
+            print(f"aelastic store listening on {server.address}", flush=True)
+            async for _ in signals:
+                return
 
 
 def main(argv: Sequence[str]) -> int:
@@ -117,18 +156,18 @@ def main(argv: Sequence[str]) -> int:
         )
         return 2
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    runner = asyncio.run
-    if args.loop != "asyncio":
-        try:
-            import uvloop
-        except ImportError:
-            if args.loop == "uvloop":
-                print("aelastic store: --loop uvloop but uvloop is not installed", file=sys.stderr)
-                return 2
-        else:
-            runner = uvloop.run
+    backend, options = "asyncio", {}
+    if args.loop == "trio":
+        backend = "trio"
+    elif args.loop != "asyncio":
+        if importlib.util.find_spec("uvloop") is not None:
+            options = {"use_uvloop": True}
+        elif args.loop == "uvloop":
+            print("aelastic store: --loop uvloop but uvloop is not installed", file=sys.stderr)
+            return 2
+    backend_options: dict[str, Any] = options
     try:
-        runner(_serve(args))
+        anyio.run(_serve, args, backend=backend, backend_options=backend_options)
     except StoreConfigError as exc:
         print(f"aelastic store: {exc}", file=sys.stderr)
         return 2

@@ -43,20 +43,23 @@ import os
 import random
 import socket
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
 import anyio
 
 from . import _protocol as P
 from ._api import DEFAULT_TIMEOUT, Store, Value, to_bytes
+from ._ephemeral import MAX_ON_CLOSE_ACTIONS, EphemeralSession, OnCloseAction, action_opcode
 from ._exceptions import (
     ProtocolError,
     QueueEmptyError,
     StoreClosedError,
     StoreConnectionError,
     StoreError,
+    StoreLimitError,
     StoreTimeoutError,
+    StoreUnsupportedError,
 )
 from ._local import KEY_PREFIX, describe_keys, strip_prefix
 
@@ -273,6 +276,7 @@ class TCPStoreClient(Store):
         self._main_lock: asyncio.Lock | None = None
         self._idle: list[_Conn] = []
         self._busy: set[_Conn] = set()
+        self._sessions: set[_Conn] = set()
         self._closed = False
         self._was_connected = False
 
@@ -409,13 +413,47 @@ class TCPStoreClient(Store):
         ``queue_push``) are still sent before the connections close.
         """
         self._closed = True
-        conns = [*self._idle, *self._busy]
+        conns = [*self._idle, *self._busy, *self._sessions]
         if self._main is not None:
             conns.append(self._main)
         self._idle.clear()
         self._busy.clear()
+        self._sessions.clear()
         self._main = None
         for conn in conns:
+            conn.close(graceful=True)
+
+    @contextlib.asynccontextmanager
+    async def ephemeral(self) -> AsyncIterator[EphemeralSession]:
+        """An ephemeral session on a connection of its own (see :class:`EphemeralSession`).
+
+        Entering opens the connection and checks that the server knows aelastic's
+        extensions (``AE_HELLO``); torch's own server drops the connection on it,
+        which raises :class:`~aelastic.store.StoreUnsupportedError` at once,
+        before anything is registered. Leaving the block closes the connection:
+        the server then performs the actions still registered. If the client
+        process dies, the kernel closes the connection and the same happens.
+        """
+        conn = await self._open()
+        self._sessions.add(conn)
+        try:
+            try:
+                version = await conn.request(P.request_ae_hello(), ((P.Reply.U32, 0),))
+            except StoreConnectionError:
+                raise StoreUnsupportedError(
+                    "the store server does not support ephemeral sessions (aelastic "
+                    "extension AE_HELLO refused; torch's own TCPStore server does this): "
+                    "use heartbeat keys instead, or an aelastic StoreServer",
+                    endpoint=self.endpoint,
+                ) from None
+            if version < 1:
+                raise StoreUnsupportedError(
+                    f"the store server speaks aelastic extensions version {version}, need 1",
+                    endpoint=self.endpoint,
+                )
+            yield _TCPEphemeralSession(self, conn)
+        finally:
+            self._sessions.discard(conn)
             conn.close(graceful=True)
 
     # -- request helpers ------------------------------------------------------------
@@ -636,3 +674,40 @@ class TCPStoreClient(Store):
             raise self._error(exc, what, key) from None
         finally:
             self._release(conn, reusable)
+
+
+class _TCPEphemeralSession(EphemeralSession):
+    """Registers on-close actions on a dedicated connection (AE_ON_CLOSE / _CANCEL)."""
+
+    def __init__(self, client: TCPStoreClient, conn: _Conn) -> None:
+        self._client = client
+        self._conn = conn
+        self._count = 0
+
+    async def on_close(self, action: OnCloseAction, key: str, value: Value = b"") -> int:
+        raw = to_bytes(value)
+        op = action_opcode(action, raw)
+        if self._count >= MAX_ON_CLOSE_ACTIONS:
+            raise StoreLimitError(
+                f"an ephemeral session holds at most {MAX_ON_CLOSE_ACTIONS} on-close actions",
+                endpoint=self._client.endpoint,
+                key=key,
+            )
+        try:
+            action_id: int = await self._conn.request(
+                P.request_on_close(op, self._client._k(key), raw), _I64
+            )
+        except (StoreConnectionError, StoreClosedError) as exc:
+            raise self._client._error(exc, f"on_close {action}", key) from None
+        self._count += 1
+        return action_id
+
+    async def cancel(self, action_id: int | None = None) -> int:
+        try:
+            n: int = await self._conn.request(
+                P.request_on_close_cancel(-1 if action_id is None else action_id), _I64
+            )
+        except (StoreConnectionError, StoreClosedError) as exc:
+            raise self._client._error(exc, "cancel on_close", None) from None
+        self._count -= n
+        return n

@@ -13,6 +13,7 @@ __all__ = (
     "ProtocolError",
     "StoreLimitError",
     "StoreConfigError",
+    "StoreUnsupportedError",
 )
 
 
@@ -59,3 +60,12 @@ class StoreLimitError(StoreError, ValueError):
 
 class StoreConfigError(StoreError, ValueError):
     """A store server or client was given invalid settings (address, port, limits)."""
+
+
+class StoreUnsupportedError(StoreError):
+    """The store (or the server behind it) does not implement the requested feature.
+
+    Raised, for example, by :meth:`~aelastic.store.Store.ephemeral` against torch's own
+    TCPStore server, which does not know aelastic's extension requests: fall back
+    to what every server supports (heartbeat keys and timeouts).
+    """

@@ -4,11 +4,13 @@
 # ruff: noqa: ASYNC109
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import anyio
 
 from ._api import Store, Value, to_bytes
+from ._ephemeral import EphemeralSession, LocalEphemeralSession
 from ._exceptions import QueueEmptyError, StoreClosedError, StoreError, StoreTimeoutError
 from ._state import StoreState, Waiter
 
@@ -220,8 +222,23 @@ class LocalStore(Store):
             key,
         )
 
+    @contextlib.asynccontextmanager
+    async def ephemeral(self) -> AsyncIterator[EphemeralSession]:
+        """A session whose on-close actions run when the block is left (however it is left)."""
+        if self._closed:
+            raise StoreClosedError("the store is closed", endpoint=self.name)
+        session = LocalEphemeralSession(self._state, KEY_PREFIX, self.name)
+        try:
+            yield session
+        finally:
+            session.end()
+
     async def aclose(self) -> None:
         """Close the store: blocked calls raise :class:`StoreClosedError`. Idempotent."""
+        self.close()
+
+    def close(self) -> None:
+        """:meth:`aclose` without awaiting (for cleanups that must not yield)."""
         self._closed = True
         for event in list(self._blocked):
             event.set()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 
 from ._api import Store, Value
+from ._ephemeral import EphemeralSession, OnCloseAction
 
 __all__ = ("PrefixStore",)
 
@@ -77,3 +79,22 @@ class PrefixStore(Store):
 
     async def queue_len(self, key: str) -> int:
         return await self.store.queue_len(self._p + key)
+
+    @contextlib.asynccontextmanager
+    async def ephemeral(self) -> AsyncIterator[EphemeralSession]:
+        async with self.store.ephemeral() as inner:
+            yield _PrefixSession(self._p, inner)
+
+
+class _PrefixSession(EphemeralSession):
+    """An ephemeral session whose keys carry a :class:`PrefixStore`'s prefix."""
+
+    def __init__(self, prefix: str, inner: EphemeralSession) -> None:
+        self._p = prefix
+        self._inner = inner
+
+    async def on_close(self, action: OnCloseAction, key: str, value: Value = b"") -> int:
+        return await self._inner.on_close(action, self._p + key, value)
+
+    async def cancel(self, action_id: int | None = None) -> int:
+        return await self._inner.cancel(action_id)

@@ -37,6 +37,18 @@ path); keys and values are ``bytes``:
 ``LIST_KEYS``      ``(17,)``
 ``BARRIER``        ``(18, key, world_size)``
 =================  ==========================================
+
+aelastic's extension requests (opcodes ``0xA0``-``0xA2``, which torch clients never
+send; torch's server closes the connection on them):
+
+=======================  ==============================================  ============
+``AE_HELLO``             ``(0xA0,)``                                     ``u32`` version
+``AE_ON_CLOSE``          ``(0xA1, action, key, value)``: ``u8`` action   ``i64`` id
+                         (a torch opcode: SET, ADD, DELETE_KEY, APPEND,
+                         QUEUE_PUSH) + two strings; the server performs
+                         it when this connection closes
+``AE_ON_CLOSE_CANCEL``   ``(0xA2, id)``: ``i64`` (-1 = all)              ``i64`` count
+=======================  ==============================================  ============
 """
 
 from __future__ import annotations
@@ -60,6 +72,9 @@ __all__ = (
     "MAX_KEY_SIZE",
     "MAX_VALUE_SIZE",
     "MAX_KEY_COUNT",
+    "MAX_FRAME_SIZE",
+    "AE_VERSION",
+    "AE_ON_CLOSE_ACTIONS",
     "Request",
     "RequestParser",
     "ResponseParser",
@@ -80,6 +95,8 @@ CHECK_NOT_READY = 1
 MAX_KEY_SIZE = 8 * 1024
 MAX_VALUE_SIZE = 8 * 1024 * 1024
 MAX_KEY_COUNT = 128 * 1024
+#: Default bound on one whole request (all keys and values of a MULTI_SET).
+MAX_FRAME_SIZE = 32 * 1024 * 1024
 
 
 class Opcode(enum.IntEnum):
@@ -104,6 +121,17 @@ class Opcode(enum.IntEnum):
     QUEUE_LEN = 16
     LIST_KEYS = 17
     BARRIER = 18
+    # aelastic extensions (never sent by torch clients; torch's server drops the
+    # connection on them, which is how a client learns they are unsupported)
+    AE_HELLO = 0xA0
+    AE_ON_CLOSE = 0xA1
+    AE_ON_CLOSE_CANCEL = 0xA2
+
+
+#: Version of the aelastic extensions a server answers ``AE_HELLO`` with.
+AE_VERSION = 1
+#: Store writes an ``AE_ON_CLOSE`` may register: SET, ADD, DELETE_KEY, APPEND, QUEUE_PUSH.
+AE_ON_CLOSE_ACTIONS = frozenset({1, 4, 8, 9, 14})
 
 
 #: A parsed request: ``(opcode, *args)``, see the module docstring.
@@ -120,12 +148,30 @@ _OP_NAMES = {op.value: op.name for op in Opcode}
 
 
 class _Incomplete(Exception):
-    """Internal: the frame needs at least ``end`` bytes of the buffer."""
+    """Internal: the frame needs at least ``end`` bytes of the buffer.
 
-    __slots__ = ("end",)
+    ``start`` is where the bytes to keep begin (the start of the frame, or of the
+    incomplete item of a multi-key frame whose earlier items are already parsed).
+    """
 
-    def __init__(self, end: int) -> None:
+    __slots__ = ("end", "start")
+
+    def __init__(self, end: int, start: int = -1) -> None:
         self.end = end
+        self.start = start
+
+
+class _MultiFrame:
+    """The parsed part of a multi-key request (CHECK, WAIT, MULTI_GET, MULTI_SET)."""
+
+    __slots__ = ("keys", "left", "op", "size", "values")
+
+    def __init__(self, op: int, count: int, size: int) -> None:
+        self.op = op
+        self.left = count
+        self.size = size
+        self.keys: list[bytes] = []
+        self.values: list[bytes] = []
 
 
 # ---------------------------------------------------------------------------
@@ -134,18 +180,34 @@ class _Incomplete(Exception):
 
 
 class RequestParser:
-    """Incremental parser of the requests a TCPStore server receives.
+    """Incremental, linear-time parser of the requests a TCPStore server receives.
 
     :meth:`feed` takes whatever bytes arrived and returns the complete requests
     they finish, keeping a partial trailing frame for the next call. Limits are
     enforced as soon as a length prefix is read, before its data arrives, so an
     oversized length never makes the parser buffer it.
 
-    ``require_validate`` (default) makes anything but ``VALIDATE`` with the right
-    magic as the first request a :class:`ProtocolError`.
+    Every byte is parsed once: a frame with many keys (CHECK, WAIT, MULTI_GET,
+    MULTI_SET) is parsed item by item as its bytes arrive, and only the one
+    incomplete item is held back as raw bytes (at most a key and a value), so a
+    100 MB MULTI_SET costs the same per byte as many small requests, and the work
+    done by one :meth:`feed` is proportional to the data it is given.
+
+    ``max_frame_size`` bounds one whole request (a multi-key frame counts every
+    item). ``require_validate`` (default) makes anything but ``VALIDATE`` with the
+    right magic as the first request a :class:`ProtocolError`.
     """
 
-    __slots__ = ("_buf", "_need", "_validated", "max_key_count", "max_key_size", "max_value_size")
+    __slots__ = (
+        "_buf",
+        "_multi",
+        "_need",
+        "_validated",
+        "max_frame_size",
+        "max_key_count",
+        "max_key_size",
+        "max_value_size",
+    )
 
     def __init__(
         self,
@@ -153,24 +215,28 @@ class RequestParser:
         max_key_size: int = MAX_KEY_SIZE,
         max_value_size: int = MAX_VALUE_SIZE,
         max_key_count: int = MAX_KEY_COUNT,
+        max_frame_size: int = MAX_FRAME_SIZE,
         require_validate: bool = True,
     ) -> None:
         self.max_key_size = max_key_size
         self.max_value_size = max_value_size
         self.max_key_count = max_key_count
+        self.max_frame_size = max_frame_size
         self._buf = bytearray()
         self._need = 0
+        self._multi: _MultiFrame | None = None
         self._validated = not require_validate
 
     @property
     def ready(self) -> bool:
         """Validated and holding no partial request: the next byte starts a request."""
-        return self._validated and not self._buf
+        return self._validated and not self._buf and self._multi is None
 
     @property
     def buffered(self) -> int:
-        """Bytes of an incomplete request held back (non-zero at EOF = half-sent message)."""
-        return len(self._buf)
+        """Bytes of an incomplete request held (raw or parsed; non-zero at EOF = half-sent)."""
+        multi = self._multi
+        return len(self._buf) + (0 if multi is None else multi.size)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Request]:
         """Parse ``data`` (appended to any held-back bytes); return complete requests.
@@ -191,11 +257,14 @@ class RequestParser:
         end = len(buf)
         parse = self._parse_one
         try:
+            if self._multi is not None:
+                pos = self._items(buf, 0, end, out)
             while pos < end:
                 pos = parse(buf, pos, end, out)
         except _Incomplete as inc:
-            self._buf = bytearray(buf[pos:])
-            self._need = inc.end - pos
+            start = pos if inc.start < 0 else inc.start
+            self._buf = bytearray(buf[start:])
+            self._need = inc.end - start
         return out
 
     # -- helpers ---------------------------------------------------------
@@ -213,16 +282,57 @@ class RequestParser:
             raise _Incomplete(e)
         return buf[q:e], e
 
-    def _keys(self, buf: bytes, p: int, end: int, signed: bool = False) -> tuple[int, int]:
+    def _frame_limit(self, size: int) -> None:
+        if size > self.max_frame_size:
+            raise ProtocolError(
+                f"request of at least {size} bytes exceeds the frame limit of "
+                f"{self.max_frame_size} bytes (max_frame_size)"
+            )
+
+    def _begin_multi(self, buf: bytes, op: int, p: int, end: int, out: list[Request]) -> int:
         q = p + 8
         if q > end:
             raise _Incomplete(q)
-        (n,) = (_I64 if signed else _U64).unpack_from(buf, p)
+        (n,) = (_I64 if op == 11 else _U64).unpack_from(buf, p)
         if n < 0 or n > self.max_key_count:
             raise ProtocolError(
                 f"key count {n} is outside the limit of 0..{self.max_key_count} keys per request"
             )
-        return n, q
+        self._multi = _MultiFrame(op, n, 9)
+        return self._items(buf, q, end, out)
+
+    def _items(self, buf: bytes, p: int, end: int, out: list[Request]) -> int:
+        """Parse the next items of the current multi-key frame from ``p``."""
+        m = self._multi
+        assert m is not None
+        string = self._string
+        mk = self.max_key_size
+        mv = self.max_value_size
+        keys = m.keys
+        values = m.values
+        with_values = m.op == 11
+        left = m.left
+        size = m.size
+        try:
+            while left:
+                key, q = string(buf, p, end, mk, "key")
+                if with_values:
+                    value, q = string(buf, q, end, mv, "value")
+                    values.append(value)
+                keys.append(key)
+                size += q - p
+                left -= 1
+                p = q
+        except _Incomplete as inc:
+            m.left = left
+            m.size = size
+            self._frame_limit(size + inc.end - p)
+            inc.start = p
+            raise
+        self._frame_limit(size)
+        self._multi = None
+        out.append((m.op, keys, values) if with_values else (m.op, keys))
+        return p
 
     def _parse_one(self, buf: bytes, pos: int, end: int, out: list[Request]) -> int:
         op = buf[pos]
@@ -246,7 +356,7 @@ class RequestParser:
             out.append((0, magic))
             return q
         # The hottest requests (SET, GET, single-key WAIT: torch's set/get) are
-        # parsed inline; the rest go through the _string/_keys helpers.
+        # parsed inline; the rest go through the _string/_begin_multi helpers.
         if op == 1 or op == 3:  # SET, GET
             q = p + 8
             if q > end:
@@ -281,14 +391,8 @@ class RequestParser:
             key, p = string(buf, p, end, mk, "key")
             out.append((op, key))
             return p
-        if op == 6 or op == 5 or op == 10:  # WAIT, CHECK, MULTI_GET
-            n, p = self._keys(buf, p, end)
-            keys = []
-            for _ in range(n):
-                key, p = string(buf, p, end, mk, "key")
-                keys.append(key)
-            out.append((op, keys))
-            return p
+        if op == 6 or op == 5 or op == 10 or op == 11:  # WAIT, CHECK, MULTI_GET, MULTI_SET
+            return self._begin_multi(buf, op, p, end, out)
         if op == 4 or op == 18:  # ADD, BARRIER
             key, p = string(buf, p, end, mk, "key")
             q = p + 8
@@ -305,17 +409,6 @@ class RequestParser:
             desired, p = string(buf, p, end, mv, "value")
             out.append((op, key, expected, desired))
             return p
-        if op == 11:  # MULTI_SET
-            n, p = self._keys(buf, p, end, signed=True)
-            keys = []
-            values = []
-            for _ in range(n):
-                key, p = string(buf, p, end, mk, "key")
-                value, p = string(buf, p, end, mv, "value")
-                keys.append(key)
-                values.append(value)
-            out.append((op, keys, values))
-            return p
         if op == 7 or op == 12 or op == 17:  # GETNUMKEYS, CANCEL_WAIT, LIST_KEYS
             out.append((op,))
             return p
@@ -325,6 +418,33 @@ class RequestParser:
                 raise _Incomplete(q)
             (nonce,) = _U32.unpack_from(buf, p)
             out.append((op, nonce))
+            return q
+        if op == 0xA1:  # AE_ON_CLOSE
+            q = p + 1
+            if q > end:
+                raise _Incomplete(q)
+            action = buf[p]
+            if action not in AE_ON_CLOSE_ACTIONS:
+                raise ProtocolError(f"AE_ON_CLOSE action {action} is not a recordable write")
+            key, q = string(buf, q, end, mk, "key")
+            value, q = string(buf, q, end, mv, "value")
+            if action == 4:
+                try:
+                    int(value)
+                except ValueError:
+                    raise ProtocolError(
+                        f"AE_ON_CLOSE ADD delta {value[:32]!r} is not a decimal integer"
+                    ) from None
+            out.append((op, action, key, value))
+            return q
+        if op == 0xA0:  # AE_HELLO
+            out.append((op,))
+            return p
+        if op == 0xA2:  # AE_ON_CLOSE_CANCEL
+            q = p + 8
+            if q > end:
+                raise _Incomplete(q)
+            out.append((op, _I64.unpack_from(buf, p)[0]))
             return q
         if op == 0:
             raise ProtocolError("VALIDATE sent twice on one connection")
@@ -461,6 +581,18 @@ def request_list_keys() -> bytes:
 
 def request_barrier(key: bytes, world_size: int) -> bytes:
     return b"\x12" + _s(key) + _I64.pack(world_size)
+
+
+def request_ae_hello() -> bytes:
+    return b"\xa0"
+
+
+def request_on_close(action: int, key: bytes, value: bytes) -> bytes:
+    return b"\xa1" + _U8.pack(action) + _s(key) + _s(value)
+
+
+def request_on_close_cancel(action_id: int) -> bytes:
+    return b"\xa2" + _I64.pack(action_id)
 
 
 class Reply(enum.IntEnum):

@@ -1,355 +1,39 @@
-"""``StoreServer``: an asyncio TCP server speaking torch's TCPStore protocol."""
+"""``StoreServer``: a TCP server speaking torch's TCPStore protocol, on any anyio backend."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import errno
 import logging
 import socket
-import struct
+from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import cast
 
 import anyio
+from anyio.abc import TaskGroup
 
 from .._net import is_loopback
-from ._exceptions import ProtocolError, StoreConfigError, StoreError
+from ._connection import _Connection
+from ._exceptions import StoreConfigError, StoreError
 from ._local import LocalStore
-from ._protocol import (
-    MAX_KEY_COUNT,
-    MAX_KEY_SIZE,
-    MAX_VALUE_SIZE,
-    Request,
-    RequestParser,
-    encode_bytes_list,
-    encode_string_list,
-)
-from ._state import StoreState, Waiter
+from ._protocol import MAX_FRAME_SIZE, MAX_KEY_COUNT, MAX_KEY_SIZE, MAX_VALUE_SIZE
+from ._state import StoreState
 
 __all__ = ("StoreServer",)
 
 logger = logging.getLogger("aelastic.store")
 
-_U64 = struct.Struct("<Q")
-_I64 = struct.Struct("<q")
-_U32 = struct.Struct("<I")
-_STOP = b"\x00"
-_CANCELED = b"\x01"
-_READY = b"\x00"
-_NOT_READY = b"\x01"
-_EMPTY_POP = _I64.pack(0)
-_ONE = _I64.pack(1)
-_U64_unpack_from = _U64.unpack_from
-_U64_pack = _U64.pack
-#: Responses produced before checking the transport's buffer (backpressure).
-_BATCH_LIMIT = 4 * 1024 * 1024
-#: Larger GET values skip the fast path (which checks backpressure only between segments).
-_FAST_VALUE_LIMIT = 64 * 1024
-
 #: Default maximum number of simultaneous client connections.
 MAX_CONNECTIONS = 16384
-
-
-class _Connection(asyncio.Protocol):
-    """One client connection: parse requests, apply them, write responses in order."""
-
-    __slots__ = (
-        "_batch",
-        "_data",
-        "_dropped",
-        "_fast",
-        "_key_waiters",
-        "_max_key",
-        "_max_value",
-        "_pending",
-        "_server",
-        "_state",
-        "_waiters",
-        "parser",
-        "peer",
-        "transport",
-    )
-
-    def __init__(self, server: StoreServer) -> None:
-        self._server = server
-        self._state = server._state
-        self.parser = RequestParser(
-            max_key_size=server.max_key_size,
-            max_value_size=server.max_value_size,
-            max_key_count=server.max_key_count,
-        )
-        self.transport: asyncio.Transport | None = None
-        self.peer = "?"
-        self._waiters: list[Waiter] = []
-        self._batch: list[bytes] | None = None
-        self._max_key = server.max_key_size
-        self._max_value = server.max_value_size
-        self._pending: list[Request] | None = None
-        # data_received may take its fast path: validated, no partial frame, not paused
-        self._fast = False
-        self._dropped = False
-        self._data = self._state.data
-        self._key_waiters = self._state._waiters
-
-    # -- asyncio.Protocol ---------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not asyncio.Transport subclasses but quack alike
-        self.transport = cast(asyncio.Transport, transport)
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        server = self._server
-        if len(server._connections) >= server.max_connections:
-            logger.warning(
-                "store %s: refusing connection from %s: %d connections already open "
-                "(max_connections); raise the limit if this is expected",
-                server.address,
-                self.peer,
-                len(server._connections),
-            )
-            self.transport.abort()
-            return
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        server._connections.add(self)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._server._connections.discard(self)
-        self._cancel_waits()
-
-    def resume_writing(self) -> None:
-        # the transport drained below its low-water mark: answer the parked requests
-        pending = self._pending
-        if pending is None or self.transport is None or self.transport.is_closing():
-            return
-        self._pending = None
-        self._process(pending)
-        if self._pending is None and not self.transport.is_closing():
-            self._fast = self.parser.ready and not self._dropped
-            self.transport.resume_reading()
-
-    def eof_received(self) -> bool:
-        if self.parser.buffered:
-            logger.warning(
-                "store %s: closing connection from %s: EOF in the middle of a request "
-                "(%d bytes of a half-sent message dropped)",
-                self._server.address,
-                self.peer,
-                self.parser.buffered,
-            )
-        return False
-
-    def _drop(self, reason: str) -> None:
-        logger.warning(
-            "store %s: closing connection from %s: %s",
-            self._server.address,
-            self.peer,
-            reason,
-        )
-        self._fast = False
-        self._dropped = True
-        self._cancel_waits()
-        if self.transport is not None:
-            self.transport.abort()
-
-    def _cancel_waits(self) -> None:
-        if self._waiters:
-            cancel = self._state.cancel_waiter
-            for w in self._waiters:
-                cancel(w)
-            self._waiters = []
-
-    def _stop_waiting(self) -> None:
-        batch = self._batch
-        if batch is not None:
-            batch.append(_STOP)
-        elif self.transport is not None:
-            self.transport.write(_STOP)
-
-    def _track(self, waiter: Waiter) -> None:
-        waiters = self._waiters
-        if len(waiters) >= 32:
-            waiters = self._waiters = [w for w in waiters if w.active]
-        waiters.append(waiter)
-
-    def data_received(self, data: bytes) -> None:
-        # Fast path for what torch clients send most: whole SET, GET and WAIT-of-
-        # one-present-key requests (a torch set() and the WAIT of the next get()
-        # often share a segment), parsed and answered inline while nothing is
-        # buffered or parked (``_fast``). Responses are collected and written
-        # once per segment. At the first request it does not cover, including
-        # every malformed, oversized or partial frame, the rest of the data takes
-        # the generic path, which enforces the protocol and the limits. A test
-        # checks both paths give identical responses and state on random streams.
-        if self._fast:
-            pos = 0
-            n = len(data)
-            store = self._data
-            out: list[bytes] = []
-            size = 0
-            while n - pos > 8:
-                op = data[pos]
-                if op == 1:  # SET
-                    k = _U64_unpack_from(data, pos + 1)[0]
-                    e = pos + 9 + k
-                    if k > self._max_key or e + 8 > n:
-                        break
-                    vl = _U64_unpack_from(data, e)[0]
-                    end = e + 8 + vl
-                    if vl > self._max_value or end > n:
-                        break
-                    key = data[pos + 9 : e]
-                    store[key] = data[e + 8 : end]
-                    if key in self._key_waiters:
-                        # wakes may answer this connection's own WAIT: keep the order
-                        if out:
-                            self.transport.write(b"".join(out))  # type: ignore[union-attr]
-                            out.clear()
-                        self._state._wake(key)
-                elif op == 3:  # GET
-                    k = _U64_unpack_from(data, pos + 1)[0]
-                    end = pos + 9 + k
-                    if k > self._max_key or end > n:
-                        break
-                    v = store.get(data[pos + 9 : end], b"")
-                    if len(v) > _FAST_VALUE_LIMIT or size > _BATCH_LIMIT:
-                        break  # the generic path applies backpressure
-                    size += len(v)
-                    out.append(_U64_pack(len(v)) + v)
-                elif op == 6:  # WAIT
-                    if n - pos < 17 or _U64_unpack_from(data, pos + 1)[0] != 1:
-                        break
-                    k = _U64_unpack_from(data, pos + 9)[0]
-                    end = pos + 17 + k
-                    if k > self._max_key or end > n or data[pos + 17 : end] not in store:
-                        break
-                    out.append(_STOP)
-                else:
-                    break
-                pos = end
-            if out:
-                self.transport.write(  # type: ignore[union-attr]
-                    out[0] if len(out) == 1 else b"".join(out)
-                )
-            if pos:
-                if pos == n:
-                    return
-                data = data[pos:]
-        elif self._pending is not None:  # paused for backpressure: queue, do not answer
-            try:
-                self._pending.extend(self.parser.feed(data))
-            except ProtocolError as exc:
-                self._drop(str(exc))
-            return
-        try:
-            requests = self.parser.feed(data)
-        except ProtocolError as exc:
-            self._drop(str(exc))
-            return
-        if requests:
-            self._process(requests)
-        self._fast = self._pending is None and self.parser.ready and not self._dropped
-
-    def _process(self, requests: list[Request]) -> None:
-        """Apply ``requests`` in order and write their responses in one batch.
-
-        If the responses pile up in the transport (a peer that does not read),
-        the remaining requests are parked in ``_pending`` and reading is paused
-        until the transport drains (:meth:`resume_writing`).
-        """
-        state = self._state
-        out: list[bytes] = []
-        self._batch = out
-        append = out.append
-        size = 0
-        try:
-            for i, req in enumerate(requests):
-                if size > _BATCH_LIMIT and self.transport is not None:
-                    self.transport.write(b"".join(out))
-                    out.clear()
-                    size = 0
-                    if self.transport.get_write_buffer_size() > _BATCH_LIMIT:
-                        self._pending = requests[i:]
-                        self.transport.pause_reading()
-                        return
-                op = req[0]
-                if op == 1:  # SET
-                    state.set(req[1], req[2])
-                elif op == 3:  # GET
-                    v = state.data.get(req[1], b"")
-                    append(_U64.pack(len(v)))
-                    append(v)
-                    size += len(v)
-                elif op == 6:  # WAIT
-                    w = state.add_waiter(req[1], self._stop_waiting)
-                    if w is None:
-                        append(_STOP)
-                    else:
-                        self._track(w)
-                elif op == 4:  # ADD
-                    append(_I64.pack(state.add(req[1], req[2])))
-                elif op == 5:  # CHECK
-                    append(_READY if state.check(req[1]) else _NOT_READY)
-                elif op == 2:  # COMPARE_SET
-                    v = state.compare_set(req[1], req[2], req[3])
-                    append(_U64.pack(len(v)))
-                    append(v)
-                    size += len(v)
-                elif op == 10:  # MULTI_GET
-                    append(encode_bytes_list(state.multi_get(req[1])))
-                    size += len(out[-1])
-                elif op == 11:  # MULTI_SET
-                    state.multi_set(req[1], req[2])
-                elif op == 9:  # APPEND
-                    state.append(req[1], req[2])
-                elif op == 8:  # DELETE_KEY
-                    append(_ONE if state.delete(req[1]) else _EMPTY_POP)
-                elif op == 7:  # GETNUMKEYS
-                    append(_I64.pack(state.num_keys()))
-                elif op == 12:  # CANCEL_WAIT
-                    self._cancel_waits()
-                    append(_CANCELED)
-                elif op == 13:  # PING
-                    append(_U32.pack(req[1]))
-                elif op == 14:  # QUEUE_PUSH
-                    state.queue_push(req[1], req[2])
-                elif op == 15:  # QUEUE_POP
-                    v2 = state.queue_pop(req[1])
-                    if v2 is None:
-                        append(_EMPTY_POP)
-                    else:
-                        append(_ONE)
-                        append(_U64.pack(len(v2)))
-                        append(v2)
-                        size += len(v2)
-                elif op == 16:  # QUEUE_LEN
-                    append(_I64.pack(state.queue_len(req[1])))
-                elif op == 17:  # LIST_KEYS
-                    append(encode_string_list(state.list_keys()))
-                    size += len(out[-1])
-                elif op == 18:  # BARRIER
-                    w = state.barrier(req[1], req[2], self._stop_waiting)
-                    if w is None:
-                        append(_STOP)
-                    else:
-                        self._track(w)
-                # op 0 (VALIDATE) needs no answer
-        except ValueError as exc:  # ADD on a non-integer value
-            self._batch = None
-            if out and self.transport is not None:
-                self.transport.write(b"".join(out))
-            self._drop(str(exc))
-            return
-        self._batch = None
-        if out and self.transport is not None:
-            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+#: Default bound on the bytes of partial requests held for one connection.
+MAX_CONNECTION_BUFFER = MAX_FRAME_SIZE
+#: Default bound on the bytes of partial requests held for all connections together.
+MAX_BUFFERED_BYTES = 48 * 1024 * 1024
+#: Default time a client has to complete a request it started sending, in seconds.
+FRAME_TIMEOUT = 30.0
 
 
 class StoreServer:
-    """A TCPStore-compatible key-value server on asyncio.
+    """A TCPStore-compatible key-value server, on asyncio, uvloop or trio (anyio).
 
     ::
 
@@ -359,18 +43,39 @@ class StoreServer:
 
     Unmodified ``torch.distributed.TCPStore(host, port, is_master=False)`` clients
     and :class:`~aelastic.store.TCPStoreClient` can connect. Listening starts in
-    ``__aenter__`` and stops in ``__aexit__``, which is shielded from
-    cancellation: every client connection is closed, so clients blocked in
-    ``WAIT``/``GET`` see the connection drop and raise (ours raise
+    ``__aenter__`` (or :meth:`start`) and stops in ``__aexit__`` (or
+    :meth:`aclose`), in the same task: the server runs its connections in a task
+    group of its own. Cancelling ``__aenter__`` at any point leaves no listening
+    socket behind (the socket is bound and listening only after the last await).
+    ``__aexit__`` works under cancellation and ends at once: every client
+    connection is closed, so clients blocked in ``WAIT``/``GET`` see the
+    connection drop and raise (ours raise
     :class:`~aelastic.store.StoreConnectionError` naming the endpoint) instead of
     hanging; blocked calls on :attr:`local_store` raise
     :class:`~aelastic.store.StoreClosedError`.
 
     A connection that sends bytes which are not a valid request (first message
     not ``VALIDATE``, unknown opcode, length above ``max_key_size`` /
-    ``max_value_size`` / ``max_key_count``, ADD on a non-integer, EOF mid-request)
-    is closed with a warning on the ``aelastic.store`` logger naming the peer
-    and the reason; other connections and the stored data are unaffected.
+    ``max_value_size`` / ``max_key_count`` / ``max_frame_size``, ADD on a
+    non-integer, APPEND beyond ``max_value_size``, EOF mid-request) is closed with
+    a warning on the ``aelastic.store`` logger naming the peer and the reason;
+    other connections and the stored data are unaffected.
+
+    **Memory.** Whatever clients send, the server holds at most
+    ``max_buffered_bytes`` (48 MiB) of partial requests for all connections
+    together (plus the oldest one's, which may always progress), at most
+    ``max_connection_buffer`` (32 MiB) for one, and a request must be complete
+    ``frame_timeout`` (30 s) after its first byte, or its connection is closed.
+    A connection whose partial request would exceed the total stops being read
+    (its bytes wait in the kernel) until others complete theirs, within its
+    ``frame_timeout``. Answers a peer does not read are not
+    buffered beyond ~4 MiB per connection (it is not read meanwhile). So the
+    server's memory is its data (keys, values, queues: bounded per request by
+    ``max_frame_size`` and per value by ``max_value_size``, not in total) plus at
+    most ``max_buffered_bytes`` + ``max_connection_buffer`` + ``max_connections`` x
+    (64 KiB receive + 4 MiB answers in flight, only for peers that send requests
+    without reading) + ~10 KiB per connection. Defaults let torch's own workloads through (its
+    values and requests are far smaller).
 
     Binding to a non-loopback ``host`` requires ``allow_non_loopback=True``
     (the store has no authentication); ``host="::"`` then listens dual-stack.
@@ -384,6 +89,10 @@ class StoreServer:
         max_key_size: int = MAX_KEY_SIZE,
         max_value_size: int = MAX_VALUE_SIZE,
         max_key_count: int = MAX_KEY_COUNT,
+        max_frame_size: int = MAX_FRAME_SIZE,
+        max_connection_buffer: int = MAX_CONNECTION_BUFFER,
+        max_buffered_bytes: int = MAX_BUFFERED_BYTES,
+        frame_timeout: float = FRAME_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
         allow_non_loopback: bool = False,
         backlog: int | None = None,
@@ -400,6 +109,10 @@ class StoreServer:
             ("max_key_size", max_key_size),
             ("max_value_size", max_value_size),
             ("max_key_count", max_key_count),
+            ("max_frame_size", max_frame_size),
+            ("max_connection_buffer", max_connection_buffer),
+            ("max_buffered_bytes", max_buffered_bytes),
+            ("frame_timeout", frame_timeout),
             ("max_connections", max_connections),
         ):
             if value <= 0:
@@ -409,11 +122,23 @@ class StoreServer:
         self.max_key_size = max_key_size
         self.max_value_size = max_value_size
         self.max_key_count = max_key_count
+        self.max_frame_size = max_frame_size
+        self.max_connection_buffer = max_connection_buffer
+        self.max_buffered_bytes = max_buffered_bytes
+        self.frame_timeout = frame_timeout
         self.max_connections = max_connections
         self.backlog = backlog if backlog is not None else max(socket.SOMAXCONN, 4096)
         self._state = StoreState()
         self._connections: set[_Connection] = set()
-        self._server: asyncio.Server | None = None
+        self._listener: socket.socket | None = None
+        self._tg: TaskGroup | None = None
+        self._closing = False
+        self._next_action_id = 0
+        # bytes of partial requests held for all connections; waiters for it to drop
+        self._buffered = 0
+        self._budget_event: anyio.Event | None = None
+        # connections holding a partial request, oldest first (the oldest may always read)
+        self._partial: dict[_Connection, None] = {}
         self.local_store = LocalStore(_state=self._state, name=f"{self.host}:{port}")
 
     @property
@@ -427,8 +152,16 @@ class StoreServer:
         """Number of open client connections."""
         return len(self._connections)
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of partial requests held for all connections (at most ``max_buffered_bytes``
+        plus one connection's last receive)."""
+        return self._buffered
+
     def __repr__(self) -> str:
         return f"StoreServer({self.address!r})"
+
+    # -- listening socket -------------------------------------------------------------
 
     def _make_socket(self) -> socket.socket:
         host = self.host
@@ -445,8 +178,7 @@ class StoreServer:
             return self._bind(socket.AF_INET6, (host, self.port))
         return self._bind(socket.AF_INET, (host, self.port))
 
-    @staticmethod
-    def _bind(family: int, addr: tuple[str, int], dual_stack: bool = False) -> socket.socket:
+    def _bind(self, family: int, addr: tuple[str, int], dual_stack: bool = False) -> socket.socket:
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -454,45 +186,69 @@ class StoreServer:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
             sock.bind(addr)
             sock.setblocking(False)
+            sock.listen(self.backlog)
         except BaseException:
             sock.close()
             raise
         return sock
 
+    # -- lifetime ---------------------------------------------------------------------
+
     async def start(self) -> None:
-        """Bind and start listening (what ``__aenter__`` does)."""
-        if self._server is not None:
+        """Bind and start listening (what ``__aenter__`` does).
+
+        The server's connections run in a task group entered here and joined by
+        ``__aexit__``, which the same task must await: use ``async with``
+        (``AsyncExitStack.enter_async_context`` is fine). Raises
+        :class:`~aelastic.store.StoreError` if the address cannot be bound;
+        cancelled, it leaves nothing behind (no await after the socket exists).
+        """
+        if self._tg is not None:
             raise StoreConfigError(f"store server {self.address} is already started")
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        # no await from here on: the listening socket is handed over or closed
         try:
             sock = self._make_socket()
         except OSError as exc:
-            raise StoreError(
+            error = StoreError(
                 f"cannot listen on {self.address}: {exc.strerror or exc}; choose another "
                 "port or use port 0 for a free one"
-            ) from None
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: _Connection(self), sock=sock, backlog=self.backlog
-        )
+            )
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)  # no task started: returns at once
+            raise error from None
+        self._tg = tg
+        self._listener = sock
+        self._closing = False
         self.port = sock.getsockname()[1]
         self.local_store.name = self.address
+        tg.start_soon(self._accept_loop, sock)
         logger.info("store listening on %s", self.address)
 
     async def aclose(self) -> None:
-        """Stop listening and close every connection. Idempotent, shielded from cancellation."""
-        with anyio.CancelScope(shield=True):
-            server, self._server = self._server, None
-            await self.local_store.aclose()
-            if server is None:
-                return
-            server.close()
-            for conn in list(self._connections):
-                conn._cancel_waits()
-                if conn.transport is not None:
-                    conn.transport.abort()
-            self._connections.clear()
-            await server.wait_closed()
+        """Stop listening and close every connection; usable from any task.
+
+        Idempotent and without awaiting anything that can block: sockets are
+        closed, blocked :attr:`local_store` calls raise, and the connection tasks
+        end (their sockets are closed under them). ``__aexit__`` then cancels and
+        joins them: every await in them is cancellable, so that join ends at their
+        next checkpoint and needs no shield.
+        """
+        self._stop()
+
+    def _stop(self) -> None:
+        self._closing = True
+        self.local_store.close()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            anyio.notify_closing(listener)
+            listener.close()
             logger.info("store %s stopped", self.address)
+        for conn in list(self._connections):
+            conn.close()  # wakes its task (and its drain) with ClosedResourceError
+        self._connections.clear()
+        self._budget_released()
 
     async def __aenter__(self) -> StoreServer:
         await self.start()
@@ -504,10 +260,109 @@ class StoreServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.aclose()
+        self._stop()
+        tg, self._tg = self._tg, None
+        if tg is not None:
+            # the host's body is over: cancelling the group only reaches our tasks
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
 
     async def serve_forever(self) -> None:
         """Run until cancelled (the server must be started)."""
-        if self._server is None:
+        if self._tg is None:
             raise StoreConfigError("call start() or use 'async with' before serve_forever()")
         await anyio.sleep_forever()
+
+    # -- connections ------------------------------------------------------------------
+
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                await anyio.wait_readable(listener)
+            except (anyio.ClosedResourceError, OSError):
+                return
+            for _ in range(64):  # a burst of connections, then let them run
+                try:
+                    sock, addr = listener.accept()
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError as exc:
+                    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                        logger.warning(
+                            "store %s: cannot accept connections: %s; retrying in 0.1 s",
+                            self.address,
+                            exc,
+                        )
+                        await anyio.sleep(0.1)  # out of descriptors: a back-off, not a sync
+                        break
+                    if exc.errno in (errno.EBADF, errno.EINVAL):
+                        return  # the listener was closed
+                    break  # ECONNABORTED and friends: that one is gone
+                self._admit(sock, addr)
+
+    def _admit(self, sock: socket.socket, addr: object) -> None:
+        peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+        if len(self._connections) >= self.max_connections or self._tg is None:
+            logger.warning(
+                "store %s: refusing connection from %s: %d connections already open "
+                "(max_connections); raise the limit if this is expected",
+                self.address,
+                peer,
+                len(self._connections),
+            )
+            sock.close()
+            return
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            sock.close()
+            return
+        conn = _Connection(self, sock, peer)
+        self._connections.add(conn)
+        self._tg.start_soon(self._serve, conn)
+
+    async def _serve(self, conn: _Connection) -> None:
+        await self._guarded(conn.serve, conn)
+
+    async def _guarded(self, func: Callable[[], Awaitable[None]], conn: _Connection) -> None:
+        # the task group encloses the host's code: a bug in one connection must not
+        # cancel it (nor the other connections)
+        try:
+            await func()
+        except Exception:
+            logger.exception("store %s: connection from %s failed", self.address, conn.peer)
+            conn.close()
+
+    def _spawn(self, func: Callable[[], Awaitable[None]], conn: _Connection) -> None:
+        """Run ``func`` (a connection's outbox drain) in the server's task group."""
+        if self._tg is not None:
+            self._tg.start_soon(self._guarded, func, conn)
+
+    def _new_action_id(self) -> int:
+        self._next_action_id += 1
+        return self._next_action_id
+
+    async def _budget_wait(self) -> None:
+        """Wait until some connection releases buffered bytes."""
+        if self._budget_event is None:
+            self._budget_event = anyio.Event()
+        await self._budget_event.wait()
+
+    def _budget_released(self) -> None:
+        """Wake the connections waiting for buffer space (they check again)."""
+        event = self._budget_event
+        if event is not None:
+            self._budget_event = None
+            event.set()
+
+    def _may_buffer(self, conn: _Connection) -> bool:
+        """Whether ``conn`` may read more of its partial request now.
+
+        Yes while all connections together hold at most ``max_buffered_bytes``;
+        beyond, only the connection whose partial request is the oldest, so that
+        one request always progresses (it completes or times out) and frees space.
+        """
+        if self._buffered <= self.max_buffered_bytes:
+            return True
+        return next(iter(self._partial), conn) is conn

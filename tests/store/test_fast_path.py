@@ -9,29 +9,13 @@ from hypothesis import strategies as st
 
 from aelastic.store import StoreServer
 from aelastic.store import _protocol as P
-from aelastic.store._server import _FAST_VALUE_LIMIT, _Connection
+from aelastic.store._connection import _FAST_VALUE_LIMIT, _Connection
+
+from ._fakes import FakeSocket, connection
 
 
-class _Transport:
-    def __init__(self) -> None:
-        self.out = bytearray()
-        self.writes = 0
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.out += data
-        self.writes += 1
-
-    def abort(self) -> None:
-        self.closed = True
-
-
-def _conn(server: StoreServer) -> tuple[_Connection, _Transport]:
-    conn = _Connection(server)
-    transport = _Transport()
-    conn.transport = transport  # type: ignore[assignment]
-    conn.data_received(P.request_validate())
-    return conn, transport
+def _conn(server: StoreServer) -> tuple[_Connection, FakeSocket]:
+    return connection(server)
 
 
 def test_pipelined_answers_of_one_segment_are_written_once() -> None:

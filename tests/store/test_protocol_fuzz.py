@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from aelastic.store import ProtocolError, StoreServer, TCPStoreClient
 from aelastic.store import _protocol as P
 
+from ._fakes import FakeSocket, connection
+
 keys = st.binary(max_size=40)
 values = st.binary(max_size=200)
 key_lists = st.lists(keys, max_size=5)
@@ -40,6 +42,11 @@ requests = st.one_of(
     keys.map(lambda k: (P.request_queue_len(k), (16, k))),
     st.just((P.request_list_keys(), (17,))),
     st.tuples(keys, st.integers(1, 1000)).map(lambda a: (P.request_barrier(*a), (18, *a))),
+    st.just((P.request_ae_hello(), (0xA0,))),
+    st.tuples(st.sampled_from([1, 8, 9, 14]), keys, values).map(
+        lambda a: (P.request_on_close(*a), (0xA1, *a))
+    ),
+    st.integers(-1, 2**40).map(lambda n: (P.request_on_close_cancel(n), (0xA2, n))),
 )
 
 
@@ -73,7 +80,7 @@ def test_garbage_only_raises_protocol_error(data: bytes, cuts: list[int], valida
     try:
         for piece in _split(prefix + data, cuts):
             for req in parser.feed(piece):
-                assert isinstance(req, tuple) and 0 <= req[0] <= 18
+                assert isinstance(req, tuple) and req[0] in set(P.Opcode)
     except ProtocolError:
         pass
 
@@ -136,25 +143,8 @@ def test_live_server_survives_garbage(garbage: bytes, validated: bool) -> None:
     anyio.run(_garbage_round, garbage, validated)
 
 
-class _FakeTransport:
-    def __init__(self) -> None:
-        self.out = bytearray()
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.out += data
-
-    def abort(self) -> None:
-        self.closed = True
-
-
-def _connection() -> tuple[Any, _FakeTransport]:
-    from aelastic.store._server import _Connection
-
-    conn = _Connection(StoreServer())
-    transport = _FakeTransport()
-    conn.transport = transport  # type: ignore[assignment]
-    return conn, transport
+def _connection() -> tuple[Any, FakeSocket]:
+    return connection(StoreServer(), validate=False)
 
 
 small_keys = st.sampled_from([b"/a", b"/b", b"/c"])

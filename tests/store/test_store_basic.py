@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import pytest
@@ -19,13 +20,13 @@ from aelastic.store import (
 
 
 @pytest.fixture(params=["local", "tcp", "server-local", "prefix"])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+async def store(request: pytest.FixtureRequest, hosted: Any) -> AsyncIterator[Store]:
     kind = request.param
     if kind == "local":
         async with LocalStore(timeout=10) as s:
             yield s
         return
-    async with StoreServer() as server:
+    async with hosted(StoreServer()) as server:
         if kind == "server-local":
             yield server.local_store
             return

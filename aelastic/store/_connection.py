@@ -1,0 +1,590 @@
+"""One client connection of :class:`~aelastic.store.StoreServer`: parse, apply, answer.
+
+The connection owns a non-blocking socket. Its task (:meth:`_Connection.serve`)
+waits with :func:`anyio.wait_readable` (every anyio backend), receives, and
+answers; answers are written with a plain non-blocking ``send``, also from the
+callbacks that wake a parked WAIT when another connection sets its key, so a wake
+costs no task switch. What the kernel does not take at once goes to an outbox
+that a drain task empties; while it is non-empty the connection reads nothing
+more (backpressure: a peer that does not read cannot make the server buffer).
+
+Work per wake-up is bounded: one ``recv`` of at most :data:`RECV_SIZE` bytes is
+parsed (linear, see :class:`RequestParser`), and requests over many keys
+(MULTI_SET, MULTI_GET, WAIT, CHECK, LIST_KEYS of a big store) are applied in
+slices of :data:`SLICE` keys with a checkpoint in between, so no request holds
+the event loop for more than a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.lowlevel
+
+from ._ephemeral import MAX_ON_CLOSE_ACTIONS
+from ._exceptions import ProtocolError
+from ._protocol import AE_VERSION, Request, RequestParser, encode_bytes_list
+from ._state import Waiter
+
+if TYPE_CHECKING:
+    from ._server import StoreServer
+
+__all__ = ("RECV_SIZE", "SLICE", "_Connection")
+
+logger = logging.getLogger("aelastic.store")
+
+_U64 = struct.Struct("<Q")
+_I64 = struct.Struct("<q")
+_U32 = struct.Struct("<I")
+_STOP = b"\x00"
+_CANCELED = b"\x01"
+_READY = b"\x00"
+_NOT_READY = b"\x01"
+_EMPTY_POP = _I64.pack(0)
+_ONE = _I64.pack(1)
+_U64_unpack_from = _U64.unpack_from
+_U64_pack = _U64.pack
+
+#: Bytes read per wake-up (bounds the parsing done between two checkpoints).
+RECV_SIZE = 64 * 1024
+#: Keys applied between two checkpoints by a request over many keys.
+SLICE = 8192
+#: Answers collected before they are written (and backpressure is checked).
+_BATCH_LIMIT = 4 * 1024 * 1024
+#: Larger GET values skip the fast path (which writes once per segment).
+_FAST_VALUE_LIMIT = 64 * 1024
+#: Requests over more keys than this are applied in slices (asynchronously).
+_BIG = frozenset({5, 6, 10, 11})
+
+
+class _Closed(Exception):
+    """Internal: the connection was closed (by us or the peer) while serving it."""
+
+
+class _Connection:
+    """One client connection: parse requests, apply them, write answers in order."""
+
+    __slots__ = (
+        "_batch",
+        "_data",
+        "_drained",
+        "_fast",
+        "_frame_t0",
+        "_held",
+        "_key_waiters",
+        "_max_key",
+        "_max_value",
+        "_on_close",
+        "_outbox",
+        "_outsize",
+        "_server",
+        "_state",
+        "_waiters",
+        "closed",
+        "parser",
+        "peer",
+        "sock",
+    )
+
+    def __init__(self, server: StoreServer, sock: socket.socket, peer: str) -> None:
+        self._server = server
+        self._state = server._state
+        self.sock = sock
+        self.peer = peer
+        self.parser = RequestParser(
+            max_key_size=server.max_key_size,
+            max_value_size=server.max_value_size,
+            max_key_count=server.max_key_count,
+            max_frame_size=server.max_frame_size,
+        )
+        self._waiters: list[Waiter] = []
+        self._batch: list[bytes] | None = None
+        self._max_key = server.max_key_size
+        self._max_value = server.max_value_size
+        # the fast path applies: validated, no partial frame, no backlog
+        self._fast = False
+        self.closed = False
+        self._data = self._state.data
+        self._key_waiters = self._state._waiters
+        # AE_ON_CLOSE actions: id -> (opcode, key, value), performed when the connection closes
+        self._on_close: dict[int, tuple[int, bytes, bytes]] | None = None
+        # answers the kernel did not take yet, emptied by _drain
+        self._outbox: list[bytes] = []
+        self._outsize = 0
+        self._drained: anyio.Event | None = None
+        # bytes of a partial request counted in the server's buffer budget, since when
+        self._held = 0
+        self._frame_t0 = 0.0
+
+    # -- writing ------------------------------------------------------------------------
+
+    def _write(self, data: bytes) -> None:
+        """Send ``data`` now; what the kernel does not take waits in the outbox."""
+        if self.closed:
+            return
+        if self._outbox:
+            self._outbox.append(data)
+            self._outsize += len(data)
+            return
+        try:
+            n = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError as exc:
+            self.close(f"send failed: {exc}", quiet=True)
+            return
+        if n < len(data):
+            rest = data[n:]
+            self._outbox.append(rest)
+            self._outsize = len(rest)
+            self._drained = anyio.Event()
+            self._server._spawn(self._drain, self)
+
+    async def _drain(self) -> None:
+        """Empty the outbox as the peer reads (a task of the server's task group)."""
+        try:
+            while self._outbox and not self.closed:
+                await anyio.wait_writable(self.sock)
+                data = b"".join(self._outbox) if len(self._outbox) > 1 else self._outbox[0]
+                try:
+                    n = self.sock.send(data)
+                except (BlockingIOError, InterruptedError):
+                    n = 0
+                self._outbox = [data[n:]] if n < len(data) else []
+                self._outsize = len(data) - n
+        except (OSError, anyio.ClosedResourceError) as exc:
+            self.close(f"send failed: {exc}", quiet=True)
+        finally:
+            self._outbox = []
+            self._outsize = 0
+            drained, self._drained = self._drained, None
+            if drained is not None:
+                drained.set()
+
+    async def _wait_drained(self) -> None:
+        drained = self._drained
+        if drained is not None:
+            await drained.wait()
+        if self.closed:
+            raise _Closed
+
+    # -- lifetime -----------------------------------------------------------------------
+
+    def close(self, reason: str | None = None, *, quiet: bool = False) -> None:
+        """Close the socket (idempotent); waits of this connection are dropped."""
+        if self.closed:
+            return
+        self.closed = True
+        self._fast = False
+        if reason is not None:
+            log = logger.debug if quiet else logger.warning
+            log("store %s: closing connection from %s: %s", self._server.address, self.peer, reason)
+        self._cancel_waits()
+        anyio.notify_closing(self.sock)
+        self.sock.close()
+
+    def _cancel_waits(self) -> None:
+        if self._waiters:
+            cancel = self._state.cancel_waiter
+            for w in self._waiters:
+                cancel(w)
+            self._waiters = []
+
+    def run_on_close(self) -> None:
+        """Perform the AE_ON_CLOSE actions (once), unless the server is stopping."""
+        actions, self._on_close = self._on_close, None
+        if not actions or self._server._closing:
+            return
+        for op, key, value in actions.values():
+            try:
+                self._state.apply(op, key, value)
+            except ValueError as exc:  # ADD on a non-counter: nothing to add to
+                logger.warning(
+                    "store %s: on-close action of %s skipped: %s",
+                    self._server.address,
+                    self.peer,
+                    exc,
+                )
+
+    def _stop_waiting(self) -> None:
+        batch = self._batch
+        if batch is not None:
+            batch.append(_STOP)
+        else:
+            self._write(_STOP)
+
+    def _track(self, waiter: Waiter) -> None:
+        waiters = self._waiters
+        if len(waiters) >= 32:
+            waiters = self._waiters = [w for w in waiters if w.active]
+        waiters.append(waiter)
+
+    # -- the connection's task ----------------------------------------------------------
+
+    async def serve(self) -> None:
+        """Serve until the peer closes, misbehaves or the server stops; then clean up."""
+        server = self._server
+        sock = self.sock
+        recv = sock.recv
+        try:
+            while True:
+                try:
+                    data = recv(RECV_SIZE)
+                except (BlockingIOError, InterruptedError):
+                    await self._wait_for_data()
+                    continue
+                except OSError as exc:
+                    self.close(f"receive failed: {exc}", quiet=True)
+                    return
+                if not data:
+                    if self.parser.buffered:
+                        self.close(
+                            "EOF in the middle of a request "
+                            f"({self.parser.buffered} bytes of a half-sent message dropped)"
+                        )
+                    return
+                rest = self.data_received(data)
+                if self.closed:
+                    return
+                while rest:
+                    await self._wait_drained()
+                    rest = await self._process_big(rest)
+                if self._outsize > _BATCH_LIMIT:
+                    await self._wait_drained()
+                if self._held or self.parser.buffered:
+                    await self._account()
+                if len(data) == RECV_SIZE:
+                    await anyio.lowlevel.checkpoint()  # a fast sender: let others run
+        except (_Closed, anyio.ClosedResourceError):
+            pass
+        except OSError as exc:  # the socket failed under wait_readable/wait_writable
+            self.close(f"connection failed: {exc}", quiet=True)
+        finally:
+            self.close()
+            self._release_budget()
+            server._connections.discard(self)
+            self.run_on_close()
+
+    async def _wait_for_data(self) -> None:
+        """Wait until readable; a half-sent request has ``frame_timeout`` seconds in all."""
+        if self.parser.ready or not self._held:
+            await anyio.wait_readable(self.sock)
+            return
+        server = self._server
+        with anyio.move_on_after(self._frame_t0 + server.frame_timeout - anyio.current_time()):
+            await anyio.wait_readable(self.sock)
+            return
+        self.close(
+            f"request not completed within frame_timeout={server.frame_timeout} s "
+            f"({self.parser.buffered} bytes of it received)"
+        )
+        raise _Closed
+
+    async def _account(self) -> None:
+        """Count this connection's partial request in the per-connection and total budgets."""
+        server = self._server
+        held = self.parser.buffered
+        if held > server.max_connection_buffer:
+            self.close(
+                f"a request of more than {server.max_connection_buffer} bytes held "
+                "(max_connection_buffer)"
+            )
+            raise _Closed
+        if not self._held and held:
+            self._frame_t0 = anyio.current_time()
+            server._partial[self] = None
+        server._buffered += held - self._held
+        self._held = held
+        if not held:
+            server._partial.pop(self, None)
+            server._budget_released()
+            return
+        # over the budget of all connections: stop reading until others complete theirs
+        while not server._may_buffer(self) and not self.closed:
+            with anyio.move_on_after(self._frame_t0 + server.frame_timeout - anyio.current_time()):
+                await server._budget_wait()
+                continue
+            self.close(
+                f"request not completed within frame_timeout={server.frame_timeout} s "
+                f"(waiting for buffer space: {server._buffered} bytes held by all "
+                f"connections, max_buffered_bytes={server.max_buffered_bytes})"
+            )
+            raise _Closed
+
+    def _release_budget(self) -> None:
+        self._server._partial.pop(self, None)
+        if self._held:
+            self._server._buffered -= self._held
+            self._held = 0
+            self._server._budget_released()
+
+    # -- parsing and applying -----------------------------------------------------------
+
+    def data_received(self, data: bytes) -> list[Request]:
+        """Apply the requests ``data`` completes; return those left for :meth:`_process_big`.
+
+        Synchronous: the fused fast path and the generic path for requests over a
+        bounded number of keys. What is returned starts with a request over many
+        keys or was stopped by backpressure (the outbox filled up).
+        """
+        # Fast path for what torch clients send most: whole SET, GET and WAIT-of-
+        # one-present-key requests (a torch set() and the WAIT of the next get()
+        # often share a segment), parsed and answered inline while nothing is
+        # buffered or parked (``_fast``). Answers are collected and written once
+        # per segment. At the first request it does not cover, including every
+        # malformed, oversized or partial frame, the rest of the data takes the
+        # generic path, which enforces the protocol and the limits. A test checks
+        # both paths give identical answers and state on random streams.
+        if self._fast:
+            pos = 0
+            n = len(data)
+            store = self._data
+            out: list[bytes] = []
+            size = 0
+            while n - pos > 8:
+                op = data[pos]
+                if op == 1:  # SET
+                    k = _U64_unpack_from(data, pos + 1)[0]
+                    e = pos + 9 + k
+                    if k > self._max_key or e + 8 > n:
+                        break
+                    vl = _U64_unpack_from(data, e)[0]
+                    end = e + 8 + vl
+                    if vl > self._max_value or end > n:
+                        break
+                    key = data[pos + 9 : e]
+                    store[key] = data[e + 8 : end]
+                    if key in self._key_waiters:
+                        # wakes may answer this connection's own WAIT: keep the order
+                        if out:
+                            self._write(b"".join(out))
+                            out.clear()
+                        self._state._wake(key)
+                elif op == 3:  # GET
+                    k = _U64_unpack_from(data, pos + 1)[0]
+                    end = pos + 9 + k
+                    if k > self._max_key or end > n:
+                        break
+                    v = store.get(data[pos + 9 : end], b"")
+                    if len(v) > _FAST_VALUE_LIMIT or size > _BATCH_LIMIT:
+                        break  # the generic path applies backpressure
+                    size += len(v)
+                    out.append(_U64_pack(len(v)) + v)
+                elif op == 6:  # WAIT
+                    if n - pos < 17 or _U64_unpack_from(data, pos + 1)[0] != 1:
+                        break
+                    k = _U64_unpack_from(data, pos + 9)[0]
+                    end = pos + 17 + k
+                    if k > self._max_key or end > n or data[pos + 17 : end] not in store:
+                        break
+                    out.append(_STOP)
+                else:
+                    break
+                pos = end
+            if out:
+                self._write(out[0] if len(out) == 1 else b"".join(out))
+            if pos:
+                if pos == n:
+                    return []
+                data = data[pos:]
+        try:
+            requests = self.parser.feed(data)
+        except ProtocolError as exc:
+            self.close(str(exc))
+            return []
+        rest = self._process(requests) if requests else []
+        self._fast = not rest and not self._outbox and self.parser.ready and not self.closed
+        return rest
+
+    def _process(self, requests: list[Request]) -> list[Request]:
+        """Apply ``requests`` in order and write their answers in one batch.
+
+        Stops at a request over more than :data:`SLICE` keys, or when answers pile
+        up in the outbox (a peer that does not read), and returns the requests
+        from there on, for :meth:`_process_big`.
+        """
+        state = self._state
+        out: list[bytes] = []
+        self._batch = out
+        append = out.append
+        size = 0
+        rest: list[Request] = []
+        try:
+            for i, req in enumerate(requests):
+                if size > _BATCH_LIMIT:
+                    self._batch = None
+                    self._write(b"".join(out))
+                    out.clear()
+                    self._batch = out
+                    size = 0
+                    if self._outbox:
+                        rest = requests[i:]
+                        break
+                op = req[0]
+                if op == 1:  # SET
+                    state.set(req[1], req[2])
+                elif op == 3:  # GET
+                    v = state.data.get(req[1], b"")
+                    append(_U64.pack(len(v)))
+                    append(v)
+                    size += len(v)
+                elif op in _BIG and len(req[1]) > SLICE:
+                    rest = requests[i:]
+                    break
+                elif op == 6:  # WAIT
+                    w = state.add_waiter(req[1], self._stop_waiting)
+                    if w is None:
+                        append(_STOP)
+                    else:
+                        self._track(w)
+                elif op == 4:  # ADD
+                    append(_I64.pack(state.add(req[1], req[2])))
+                elif op == 5:  # CHECK
+                    append(_READY if state.check(req[1]) else _NOT_READY)
+                elif op == 2:  # COMPARE_SET
+                    v = state.compare_set(req[1], req[2], req[3])
+                    append(_U64.pack(len(v)))
+                    append(v)
+                    size += len(v)
+                elif op == 10:  # MULTI_GET
+                    append(encode_bytes_list(state.multi_get(req[1])))
+                    size += len(out[-1])
+                elif op == 11:  # MULTI_SET
+                    state.multi_set(req[1], req[2])
+                elif op == 9:  # APPEND
+                    self._check_append(req[1], req[2])
+                    state.append(req[1], req[2])
+                elif op == 8:  # DELETE_KEY
+                    append(_ONE if state.delete(req[1]) else _EMPTY_POP)
+                elif op == 7:  # GETNUMKEYS
+                    append(_I64.pack(state.num_keys()))
+                elif op == 12:  # CANCEL_WAIT
+                    self._cancel_waits()
+                    append(_CANCELED)
+                elif op == 13:  # PING
+                    append(_U32.pack(req[1]))
+                elif op == 14:  # QUEUE_PUSH
+                    state.queue_push(req[1], req[2])
+                elif op == 15:  # QUEUE_POP
+                    v2 = state.queue_pop(req[1])
+                    if v2 is None:
+                        append(_EMPTY_POP)
+                    else:
+                        append(_ONE)
+                        append(_U64.pack(len(v2)))
+                        append(v2)
+                        size += len(v2)
+                elif op == 16:  # QUEUE_LEN
+                    append(_I64.pack(state.queue_len(req[1])))
+                elif op == 17:  # LIST_KEYS
+                    if state.num_keys() > SLICE:
+                        rest = requests[i:]
+                        break
+                    keys = state.list_keys()
+                    append(_I64.pack(len(keys)))
+                    append(encode_bytes_list(keys))
+                    size += len(out[-1])
+                elif op == 18:  # BARRIER
+                    w = state.barrier(req[1], req[2], self._stop_waiting)
+                    if w is None:
+                        append(_STOP)
+                    else:
+                        self._track(w)
+                elif op == 0xA1:  # AE_ON_CLOSE
+                    append(_I64.pack(self._register_on_close(req[1], req[2], req[3])))
+                elif op == 0xA0:  # AE_HELLO
+                    append(_U32.pack(AE_VERSION))
+                elif op == 0xA2:  # AE_ON_CLOSE_CANCEL
+                    append(_I64.pack(self._cancel_on_close(req[1])))
+                # op 0 (VALIDATE) needs no answer
+        except ValueError as exc:  # ADD on a non-counter, APPEND too long, too many actions
+            self._batch = None
+            if out:
+                self._write(b"".join(out))
+            self.close(str(exc))
+            return []
+        finally:
+            self._batch = None
+        if out:
+            self._write(b"".join(out) if len(out) > 1 else out[0])
+        return rest
+
+    async def _process_big(self, requests: list[Request]) -> list[Request]:
+        """Apply ``requests[0]`` (maybe over many keys) in slices; then the rest, in sync."""
+        req = requests[0]
+        op = req[0]
+        state = self._state
+        if op == 11:  # MULTI_SET
+            keys, values = req[1], req[2]
+            for i in range(0, len(keys), SLICE):
+                state.multi_set(keys[i : i + SLICE], values[i : i + SLICE])
+                await anyio.lowlevel.checkpoint()
+        elif op == 10:  # MULTI_GET
+            keys = req[1]
+            for i in range(0, len(keys), SLICE):
+                self._write(encode_bytes_list(state.multi_get(keys[i : i + SLICE])))
+                await self._wait_drained()
+                await anyio.lowlevel.checkpoint()
+        elif op == 5:  # CHECK
+            keys = req[1]
+            ready = True
+            for i in range(0, len(keys), SLICE):
+                if not state.check(keys[i : i + SLICE]):
+                    ready = False
+                    break
+                await anyio.lowlevel.checkpoint()
+            self._write(_READY if ready else _NOT_READY)
+        elif op == 6:  # WAIT
+            keys = req[1]
+            w = state.open_waiter(self._stop_waiting)
+            self._track(w)
+            for i in range(0, len(keys), SLICE):
+                state.extend_waiter(w, keys[i : i + SLICE])
+                await anyio.lowlevel.checkpoint()
+            if state.close_waiter(w):
+                self._write(_STOP)
+        elif op == 17:  # LIST_KEYS of a big store
+            keys = state.list_keys()
+            self._write(_I64.pack(len(keys)))
+            for i in range(0, len(keys), SLICE):
+                self._write(encode_bytes_list(keys[i : i + SLICE]))
+                await self._wait_drained()
+                await anyio.lowlevel.checkpoint()
+        else:  # stopped by backpressure: the outbox has drained
+            return self._process(requests)
+        if self.closed:
+            raise _Closed
+        return self._process(requests[1:])
+
+    def _check_append(self, key: bytes, value: bytes) -> None:
+        old = self._state.data.get(key)
+        total = len(value) + (0 if old is None else len(old))
+        if total > self._max_value:
+            raise ValueError(
+                f"APPEND would grow key {key[:64]!r} to {total} bytes, above "
+                f"max_value_size={self._max_value}"
+            )
+
+    def _register_on_close(self, op: int, key: bytes, value: bytes) -> int:
+        actions = self._on_close
+        if actions is None:
+            actions = self._on_close = {}
+        if len(actions) >= MAX_ON_CLOSE_ACTIONS:
+            raise ValueError(f"more than {MAX_ON_CLOSE_ACTIONS} on-close actions on one connection")
+        action_id = self._server._new_action_id()
+        actions[action_id] = (op, key, value)
+        return action_id
+
+    def _cancel_on_close(self, action_id: int) -> int:
+        actions = self._on_close
+        if not actions:
+            return 0
+        if action_id == -1:
+            n = len(actions)
+            actions.clear()
+            return n
+        return 1 if actions.pop(action_id, None) is not None else 0
