@@ -15,7 +15,6 @@ import logging
 import socket
 from contextlib import AsyncExitStack
 
-import anyio
 from anyio.abc import TaskGroup
 
 from ..store import Store, StoreError, StoreServer, TCPStoreClient
@@ -79,7 +78,7 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
             bind = host if _is_ip(host) or host == "localhost" else "::"
             server = StoreServer(bind, port, allow_non_loopback=True)
             try:
-                await _enter_whole(stack, server, self.settings.read_timeout)
+                await stack.enter_async_context(server)
             except StoreError as exc:
                 _log.info("not hosting the rendezvous store at %s:%s (%s)", host, port, exc)
             else:
@@ -113,21 +112,6 @@ async def _open_wait_connection(client: TCPStoreClient) -> None:
     # On failure the first blocking read connects (and reports) instead.
     with contextlib.suppress(StoreError, OSError):
         idle.append(await opener())
-
-
-async def _enter_whole(stack: AsyncExitStack, server: StoreServer, bound: float) -> None:
-    """Start ``server`` onto ``stack`` without a cancellation point in the middle.
-
-    A cancellation landing inside a server's start (the listener bound, not yet
-    registered for cleanup) would leak the listening socket; shielded, the start
-    completes and the pending cancellation hits the caller's next checkpoint, with
-    the server already on ``stack`` (closed with it). Bounded by ``bound`` seconds.
-    """
-    with anyio.CancelScope(shield=True) as scope:
-        scope.deadline = anyio.current_time() + bound
-        await stack.enter_async_context(server)
-    if scope.cancelled_caught:
-        raise StoreError(f"starting the store server took longer than {bound}s")
 
 
 def _is_ip(host: str) -> bool:

@@ -11,7 +11,7 @@ from types import TracebackType
 
 from ..store import PrefixStore, Store, StoreError, StoreServer, TCPStoreClient
 from ._api import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
-from ._c10d import _enter_whole, _is_ip
+from ._c10d import _is_ip
 from ._exceptions import (
     RendezvousClosedError,
     RendezvousConfigError,
@@ -82,7 +82,7 @@ class StaticRendezvousHandler(RendezvousHandler):
                 bind = self.host if _is_ip(self.host) or self.host == "localhost" else "::"
                 server = StoreServer(bind, self.port, allow_non_loopback=True)
                 try:
-                    await _enter_whole(stack, server, self.timeout)
+                    await stack.enter_async_context(server)
                 except StoreError as exc:
                     raise RendezvousConnectionError(
                         f"node rank 0 cannot host the static rendezvous store at {endpoint}: {exc}"
