@@ -22,6 +22,8 @@ from aelastic.rendezvous import (
 )
 from aelastic.store import LocalStore, Store
 
+pytestmark = pytest.mark.anyio
+
 FAST = DynamicSettings(
     join_timeout=10.0,
     last_call_timeout=0.3,

@@ -16,6 +16,8 @@ from aelastic.rendezvous import (
 
 from .test_c10d import c10d
 
+pytestmark = pytest.mark.anyio
+
 
 def refuses(port: int) -> bool:
     """Whether nothing listens on 127.0.0.1:``port`` any more."""
