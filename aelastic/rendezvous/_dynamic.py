@@ -44,6 +44,7 @@ client, an etcd-backed store) and optionally their own :class:`~._liveness.Liven
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
@@ -56,7 +57,15 @@ from types import TracebackType
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from ..store import PrefixStore, Store, StoreTimeoutError
+from ..store import (
+    EphemeralSession,
+    OnCloseAction,
+    PrefixStore,
+    Store,
+    StoreError,
+    StoreTimeoutError,
+    StoreUnsupportedError,
+)
 from . import _events
 from ._api import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from ._exceptions import (
@@ -76,6 +85,8 @@ __all__ = ("DynamicSettings", "DynamicRendezvousHandler")
 
 #: How many old tick keys stay in the store besides the latest ones.
 _TICKS_KEPT = 8
+
+_log = logging.getLogger("aelastic.rendezvous")
 
 _local_ids = iter(range(1 << 62))
 _local_ids_lock = threading.Lock()
@@ -137,6 +148,7 @@ class _View:
         self.scope: anyio.CancelScope | None = None
         self.done = anyio.Event()  # the background task has ended
         self.forgotten = False  # this node's keys of the round were deleted
+        self.actions: list[int] = []  # on-close actions registered for this round
         self.event = anyio.Event()
 
     def wake(self) -> None:
@@ -218,6 +230,24 @@ class _Alarm:
 
 _TICK_MESSAGE = Message("tick").dumps()
 
+#: Why the coordinator removes a ticket, by inbox message.
+_REASONS = {
+    "withdraw": "withdrew",
+    "leave": "left",
+    "gone": "died: its connection to the store closed",
+}
+
+
+async def _open_session(stack: AsyncExitStack, store: Store) -> EphemeralSession | None:
+    """Open ``store``'s ephemeral session on ``stack``; None where the store has none."""
+    try:
+        return await stack.enter_async_context(store.ephemeral())
+    except StoreUnsupportedError:
+        return None
+    except (StoreError, OSError) as exc:
+        _log.warning("no ephemeral store session (%s); peers rely on heartbeats", exc)
+        return None
+
 
 async def _first_of(a: anyio.Event, b: anyio.Event) -> None:
     """Wait until either event is set."""
@@ -284,6 +314,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         self._view_set = anyio.Event()
         self._shut = False
         self._lock: anyio.Lock | None = None
+        self._session: EphemeralSession | None = None
 
     # -- plumbing ------------------------------------------------------------
 
@@ -342,6 +373,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         try:
             tg = await stack.enter_async_context(anyio.create_task_group())
             self._store = await self._open_store(stack, tg)
+            self._session = await _open_session(stack, self._store)
         except BaseException:
             if tg is not None:
                 tg.cancel_scope.cancel()
@@ -361,10 +393,14 @@ class DynamicRendezvousHandler(RendezvousHandler):
         try:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._settings.close_timeout):
                 await self.shutdown()
+                if self._session is not None:  # left cleanly: nothing to announce
+                    await self._session.cancel()
+        except (StoreError, OSError):
+            pass  # the session's connection is gone; its actions ran or will not matter
         finally:
             if tg is not None:
                 tg.cancel_scope.cancel()
-            self._tg = self._stack = None
+            self._tg = self._stack = self._session = None
             if stack is not None:
                 # The body's exception propagates as is: the task group only holds our
                 # background tasks, which never raise, so nothing is added to it.
@@ -440,6 +476,10 @@ class DynamicRendezvousHandler(RendezvousHandler):
             if ticket == 0:
                 await tg.start(self._background, view, self._coordinate)
             else:
+                # If this process dies, the store tells the coordinator at once.
+                await self._on_close(
+                    view, keys.inbox(round_), "queue_push", Message("gone", ticket).dumps()
+                )
                 await self._liveness.attach(ops, keys, round_, ticket, self._descriptor)
                 await tg.start(self._background, view, self._watch)
         if shield.cancelled_caught:
@@ -604,26 +644,65 @@ class DynamicRendezvousHandler(RendezvousHandler):
         # (the handler's task group cancels a straggler when the handler is left).
         with anyio.CancelScope(shield=True), anyio.move_on_after(self._settings.close_timeout):
             await view.done.wait()
-        if view.ticket > 0 and self._tg is not None and not view.forgotten:
+        if self._tg is not None and not view.forgotten:
             view.forgotten = True
             if forget_now:
-                await self._forget(view.round, view.ticket)
+                await self._forget(view)
             else:
-                self._tg.start_soon(self._forget, view.round, view.ticket)
+                self._tg.start_soon(self._forget, view)
 
-    async def _forget(self, round_: int, ticket: int) -> None:
-        """Delete this node's registration of a round it left (best effort, in background).
+    async def _forget(self, view: _View) -> None:
+        """Delete this node's registration of a round it left and cancel its on-close
+        actions there (best effort).
 
         Keeps the store from growing with every restart; the coordinator no longer
         sweeps a ticket that withdrew, left or belongs to an ended round.
         """
         ops, keys = self._ops(), self._keys
         with anyio.move_on_after(self._settings.read_timeout):
+            await self._cancel_actions(view.actions)
+            if view.ticket == 0:
+                return
             try:
-                await ops.delete(keys.seen(round_, ticket))
-                await ops.delete(keys.node(round_, ticket))
+                await ops.delete(keys.seen(view.round, view.ticket))
+                await ops.delete(keys.node(view.round, view.ticket))
             except RendezvousError:
                 pass
+
+    # -- liveness tied to the store connection -------------------------------
+
+    async def _on_close(
+        self, view: _View, key: str, action: OnCloseAction, value: str
+    ) -> int | None:
+        """Have the store server do ``action`` on ``key`` if this process dies.
+
+        The server performs it when this node's session connection closes (SIGKILL,
+        crash): peers learn of the death at once instead of after a heartbeat timeout.
+        Best effort: without a session (a store that cannot, e.g. torch's server) or
+        when registering fails, heartbeats remain the only evidence.
+        """
+        session = self._session
+        if session is None:
+            return None
+        try:
+            aid = await session.on_close(action, key, value)
+        except (StoreError, OSError) as exc:
+            _log.warning("rendezvous %s: no on-close action (%s)", self._run_id, exc)
+            self._session = None
+            return None
+        view.actions.append(aid)
+        return aid
+
+    async def _cancel_actions(self, actions: list[int]) -> None:
+        session = self._session
+        while actions:
+            aid = actions.pop()
+            if session is None:
+                continue
+            try:
+                await session.cancel(aid)
+            except (StoreError, OSError):
+                self._session = session = None
 
     async def _dissolve(self, round_: int) -> None:
         """Move joiners on to round ``round_ + 1`` (no-op if someone already did)."""
@@ -744,6 +823,9 @@ class DynamicRendezvousHandler(RendezvousHandler):
             s.keep_alive_interval / 2 if s.heartbeat_timeout >= 2 * s.keep_alive_interval else 0.0
         )
         while True:
+            if tick.state == "lost":  # written by the store when the coordinator died
+                await self._coordinator_gone(view, tick, "its connection to the store closed")
+                return
             view.publish(tick)
             if tick.state in ("dissolved", "closed") or ticket in tick.removed:
                 return
@@ -768,11 +850,11 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 await self._coordinator_gone(view, tick)
                 return
 
-    async def _coordinator_gone(self, view: _View, tick: Tick | None) -> None:
+    async def _coordinator_gone(self, view: _View, tick: Tick | None, why: str = "") -> None:
+        why = why or f"it published no tick for {self._settings.heartbeat_timeout}s"
         self._event(
             "node_removed",
-            f"round {view.round}: coordinator published no tick for "
-            f"{self._settings.heartbeat_timeout}s; starting round {view.round + 1}",
+            f"round {view.round}: coordinator gone ({why}); starting round {view.round + 1}",
             state="FAILED",
         )
         await self._dissolve(view.round)
@@ -801,12 +883,24 @@ class DynamicRendezvousHandler(RendezvousHandler):
         clock = TickClock()
         removed: set[int] = set()
         n = -1
+        guard: int | None = None
 
         async def publish(state: str, upto: int = 0, world: int = 0, waiting: int = 0) -> Tick:
-            nonlocal n
+            # Before tick n is out, the store holds an order to write a "lost" tick n+1
+            # if this process dies: members blocked on n+1 wake at once. The order for
+            # n is cancelled after n is out (dying in between, both are written: still
+            # a "lost" tick wherever a member waits).
+            nonlocal n, guard
             n += 1
             tick = Tick(n, state, upto, world, waiting, tuple(sorted(removed)))
+            previous = guard
+            if state in ("joining", "running"):
+                lost = Tick(n + 1, "lost").dumps()
+                guard = await self._on_close(view, keys.tick(r, n + 1), "set", lost)
             await self._publish(r, tick)
+            if previous is not None and previous in view.actions:
+                view.actions.remove(previous)
+                await self._cancel_actions([previous])
             clock.publish(n, anyio.current_time())
             view.publish(tick)
             return tick
@@ -843,8 +937,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 if msg.op == "close":
                     await publish("closed")
                     return
-                if msg.op in ("withdraw", "leave"):
-                    remove([msg.ticket], msg.op)
+                if msg.op in ("withdraw", "leave", "gone"):
+                    remove([msg.ticket], _REASONS[msg.op])
             now = anyio.current_time()
             count = await ops.add(keys.joined(r), 0)
             for t in range(joined, count):
@@ -894,12 +988,12 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 if msg.op == "close":
                     await publish("closed")
                     return
-                if msg.op in ("withdraw", "leave") and (
+                if msg.op in ("withdraw", "leave", "gone") and (
                     msg.ticket == 0 or tick.is_member(msg.ticket)
                 ):
                     if msg.ticket != 0:
-                        remove([msg.ticket], "left")
-                    await dissolve(f"ticket {msg.ticket} left")
+                        remove([msg.ticket], _REASONS[msg.op])
+                    await dissolve(f"ticket {msg.ticket}: {_REASONS[msg.op]}")
                     return
                 if msg.op in ("waiting", "joined"):
                     joined = max(joined, await ops.add(keys.joined(r), 0))

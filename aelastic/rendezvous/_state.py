@@ -27,10 +27,11 @@ from ._exceptions import RendezvousStateError
 __all__ = ("Keys", "Tick", "Message", "parse_int", "TICK_STATES", "MESSAGE_OPS")
 
 #: joining: gathering nodes; running: membership fixed; dissolved: the round ended,
-#: join the next one; closed: the rendezvous is closed for good.
-TICK_STATES = frozenset({"joining", "running", "dissolved", "closed"})
+#: join the next one; closed: the rendezvous is closed for good; lost: written by the
+#: store server when the coordinator's connection closed (it died).
+TICK_STATES = frozenset({"joining", "running", "dissolved", "closed", "lost"})
 #: Messages a round's coordinator accepts in its inbox.
-MESSAGE_OPS = frozenset({"joined", "waiting", "withdraw", "leave", "close", "tick"})
+MESSAGE_OPS = frozenset({"joined", "waiting", "withdraw", "leave", "gone", "close", "tick"})
 
 
 class Keys:

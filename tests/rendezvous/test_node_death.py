@@ -1,0 +1,121 @@
+"""A SIGKILLed node is noticed at once through its store connection (issue 13, item 2).
+
+Heartbeats are slowed to 60 s here: the survivors' bounds (10 s) can only be met
+because the store server performs the dead node's on-close actions the moment its
+connection closes (a "gone" message to the coordinator, a "lost" tick to members).
+"""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+
+import anyio
+import pytest
+
+from aelastic.rendezvous import RendezvousHandler, RendezvousInfo
+from aelastic.store import StoreServer
+
+from .test_c10d import c10d, node, rendezvous_all
+
+SLOW = {
+    "keep_alive_interval": "10",
+    "keep_alive_max_attempt": "6",
+    "last_call_timeout": "0.3",
+    "is_host": "false",
+}
+BOUND = 10  # far below the 60 s heartbeat timeout
+
+
+async def test_member_killed_while_joining_is_dropped_at_once(store_server: StoreServer) -> None:
+    endpoint = f"127.0.0.1:{store_server.port}"
+    local = store_server.local_store
+    async with AsyncExitStack() as stack:
+        a, c, d = [await stack.enter_async_context(c10d(endpoint, 3, 3, **SLOW)) for _ in "acd"]
+        infos: list[RendezvousInfo] = []
+        all_in = anyio.Event()
+
+        async def join(h: RendezvousHandler) -> None:
+            infos.append(await h.next_rendezvous())
+            if len(infos) == 3:
+                all_in.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(join, a)
+            with anyio.fail_after(30):
+                await local.wait(["rdzv/job/c/0/tick"])  # a coordinates round 0
+                async with node(endpoint, 3, 3, **SLOW) as b:
+                    await local.wait(["rdzv/job/c/0/node/1"])  # b holds ticket 1
+                    b.kill()
+                    await b.process.wait()
+            # Had b's ticket stayed, c would complete the round with a dead member.
+            tg.start_soon(join, c)
+            tg.start_soon(join, d)
+            with anyio.fail_after(BOUND):
+                await all_in.wait()
+        assert sorted((i.rank, i.world_size, i.round) for i in infos) == [
+            (0, 3, 0),
+            (1, 3, 0),
+            (2, 3, 0),
+        ]
+
+
+async def test_coordinator_killed_while_joining_is_replaced_at_once(
+    store_server: StoreServer,
+) -> None:
+    endpoint = f"127.0.0.1:{store_server.port}"
+    local = store_server.local_store
+    async with c10d(endpoint, 2, 2, **SLOW) as a, c10d(endpoint, 2, 2, **SLOW) as c:
+        async with AsyncExitStack() as stack:
+            b = await stack.enter_async_context(node(endpoint, 2, 2, **SLOW))
+            with anyio.fail_after(30):
+                assert await b.line() == "entered"
+                await local.wait(["rdzv/job/c/0/tick"])  # b coordinates round 0
+            async with anyio.create_task_group() as tg:
+                infos: list[RendezvousInfo] = []
+                both_in = anyio.Event()
+
+                async def join(h: RendezvousHandler) -> None:
+                    infos.append(await h.next_rendezvous())
+                    if len(infos) == 2:
+                        both_in.set()
+
+                tg.start_soon(join, a)
+                with anyio.fail_after(30):
+                    await local.wait(["rdzv/job/c/0/node/1"])  # a holds ticket 1
+                b.kill()
+                await b.process.wait()
+                tg.start_soon(join, c)
+                with anyio.fail_after(BOUND):
+                    await both_in.wait()
+        # a learnt of b's death from the store, moved to round 1 and formed it with c.
+        assert sorted((i.world_size, i.round) for i in infos) == [(2, 1), (2, 1)]
+
+
+@pytest.mark.parametrize("killed", ["coordinator", "member"])
+async def test_admitted_peer_killed_wakes_the_survivor_at_once(
+    store_server: StoreServer, killed: str
+) -> None:
+    endpoint = f"127.0.0.1:{store_server.port}"
+    local = store_server.local_store
+    async with c10d(endpoint, 2, 2, **SLOW) as a:
+        async with AsyncExitStack() as stack:
+            with anyio.fail_after(30):
+                if killed == "member":
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(a.next_rendezvous)
+                        await local.wait(["rdzv/job/c/0/tick"])  # a coordinates
+                        b = await stack.enter_async_context(node(endpoint, 2, 2, **SLOW))
+                else:
+                    b = await stack.enter_async_context(node(endpoint, 2, 2, **SLOW))
+                    await local.wait(["rdzv/job/c/0/tick"])  # b coordinates
+                    await a.next_rendezvous()
+                assert await b.line() == "entered"
+                assert (await b.line()).startswith("admitted")
+            b.kill()
+            with anyio.fail_after(BOUND):
+                await a.wait_for_membership_change()
+        with anyio.fail_after(BOUND):
+            # The survivor rejoins at once and a newcomer completes the next round.
+            async with c10d(endpoint, 2, 2, **SLOW) as c:
+                infos = await rendezvous_all([a, c])
+        assert {(i.world_size, i.round) for i in infos} == {(2, 1)}
