@@ -44,6 +44,8 @@ client, an etcd-backed store) and optionally their own :class:`~._liveness.Liven
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -79,7 +81,7 @@ from ._exceptions import (
 from ._liveness import Liveness, StoreLiveness, TickClock
 from ._ops import Ops
 from ._params import RendezvousParameters
-from ._state import Keys, Message, Tick, descriptor, live_members
+from ._state import Keys, Message, Tick, descriptor, descriptor_addr, live_members
 
 __all__ = ("DynamicSettings", "DynamicRendezvousHandler")
 
@@ -138,11 +140,13 @@ class DynamicSettings:
 class _View:
     """What this node knows of the round it is in; updated by its background task."""
 
-    def __init__(self, round_: int, ticket: int) -> None:
+    def __init__(self, round_: int, ticket: int, store: Store | None = None) -> None:
         self.round = round_
         self.ticket = ticket
+        self.store = store  # the store this round lives in (the store may move: c10d)
         self.tick: Tick | None = None
         self.coordinator_lost = False
+        self.store_lost: RendezvousConnectionError | None = None  # why the store is gone
         self.error: BaseException | None = None
         self.member_tick: Tick | None = None  # the running tick this node was admitted by
         self.scope: anyio.CancelScope | None = None
@@ -315,6 +319,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         self._shut = False
         self._lock: anyio.Lock | None = None
         self._session: EphemeralSession | None = None
+        self._heir: tuple[bool, str] | None = None  # (this node is the heir, its address)
 
     # -- plumbing ------------------------------------------------------------
 
@@ -363,6 +368,32 @@ class DynamicRendezvousHandler(RendezvousHandler):
         if self._store is None:
             raise RendezvousError("no rendezvous store was given to the handler")
         return self._store
+
+    def _hosts_store(self) -> bool:
+        """Whether this node hosts the rendezvous store (it cannot be its own heir)."""
+        return False
+
+    async def _recover_store(self, exc: RendezvousConnectionError, deadline: float) -> None:
+        """The store became unreachable while joining: make it usable again or raise.
+
+        The default retries the same store until ``deadline`` (a node cut off for a
+        while rejoins once the link is back); backends that can move the store
+        (c10d: the heir re-hosts it) override this. Raises ``exc`` (naming the
+        store) if the store does not answer by ``deadline``.
+        """
+        delay = 0.1
+        while anyio.current_time() < deadline:
+            with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+                await anyio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+            try:
+                await self._ops().add(self._keys.round, 0)
+            except RendezvousConnectionError as again:
+                exc = again
+                continue
+            self._event("store_back", "the rendezvous store answers again; rejoining")
+            return
+        raise exc
 
     async def __aenter__(self) -> DynamicRendezvousHandler:
         if self._tg is not None:
@@ -439,13 +470,20 @@ class DynamicRendezvousHandler(RendezvousHandler):
         tg = await self._require_started()
         assert self._lock is not None
         async with self._lock:
-            await self._leave()
+            # The store may be gone, and the round with it: recovered below.
+            with contextlib.suppress(RendezvousConnectionError):
+                await self._leave()
             self._shut = False
             self._event("join", f"node {self._addr}#{self._local_id} joins", state="INIT")
             deadline = anyio.current_time() + self._settings.join_timeout
             try:
                 while True:
-                    info, was_spare = await self._attempt(tg, deadline)
+                    try:
+                        info, was_spare = await self._attempt(tg, deadline)
+                    except RendezvousConnectionError as exc:
+                        await self._withdraw()
+                        await self._recover_store(exc, deadline)
+                        continue
                     if info is not None:
                         return info
                     if was_spare:
@@ -471,7 +509,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         with anyio.CancelScope(shield=True) as shield:
             shield.deadline = anyio.current_time() + self._settings.read_timeout
             ticket = await ops.add(keys.joined(round_), 1) - 1
-            view = _View(round_, ticket)
+            view = _View(round_, ticket, self._store)
             self._set_view(view)
             if ticket == 0:
                 await tg.start(self._background, view, self._coordinate)
@@ -548,6 +586,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
 
     def _admitted(self, view: _View, tick: Tick) -> RendezvousInfo:
         view.member_tick = tick
+        self._heir = (tick.heir_ticket == view.ticket, tick.heir) if tick.heir_ticket >= 0 else None
         rank = tick.rank_of(view.ticket)
         self._event(
             "complete",
@@ -658,6 +697,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
         Keeps the store from growing with every restart; the coordinator no longer
         sweeps a ticket that withdrew, left or belongs to an ended round.
         """
+        if view.store is not self._store:
+            return  # the store moved: the old one is gone with these keys and actions
         ops, keys = self._ops(), self._keys
         with anyio.move_on_after(self._settings.read_timeout):
             await self._cancel_actions(view.actions)
@@ -786,6 +827,11 @@ class DynamicRendezvousHandler(RendezvousHandler):
             task_status.started()
             try:
                 await body(view)
+            except RendezvousConnectionError as exc:
+                # The store is unreachable: the round is over for this node, which
+                # rejoins (next_rendezvous reconnects, or moves to the heir's store).
+                view.store_lost = exc
+                view.coordinator_lost = True
             except RendezvousError as exc:
                 view.error = exc
             except Exception as exc:  # a bug must not take the agent's task group down
@@ -850,6 +896,17 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 await self._coordinator_gone(view, tick)
                 return
 
+    async def _choose_heir(self, round_: int, members: list[int]) -> tuple[int, str]:
+        """The member that re-hosts the store if its host is lost: the first member (in
+        join order) that does not host it. Costs at most one read (of that member's
+        descriptor); ``(-1, "")`` when the host is the only member."""
+        if not self._hosts_store():
+            return 0, self._addr  # this coordinator, ticket 0, is the first member
+        if len(members) < 2:
+            return -1, ""
+        key = self._keys.node(round_, members[1])
+        return members[1], descriptor_addr(key, await self._ops().get(key))
+
     async def _coordinator_gone(self, view: _View, tick: Tick | None, why: str = "") -> None:
         why = why or f"it published no tick for {self._settings.heartbeat_timeout}s"
         self._event(
@@ -885,6 +942,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
         n = -1
         guard: int | None = None
 
+        heir_ticket, heir = -1, ""
+
         async def publish(state: str, upto: int = 0, world: int = 0, waiting: int = 0) -> Tick:
             # Before tick n is out, the store holds an order to write a "lost" tick n+1
             # if this process dies: members blocked on n+1 wake at once. The order for
@@ -893,6 +952,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
             nonlocal n, guard
             n += 1
             tick = Tick(n, state, upto, world, waiting, tuple(sorted(removed)))
+            if state == "running":
+                tick = dataclasses.replace(tick, heir_ticket=heir_ticket, heir=heir)
             previous = guard
             if state in ("joining", "running"):
                 lost = Tick(n + 1, "lost").dumps()
@@ -973,6 +1034,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         members = live_members(joined, removed, self._max)
         upto = members[-1] + 1
         world = len(members)
+        heir_ticket, heir = await self._choose_heir(r, members)
 
         def waiting_count(total: int) -> int:
             return total - upto - sum(1 for t in removed if t >= upto)

@@ -7,13 +7,14 @@ connection closes (a "gone" message to the coordinator, a "lost" tick to members
 
 from __future__ import annotations
 
+import socket
 from contextlib import AsyncExitStack
 
 import anyio
 import pytest
 
-from aelastic.rendezvous import RendezvousHandler, RendezvousInfo
-from aelastic.store import StoreServer
+from aelastic.rendezvous import RendezvousConnectionError, RendezvousHandler, RendezvousInfo
+from aelastic.store import StoreServer, TCPStoreClient
 
 from .test_c10d import c10d, node, rendezvous_all
 
@@ -119,3 +120,63 @@ async def test_admitted_peer_killed_wakes_the_survivor_at_once(
             async with c10d(endpoint, 2, 2, **SLOW) as c:
                 infos = await rendezvous_all([a, c])
         assert {(i.world_size, i.round) for i in infos} == {(2, 1)}
+
+
+async def test_store_host_killed_the_heir_rehosts_and_survivors_go_on() -> None:
+    # Three node processes; the first hosts the store at the endpoint (127.0.0.1 is
+    # this machine). Killing it loses the store and its data: the round's heir hosts
+    # a new one at its address (127.0.0.1, same port) and the two survivors form a
+    # world of 2 there, long before any heartbeat timeout.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    endpoint = f"127.0.0.1:{port}"
+    host_conf = {**SLOW, "is_host": "true"}
+    async with AsyncExitStack() as stack:
+        host = await stack.enter_async_context(node(endpoint, 2, 3, **host_conf))
+        with anyio.fail_after(30):
+            assert await host.line() == "entered"
+        b = await stack.enter_async_context(node(endpoint, 2, 3, **SLOW))
+        c = await stack.enter_async_context(node(endpoint, 2, 3, **SLOW))
+        with anyio.fail_after(30):
+            for n in (host, b, c):
+                line = await n.line()
+                while not line.startswith("admitted"):
+                    line = await n.line()
+                assert line.split()[2:] == ["3", "0"], line
+        host.kill()
+        await host.process.wait()
+        with anyio.fail_after(BOUND):
+            for n in (b, c):
+                assert await n.line() == "changed"
+                line = await n.line()
+                assert line.startswith("admitted") and line.split()[2:] == ["2", "0"], line
+
+
+async def test_store_host_and_heir_lost_the_error_says_no_node_can_go_on() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    endpoint = f"127.0.0.1:{port}"
+    async with AsyncExitStack() as stack:
+        host = await stack.enter_async_context(node(endpoint, 3, 3, **{**SLOW, "is_host": "1"}))
+        with anyio.fail_after(30):
+            assert await host.line() == "entered"
+        heir = await stack.enter_async_context(node(endpoint, 3, 3, **SLOW))
+        with anyio.fail_after(30):
+            assert await heir.line() == "entered"
+            async with TCPStoreClient("127.0.0.1", port) as client:
+                # The host coordinates (ticket 0); ticket 1, the heir, is taken.
+                await client.wait(["rdzv/job/c/0/node/1"])
+        survivor = await stack.enter_async_context(c10d(endpoint, 3, 3, **SLOW, read_timeout="2"))
+        with anyio.fail_after(30):
+            info = await survivor.next_rendezvous()
+            assert (info.world_size, info.rank) == (3, 2)
+        heir.kill()
+        host.kill()
+        await heir.process.wait()
+        await host.process.wait()
+        with anyio.fail_after(BOUND), pytest.raises(RendezvousConnectionError) as err:
+            await survivor.wait_for_membership_change()
+            await survivor.next_rendezvous()
+    assert "successor are both lost" in str(err.value)
