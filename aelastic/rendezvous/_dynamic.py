@@ -1057,7 +1057,11 @@ class DynamicRendezvousHandler(RendezvousHandler):
                         remove([msg.ticket], _REASONS[msg.op])
                     await dissolve(f"ticket {msg.ticket}: {_REASONS[msg.op]}")
                     return
-                if msg.op in ("waiting", "joined"):
+                if msg.op in ("withdraw", "leave", "gone") and msg.ticket >= upto:
+                    # A late arrival or spare went away: it no longer counts as waiting
+                    # (the members would otherwise restart to admit a dead node).
+                    remove([msg.ticket], _REASONS[msg.op])
+                if msg.op in ("waiting", "joined", "withdraw", "leave", "gone"):
                     joined = max(joined, await ops.add(keys.joined(r), 0))
                     if waiting_count(joined) != tick.waiting:
                         tick = await publish("running", upto, world, waiting_count(joined))

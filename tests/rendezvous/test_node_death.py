@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from aelastic.rendezvous import RendezvousConnectionError, RendezvousHandler, RendezvousInfo
+from aelastic.rendezvous._state import Tick
 from aelastic.store import StoreServer, TCPStoreClient
 
 from .test_c10d import c10d, node, rendezvous_all
@@ -180,3 +181,22 @@ async def test_store_host_and_heir_lost_the_error_says_no_node_can_go_on() -> No
             await survivor.wait_for_membership_change()
             await survivor.next_rendezvous()
     assert "successor are both lost" in str(err.value)
+
+
+async def test_killed_late_arrival_no_longer_counts_as_waiting(store_server: StoreServer) -> None:
+    endpoint = f"127.0.0.1:{store_server.port}"
+    local = store_server.local_store
+    async with c10d(endpoint, 2, 3, **SLOW) as a, c10d(endpoint, 2, 3, **SLOW) as b:
+        with anyio.fail_after(30):
+            await rendezvous_all([a, b])
+            async with node(endpoint, 2, 3, **SLOW) as late:
+                assert await late.line() == "entered"
+                await a.wait_for_membership_change()  # the late arrival waits
+                assert await a.num_nodes_waiting() == 1
+                latest = Tick.loads("tick", await local.get("rdzv/job/c/0/tick"))
+                late.kill()
+                await late.process.wait()
+        with anyio.fail_after(BOUND):
+            await local.wait([f"rdzv/job/c/0/tick/{latest.n + 1}"])
+        now = Tick.loads("tick", await local.get(f"rdzv/job/c/0/tick/{latest.n + 1}"))
+        assert (now.state, now.world, now.waiting) == ("running", 2, 0)
