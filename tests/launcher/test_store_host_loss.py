@@ -24,6 +24,7 @@ async def test_store_host_killed_survivors_finish_with_two(tmp_path: Path) -> No
     # Slow heartbeats (30 s): only the store-connection liveness and the heir's new
     # store let the survivors finish within the bound.
     conf = FAST.replace("heartbeat_timeout=1", "heartbeat_timeout=30")
+    conf = conf.replace("last_call_timeout=0.5", "last_call_timeout=2")
     tail = [WORKER, str(out), "--finish-at-world", "2", "--when-file", str(marker)]
     host_argv = [*_c10d("2:3", port, "hostloss", conf + ",is_host=1"), *tail]
     argv = [*_c10d("2:3", port, "hostloss", conf + ",is_host=0"), *tail]

@@ -132,13 +132,13 @@ async def test_store_host_killed_the_heir_rehosts_and_survivors_go_on() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     endpoint = f"127.0.0.1:{port}"
-    host_conf = {**SLOW, "is_host": "true"}
+    conf = {**SLOW, "last_call_timeout": "3"}  # b and c start together: both join round 0
     async with AsyncExitStack() as stack:
-        host = await stack.enter_async_context(node(endpoint, 2, 3, **host_conf))
+        host = await stack.enter_async_context(node(endpoint, 2, 3, **{**conf, "is_host": "1"}))
         with anyio.fail_after(30):
             assert await host.line() == "entered"
-        b = await stack.enter_async_context(node(endpoint, 2, 3, **SLOW))
-        c = await stack.enter_async_context(node(endpoint, 2, 3, **SLOW))
+        b = await stack.enter_async_context(node(endpoint, 2, 3, **conf))
+        c = await stack.enter_async_context(node(endpoint, 2, 3, **conf))
         with anyio.fail_after(30):
             for n in (host, b, c):
                 line = await n.line()
