@@ -30,7 +30,10 @@ def entrypoint_name(entrypoint: Callable[..., Any] | str | None, args: Sequence[
     if entrypoint is None:
         return ""
     if os.path.basename(entrypoint).startswith("python") or entrypoint == sys.executable:
-        return next((str(a) for a in args if not str(a).startswith("-")), entrypoint)
+        names = [str(a) for a in args if not str(a).startswith("-")]
+        if names[:1] == ["aelastic.errors._run_script"]:
+            names = names[1:]  # run --run-path: name the script, not its runner
+        return next(iter(names), entrypoint)
     return entrypoint
 
 

@@ -640,10 +640,13 @@ def parse_run_args(
     args: list[str] = []
     entrypoint: str
     if run_path:
-        # runpy.run_path(script, run_name="__main__") in a fresh interpreter is what
-        # 'python script' does; running it that way needs no function pickling.
-        entrypoint = python or env.get("PYTHON_EXEC") or sys.executable
-        args = ["-u", script]
+        # Like torchrun: runpy.run_path(script, run_name="__main__") under @record, so
+        # an undecorated script's uncaught exception still lands in its error file; in
+        # the launcher's interpreter (the runner is aelastic's), PYTHON_EXEC ignored.
+        from .errors._run_script import RUN_SCRIPT_MODULE
+
+        entrypoint = python or sys.executable
+        args = ["-u", "-m", RUN_SCRIPT_MODULE, script]
     elif no_python:
         entrypoint = script
     else:

@@ -11,6 +11,13 @@ Exit status:
   SIGKILL after ``--shutdown-timeout``. (torchrun exits 1 with a traceback here.)
 
 No Python traceback is printed for any of these; ``LOGLEVEL=DEBUG`` shows the agent's log.
+
+When the launcher's own environment sets ``TORCHELASTIC_ERROR_FILE`` (a scheduler
+reads it), a failed job writes there what torchrun's ``@record`` on its main does:
+a copy of the root cause's error file with ``errorCode`` set to its exit code (nothing
+when the root cause left no error file), or, for exit 1 from the agent and for a
+handled signal, the exception in torch's error.json schema. Bad flags (exit 2) write
+nothing.
 """
 
 from __future__ import annotations
@@ -119,9 +126,11 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
             partial(run_launch, parsed.config, parsed.entrypoint, parsed.args, handle_signals=True)
         )
     except ChildFailedError as exc:
+        _record_for_scheduler(exc)
         print(exc.format_msg(), file=sys.stderr, flush=True)
         return 1
     except SignalException as exc:
+        _record_for_scheduler(exc)
         _err(f"stopped by {exc.sigval.name}; the workers were stopped")
         return 128 + int(exc.sigval)
     except LaunchConfigError as exc:
@@ -131,6 +140,7 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
         _err("interrupted")
         return 130
     except Exception as exc:  # one line, no traceback
+        _record_for_scheduler(exc)
         _err(f"error: {_describe(exc)}")
         if os.environ.get("LOGLEVEL", "").upper() == "DEBUG":
             import traceback
@@ -138,6 +148,18 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
             traceback.print_exception(exc)
         return 1
     return 0
+
+
+def _record_for_scheduler(exc: Exception) -> None:
+    """Write ``exc`` to this process's ``TORCHELASTIC_ERROR_FILE`` as torchrun does.
+
+    torchrun's main is decorated with ``@record``; this is what that decorator does
+    with the exception leaving it (see ``ErrorHandler.record_failure``). Nothing
+    happens when the variable is unset; never raises.
+    """
+    from .errors import ErrorHandler
+
+    ErrorHandler().record_failure(exc)
 
 
 def _prestart_workers(entrypoint: str, args: Sequence[str], nproc: int) -> None:

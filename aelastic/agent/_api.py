@@ -259,7 +259,11 @@ class SimpleElasticAgent(ElasticAgent):
 
     @abc.abstractmethod
     async def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
-        """The group's result now (no waiting): HEALTHY, FAILED+failures, SUCCEEDED+values."""
+        """The group's result now (no waiting): HEALTHY, FAILED+failures, SUCCEEDED+values.
+
+        On a failure for good it is called after :meth:`_stop_workers`: FAILED then
+        lists every worker that failed on its own, not the ones the stop ended.
+        """
 
     @abc.abstractmethod
     async def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM) -> None:
@@ -306,8 +310,10 @@ class SimpleElasticAgent(ElasticAgent):
                         await self._exit_barrier()
                         return result
                     if decision.action is Action.FAIL:
-                        result = await self._monitor_workers(wg)
+                        # Stop first: a peer that failed on its own while the first
+                        # exit was handled is then in the result too.
                         await self._stop_workers(wg)
+                        result = await self._monitor_workers(wg)
                         wg.state = WorkerState.FAILED
                         log.error(
                             "[%s] worker group FAILED, no restarts left: %s",

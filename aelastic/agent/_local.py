@@ -89,6 +89,9 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._procs: WorkerProcesses | None = None
         self._exits: dict[int, ProcessExit] = {}
         self._error_files: dict[int, str | None] = {}
+        # Local ranks that had failed on their own when the agent first stopped the
+        # round's workers (None: not stopped yet); see _monitor_workers.
+        self._failed_before_stop: frozenset[int] | None = None
         self._result_files: dict[int, str] = {}
         self._result_dir: tempfile.TemporaryDirectory[str] | None = None
         self._warm_pool: WarmPool | None = None
@@ -147,6 +150,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         restarts = restart_count(spec.max_restarts, self._remaining_restarts)
         self._exits = {}
         self._error_files = {}
+        self._failed_before_stop = None
         self._result_files = {}
         specs = []
         for worker in worker_group.workers:
@@ -207,8 +211,27 @@ class LocalElasticAgent(SimpleElasticAgent):
         procs = self._procs
         if procs is None:
             return
+        if self._failed_before_stop is None:
+            self._failed_before_stop = self._failed_on_their_own(procs)
         with anyio.CancelScope(shield=True):
             await procs.stop(sig=sig, timeout=self._shutdown_timeout)
+
+    def _failed_on_their_own(self, procs: WorkerProcesses) -> frozenset[int]:
+        """Local ranks that failed before any stop signal: exited non-zero, or wrote error.json.
+
+        Called right before the first stop signal of a round. A worker whose
+        exit the loop has not delivered yet counts (``poll_exits``), and so does one
+        still running whose ``@record`` already wrote its error file (it is tearing
+        down after an uncaught exception; the signal may well end it first). One
+        ``stat`` per running worker; never blocks for long.
+        """
+        procs.poll_exits()
+        failed = {rank for rank, exit_ in procs.exits.items() if exit_.failed}
+        for rank in procs.alive:
+            path = self._error_files.get(rank)
+            if path and os.path.isfile(path):
+                failed.add(rank)
+        return frozenset(failed)
 
     async def _wait_for_worker_exit(self, worker_group: WorkerGroup) -> None:
         assert self._procs is not None
@@ -238,7 +261,13 @@ class LocalElasticAgent(SimpleElasticAgent):
         spec = worker_group.spec
         by_local = {w.local_rank: w for w in worker_group.workers}
         failures: dict[int, ProcessFailure] = {}
-        for rank, exit_ in self._exits.items():
+        exits: Mapping[int, ProcessExit] = self._exits
+        own = self._failed_before_stop
+        if own is not None and self._procs is not None:
+            # Stopped: every worker that failed on its own, not only the exit that
+            # triggered the stop; the ones our signal ended are not failures.
+            exits = {r: e for r, e in self._procs.exits.items() if r in own or r in exits}
+        for rank, exit_ in exits.items():
             if exit_.failed:
                 failures[by_local[rank].global_rank] = ProcessFailure(
                     local_rank=rank,

@@ -37,6 +37,8 @@ class ProcessFailure:
     ``"<N/A>"``, ``timestamp`` is the exit time (``exit_time``, default now) and
     ``message`` is generated from the exit code. ``message`` is a ``dict`` (the
     ``"message"`` object of the file) or a ``str``, exactly like torch.
+    ``failure_time`` is the finer moment of failure: when the error file was
+    written (its mtime), else ``exit_time``; it orders failures within a second.
 
     An unreadable or malformed error file does not raise: its problem becomes
     the message, so a failure report is never lost to a second failure.
@@ -50,6 +52,7 @@ class ProcessFailure:
     error_file_data: dict[str, Any] = field(init=False)
     message: Any = field(init=False)
     timestamp: int = field(init=False)
+    failure_time: float = field(init=False)
 
     def __post_init__(self) -> None:
         if self.exit_time is None:
@@ -57,6 +60,7 @@ class ProcessFailure:
         self.error_file_data = dict(_EMPTY_ERROR_DATA)
         self.message = ""
         self.timestamp = int(self.exit_time)
+        self.failure_time = self.exit_time
         path = self.error_file
         if path and path != NOT_AVAILABLE and os.path.isfile(path):
             self._read_error_file(path)
@@ -69,6 +73,7 @@ class ProcessFailure:
         try:
             with open(path, encoding="utf-8") as fp:
                 data = json.load(fp)
+                written = os.fstat(fp.fileno()).st_mtime
             message = data["message"]
             if isinstance(message, str):
                 timestamp = int(data.get("timestamp", self.timestamp))
@@ -83,6 +88,7 @@ class ProcessFailure:
         self.error_file_data = data
         self.message = message
         self.timestamp = timestamp
+        self.failure_time = written
 
     def _generated_message(self) -> str:
         if self.exitcode < 0:
@@ -125,5 +131,9 @@ class ProcessFailure:
         return str(msg)
 
     def sort_key(self) -> tuple[int, float]:
-        """Order of occurrence: the recorded second, then the exit time as noticed."""
-        return (self.timestamp, self.exit_time if self.exit_time is not None else 0.0)
+        """Order of occurrence: the recorded second, then ``failure_time``.
+
+        Two workers that raised in the same second are ordered by when each wrote
+        its error file, not by which process happened to exit first.
+        """
+        return (self.timestamp, self.failure_time)

@@ -89,6 +89,33 @@ class ErrorHandler:
                 "no %s set for this process to copy %s into", ERROR_FILE_ENV, rootcause_error_file
             )
 
+    def record_failure(self, exc: BaseException) -> None:
+        """What torch's ``@record`` does with ``exc`` leaving the decorated function.
+
+        A :class:`ChildFailedError` copies its root cause's error file (with
+        ``errorCode`` = its exit code); when the root cause left no error file,
+        nothing is written (torch only logs it). Any other ``Exception`` is
+        written by :meth:`record_exception`; ``SystemExit``, ``KeyboardInterrupt``
+        and other ``BaseException`` are not recorded. Never raises.
+        """
+        if isinstance(exc, ChildFailedError):
+            rank, failure = exc.get_first_failure()
+            if not failure.error_file or failure.error_file == NOT_AVAILABLE:
+                log.info(
+                    "rank %s (local_rank %s) failed with no error file; decorate its entry"
+                    " point with @record for its traceback",
+                    rank,
+                    failure.local_rank,
+                )
+                return
+            try:
+                self.dump_error_file(failure.error_file, failure.exitcode)
+            except (OSError, ValueError) as copy_exc:
+                log.warning("could not copy the error file of rank %s: %s", rank, copy_exc)
+                self.record_exception(exc)
+        elif isinstance(exc, Exception):
+            self.record_exception(exc)
+
     def _write(self, path: str, data: dict[str, Any]) -> None:
         try:
             tmp = f"{path}.tmp{os.getpid()}"
@@ -105,24 +132,8 @@ def _exited_cleanly(handler: ErrorHandler, exc: BaseException) -> bool:
     """True for ``SystemExit(0)``/``SystemExit()``; else record an ``Exception`` and say False."""
     if isinstance(exc, SystemExit):
         return exc.code in (0, None)
-    if isinstance(exc, Exception):
-        _handle(handler, exc)
+    handler.record_failure(exc)
     return False
-
-
-def _handle(handler: ErrorHandler, exc: BaseException) -> None:
-    if isinstance(exc, ChildFailedError):
-        rank, failure = exc.get_first_failure()
-        if failure.error_file and failure.error_file != NOT_AVAILABLE:
-            try:
-                handler.dump_error_file(failure.error_file, failure.exitcode)
-            except (OSError, ValueError) as copy_exc:
-                log.warning("could not copy error file of rank %s: %s", rank, copy_exc)
-                handler.record_exception(exc)
-        else:
-            handler.record_exception(exc)
-    elif isinstance(exc, Exception):
-        handler.record_exception(exc)
 
 
 @overload
@@ -139,7 +150,8 @@ def record(fn: Callable[_P, Any], error_handler: ErrorHandler | None = None) -> 
     On an exception the decorator writes torch's error.json schema to
     ``$TORCHELASTIC_ERROR_FILE`` (nothing is written when it is unset) and
     re-raises. ``SystemExit(0)`` (``sys.exit()`` in a script) returns None.
-    A :class:`ChildFailedError` copies the root cause's file, as torch does.
+    A :class:`ChildFailedError` copies the root cause's file, as torch does
+    (see :meth:`ErrorHandler.record_failure`).
     Works on plain and ``async def`` functions; never imports torch.
     KeyboardInterrupt and other non-``Exception`` errors propagate unrecorded.
     """

@@ -16,6 +16,7 @@ endpoint; cancellation cancels the RPC in flight.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import random
@@ -50,6 +51,11 @@ __all__ = (
     "prefix_end",
     "require_asyncio",
 )
+
+#: What grpc.aio raises when a request is written to a stream the server already ended
+#: (etcd restarted or failed over between two keep-alives): "RPC already finished".
+#: A lost stream like any other, so it is retried, never surfaced.
+_StreamFinished = asyncio.InvalidStateError
 
 log = logging.getLogger(__name__)
 
@@ -452,7 +458,12 @@ class EtcdClient(AsyncResource):
                         started = True
                         task_status.started()
                     await anyio.sleep(interval)
-            except (grpc.aio.AioRpcError, StoreConnectionError, TimeoutError) as exc:
+            except (
+                grpc.aio.AioRpcError,
+                StoreConnectionError,
+                TimeoutError,
+                _StreamFinished,
+            ) as exc:
                 detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
                 log.debug("lease keep-alive to %s failed (%s); retrying", self.endpoint, detail)
                 self._fail_over(str(detail))
@@ -560,7 +571,7 @@ class EtcdWatch:
                     return list(reply.events)
                 delay = 0.05
                 continue
-            except (grpc.aio.AioRpcError, StoreConnectionError) as exc:
+            except (grpc.aio.AioRpcError, StoreConnectionError, _StreamFinished) as exc:
                 detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
                 if isinstance(exc, grpc.aio.AioRpcError) and exc.code() not in _RETRYABLE:
                     self._close()

@@ -165,6 +165,18 @@ class WorkerProcesses:
                 result[rank] = state
         return result
 
+    def poll_exits(self) -> None:
+        """Record now every worker that has exited but whose exit the loop has not delivered.
+
+        Non-blocking (one ``waitid(WNOHANG)`` per live worker); call it right before
+        :meth:`stop` to tell workers that ended on their own from the ones the signal
+        will end. Only the ``pidfd`` watcher can look ahead; with the ``asyncio``
+        watcher this does nothing.
+        """
+        for rank, worker in self._workers.items():
+            if rank not in self.exits and worker.pidfd is not None:
+                self._on_pidfd_readable(rank)
+
     async def wait_for_exit(self) -> ProcessExit:
         """Return the next exit not returned before, as soon as it happens.
 

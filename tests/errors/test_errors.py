@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -140,6 +141,26 @@ def test_child_failed_error_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         ChildFailedError("x", {})
 
 
+def test_root_cause_within_a_second_is_the_earliest_error_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    write_error(first, monkeypatch, ValueError("first"))
+    write_error(second, monkeypatch, ValueError("second"))
+    stamp = int(json.loads(first.read_text())["message"]["extraInfo"]["timestamp"])
+    for path, written in ((first, stamp + 0.2), (second, stamp + 0.1)):
+        data = json.loads(path.read_text())
+        data["message"]["extraInfo"]["timestamp"] = str(stamp)
+        path.write_text(json.dumps(data))
+        os.utime(path, (written, written))
+    # Rank 0 wrote its file later but its process exited first: rank 1 is the root cause.
+    early_exit = ProcessFailure(0, 10, -15, str(first), exit_time=stamp + 0.3)
+    late_exit = ProcessFailure(1, 11, 1, str(second), exit_time=stamp + 0.9)
+    err = ChildFailedError("train.py", {0: early_exit, 1: late_exit}, hostname="h")
+    assert err.get_first_failure()[0] == 1
+    assert late_exit.failure_time == pytest.approx(stamp + 0.1)
+
+
 def test_record_copies_child_root_cause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     child_file = tmp_path / "child.json"
     write_error(child_file, monkeypatch, ValueError("from the child"))
@@ -155,6 +176,21 @@ def test_record_copies_child_root_cause(tmp_path: Path, monkeypatch: pytest.Monk
     data = json.loads(parent_file.read_text())
     assert data["message"]["message"] == "ValueError: from the child"
     assert data["message"]["errorCode"] == -11
+
+
+def test_record_writes_nothing_for_a_root_cause_without_error_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torch's @record only logs here; the launcher's error file stays absent.
+    parent_file = tmp_path / "parent.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(parent_file))
+
+    def agent_main() -> None:
+        raise ChildFailedError("w", {0: ProcessFailure(0, 1, -9, None)}, hostname="h")
+
+    with pytest.raises(ChildFailedError):
+        record(agent_main)()
+    assert not parent_file.exists()
 
 
 TORCH_CHECK = textwrap.dedent(
