@@ -4,10 +4,12 @@ Concurrency design
 ------------------
 One client object is shared by many tasks. Non-blocking requests (SET, ADD,
 CHECK, GET of a present key, ...) are **pipelined** on one *main* connection:
-each request is appended to a write buffer flushed once per event-loop
-iteration, and responses are matched to requests in order, because both
-torch's server and ours answer requests of one connection in order. Requests
-of 64 concurrent tasks therefore share a handful of TCP segments.
+requests of tasks running in one event-loop iteration leave in one send, and
+responses are matched to requests in order, because both torch's server and
+ours answer requests of one connection in order (see ``_client_conn``).
+Requests of 64 concurrent tasks therefore share a handful of TCP segments. No
+background task: the waiting tasks take turns reading. Runs on asyncio,
+uvloop and trio.
 
 A server answers ``WAIT`` only once the keys exist, which would stall every
 later request on a pipelined connection. So calls that may block (``get``,
@@ -37,22 +39,19 @@ so our clients and torch's read and write the same keys.
 # ruff: noqa: ASYNC109
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import random
-import socket
-from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, cast
+from typing import Any
 
 import anyio
 
 from . import _protocol as P
 from ._api import DEFAULT_TIMEOUT, Store, Value, to_bytes
+from ._client_conn import Replies, _Conn, connect_socket
 from ._ephemeral import MAX_ON_CLOSE_ACTIONS, EphemeralSession, OnCloseAction, action_opcode
 from ._exceptions import (
-    ProtocolError,
     QueueEmptyError,
     StoreClosedError,
     StoreConnectionError,
@@ -65,172 +64,14 @@ from ._local import KEY_PREFIX, describe_keys, strip_prefix
 
 __all__ = ("TCPStoreClient",)
 
-_Replies = Sequence[tuple[P.Reply, int]]
+_Replies = Replies
 _U8 = ((P.Reply.U8, 0),)
 _I64 = ((P.Reply.I64, 0),)
 _BYTES = ((P.Reply.BYTES, 0),)
 _CHECK_GET = ((P.Reply.U8, 0), (P.Reply.BYTES, 0))
 _POP = ((P.Reply.QUEUE_POP, 0),)
 _LIST = ((P.Reply.STRING_LIST, 0),)
-
-
-class _Conn(asyncio.Protocol):
-    """One TCP connection: buffered pipelined writes, responses matched in order."""
-
-    def __init__(self, endpoint: str, loop: asyncio.AbstractEventLoop) -> None:
-        self.endpoint = endpoint
-        self.loop = loop
-        self.parser = P.ResponseParser()
-        # one entry per expected reply: the request's future on its last reply, None before
-        self.futures: deque[asyncio.Future[Any] | None] = deque()
-        self._group: list[Any] = []
-        self.transport: asyncio.Transport | None = None
-        self.error: StoreError | None = None
-        self._wbuf: list[bytes] = []
-        self._flush_pending = False
-        # response watchdog (main connection only): see watch()
-        self._watch_timeout: float | None = None
-        self._watch_handle: asyncio.TimerHandle | None = None
-        self._received = 0
-        self._watch_mark = 0
-
-    def watch(self, timeout: float) -> None:
-        """Fail the connection if the server leaves a request unanswered for ``timeout`` s.
-
-        Used on the main connection, which never carries WAIT: its requests are
-        answered at once by a healthy server, so a silent server (stalled, or a
-        network partition without RST) becomes a StoreTimeoutError instead of a
-        hang. One timer per connection, not per request.
-        """
-        self._watch_timeout = timeout
-
-    def _arm(self) -> None:
-        if self._watch_timeout is not None and self._watch_handle is None:
-            self._watch_mark = self._received
-            self._watch_handle = self.loop.call_later(self._watch_timeout, self._check)
-
-    def _check(self) -> None:
-        self._watch_handle = None
-        if not self.futures or self.error is not None:
-            return
-        if self._received == self._watch_mark:
-            self.close(
-                StoreTimeoutError(
-                    f"no response from the store within {self._watch_timeout} s",
-                    endpoint=self.endpoint,
-                )
-            )
-            return
-        self._arm()
-
-    # -- asyncio.Protocol ---------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not asyncio.Transport subclasses but quack alike
-        self.transport = cast(asyncio.Transport, transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            values = self.parser.feed(data)
-        except ProtocolError as exc:
-            self.close(
-                StoreConnectionError(
-                    f"server sent a malformed response: {exc}", endpoint=self.endpoint
-                )
-            )
-            return
-        futures = self.futures
-        group = self._group
-        self._received += len(values)
-        for v in values:
-            fut = futures.popleft()
-            if fut is None:  # not the last reply of a multi-reply request
-                group.append(v)
-                continue
-            if group:
-                group.append(v)
-                v, group = group, []
-                self._group = group
-            if not fut.done():
-                fut.set_result(v)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        reason = f": {exc}" if exc else " (closed by the server)"
-        self._fail(StoreConnectionError(f"connection lost{reason}", endpoint=self.endpoint))
-
-    # -- API ------------------------------------------------------------------
-
-    def _fail(self, error: StoreError) -> None:
-        if self.error is None:
-            self.error = error
-        futures, self.futures = self.futures, deque()
-        for fut in futures:
-            if fut is not None and not fut.done():
-                fut.set_exception(self.error)
-                fut.exception()  # mark retrieved: the awaiting task may be gone
-
-    def close(self, error: StoreError | None = None, *, graceful: bool = False) -> None:
-        """Close the connection; pending and later requests raise ``error``.
-
-        ``graceful`` first sends the requests still buffered (a ``set`` whose
-        coroutine already returned) and closes after the kernel sent them;
-        otherwise the connection is aborted.
-        """
-        if graceful and self.error is None and self.transport is not None and self._wbuf:
-            self._flush()
-        self._fail(error or StoreClosedError("the client is closed", endpoint=self.endpoint))
-        if self._watch_handle is not None:
-            self._watch_handle.cancel()
-            self._watch_handle = None
-        if self.transport is not None:
-            if graceful:
-                self.transport.close()
-            else:
-                self.transport.abort()
-
-    def request(self, data: bytes, replies: _Replies) -> asyncio.Future[Any]:
-        """Queue ``data`` for sending; return a future of its reply.
-
-        The future's result is the reply's value, or the list of values when
-        ``replies`` announces several (pipelined requests).
-        """
-        if self.error is not None:
-            raise self.error
-        self._wbuf.append(data)
-        if not self._flush_pending:
-            self._flush_pending = True
-            self.loop.call_soon(self._flush)
-        expect = self.parser.expect
-        futures = self.futures
-        for kind, count in replies[:-1]:
-            expect(kind, count)
-            futures.append(None)
-        kind, count = replies[-1]
-        expect(kind, count)
-        fut = self.loop.create_future()
-        futures.append(fut)
-        if self._watch_handle is None and self._watch_timeout is not None:
-            self._arm()
-        return fut
-
-    def send(self, data: bytes) -> None:
-        """Queue ``data`` for a request without a response."""
-        if self.error is not None:
-            raise self.error
-        self._wbuf.append(data)
-        if not self._flush_pending:
-            self._flush_pending = True
-            self.loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_pending = False
-        buf, self._wbuf = self._wbuf, []
-        if self.error is None and self.transport is not None and buf:
-            self.transport.write(b"".join(buf) if len(buf) > 1 else buf[0])
+_U32 = ((P.Reply.U32, 0),)
 
 
 class TCPStoreClient(Store):
@@ -273,7 +114,7 @@ class TCPStoreClient(Store):
         self.max_idle_connections = max_idle_connections
         self.endpoint = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._main: _Conn | None = None
-        self._main_lock: asyncio.Lock | None = None
+        self._main_lock: anyio.Lock | None = None
         self._idle: list[_Conn] = []
         self._busy: set[_Conn] = set()
         self._sessions: set[_Conn] = set()
@@ -309,8 +150,7 @@ class TCPStoreClient(Store):
 
     async def _open(self) -> _Conn:
         """Connect + VALIDATE + PING, retrying with backoff and jitter until the deadline."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.connect_timeout
+        deadline = anyio.current_time() + self.connect_timeout
         delay = 0.02
         attempts = 0
         last: BaseException | None = None
@@ -318,16 +158,14 @@ class TCPStoreClient(Store):
             if self._closed:
                 raise StoreClosedError("the client is closed", endpoint=self.endpoint)
             attempts += 1
-            remaining = deadline - loop.time()
+            remaining = deadline - anyio.current_time()
             conn: _Conn | None = None
             try:
                 with anyio.fail_after(max(remaining, 0.001)):
-                    _, conn = await loop.create_connection(
-                        lambda: _Conn(self.endpoint, loop), self.host, self.port
-                    )
+                    conn = _Conn(await connect_socket(self.host, self.port), self.endpoint)
                     nonce = os.getpid() & 0xFFFFFFFF
-                    conn.send(P.request_validate())
-                    echoed = await conn.request(P.request_ping(nonce), ((P.Reply.U32, 0),))
+                    conn.queue(P.request_validate())
+                    echoed = await conn.result(conn.request(P.request_ping(nonce), _U32))
                 if echoed != nonce:
                     conn.close()
                     raise StoreConnectionError(
@@ -352,7 +190,7 @@ class TCPStoreClient(Store):
                 if conn is not None:
                     conn.close()
                 raise
-            remaining = deadline - loop.time()
+            remaining = deadline - anyio.current_time()
             if remaining <= 0:
                 raise StoreConnectionError(
                     f"could not connect within {self.connect_timeout} s "
@@ -369,7 +207,7 @@ class TCPStoreClient(Store):
         if self._closed:
             raise StoreClosedError("the client is closed", endpoint=self.endpoint)
         if self._main_lock is None:
-            self._main_lock = asyncio.Lock()
+            self._main_lock = anyio.Lock()
         async with self._main_lock:
             main = self._main
             if main is None or main.error is not None:
@@ -438,7 +276,7 @@ class TCPStoreClient(Store):
         self._sessions.add(conn)
         try:
             try:
-                version = await conn.request(P.request_ae_hello(), ((P.Reply.U32, 0),))
+                version = await conn.result(conn.request(P.request_ae_hello(), _U32))
             except StoreConnectionError:
                 raise StoreUnsupportedError(
                     "the store server does not support ephemeral sessions (aelastic "
@@ -476,7 +314,7 @@ class TCPStoreClient(Store):
         if conn is None or conn.error is not None:
             conn = await self._get_main()
         try:
-            return await conn.request(data, replies)
+            return await conn.result(conn.request(data, replies))
         except (StoreConnectionError, StoreClosedError, StoreTimeoutError) as exc:
             raise self._error(exc, what, key) from None
 
@@ -485,7 +323,7 @@ class TCPStoreClient(Store):
         if conn is None or conn.error is not None:
             conn = await self._get_main()
         try:
-            conn.send(data)
+            await conn.send(data)
         except (StoreConnectionError, StoreClosedError) as exc:
             raise self._error(exc, what, key) from None
 
@@ -503,15 +341,14 @@ class TCPStoreClient(Store):
         what = f"waiting for {describe_keys(keys)}"
         key = keys[0] if len(keys) == 1 else None
         t = self.timeout if timeout is None else timeout
-        loop = asyncio.get_running_loop()
         if deadline is None:
-            deadline = loop.time() + t
+            deadline = anyio.current_time() + t
         conn = await self._borrow()
         reusable = False
         try:
-            fut = conn.request(P.request_wait(raw), _U8)
-            with anyio.move_on_after(deadline - loop.time()) as scope:
-                answer = await fut
+            slot = conn.request(P.request_wait(raw), _U8)
+            with anyio.move_on_after(deadline - anyio.current_time()) as scope:
+                answer = await conn.result(slot)
             if scope.cancelled_caught:
                 raise StoreTimeoutError(
                     f"timed out after {t} s {what}", endpoint=self.endpoint, key=key
@@ -524,7 +361,7 @@ class TCPStoreClient(Store):
                 )
             result = None
             if then is not None:
-                result = await conn.request(then, then_replies)
+                result = await conn.result(conn.request(then, then_replies))
             reusable = True
             return result
         except StoreClosedError as exc:
@@ -634,8 +471,7 @@ class TCPStoreClient(Store):
             return result
         if not block:
             raise QueueEmptyError(f"queue {key!r} is empty", endpoint=self.endpoint, key=key)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + (self.timeout if timeout is None else timeout)
+        deadline = anyio.current_time() + (self.timeout if timeout is None else timeout)
         while True:
             value = await self._blocking(
                 [key], [raw], timeout, P.request_queue_pop(raw), _POP, deadline=deadline
@@ -662,9 +498,9 @@ class TCPStoreClient(Store):
         conn = await self._borrow()
         reusable = False
         try:
-            fut = conn.request(P.request_barrier(raw, world_size), _U8)
+            slot = conn.request(P.request_barrier(raw, world_size), _U8)
             with anyio.move_on_after(t) as scope:
-                await fut
+                await conn.result(slot)
             if scope.cancelled_caught:
                 raise StoreTimeoutError(
                     f"timed out after {t} s {what}", endpoint=self.endpoint, key=key
@@ -694,8 +530,8 @@ class _TCPEphemeralSession(EphemeralSession):
                 key=key,
             )
         try:
-            action_id: int = await self._conn.request(
-                P.request_on_close(op, self._client._k(key), raw), _I64
+            action_id: int = await self._conn.result(
+                self._conn.request(P.request_on_close(op, self._client._k(key), raw), _I64)
             )
         except (StoreConnectionError, StoreClosedError) as exc:
             raise self._client._error(exc, f"on_close {action}", key) from None
@@ -704,8 +540,10 @@ class _TCPEphemeralSession(EphemeralSession):
 
     async def cancel(self, action_id: int | None = None) -> int:
         try:
-            n: int = await self._conn.request(
-                P.request_on_close_cancel(-1 if action_id is None else action_id), _I64
+            n: int = await self._conn.result(
+                self._conn.request(
+                    P.request_on_close_cancel(-1 if action_id is None else action_id), _I64
+                )
             )
         except (StoreConnectionError, StoreClosedError) as exc:
             raise self._client._error(exc, "cancel on_close", None) from None

@@ -230,12 +230,17 @@ class _Connection:
         server = self._server
         sock = self.sock
         recv = sock.recv
+        more = False  # the last recv filled its buffer: more data is likely there
         try:
-            while True:
+            while not self.closed:  # closed by the server, maybe before this task ran
+                if not more:
+                    # a peer waiting for our answer has sent nothing more yet:
+                    # wait before recv (saves a recv that would find nothing)
+                    await self._wait_for_data()
                 try:
                     data = recv(RECV_SIZE)
                 except (BlockingIOError, InterruptedError):
-                    await self._wait_for_data()
+                    more = False
                     continue
                 except OSError as exc:
                     self.close(f"receive failed: {exc}", quiet=True)
@@ -257,7 +262,8 @@ class _Connection:
                     await self._wait_drained()
                 if self._held or self.parser.buffered:
                     await self._account()
-                if len(data) == RECV_SIZE:
+                more = len(data) == RECV_SIZE
+                if more:
                     await anyio.lowlevel.checkpoint()  # a fast sender: let others run
         except (_Closed, anyio.ClosedResourceError):
             pass
@@ -304,13 +310,17 @@ class _Connection:
             server._budget_released()
             return
         # over the budget of all connections: stop reading until others complete theirs
+        # The oldest partial request completes or times out within frame_timeout,
+        # so a wait of twice that is bounded yet outlasts it. The request gets a
+        # fresh frame_timeout once it may read again (the pause was ours).
         while not server._may_buffer(self) and not self.closed:
-            with anyio.move_on_after(self._frame_t0 + server.frame_timeout - anyio.current_time()):
+            with anyio.move_on_after(2 * server.frame_timeout):
                 await server._budget_wait()
+                self._frame_t0 = anyio.current_time()
                 continue
             self.close(
-                f"request not completed within frame_timeout={server.frame_timeout} s "
-                f"(waiting for buffer space: {server._buffered} bytes held by all "
+                f"no buffer space within 2 x frame_timeout={server.frame_timeout} s "
+                f"(waiting for it: {server._buffered} bytes held by all "
                 f"connections, max_buffered_bytes={server.max_buffered_bytes})"
             )
             raise _Closed

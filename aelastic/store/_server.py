@@ -67,9 +67,10 @@ class StoreServer:
     ``max_connection_buffer`` (32 MiB) for one, and a request must be complete
     ``frame_timeout`` (30 s) after its first byte, or its connection is closed.
     A connection whose partial request would exceed the total stops being read
-    (its bytes wait in the kernel) until others complete theirs, within its
-    ``frame_timeout``. Answers a peer does not read are not
-    buffered beyond ~4 MiB per connection (it is not read meanwhile). So the
+    (its bytes wait in the kernel) until the older ones complete or time out
+    (at most 2 x ``frame_timeout``; it then gets a fresh ``frame_timeout``).
+    Answers a peer does not read are not buffered beyond ~4 MiB per connection
+    (it is not read meanwhile). So the
     server's memory is its data (keys, values, queues: bounded per request by
     ``max_frame_size`` and per value by ``max_value_size``, not in total) plus at
     most ``max_buffered_bytes`` + ``max_connection_buffer`` + ``max_connections`` x
@@ -276,10 +277,10 @@ class StoreServer:
     # -- connections ------------------------------------------------------------------
 
     async def _accept_loop(self, listener: socket.socket) -> None:
-        while True:
+        while self._listener is listener:  # not stopped (maybe before this task first ran)
             try:
                 await anyio.wait_readable(listener)
-            except (anyio.ClosedResourceError, OSError):
+            except (anyio.ClosedResourceError, OSError, ValueError):
                 return
             for _ in range(64):  # a burst of connections, then let them run
                 try:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -22,74 +22,89 @@ from aelastic.store import (
     TCPStoreClient,
 )
 
+from ._backends import on_every_backend
+
 TORCH_OPS = str(Path(__file__).with_name("_torch_ops.py"))
 
 
-@pytest.fixture(params=["local", "tcp", "prefix"])
-async def pair(request: pytest.FixtureRequest, hosted: Any) -> AsyncIterator[tuple[Store, Store]]:
+@contextlib.asynccontextmanager
+async def open_pair(kind: str) -> AsyncIterator[tuple[Store, Store]]:
     """(store that opens the session, store that observes), same data."""
-    if request.param == "local":
+    if kind == "local":
         async with LocalStore(timeout=10) as s:
             yield s, s
         return
     async with (
-        hosted(StoreServer()) as server,
+        StoreServer() as server,
         TCPStoreClient(server.host, server.port, timeout=10) as client,
     ):
-        if request.param == "prefix":
+        if kind == "prefix":
             yield PrefixStore("p", client), PrefixStore("p", server.local_store)
         else:
             yield client, server.local_store
 
 
-async def test_actions_run_when_the_session_ends(pair: tuple[Store, Store]) -> None:
-    store, observer = pair
-    await store.set("n", "5")
-    async with store.ephemeral() as session:
-        await session.on_close("queue_push", "departed", "node-a")
-        await session.on_close("set", "dead/node-a", "1")
-        await session.on_close("add", "n", "-1")
-        await session.on_close("append", "log", "a;")
-        await session.on_close("delete_key", "alive/node-a")
-        await store.set("alive/node-a", "1")
-        assert await observer.queue_len("departed") == 0
-        assert not await observer.check(["dead/node-a"])
-    with anyio.fail_after(10):
-        assert await observer.queue_pop("departed") == b"node-a"
-        assert await observer.get("dead/node-a") == b"1"
-    assert await observer.get("n") == b"4"
-    assert await observer.get("log") == b"a;"
-    assert not await observer.check(["alive/node-a"])
+kinds = pytest.mark.parametrize("kind", ["local", "tcp", "prefix"])
 
 
-async def test_cancelled_actions_do_not_run(pair: tuple[Store, Store]) -> None:
-    store, observer = pair
-    async with store.ephemeral() as session:
-        first = await session.on_close("set", "a", "1")
-        await session.on_close("set", "b", "1")
-        await session.on_close("set", "c", "1")
-        assert await session.cancel(first) == 1
-        assert await session.cancel(first) == 0
-        await session.on_close("queue_push", "done", "x")
-    with anyio.fail_after(10):
-        await observer.queue_pop("done")
-    assert await observer.check(["b", "c"]) and not await observer.check(["a"])
-    async with store.ephemeral() as session:
-        await session.on_close("set", "z", "1")
-        assert await session.cancel() == 1
-    await store.set("after", "1")
-    with anyio.fail_after(10):
-        await observer.get("after")
-    assert not await observer.check(["z"])
+@kinds
+@on_every_backend
+async def test_actions_run_when_the_session_ends(kind: str) -> None:
+    async with open_pair(kind) as pair:
+        store, observer = pair
+        await store.set("n", "5")
+        async with store.ephemeral() as session:
+            await session.on_close("queue_push", "departed", "node-a")
+            await session.on_close("set", "dead/node-a", "1")
+            await session.on_close("add", "n", "-1")
+            await session.on_close("append", "log", "a;")
+            await session.on_close("delete_key", "alive/node-a")
+            await store.set("alive/node-a", "1")
+            assert await store.get("alive/node-a") == b"1"  # applied before the session ends
+            assert await observer.queue_len("departed") == 0
+            assert not await observer.check(["dead/node-a"])
+        with anyio.fail_after(10):
+            assert await observer.queue_pop("departed") == b"node-a"
+            assert await observer.get("dead/node-a") == b"1"
+        assert await observer.get("n") == b"4"
+        assert await observer.get("log") == b"a;"
+        assert not await observer.check(["alive/node-a"])
 
 
-async def test_bad_actions_are_value_errors(pair: tuple[Store, Store]) -> None:
-    store, _ = pair
-    async with store.ephemeral() as session:
-        with pytest.raises(ValueError, match="one of"):
-            await session.on_close("get", "k")  # type: ignore[arg-type]
-        with pytest.raises(ValueError, match="decimal integer"):
-            await session.on_close("add", "k", "x")
+@kinds
+@on_every_backend
+async def test_cancelled_actions_do_not_run(kind: str) -> None:
+    async with open_pair(kind) as pair:
+        store, observer = pair
+        async with store.ephemeral() as session:
+            first = await session.on_close("set", "a", "1")
+            await session.on_close("set", "b", "1")
+            await session.on_close("set", "c", "1")
+            assert await session.cancel(first) == 1
+            assert await session.cancel(first) == 0
+            await session.on_close("queue_push", "done", "x")
+        with anyio.fail_after(10):
+            await observer.queue_pop("done")
+        assert await observer.check(["b", "c"]) and not await observer.check(["a"])
+        async with store.ephemeral() as session:
+            await session.on_close("set", "z", "1")
+            assert await session.cancel() == 1
+        await store.set("after", "1")
+        with anyio.fail_after(10):
+            await observer.get("after")
+        assert not await observer.check(["z"])
+
+
+@kinds
+@on_every_backend
+async def test_bad_actions_are_value_errors(kind: str) -> None:
+    async with open_pair(kind) as pair:
+        store, _ = pair
+        async with store.ephemeral() as session:
+            with pytest.raises(ValueError, match="one of"):
+                await session.on_close("get", "k")  # type: ignore[arg-type]
+            with pytest.raises(ValueError, match="decimal integer"):
+                await session.on_close("add", "k", "x")
 
 
 _DYING_CLIENT = textwrap.dedent(
@@ -109,6 +124,7 @@ _DYING_CLIENT = textwrap.dedent(
 )
 
 
+@on_every_backend
 async def test_sigkilled_client_is_noticed_at_once(store_server: StoreServer) -> None:
     async with await anyio.open_process(
         [sys.executable, "-c", _DYING_CLIENT, str(store_server.port)],
@@ -127,6 +143,7 @@ async def test_sigkilled_client_is_noticed_at_once(store_server: StoreServer) ->
             assert await store_server.local_store.queue_pop("departed") == b"victim"
 
 
+@on_every_backend
 async def test_torch_server_raises_unsupported() -> None:
     async with await anyio.open_process(
         [sys.executable, TORCH_OPS, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE

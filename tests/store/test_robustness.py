@@ -24,6 +24,8 @@ from aelastic.store import (
 )
 from aelastic.store._protocol import request_validate
 
+from ._backends import on_every_backend
+
 VALIDATE = request_validate()
 
 
@@ -31,6 +33,7 @@ def _s(b: bytes) -> bytes:
     return struct.pack("<Q", len(b)) + b
 
 
+@on_every_backend
 async def test_many_tasks_share_one_client(store_client: TCPStoreClient) -> None:
     async def worker(i: int) -> None:
         for j in range(20):
@@ -44,6 +47,7 @@ async def test_many_tasks_share_one_client(store_client: TCPStoreClient) -> None
     assert await store_client.get("total") == b"1000"
 
 
+@on_every_backend
 async def test_blocked_tasks_do_not_stall_others(store_client: TCPStoreClient) -> None:
     async with anyio.create_task_group() as tg:
         for i in range(10):
@@ -55,6 +59,7 @@ async def test_blocked_tasks_do_not_stall_others(store_client: TCPStoreClient) -
     assert await store_client.get("n") == b"100"
 
 
+@on_every_backend
 async def test_cancelled_get_leaves_client_usable(
     store_server: StoreServer, store_client: TCPStoreClient
 ) -> None:
@@ -79,6 +84,7 @@ async def test_cancelled_get_leaves_client_usable(
     assert got == [b"x"]
 
 
+@on_every_backend
 async def test_server_shutdown_wakes_waiting_clients() -> None:
     errors: list[BaseException] = []
     server = StoreServer()
@@ -104,6 +110,7 @@ async def test_server_shutdown_wakes_waiting_clients() -> None:
     assert any(isinstance(e, StoreClosedError) for e in errors)
 
 
+@on_every_backend
 async def test_client_close_wakes_waiters(store_server: StoreServer) -> None:
     client = await TCPStoreClient.aconnect(store_server.host, store_server.port)
     errors: list[BaseException] = []
@@ -153,6 +160,7 @@ async def _raw(server: StoreServer, payload: bytes, *, eof: bool = False) -> byt
          False, "not a decimal integer"),
     ],
 )  # fmt: skip
+@on_every_backend
 async def test_bad_input_closes_only_that_connection(
     store_server: StoreServer,
     store_client: TCPStoreClient,
@@ -174,6 +182,7 @@ async def test_bad_input_closes_only_that_connection(
     assert await store_client.num_keys() == (2 if "decimal" not in reason else 3)
 
 
+@on_every_backend
 async def test_limits_are_configurable(caplog: pytest.LogCaptureFixture) -> None:
     async with StoreServer(max_key_size=16, max_value_size=32, max_connections=2) as server:
         frame = VALIDATE + b"\x01" + _s(b"/" + b"k" * 20) + _s(b"v")
@@ -202,6 +211,7 @@ def test_non_loopback_needs_explicit_flag() -> None:
     StoreServer("::1", 0)
 
 
+@on_every_backend
 async def test_connect_gives_up_naming_endpoint() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -213,6 +223,7 @@ async def test_connect_gives_up_naming_endpoint() -> None:
     assert "could not connect within 0.3 s" in str(info.value)
 
 
+@on_every_backend
 async def test_connect_retries_until_server_starts() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -235,6 +246,7 @@ async def test_connect_retries_until_server_starts() -> None:
     assert got == [b"1"]
 
 
+@on_every_backend
 async def test_barrier_rounds_and_synchronize(store_client: TCPStoreClient) -> None:
     n = 5
     order: list[tuple[int, int]] = []
@@ -255,6 +267,7 @@ async def test_barrier_rounds_and_synchronize(store_client: TCPStoreClient) -> N
     assert rounds == sorted(rounds)
 
 
+@on_every_backend
 async def test_server_side_barrier(store_server: StoreServer) -> None:
     async with TCPStoreClient(store_server.host, store_server.port, timeout=10) as client:
         for _ in range(2):  # reusable
@@ -265,6 +278,7 @@ async def test_server_side_barrier(store_server: StoreServer) -> None:
             await client.barrier_arrive("b2", 2, timeout=0.1)
 
 
+@on_every_backend
 async def test_silent_server_times_out_instead_of_hanging() -> None:
     """A server that completes the handshake and then never answers: a timeout, not a hang."""
 
@@ -290,6 +304,7 @@ async def test_silent_server_times_out_instead_of_hanging() -> None:
         tg.cancel_scope.cancel()
 
 
+@on_every_backend
 async def test_client_reconnects_after_server_restart() -> None:
     async with StoreServer() as first:
         port = first.port
@@ -305,6 +320,7 @@ async def test_client_reconnects_after_server_restart() -> None:
         await client.aclose()
 
 
+@on_every_backend
 async def test_stopped_server_fails_calls_at_once_not_after_connect_timeout() -> None:
     # A refused reconnect after the server was reached means it is gone: no
     # connect_timeout (60 s here) of retries, so leaving a finished job is prompt.
@@ -320,6 +336,7 @@ async def test_stopped_server_fails_calls_at_once_not_after_connect_timeout() ->
         await client.aclose()
 
 
+@on_every_backend
 async def test_large_values_round_trip(store_client: TCPStoreClient) -> None:
     big = bytes(range(256)) * (8 * 1024 * 4)  # 8 MiB, the default limit
     await store_client.set("big", big)
@@ -327,6 +344,7 @@ async def test_large_values_round_trip(store_client: TCPStoreClient) -> None:
     assert await store_client.multi_get(["big", "big"]) == [big, big]
 
 
+@on_every_backend
 async def test_writes_are_sent_before_close(store_server: StoreServer) -> None:
     client = await TCPStoreClient.aconnect(store_server.host, store_server.port)
     await client.set("a", "1")
@@ -340,6 +358,7 @@ async def test_writes_are_sent_before_close(store_server: StoreServer) -> None:
         assert await local.queue_pop("q") == b"3"
 
 
+@on_every_backend
 async def test_client_not_reading_does_not_block_others(store_server: StoreServer) -> None:
     """A peer pipelining big GETs without reading is paused, others are served,
     the server's buffer for it stays bounded, and it gets every answer once it reads."""
@@ -363,6 +382,7 @@ async def test_client_not_reading_does_not_block_others(store_server: StoreServe
         assert received == expected
 
 
+@on_every_backend
 async def test_port_in_use_is_a_clear_error(store_server: StoreServer) -> None:
     with pytest.raises(StoreError, match=r"cannot listen on 127\.0\.0\.1:\d+: .*port 0"):
         async with StoreServer("127.0.0.1", store_server.port):

@@ -2,38 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
-
 import anyio
 import pytest
 
 from aelastic.store import (
-    LocalStore,
-    PrefixStore,
     QueueEmptyError,
     Store,
-    StoreServer,
     StoreTimeoutError,
-    TCPStoreClient,
 )
 
-
-@pytest.fixture(params=["local", "tcp", "server-local", "prefix"])
-async def store(request: pytest.FixtureRequest, hosted: Any) -> AsyncIterator[Store]:
-    kind = request.param
-    if kind == "local":
-        async with LocalStore(timeout=10) as s:
-            yield s
-        return
-    async with hosted(StoreServer()) as server:
-        if kind == "server-local":
-            yield server.local_store
-            return
-        async with TCPStoreClient(server.host, server.port, timeout=10) as client:
-            yield PrefixStore("pfx", client) if kind == "prefix" else client
+from ._backends import on_every_backend
 
 
+@on_every_backend
 async def test_set_get_add(store: Store) -> None:
     await store.set("a", "1")
     assert await store.get("a") == b"1"
@@ -44,6 +25,7 @@ async def test_set_get_add(store: Store) -> None:
     assert await store.get("n") == b"-2"
 
 
+@on_every_backend
 async def test_compare_set_cases(store: Store) -> None:
     assert await store.compare_set("k", "", "x") == b"x"  # missing, expected empty: set
     assert await store.compare_set("m", "e", "x") == b"e"  # missing, expected set: no-op
@@ -53,6 +35,7 @@ async def test_compare_set_cases(store: Store) -> None:
     assert await store.get("k") == b"y"
 
 
+@on_every_backend
 async def test_check_wait_delete_keys(store: Store) -> None:
     assert not await store.check(["a"])
     await store.multi_set(["a", "b"], ["1", "2"])
@@ -68,6 +51,7 @@ async def test_check_wait_delete_keys(store: Store) -> None:
     assert await store.get("ap") == b"xy"
 
 
+@on_every_backend
 async def test_queues(store: Store) -> None:
     with pytest.raises(QueueEmptyError, match="q' is empty"):
         await store.queue_pop("q", block=False)
@@ -91,6 +75,7 @@ async def test_queues(store: Store) -> None:
     assert sorted(got) == [b"a", b"b"]
 
 
+@on_every_backend
 async def test_blocking_get_is_woken(store: Store) -> None:
     async with anyio.create_task_group() as tg:
         result: list[bytes] = []
@@ -105,6 +90,7 @@ async def test_blocking_get_is_woken(store: Store) -> None:
     assert result == [b"v"]
 
 
+@on_every_backend
 async def test_timeouts_name_key(store: Store) -> None:
     with pytest.raises(StoreTimeoutError, match=r"timed out after 0.1 s waiting for key '.*never'"):
         await store.get("never", timeout=0.1)

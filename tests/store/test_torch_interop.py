@@ -19,6 +19,7 @@ import pytest
 
 from aelastic.store import QueueEmptyError, StoreServer, StoreTimeoutError, TCPStoreClient
 
+from ._backends import on_every_backend
 from ._torch_ops import OPS, encode
 
 HERE = Path(__file__).parent
@@ -65,6 +66,7 @@ async def _torch_ops(*args: str) -> list[Any]:
     return result
 
 
+@on_every_backend
 async def test_torch_client_same_results_on_both_servers(store_server: StoreServer) -> None:
     results: dict[str, list[Any]] = {}
 
@@ -80,6 +82,7 @@ async def test_torch_client_same_results_on_both_servers(store_server: StoreServ
     assert await store_server.local_store.get("ap") == b"xy"
 
 
+@on_every_backend
 async def test_our_client_same_results_on_both_servers(store_server: StoreServer) -> None:
     async with await anyio.open_process(
         [sys.executable, TORCH_OPS, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE

@@ -1,0 +1,345 @@
+"""One client connection to a TCPStore server, shared by many tasks, on any anyio backend.
+
+Requests are *pipelined*: a task queues its request bytes and the replies it
+expects, then awaits its :class:`_Slot`. Replies come back in request order, so
+they are matched to slots in order.
+
+* **Writing.** The first request on an idle connection is sent at once (no added
+  latency for one task issuing one call at a time). While earlier requests are
+  in flight, a request is queued and one task flushes the queue after a
+  checkpoint, so the requests of every task that runs in the same event-loop
+  iteration leave in one ``send`` (64 concurrent tasks share a few segments).
+* **Reading** needs no background task: whichever waiting task finds nobody
+  reading takes the reader role, waits with :func:`anyio.wait_readable`, parses
+  and fills the slots it completes (waking their tasks), and when its own slot
+  is done hands the role to the next waiting task. A cancelled task leaves its
+  slot in the queue (its reply is still consumed) and passes the role on.
+* **Watchdog** (main connection): a reader that sees no byte for ``watch``
+  seconds while replies are pending fails the connection with
+  :class:`~aelastic.store.StoreTimeoutError` (a stalled or partitioned server
+  becomes an error, never a hang).
+
+A task cancelled while a request of its own is only partly sent closes the
+connection (the rest of the stream would be garbage to the server); every
+pending call then fails with :class:`~aelastic.store.StoreConnectionError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import socket
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+from . import _protocol as P
+from ._exceptions import (
+    ProtocolError,
+    StoreClosedError,
+    StoreConnectionError,
+    StoreError,
+    StoreTimeoutError,
+)
+
+__all__ = ("Replies", "_Conn", "connect_socket")
+
+Replies = Sequence[tuple[P.Reply, int]]
+
+#: Bytes read per wake-up of the reader.
+_RECV_SIZE = 1 << 20
+
+
+class _Slot:
+    """The reply of one request: filled by whichever task reads."""
+
+    __slots__ = ("done", "error", "event", "value")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.value: Any = None
+        self.error: StoreError | None = None
+        # set by the reader when done, or to hand over the reader role
+        self.event: anyio.Event | None = None
+
+
+async def connect_socket(host: str, port: int) -> socket.socket:
+    """A connected non-blocking TCP socket (``TCP_NODELAY``); raises :class:`OSError`.
+
+    IP literals are used as they are (no resolver thread); names go through
+    :func:`anyio.getaddrinfo`. Cancelled, it closes the socket it was opening.
+    """
+    infos: list[tuple[Any, ...]]
+    try:
+        ipaddress.ip_address(host)
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+    except ValueError:
+        infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    last: OSError | None = None
+    for family, type_, proto, _, addr in infos:
+        sock = socket.socket(family, type_, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                sock.connect(addr)
+            except BlockingIOError:
+                await anyio.wait_writable(sock)
+                err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if err:
+                    raise OSError(err, f"connect to {host}:{port}: {os.strerror(err)}") from None
+        except OSError as exc:
+            sock.close()
+            last = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    raise last if last is not None else OSError(f"no address for {host}:{port}")
+
+
+class _Conn:
+    """One TCP connection: pipelined requests, replies matched in order (see module doc)."""
+
+    def __init__(self, sock: socket.socket, endpoint: str) -> None:
+        self.sock = sock
+        self.endpoint = endpoint
+        self.parser = P.ResponseParser()
+        # one entry per expected reply: the request's slot on its last reply, None before
+        self.slots: deque[_Slot | None] = deque()
+        self._group: list[Any] = []
+        self.error: StoreError | None = None
+        self._wbuf: list[bytes] = []
+        self._queued = 0  # entries of ``slots`` whose request is still in _wbuf
+        self._flush_scheduled = False
+        self._draining = False
+        self._reading = False
+        self._watch: float | None = None
+        self._open = True
+
+    def watch(self, timeout: float) -> None:
+        """Fail the connection if the server leaves a request unanswered for ``timeout`` s.
+
+        Used on the main connection, which never carries WAIT: a healthy server
+        answers its requests at once.
+        """
+        self._watch = timeout
+
+    # -- queueing requests --------------------------------------------------------------
+
+    def request(self, data: bytes, replies: Replies) -> _Slot:
+        """Queue ``data``; return the slot of its reply (a list for several replies).
+
+        Await :meth:`result` for the value (which also sends the request).
+        """
+        if self.error is not None:
+            raise self.error
+        self._wbuf.append(data)
+        expect = self.parser.expect
+        slots = self.slots
+        for kind, count in replies[:-1]:
+            expect(kind, count)
+            slots.append(None)
+        kind, count = replies[-1]
+        expect(kind, count)
+        slot = _Slot()
+        slots.append(slot)
+        self._queued += len(replies)
+        return slot
+
+    def queue(self, data: bytes) -> None:
+        """Queue a request that has no reply; it leaves with the next flush."""
+        if self.error is not None:
+            raise self.error
+        self._wbuf.append(data)
+
+    async def send(self, data: bytes) -> None:
+        """Send a request that has no reply (SET, APPEND, ...)."""
+        if self.error is not None:
+            raise self.error
+        self._wbuf.append(data)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Hand the queued requests to the kernel (batched while others are in flight)."""
+        if not self._wbuf or self._flush_scheduled:
+            return
+        if len(self.slots) > self._queued:
+            # earlier requests are in flight: let the other tasks of this loop
+            # iteration queue theirs, then send them all at once
+            self._flush_scheduled = True
+            try:
+                await anyio.lowlevel.cancel_shielded_checkpoint()
+            finally:
+                self._flush_scheduled = False
+            if not self._wbuf or self.error is not None:
+                return
+        data = b"".join(self._wbuf) if len(self._wbuf) > 1 else self._wbuf[0]
+        self._wbuf = []
+        self._queued = 0
+        try:
+            n = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError as exc:
+            self._fail(StoreConnectionError(f"send failed: {exc}", endpoint=self.endpoint))
+            return
+        if n < len(data):
+            self._wbuf.insert(0, data[n:])
+            await self._drain()
+
+    async def _drain(self) -> None:
+        """Send the rest of a partly sent buffer as the kernel takes it."""
+        if self._draining:
+            return  # the draining task sends what we queued too
+        self._draining = True
+        try:
+            while self._wbuf and self.error is None:
+                await anyio.wait_writable(self.sock)
+                data = b"".join(self._wbuf)
+                try:
+                    n = self.sock.send(data)
+                except (BlockingIOError, InterruptedError):
+                    n = 0
+                self._wbuf = [data[n:]] if n < len(data) else []
+        except (OSError, anyio.ClosedResourceError) as exc:
+            self._fail(StoreConnectionError(f"send failed: {exc}", endpoint=self.endpoint))
+        except BaseException:
+            # cancelled with a request partly sent: the stream is unusable
+            self.close(
+                StoreConnectionError(
+                    "a request was cancelled while partly sent; connection closed",
+                    endpoint=self.endpoint,
+                )
+            )
+            raise
+        finally:
+            self._draining = False
+
+    # -- awaiting replies ---------------------------------------------------------------
+
+    async def result(self, slot: _Slot) -> Any:
+        """Send what is queued, then wait for ``slot``'s reply; raise the connection's error."""
+        await self.flush()
+        while not slot.done:
+            if self._reading:
+                event = slot.event = anyio.Event()
+                try:
+                    await event.wait()
+                except BaseException:
+                    slot.event = None
+                    if not self._reading:
+                        self._hand_over()  # we may have been chosen as the next reader
+                    raise
+                slot.event = None
+            else:
+                await self._read()
+        if slot.error is not None:
+            raise slot.error
+        return slot.value
+
+    async def _read(self) -> None:
+        """Take the reader role for one receive; hand it on afterwards."""
+        self._reading = True
+        try:
+            if self._watch is None:
+                await anyio.wait_readable(self.sock)
+            else:
+                with anyio.move_on_after(self._watch) as scope:
+                    await anyio.wait_readable(self.sock)
+                if scope.cancelled_caught:
+                    self.close(
+                        StoreTimeoutError(
+                            f"no response from the store within {self._watch} s",
+                            endpoint=self.endpoint,
+                        )
+                    )
+                    return
+            try:
+                data = self.sock.recv(_RECV_SIZE)
+            except (BlockingIOError, InterruptedError):
+                return
+            if not data:
+                self.close(
+                    StoreConnectionError(
+                        "connection lost (closed by the server)", endpoint=self.endpoint
+                    )
+                )
+                return
+            self._dispatch(data)
+        except (OSError, anyio.ClosedResourceError) as exc:
+            if self.error is None:
+                self.close(StoreConnectionError(f"connection lost: {exc}", endpoint=self.endpoint))
+        finally:
+            self._reading = False
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Wake the oldest task still waiting for a reply: it becomes the reader."""
+        for slot in self.slots:
+            if slot is not None and slot.event is not None and not slot.done:
+                slot.event.set()
+                return
+
+    def _dispatch(self, data: bytes) -> None:
+        try:
+            values = self.parser.feed(data)
+        except ProtocolError as exc:
+            self.close(
+                StoreConnectionError(
+                    f"server sent a malformed response: {exc}", endpoint=self.endpoint
+                )
+            )
+            return
+        slots = self.slots
+        group = self._group
+        for v in values:
+            slot = slots.popleft()
+            if slot is None:  # not the last reply of a multi-reply request
+                group.append(v)
+                continue
+            if group:
+                group.append(v)
+                v, group = group, []
+                self._group = group
+            slot.value = v
+            slot.done = True
+            if slot.event is not None:
+                slot.event.set()
+
+    # -- closing ------------------------------------------------------------------------
+
+    def _fail(self, error: StoreError) -> None:
+        """Fail every pending and later request with ``error``; close the socket."""
+        if self.error is None:
+            self.error = error
+        slots, self.slots = self.slots, deque()
+        self._queued = 0
+        self._wbuf = []
+        for slot in slots:
+            if slot is not None and not slot.done:
+                slot.error = self.error
+                slot.done = True
+                if slot.event is not None:
+                    slot.event.set()
+        if self._open:
+            self._open = False
+            with contextlib.suppress(RuntimeError):  # no event loop (interpreter exit)
+                anyio.notify_closing(self.sock)
+            self.sock.close()
+
+    def close(self, error: StoreError | None = None, *, graceful: bool = False) -> None:
+        """Close the connection; pending and later requests raise ``error``.
+
+        ``graceful`` first tries to hand the queued requests to the kernel (a
+        ``set`` whose call already returned); otherwise they are dropped.
+        """
+        if graceful and self.error is None and self._wbuf:
+            with contextlib.suppress(OSError):
+                self.sock.send(b"".join(self._wbuf))
+        self._fail(error or StoreClosedError("the client is closed", endpoint=self.endpoint))
