@@ -32,12 +32,23 @@ Algorithm (one round ``r``; keys in :mod:`._state`):
   ``withdraw`` (the coordinator drops its ticket); a coordinator dissolves its round
   instead, so the others regroup in the next one at once.
 
+* **Death.** Where the store offers ephemeral sessions (aelastic's server), each node
+  keeps one: a member registers a ``gone`` push to the coordinator's inbox, and the
+  coordinator, before each tick ``n`` is out, an order to write a ``lost`` tick
+  ``n+1``. The server performs them the moment the node's connection closes, so a
+  SIGKILLed node is noticed at once; heartbeats remain for silent loss.
+* **Store loss.** A node whose store becomes unreachable ends its round and, joining
+  again, retries until ``join_timeout`` (the c10d backend instead moves to the round's
+  heir when the store's host is gone, see :mod:`._c10d`).
+
 Costs: N nodes joining at once make O(N) requests in total, each O(1) bytes (the
-coordinator's completion tick carries only the removed tickets): a member makes 6
-store calls to be admitted (2 ADDs, 1 fire-and-forget MULTI_SET, 2 GETs, 1 SET).
-A waiting node blocks on one key; an idle member costs one blocking read and one
-fire-and-forget write per tick; the coordinator one ADD, one MULTI_GET (its sweep)
-and one MULTI_SET per tick. No wall clock crosses machines (see
+coordinator's completion tick carries only the removed tickets): a member makes 7
+store calls to be admitted (2 ADDs, 1 on-close registration on its session, 1
+fire-and-forget MULTI_SET, 2 GETs, 1 SET); the holder of a threshold ticket adds a
+confirmed push (PUSH + CHECK). A waiting node blocks on one key; an idle member costs
+one blocking read and one fire-and-forget write per tick; the coordinator one ADD, one
+MULTI_GET (its sweep), one MULTI_SET and two session calls (the next ``lost`` order,
+cancelling the last) per tick. No wall clock crosses machines (see
 :mod:`._liveness`). Backends plug in a :class:`~aelastic.store.Store` (a TCPStore
 client, an etcd-backed store) and optionally their own :class:`~._liveness.Liveness`.
 """
@@ -224,7 +235,7 @@ class _Alarm:
             if delay <= 0:
                 self._at = math.inf
                 try:
-                    await self._ops.push(self._inbox, _TICK_MESSAGE)
+                    await self._ops.push(self._inbox, _TICK_MESSAGE, confirm=False)
                 except RendezvousError:
                     return  # the pop's safety timeout takes over
                 continue
