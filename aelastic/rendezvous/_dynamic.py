@@ -403,8 +403,15 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 exc = again
                 continue
             self._event("store_back", "the rendezvous store answers again; rejoining")
+            await self._reopen_session()
             return
         raise exc
+
+    async def _reopen_session(self) -> None:
+        """Open a new ephemeral session after the store came back (the old one's
+        connection closed with the link, and the server performed its actions)."""
+        if self._stack is not None and self._store is not None:
+            self._session = await _open_session(self._stack, self._store)
 
     async def __aenter__(self) -> DynamicRendezvousHandler:
         if self._tg is not None:
@@ -492,7 +499,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
                     try:
                         info, was_spare = await self._attempt(tg, deadline)
                     except RendezvousConnectionError as exc:
-                        await self._withdraw()
+                        await self._abandon()  # the store is unreachable: nothing to tell it
                         await self._recover_store(exc, deadline)
                         continue
                     if info is not None:
@@ -736,11 +743,17 @@ class DynamicRendezvousHandler(RendezvousHandler):
         session = self._session
         if session is None:
             return None
-        try:
-            aid = await session.on_close(action, key, value)
-        except (StoreError, OSError) as exc:
-            _log.warning("rendezvous %s: no on-close action (%s)", self._run_id, exc)
-            self._session = None
+        aid: int | None = None
+        # Never hold a join up for long (a session whose link broke may not answer).
+        with anyio.move_on_after(
+            min(self._settings.read_timeout, self._settings.heartbeat_timeout)
+        ):
+            try:
+                aid = await session.on_close(action, key, value)
+            except (StoreError, OSError) as exc:
+                _log.warning("rendezvous %s: no on-close action (%s)", self._run_id, exc)
+        if aid is None:
+            self._session = None  # heartbeats only, until the store is reconnected
             return None
         view.actions.append(aid)
         return aid
@@ -800,6 +813,15 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 return
             n = last.n + 1
         await self._publish(round_, Tick(n, "dissolved"))
+
+    async def _abandon(self) -> None:
+        """Drop the pending round without telling the store (it is unreachable); the
+        coordinator sees this node's ticket lapse, or its connection close."""
+        view = self._view
+        self._set_view(None)
+        if view is not None:
+            with anyio.CancelScope(shield=True):
+                await self._stop(view)  # bounded; forgets in the background
 
     async def _withdraw(self) -> None:
         """Withdraw from a round that has not admitted this node (timeout, error, cancel)."""

@@ -7,10 +7,12 @@ connection closes (a "gone" message to the coordinator, a "lost" tick to members
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from contextlib import AsyncExitStack
 
 import anyio
+import anyio.abc
 import pytest
 
 from aelastic.rendezvous import RendezvousConnectionError, RendezvousHandler, RendezvousInfo
@@ -200,3 +202,106 @@ async def test_killed_late_arrival_no_longer_counts_as_waiting(store_server: Sto
             await local.wait([f"rdzv/job/c/0/tick/{latest.n + 1}"])
         now = Tick.loads("tick", await local.get(f"rdzv/job/c/0/tick/{latest.n + 1}"))
         assert (now.state, now.world, now.waiting) == ("running", 2, 0)
+
+
+class Link:
+    """A loopback TCP proxy to the store that can be cut (a partition, not a death).
+
+    Cut: current connections are closed and new ones are accepted but never served
+    (connects succeed, requests time out). Healed: new connections are forwarded.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = 0
+        self.healed = anyio.Event()
+        self.healed.set()
+        self._live: set[anyio.CancelScope] = set()
+
+    def cut(self) -> None:
+        self.healed = anyio.Event()
+        for scope in self._live:
+            scope.cancel()  # closes both ends of every forwarded connection
+        self._live.clear()
+
+    def heal(self) -> None:
+        self.healed.set()
+
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        task_status.started()
+        async with listener:
+            await listener.serve(self._handle)
+
+    async def _handle(self, client: anyio.abc.SocketStream) -> None:
+        async with client:
+            await self.healed.wait()  # cut: accepted, never served
+            with anyio.CancelScope() as scope:
+                self._live.add(scope)
+                async with await anyio.connect_tcp("127.0.0.1", self.target_port) as server:
+
+                    async def pump(a: anyio.abc.SocketStream, b: anyio.abc.SocketStream) -> None:
+                        with contextlib.suppress(
+                            anyio.EndOfStream, anyio.BrokenResourceError, OSError
+                        ):
+                            async for chunk in a:
+                                await b.send(chunk)
+                        tg.cancel_scope.cancel()
+
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(pump, client, server)
+                        tg.start_soon(pump, server, client)
+            self._live.discard(scope)
+
+
+async def test_member_cut_off_longer_than_heartbeat_and_read_timeout_rejoins(
+    store_server: StoreServer,
+) -> None:
+    fast = {
+        "keep_alive_interval": "0.5",
+        "keep_alive_max_attempt": "3",
+        "last_call_timeout": "0.2",
+        "read_timeout": "1",
+        "join_timeout": "30",
+        "is_host": "false",
+    }
+    link = Link(store_server.port)
+    async with anyio.create_task_group() as tg:
+        await tg.start(link.serve)
+        direct = f"127.0.0.1:{store_server.port}"
+        async with (
+            c10d(direct, 2, 2, **fast) as a,
+            c10d(f"127.0.0.1:{link.port}", 2, 2, **fast) as b,
+        ):
+            with anyio.fail_after(20):
+                first = await rendezvous_all([a, b])
+            assert {i.round for i in first} == {0}
+            link.cut()
+            with anyio.fail_after(20):
+                await b.wait_for_membership_change()  # b lost the store: its round is over
+            latest: dict[str, RendezvousInfo] = {}
+            together = anyio.Event()
+
+            async def agent(name: str, h: RendezvousHandler) -> None:
+                # What an agent does: rendezvous, run until the membership changes, repeat.
+                while True:
+                    latest[name] = info = await h.next_rendezvous()
+                    other = latest.get("b" if name == "a" else "a")
+                    if other is not None and other.round == info.round and info.world_size == 2:
+                        together.set()
+                    await h.wait_for_membership_change()
+
+            async with anyio.create_task_group() as agents:
+                agents.start_soon(agent, "a", a)
+                agents.start_soon(agent, "b", b)
+                # The fault: the link stays cut longer than heartbeat_timeout (1.5 s) +
+                # read_timeout (1 s). b used to fail for good here; now it keeps trying.
+                await anyio.sleep(4)
+                link.heal()
+                with anyio.fail_after(20):
+                    await together.wait()
+                agents.cancel_scope.cancel()
+            assert sorted(i.rank for i in latest.values()) == [0, 1]
+            assert latest["a"].round >= 1
+        tg.cancel_scope.cancel()
