@@ -2,21 +2,34 @@
 
 Importing aelastic never imports torch. Subpackages: ``aelastic.store``,
 ``aelastic.rendezvous``, ``aelastic.agent``, ``aelastic.workers``,
-``aelastic.errors``, ``aelastic.events``, ``aelastic.metrics``; the launch API
-(``LaunchConfig``, ``launch``, ``elastic_launch``) is in ``aelastic.launcher``.
+``aelastic.errors``, ``aelastic.events``, ``aelastic.metrics``, ``aelastic.progress``
+(the workers' progress reporting for hang detection), ``aelastic.health``; the launch API
+(``LaunchConfig``, ``launch``, ``open_job``, ``elastic_launch``) is in ``aelastic.launcher``.
 """
 
 from ._exceptions import AelasticError as AelasticError
 
 __version__ = "0.1.0"
 
-__all__ = ("AelasticError", "LaunchConfig", "__version__", "elastic_launch", "launch")
+__all__ = (
+    "AelasticError",
+    "Job",
+    "LaunchConfig",
+    "__version__",
+    "elastic_launch",
+    "launch",
+    "open_job",
+    "run_job",
+)
 
 # The launch API is loaded on first use, so ``import aelastic`` stays light.
 _LAZY = {
     "LaunchConfig": "aelastic.launcher",
     "elastic_launch": "aelastic.launcher",
     "launch": "aelastic.launcher",
+    "open_job": "aelastic.launcher",
+    "run_job": "aelastic.launcher",
+    "Job": "aelastic.launcher",
 }
 
 

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 from ._exceptions import AelasticError
 from ._ids import random_uuid4
 from ._launch_config import DEFAULT_SIGNALS, LaunchConfig, LaunchConfigError
+from .progress import _options as _progress_options
 
 __all__ = (
     "PROG",
@@ -33,6 +34,7 @@ __all__ = (
 
 PROG = "python -m aelastic run"
 _EXIT_BARRIER_ENV = "TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT"
+_HEALTH_ENV = "TORCHELASTIC_HEALTH_CHECK_PORT"
 _STANDALONE_ENDPOINT = "localhost:0"
 
 
@@ -284,6 +286,22 @@ _OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
         False,
         "every worker gets LOCAL_RANK=0 and its own CUDA_VISIBLE_DEVICES",
     ),
+    *_progress_options.OPTIONS,  # hang detection and restart policy (aelastic.progress)
+    (
+        ("--health-port", "--health_port"),
+        "health_port",
+        "str",
+        None,
+        "serve /healthz /readyz /status /metrics on this port (0: any free port; "
+        "else $TORCHELASTIC_HEALTH_CHECK_PORT; unset: no endpoint)",
+    ),
+    (
+        ("--health-host", "--health_host"),
+        "health_host",
+        "str",
+        "127.0.0.1",
+        "address the health endpoint listens on",
+    ),
 )
 
 # Options without a PET_ variable (as in torchrun).
@@ -304,13 +322,14 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "exit status: 0 every worker of this node succeeded; 1 the job failed (summary "
-            "on stderr, root cause last); 2 a bad option or value, nothing started; 128+N "
+            "on stderr, root cause last); 93 stopped by --max-no-progress-restarts (do not "
+            "requeue); 2 a bad option or value, nothing started; 128+N "
             "stopped by handled signal N (workers got N first). LOGLEVEL=INFO|DEBUG shows "
             "the agent's log."
         ),
     )
     for flags, dest, kind, default, help_ in _OPTIONS:
-        shown = "" if kind == "flag" else f" (default: {default})"
+        shown = _shown_default(kind, default, help_)
         if kind == "flag":
             parser.add_argument(*flags, dest=dest, action="store_const", const=True, help=help_)
         else:
@@ -319,6 +338,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("training_script_args", nargs=argparse.REMAINDER)
     parser.set_defaults(**{dest: None for _, dest, _, _, _ in _OPTIONS})
     return parser
+
+
+def _shown_default(kind: str, default: Any, help_: str) -> str:
+    """The ``(default: X)`` suffix of an option's help, or "" when it would say nothing.
+
+    Flags, empty or None defaults, and help texts that already state their default
+    (computed ones such as ``--master-port``'s 29500) get no suffix, so no default is
+    printed twice.
+    """
+    if kind == "flag" or default in (None, "") or "default" in help_:
+        return ""
+    return f" (default: {default})"
 
 
 def _flag_name(dest: str) -> str:
@@ -390,6 +421,21 @@ class _Values:
             bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
             raise UsageError(f"{self.source(dest)} {raw}: must be {bound} seconds")
         return value
+
+
+def _health_port(v: _Values, env: Mapping[str, str]) -> int | None:
+    """``--health-port``, else ``TORCHELASTIC_HEALTH_CHECK_PORT`` (torchrun's variable)."""
+    port = v.int_("health_port", minimum=0)
+    source = v.source("health_port")
+    if port is None and env.get(_HEALTH_ENV):
+        raw, source = env[_HEALTH_ENV], _HEALTH_ENV
+        try:
+            port = int(raw)
+        except ValueError:
+            raise UsageError(f"{_HEALTH_ENV}={raw!r}: expected a TCP port number") from None
+    if port is not None and not 0 <= port <= 65535:
+        raise UsageError(f"{source} {port}: a TCP port is 0-65535")
+    return port
 
 
 def parse_nnodes(value: str, source: str = "--nnodes") -> tuple[int, int]:
@@ -585,6 +631,7 @@ def parse_run_args(
         else:
             exit_barrier_timeout = 300.0
 
+    health_port = _health_port(v, env)
     start_method = v.str_("start_method")
     if start_method not in _START_METHODS:
         raise UsageError(
@@ -681,6 +728,9 @@ def parse_run_args(
             redirects=redirects,
             tee=tee,
             local_ranks_filter=ranks_filter,
+            **_progress_options.config_fields(v),
+            health_port=health_port,
+            health_host=v.str_("health_host"),
         )
     except LaunchConfigError as exc:  # pragma: no cover - the checks above come first
         raise UsageError(str(exc)) from None

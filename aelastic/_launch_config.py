@@ -32,15 +32,24 @@ class LaunchConfig:
     the ``run`` command passes torchrun's own defaults). aelastic adds
     ``exit_barrier_timeout``, ``log_dir``, ``redirects``, ``tee`` and
     ``local_ranks_filter``, which torch keeps in ``logs_specs`` and environment
-    variables; ``master_addr``/``master_port`` of the static backend come from
+    variables, and ``health_port``/``health_host``: where the job's health and status
+    endpoint listens (None: none; 0: a free port; loopback unless another address is
+    given); ``master_addr``/``master_port`` of the static backend come from
     ``rdzv_endpoint`` as in torch.
 
     ``redirects`` and ``tee`` take what ``-r``/``-t`` take: ``0``-``3``, a string such as
     ``"3"`` or ``"0:1,1:2"``, an ``aelastic.workers.Std`` or a ``{local_rank: Std}`` map.
 
+    Hang detection and restart policy (``initial_heartbeat_timeout``,
+    ``heartbeat_timeout``, ``section_timeouts``, ``out_of_section_timeout``,
+    ``learn_timeouts``, ``max_no_progress_restarts``, ``restart_backoff``,
+    ``restart_backoff_max``, ``job_wide_restarts``) are
+    :class:`~aelastic.agent.WorkerSpec`'s fields of the same names.
+
     ``shutdown_timeout`` of None means the environment variable
     ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, else 30 seconds; it is read when the launch
-    starts, never written. Constructing a config changes nothing process-global.
+    starts, never written. Constructing a config changes nothing process-global, nor the
+    caller's ``rdzv_configs`` dict (the config keeps its own copy, with ``timeout`` set).
 
     Raises:
         LaunchConfigError: from ``__post_init__`` when a field cannot work
@@ -76,6 +85,18 @@ class LaunchConfig:
     redirects: Any = 0
     tee: Any = 0
     local_ranks_filter: set[int] | None = None
+    # hang detection and restart policy: see aelastic.agent.WorkerSpec
+    initial_heartbeat_timeout: float | None = None
+    heartbeat_timeout: float | None = None
+    section_timeouts: dict[str, float] | None = None
+    out_of_section_timeout: float | None = None
+    learn_timeouts: float | None = None
+    max_no_progress_restarts: int | None = None
+    restart_backoff: float = 0.0
+    restart_backoff_max: float = 300.0
+    job_wide_restarts: bool = False
+    health_port: int | None = None
+    health_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         if not 0 < self.min_nodes <= self.max_nodes:
@@ -103,6 +124,16 @@ class LaunchConfig:
             raise LaunchConfigError(
                 f"exit_barrier_timeout={self.exit_barrier_timeout}: need >= 0 seconds"
             )
+        if self.health_port is not None and (
+            isinstance(self.health_port, bool)
+            or not isinstance(self.health_port, int)
+            or not 0 <= self.health_port < 65536
+        ):
+            raise LaunchConfigError(
+                f"health_port={self.health_port!r}: need a port in 0..65535 (0: any free port)"
+                " or None for no health endpoint"
+            )
+        self.rdzv_configs = dict(self.rdzv_configs)  # the caller's dict stays as it was
         if self.rdzv_timeout is not None and self.rdzv_timeout != -1:
             self.rdzv_configs["timeout"] = self.rdzv_timeout
         else:

@@ -3,6 +3,7 @@
 Exit status:
 
 * ``0``: every worker of this node succeeded.
+* ``93``: stopped by ``--max-no-progress-restarts`` (no step progress): do not requeue
 * ``1``: the job failed (the ``ChildFailedError`` summary is on stderr, root cause last)
   or the agent could not carry on (a one-line ``aelastic run: error: ...``).
 * ``2``: a bad flag or value (one line naming it and the fix); no worker was started.
@@ -115,8 +116,9 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
 
     from ._launch import run_launch
     from ._launch_config import LaunchConfigError
-    from .agent import SignalException
+    from .agent import NO_PROGRESS_EXIT_CODE, NoProgressError, SignalException
     from .errors import ChildFailedError
+    from .rendezvous import RendezvousGracefulExitError
 
     if startup_gc_off:
         gc.freeze()  # what start-up made stays; later collections skip it
@@ -125,6 +127,10 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
         anyio.run(
             partial(run_launch, parsed.config, parsed.entrypoint, parsed.args, handle_signals=True)
         )
+    except NoProgressError as exc:
+        print(exc.format_msg(), file=sys.stderr, flush=True)
+        _err("stopped: no step progress over --max-no-progress-restarts attempts; do not requeue")
+        return NO_PROGRESS_EXIT_CODE
     except ChildFailedError as exc:
         _record_for_scheduler(exc)
         print(exc.format_msg(), file=sys.stderr, flush=True)
@@ -136,6 +142,9 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
     except LaunchConfigError as exc:
         _err(f"error: {exc}")
         return 2
+    except RendezvousGracefulExitError as exc:  # a spare node let go: nothing failed
+        _err(f"exiting: {exc}")
+        return 0
     except KeyboardInterrupt:
         _err("interrupted")
         return 130

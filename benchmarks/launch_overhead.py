@@ -1,12 +1,14 @@
 """Launch overhead: ``--standalone --nproc-per-node 2`` of a no-op script, aelastic vs torchrun.
 
-    python benchmarks/launch_overhead.py [--repeats 7] [--nproc 2]
+    python benchmarks/launch_overhead.py [--repeats 7] [--nproc 2] [--baseline DIR]
 
 Each launcher runs as a fresh process; the wall time covers the whole command (start,
 rendezvous, two workers, exit) and the peak RSS is ``ru_maxrss`` from ``os.wait4`` of
 that process (the launcher's own, or a waited-for worker's if larger; the no-op workers
 are far smaller than either launcher). Also timed: starting the same two Python
 processes directly, the floor any launcher pays. Prints medians and ratios.
+``--baseline DIR`` also times another aelastic source tree (e.g. ``git archive main``
+unpacked in DIR) as ``aelastic@base``, run with DIR as its working directory.
 
 Bytecode: a source checkout run with ``PYTHONDONTWRITEBYTECODE=1`` recompiles every
 aelastic module on every start (an installed wheel ships or caches ``.pyc`` files, as
@@ -29,10 +31,12 @@ import time
 PY = sys.executable
 
 
-def _measure(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+def _measure(cmd: list[str], env: dict[str, str], cwd: str | None = None) -> tuple[float, float]:
     """(wall seconds, peak RSS MiB) of one run of ``cmd``; raises if it fails."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     assert proc.stderr is not None
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -56,6 +60,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--no-bytecode-cache", action="store_true")
+    parser.add_argument("--baseline", help="another aelastic source tree to time alongside")
     opts = parser.parse_args()
 
     env = dict(os.environ)
@@ -76,16 +81,19 @@ def main() -> int:
             "aelastic --help": [PY, "-m", "aelastic", "run", "--help"],
             "torchrun --help": [PY, "-m", "torch.distributed.run", "--help"],
         }
+        if opts.baseline:
+            launchers["aelastic@base"] = launchers["aelastic"]
+        cwds = {"aelastic@base": opts.baseline}
         commands = {**launchers, **help_cmds}
-        for cmd in commands.values():
-            _measure(cmd, env)  # warm the page cache
+        for name, cmd in commands.items():
+            _measure(cmd, env, cwds.get(name))  # warm the page cache
         _direct(script, opts.nproc)
         # alternate the commands run by run, so load changes hit every one alike
         runs: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
         direct_runs: list[float] = []
         for _ in range(opts.repeats):
             for name, cmd in commands.items():
-                runs[name].append(_measure(cmd, env))
+                runs[name].append(_measure(cmd, env, cwds.get(name)))
             direct_runs.append(_direct(script, opts.nproc)[0])
         results = {
             name: (statistics.median(w for w, _ in rs), max(r for _, r in rs))
@@ -113,6 +121,15 @@ def main() -> int:
         "median of paired runs  (target <= 0.1x)"
     )
     print(f"ratio aelastic/torchrun peak RSS: {a_rss / t_rss:.3f}x")
+    if opts.baseline:
+        base = statistics.median(
+            b / t for (b, _), (t, _) in zip(runs["aelastic@base"], runs["torchrun"], strict=True)
+        )
+        print(f"ratio aelastic@base/torchrun wall: {base:.3f}x median of paired runs")
+        own = statistics.median(
+            a / b for (a, _), (b, _) in zip(runs["aelastic"], runs["aelastic@base"], strict=True)
+        )
+        print(f"ratio aelastic/aelastic@base wall: {own:.3f}x median of paired runs")
     print(f"aelastic overhead over direct start: {a_wall - direct:.3f} s")
     return 0
 

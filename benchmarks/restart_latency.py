@@ -1,6 +1,7 @@
 """Restart latency: a worker's failure to all restarted local workers running, aelastic vs torchrun.
 
-    python benchmarks/restart_latency.py [--repeats 7] [--nproc 2]
+    python benchmarks/restart_latency.py [--repeats 7] [--nproc 2] [--status-load]
+                                         [--baseline DIR]
 
 Same job for both launchers, interleaved run by run so they share the machine's load::
 
@@ -15,6 +16,12 @@ start time of attempt 1's workers minus the failure time (the same clock, one ho
 Also measured: the **floor**, the time from spawning ``nproc`` Python interpreters
 directly to their first statement. Every launcher pays it on a restart, so
 ``latency - floor`` is the launcher's own share. Prints medians and ratios.
+
+``--status-load`` adds ``aelastic+status``: the same job with ``--health-port`` while a
+client thread requests ``/status`` back to back for the whole run (the job handle's
+state stream and the endpoint under load, on the restart path). ``--baseline DIR``
+adds ``aelastic@base``: another aelastic source tree (e.g. ``git archive main``
+unpacked in DIR), run with DIR as its working directory.
 """
 
 from __future__ import annotations
@@ -22,11 +29,14 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 
 PY = sys.executable
 
@@ -64,9 +74,46 @@ def _clear(d: str) -> None:
         os.unlink(p)
 
 
-def _restart_ms(cmd: list[str], d: str, nproc: int, env: dict[str, str]) -> float:
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _StatusLoad:
+    """A thread requesting ``/status`` on ``port`` back to back until stopped."""
+
+    def __init__(self, port: int) -> None:
+        self.port, self.answered = port, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        url = f"http://127.0.0.1:{self.port}/status"
+        while not self._stop.is_set():
+            try:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    r.read()
+                self.answered += 1
+            except OSError:  # not listening yet, or already gone
+                self._stop.wait(0.001)
+
+    def __enter__(self) -> _StatusLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _restart_ms(
+    cmd: list[str], d: str, nproc: int, env: dict[str, str], cwd: str | None = None
+) -> float:
     _clear(d)
-    proc = subprocess.run(cmd, env={**env, "BENCH_DIR": d}, capture_output=True, timeout=120)
+    proc = subprocess.run(
+        cmd, env={**env, "BENCH_DIR": d}, cwd=cwd, capture_output=True, timeout=120
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd} exited {proc.returncode}: {proc.stderr.decode()[-2000:]}")
     starts = [_read(os.path.join(d, f"start_1_{r}")) for r in range(nproc)]
@@ -89,6 +136,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--status-load", action="store_true")
+    parser.add_argument("--baseline", help="another aelastic source tree to time alongside")
     opts = parser.parse_args()
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # both launchers would warn and set it
@@ -104,10 +153,27 @@ def main() -> int:
             "aelastic": [PY, "-m", "aelastic", "run", *flags, worker],
             "torchrun": [PY, "-m", "torch.distributed.run", *flags, worker],
         }
+        if opts.baseline:
+            launchers["aelastic@base"] = launchers["aelastic"]
+        port = _free_port()
+        if opts.status_load:
+            launchers["aelastic+status"] = [
+                *launchers["aelastic"][:4],
+                "--health-port",
+                str(port),
+                *launchers["aelastic"][4:],
+            ]
+        cwds = {"aelastic@base": opts.baseline}
+        answered = 0
         samples: dict[str, list[float]] = {name: [] for name in [*launchers, "floor"]}
         for i in range(opts.repeats):
             for name, cmd in launchers.items():
-                samples[name].append(_restart_ms(cmd, d, opts.nproc, env))
+                if name == "aelastic+status":
+                    with _StatusLoad(port) as load:
+                        samples[name].append(_restart_ms(cmd, d, opts.nproc, env))
+                    answered += load.answered
+                else:
+                    samples[name].append(_restart_ms(cmd, d, opts.nproc, env, cwds.get(name)))
             samples["floor"].append(_floor_ms(floor_script, d, opts.nproc, env))
             print(
                 f"run {i + 1}/{opts.repeats}: "
@@ -123,6 +189,11 @@ def main() -> int:
             f"  (above the {floor:.1f} ms spawn floor: {med[name] - floor:7.1f} ms)"
         )
     print(f"  ratio aelastic/torchrun: {med['aelastic'] / med['torchrun']:.3f}")
+    for extra in ("aelastic@base", "aelastic+status"):
+        if extra in med:
+            print(f"  ratio {extra}/torchrun: {med[extra] / med['torchrun']:.3f}")
+    if opts.status_load:
+        print(f"  /status answered {answered} times during the aelastic+status runs")
     own_a, own_t = med["aelastic"] - floor, med["torchrun"] - floor
     if own_t > 0:
         print(f"  ratio of launcher shares (floor removed): {max(own_a, 0.0) / own_t:.3f}")

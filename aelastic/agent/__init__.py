@@ -10,8 +10,10 @@ from ._api import SimpleElasticAgent as SimpleElasticAgent
 from ._env import worker_env as worker_env
 from ._exceptions import AgentConfigError as AgentConfigError
 from ._exceptions import AgentError as AgentError
+from ._exceptions import NoProgressError as NoProgressError
 from ._exceptions import SignalException as SignalException
 from ._local import LocalElasticAgent as LocalElasticAgent
+from ._policy import NO_PROGRESS_EXIT_CODE as NO_PROGRESS_EXIT_CODE
 from ._policy import Action as Action
 from ._policy import Decision as Decision
 from ._policy import decide_after_exit as decide_after_exit
@@ -25,12 +27,14 @@ from ._types import WorkerState as WorkerState
 
 __all__ = (
     "DEFAULT_ROLE",
+    "NO_PROGRESS_EXIT_CODE",
     "Action",
     "AgentConfigError",
     "AgentError",
     "Decision",
     "ElasticAgent",
     "LocalElasticAgent",
+    "NoProgressError",
     "RunResult",
     "SignalException",
     "SimpleElasticAgent",

@@ -29,11 +29,14 @@ from ..metrics import prof, put_metric
 from ..rendezvous import RendezvousGracefulExitError, RendezvousInfo
 from ..store import Store
 from ._exceptions import AgentError, SignalException
+from ._hang import Hang, RoundProgress, hang_failure, report_hang
+from ._learned import LearnedTimeouts
 from ._policy import (
     UNINTERRUPTIBLE_STATE_TIMEOUT_ENV,
     Action,
     Decision,
     decide_after_exit,
+    decide_after_hang,
     decide_after_membership_change,
     decide_after_stuck,
     flakiness,
@@ -44,6 +47,7 @@ from ._policy import (
     uninterruptible_poll_interval,
 )
 from ._ranks import RankAssignment, RoleInfo, assign_ranks, identical_assignment
+from ._restart_policy import RestartPolicy
 from ._types import DEFAULT_ROLE, RunResult, Worker, WorkerGroup, WorkerSpec, WorkerState
 
 __all__ = ("ElasticAgent", "SimpleElasticAgent")
@@ -90,6 +94,11 @@ class SimpleElasticAgent(ElasticAgent):
 
     ``exit_barrier_timeout``, ``shutdown_timeout`` and ``uninterruptible_state_timeout``
     override the spec's values.
+
+    Hang detection (opt-in, see :class:`WorkerSpec`'s heartbeat and section timeouts):
+    subclasses set ``self._progress`` (a :class:`~aelastic.agent._hang.RoundProgress`)
+    for the round; a worker past its deadline has every local worker's stacks written,
+    then counts as a failure (restart within the budget, else FAILED saying "hung").
 
     D-state check (opt-in, off by default): with an ``uninterruptible_state_timeout``
     (argument, spec, or ``TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT``) > 0, the agent
@@ -138,6 +147,12 @@ class SimpleElasticAgent(ElasticAgent):
         )
         #: ``{local_rank: pid}`` of the workers the D-state check found stuck.
         self._stuck: dict[int, int] = {}
+        #: This round's progress files (set by subclasses that start workers; None: off).
+        self._progress: RoundProgress | None = None
+        #: The hang that ended this round, if one did.
+        self._hang: Hang | None = None
+        self._restart_policy = RestartPolicy(spec)
+        self._learned = LearnedTimeouts(spec, self._record)
 
     # -- public -----------------------------------------------------------------------
 
@@ -148,6 +163,16 @@ class SimpleElasticAgent(ElasticAgent):
     def remaining_restarts(self) -> int:
         """Restarts left in the failure budget."""
         return self._remaining_restarts
+
+    @property
+    def attempt(self) -> int:
+        """Worker starts so far minus one (``attempt_<n>`` of the logs); -1 before the first."""
+        return self._attempt
+
+    @property
+    def rendezvous_round(self) -> int | None:
+        """The round of the last completed rendezvous (None before the first)."""
+        return None if self._rdzv_info is None else self._rdzv_info.round
 
     def send_signal(self, sig: int, *, terminate: bool = True) -> None:
         """Handle a signal the embedding program received (the CLI forwards its signals here).
@@ -269,6 +294,9 @@ class SimpleElasticAgent(ElasticAgent):
     async def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM) -> None:
         """Release what the agent holds outside a round (called once, on abnormal exit)."""
 
+    def _explain_failures(self, result: RunResult) -> None:
+        """Amend the failures' messages with what only the agent knows (default: nothing)."""
+
     def _unkillable_workers(self, worker_group: WorkerGroup) -> Mapping[int, int]:
         """``{local_rank: pid}`` of stopped workers that could not be reaped (default none)."""
         return {}
@@ -301,6 +329,7 @@ class SimpleElasticAgent(ElasticAgent):
                 try:
                     await self._initialize_workers(wg)
                     decision = await self._wait_for_outcome(wg)
+                    decision = await self._review_decision(decision)
                     wg.state = decision.state
                     put_metric(f"workers.{role}.remaining_restarts", self._remaining_restarts)
                     put_metric(f"workers.{role}.{wg.state.value}", 1)
@@ -314,11 +343,15 @@ class SimpleElasticAgent(ElasticAgent):
                         # exit was handled is then in the result too.
                         await self._stop_workers(wg)
                         result = await self._monitor_workers(wg)
+                        if self._hang is not None:
+                            result = self._hang_result(wg, self._hang)
+                        result.no_progress = self._restart_policy.stopped_for_no_progress
+                        self._explain_failures(result)
                         wg.state = WorkerState.FAILED
                         log.error(
                             "[%s] worker group FAILED, no restarts left: %s",
                             role,
-                            _describe_exits(self._worker_exit_codes(wg)),
+                            self._describe_outcome(wg),
                         )
                         await self._close_rendezvous()
                         return result
@@ -328,7 +361,7 @@ class SimpleElasticAgent(ElasticAgent):
                         log.warning(
                             "[%s] worker group FAILED (%s); %d/%d restarts left, restarting",
                             role,
-                            _describe_exits(self._worker_exit_codes(wg)),
+                            self._describe_outcome(wg),
                             self._remaining_restarts,
                             spec.max_restarts,
                         )
@@ -341,6 +374,8 @@ class SimpleElasticAgent(ElasticAgent):
                             wg.group_rank,
                         )
                     await self._restart_workers(wg)
+                    if decision.action is Action.RESTART:
+                        await anyio.sleep(self._restart_policy.backoff_seconds())
                     stuck = self._unkillable_workers(wg)
                     if stuck:
                         wg.state = WorkerState.UNKNOWN
@@ -364,8 +399,26 @@ class SimpleElasticAgent(ElasticAgent):
         decided: list[Decision] = []
         errors: list[Exception] = []
         dstate_timeout = self._uninterruptible_state_timeout
+        self._hang = None
 
         async with anyio.create_task_group() as tg:
+
+            async def watch_progress(progress: RoundProgress) -> None:
+                try:
+                    hang = await progress.wait_for_hang(
+                        lambda: self._worker_exit_codes(worker_group).keys()
+                    )
+                    identity: dict[str, str | int | None] = {
+                        "run_id": spec.rdzv_handler.get_run_id(),
+                        "hostname": _hostname(),
+                        "global_rank": worker_group.workers[hang.local_rank].global_rank,
+                        "group_rank": worker_group.group_rank,
+                    }
+                    self._hang = await report_hang(hang, progress, self._record, identity)
+                    decided.append(decide_after_hang(self._remaining_restarts))
+                except Exception as exc:
+                    errors.append(exc)
+                tg.cancel_scope.cancel()
 
             async def watch_uninterruptible(limit: float) -> None:
                 try:
@@ -413,9 +466,34 @@ class SimpleElasticAgent(ElasticAgent):
             tg.start_soon(watch_membership)
             if dstate_timeout is not None:
                 tg.start_soon(watch_uninterruptible, dstate_timeout)
+            if self._progress is not None and self._progress.timeouts.enabled:
+                tg.start_soon(watch_progress, self._progress)
         if decided:
             return decided[0]
         raise errors[0]
+
+    def _describe_outcome(self, wg: WorkerGroup) -> str:
+        if self._hang is not None:
+            return self._hang.describe()
+        return _describe_exits(self._worker_exit_codes(wg))
+
+    async def _review_decision(self, decision: Decision) -> Decision:
+        """Apply the restart policy (job-wide budget, no-progress stop) to ``decision``."""
+        progress = self._progress
+        snapshots = list(progress.snapshots().values()) if progress is not None else []
+        best = max((s.step for s in snapshots), default=-1)
+        if snapshots and decision.action is not Action.ABANDON:
+            await self._learned.update(snapshots)
+        round_ = self._rdzv_info.round if self._rdzv_info is not None else self._attempt
+        return await self._restart_policy.review(decision, attempt_best_step=best, round_=round_)
+
+    def _hang_result(self, wg: WorkerGroup, hang: Hang) -> RunResult:
+        """FAILED, naming the hung worker (its peers were stopped on purpose)."""
+        codes = self._stopped_exit_codes(wg)
+        failure = hang_failure(hang, codes.get(hang.local_rank, -signal.SIGKILL))
+        return RunResult(
+            state=WorkerState.FAILED, failures={wg.workers[hang.local_rank].global_rank: failure}
+        )
 
     async def _abandon_host(self, wg: WorkerGroup) -> RunResult:
         """Workers stuck in D-state: stop them, spend the budget, return FAILED naming them.

@@ -5,8 +5,9 @@ from __future__ import annotations
 import signal
 
 from .._exceptions import AelasticError
+from ..errors import ChildFailedError
 
-__all__ = ("AgentConfigError", "AgentError", "SignalException")
+__all__ = ("AgentConfigError", "AgentError", "NoProgressError", "SignalException")
 
 
 class AgentError(AelasticError):
@@ -27,3 +28,12 @@ class SignalException(AgentError):
     def __init__(self, msg: str, sigval: signal.Signals) -> None:
         super().__init__(msg)
         self.sigval = sigval
+
+
+class NoProgressError(ChildFailedError):
+    """The job kept failing without step progress (``max_no_progress_restarts``).
+
+    A :class:`~aelastic.errors.ChildFailedError` (the last attempt's failures);
+    ``aelastic run`` exits with ``NO_PROGRESS_EXIT_CODE`` (93) so a scheduler does
+    not requeue the job.
+    """

@@ -30,6 +30,14 @@ from ..workers import (
 )
 from ._api import SimpleElasticAgent, _hostname
 from ._env import substitute_local_rank, worker_env
+from ._file_timer import (
+    ENABLE_ENV,
+    TIMER_FILE_ENV,
+    FileTimerServer,
+    explain_expired,
+    serve_file_timer,
+)
+from ._hang import RoundProgress, progress_directory, stacks_files
 from ._policy import restart_count
 from ._types import RunResult, WorkerGroup, WorkerSpec, WorkerState
 
@@ -95,6 +103,14 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._result_files: dict[int, str] = {}
         self._result_dir: tempfile.TemporaryDirectory[str] | None = None
         self._warm_pool: WarmPool | None = None
+        self._progress_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._file_timer: FileTimerServer | None = None
+        self._log_destinations: LogDestinations | None = None
+
+    @property
+    def log_destinations(self) -> LogDestinations | None:
+        """Where the current (last) attempt's workers log; None before the first start."""
+        return self._log_destinations
 
     # -- the workers' store ------------------------------------------------------------
 
@@ -146,8 +162,10 @@ class LocalElasticAgent(SimpleElasticAgent):
             duplicate_stdout_filters=spec.duplicate_stdout_filters,
             duplicate_stderr_filters=spec.duplicate_stderr_filters,
         )
+        self._log_destinations = dests
         base_env = os.environ.copy()
         restarts = restart_count(spec.max_restarts, self._remaining_restarts)
+        progress = self._open_round_progress(dests.attempt_dir)
         self._exits = {}
         self._error_files = {}
         self._failed_before_stop = None
@@ -174,7 +192,9 @@ class LocalElasticAgent(SimpleElasticAgent):
                 run_id=run_id,
                 use_agent_store=self._use_agent_store,
                 error_file=error_file,
-                extra=self._worker_env_extra,
+                extra=self._worker_env_extra
+                if progress is None
+                else {**self._worker_env_extra, **progress.env(rank)},
                 virtual_local_rank=spec.virtual_local_rank,
             )
             self._error_files[rank] = error_file
@@ -185,9 +205,34 @@ class LocalElasticAgent(SimpleElasticAgent):
             )
         )
         self._procs = procs
+        if progress is not None:
+            progress.started(procs.pids)
         # LIFO: runs before the processes' own exit, so a forwarded signal reaches them.
         stack.push_async_callback(self._stop_on_round_exit)
         return dict(procs.pids)
+
+    def _open_round_progress(self, attempt_dir: str | None) -> RoundProgress | None:
+        """This round's progress files when hang detection is on (closed with the round)."""
+        spec = self._worker_group.spec
+        timeouts = self._learned.timeouts()
+        wanted = spec.max_no_progress_restarts is not None or spec.learn_timeouts is not None
+        if not timeouts.enabled and not wanted:
+            return None
+        if self._progress_dir is None:
+            self._progress_dir = tempfile.TemporaryDirectory(
+                prefix="aelastic_progress_", dir=progress_directory()
+            )
+        ranks = list(range(spec.local_world_size))
+        stacks = stacks_files(self._progress_dir.name, self._attempt, attempt_dir, ranks)
+        progress = RoundProgress(self._progress_dir.name, self._attempt, stacks, timeouts)
+        assert self._round_stack is not None
+        self._round_stack.callback(self._close_round_progress, progress)
+        self._progress = progress
+        return progress
+
+    def _close_round_progress(self, progress: RoundProgress) -> None:
+        progress.close()
+        self._progress = None
 
     def _worker_args(self, spec: WorkerSpec, local_rank: int) -> list[str]:
         entrypoint = spec.entrypoint
@@ -309,11 +354,33 @@ class LocalElasticAgent(SimpleElasticAgent):
             finally:
                 self._warm_pool = None
 
+    @asynccontextmanager
+    async def _open_file_timer(self) -> AsyncIterator[None]:
+        """torchrun's ``TORCHELASTIC_ENABLE_FILE_TIMER=1``: serve the workers' expiration timers."""
+        if os.environ.get(ENABLE_ENV) != "1":
+            yield
+            return
+        async with serve_file_timer(self._record, os.environ.get(TIMER_FILE_ENV)) as server:
+            self._worker_env_extra[TIMER_FILE_ENV] = server.path
+            self._file_timer = server
+            try:
+                yield
+            finally:
+                self._file_timer = None
+                self._worker_env_extra.pop(TIMER_FILE_ENV, None)
+
+    def _explain_failures(self, result: RunResult) -> None:
+        if self._file_timer is not None:
+            explain_expired(result.failures.values(), self._file_timer.reaped)
+
     async def run(self, role: str = "default") -> RunResult:
         try:
-            async with self._open_warm_pool():
+            async with self._open_warm_pool(), self._open_file_timer():
                 return await super().run(role)
         finally:
             if self._result_dir is not None:
                 self._result_dir.cleanup()
                 self._result_dir = None
+            if self._progress_dir is not None:
+                self._progress_dir.cleanup()
+                self._progress_dir = None

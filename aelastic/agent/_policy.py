@@ -11,8 +11,9 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..progress import ProgressSnapshot, ProgressTimeouts
 from ._exceptions import AgentConfigError
 from ._types import WorkerState
 
@@ -29,6 +30,19 @@ __all__ = (
     "track_uninterruptible",
     "stuck_workers",
     "decide_after_stuck",
+    "ProgressDeadline",
+    "progress_deadline",
+    "decide_after_hang",
+    "NO_PROGRESS_EXIT_CODE",
+    "decide_job_budget",
+    "StepProgress",
+    "fold_attempt_steps",
+    "no_progress",
+    "restart_backoff",
+    "Observed",
+    "merge_observed",
+    "observe",
+    "learned_timeouts",
 )
 
 #: torch's opt-in knob: seconds a worker may stay in uninterruptible sleep (D-state).
@@ -200,3 +214,195 @@ def decide_after_stuck() -> Decision:
     this out as: stop the workers, return FAILED naming the stuck workers.
     """
     return Decision(Action.ABANDON, WorkerState.UNHEALTHY, 0)
+
+
+# -- hang detection (aelastic.progress) -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProgressDeadline:
+    """When a worker is due to show progress again, and which rule says so.
+
+    ``rule`` is ``"initial"`` (no heartbeat since start), ``"heartbeat"`` (steady
+    heartbeat interval), ``"section"`` (inside ``section``) or ``"out-of-section"``.
+    """
+
+    at_ns: int
+    rule: str
+    timeout: float
+    section: str | None = None
+
+
+def progress_deadline(
+    snapshot: ProgressSnapshot, timeouts: ProgressTimeouts, started_ns: int
+) -> ProgressDeadline | None:
+    """The earliest deadline that applies to a worker now, or None when none does.
+
+    A worker that has not attached (never imported :mod:`aelastic.progress`) is not
+    judged (None). Inside a section with a timeout only that timeout counts (a long
+    checkpoint is not a missed heartbeat). Otherwise: before the first heartbeat or
+    section, the initial timeout from ``started_ns`` (the worker's start); after a
+    heartbeat, the heartbeat timeout from the latest one; once sections were used,
+    the out-of-section timeout from the latest section exit.
+    """
+    if not snapshot.attached:
+        return None
+    section = snapshot.section
+    if section is not None and section in timeouts.sections:
+        seconds = timeouts.sections[section]
+        return ProgressDeadline(snapshot.section_ns + _ns(seconds), "section", seconds, section)
+    candidates: list[ProgressDeadline] = []
+    used_sections = section is not None or snapshot.section_exit_ns > 0
+    if snapshot.beats == 0 and not used_sections:
+        if timeouts.initial is not None:
+            candidates.append(
+                ProgressDeadline(started_ns + _ns(timeouts.initial), "initial", timeouts.initial)
+            )
+    elif snapshot.beats > 0 and timeouts.heartbeat is not None:
+        candidates.append(
+            ProgressDeadline(
+                snapshot.last_beat_ns + _ns(timeouts.heartbeat),
+                "heartbeat",
+                timeouts.heartbeat,
+                section,
+            )
+        )
+    if section is None and snapshot.section_exit_ns > 0 and timeouts.out_of_section is not None:
+        candidates.append(
+            ProgressDeadline(
+                snapshot.section_exit_ns + _ns(timeouts.out_of_section),
+                "out-of-section",
+                timeouts.out_of_section,
+            )
+        )
+    return min(candidates, key=lambda d: d.at_ns, default=None)
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+def decide_after_hang(remaining_restarts: int) -> Decision:
+    """A worker missed its progress deadline: restart the group if the budget allows."""
+    if remaining_restarts < 0:
+        raise ValueError(f"remaining_restarts must be >= 0, got {remaining_restarts}")
+    if remaining_restarts > 0:
+        return Decision(Action.RESTART, WorkerState.FAILED, remaining_restarts - 1)
+    return Decision(Action.FAIL, WorkerState.FAILED, 0)
+
+
+# -- restart policy by failure kind ----------------------------------------------------
+
+#: ``aelastic run``'s exit code when a job stopped for making no progress: do not requeue
+#: (NVRx ``ft_launcher``'s value, so schedulers configured for it work unchanged).
+NO_PROGRESS_EXIT_CODE = 93
+
+
+def decide_job_budget(failed_rounds: int, max_restarts: int) -> Decision:
+    """Job-wide budget: restart while the job's failed rounds do not exceed ``max_restarts``.
+
+    ``failed_rounds`` counts this failure (each failed rendezvous round counts once,
+    whichever nodes failed in it).
+    """
+    if failed_rounds <= max_restarts:
+        return Decision(Action.RESTART, WorkerState.FAILED, max_restarts - failed_rounds)
+    return Decision(Action.FAIL, WorkerState.FAILED, 0)
+
+
+@dataclass(frozen=True)
+class StepProgress:
+    """The best step seen so far and the failed attempts since it last improved."""
+
+    best: int = -1
+    streak: int = 0
+
+
+def fold_attempt_steps(state: StepProgress, attempt_best: int, *, failed: bool) -> StepProgress:
+    """Fold one attempt's highest step (-1: none reported) into ``state``.
+
+    An attempt that passed the best step resets the streak; a failed attempt that did
+    not adds one to it; a membership restart without progress leaves it as is.
+    """
+    if attempt_best > state.best:
+        return StepProgress(attempt_best, 0)
+    return StepProgress(state.best, state.streak + 1 if failed else state.streak)
+
+
+def no_progress(state: StepProgress, limit: int | None) -> bool:
+    """Whether ``limit`` consecutive failed attempts made no step progress (None: off)."""
+    return limit is not None and state.streak >= limit
+
+
+def restart_backoff(consecutive_failures: int, base: float, cap: float) -> float:
+    """Seconds to wait before restart number ``consecutive_failures`` (1-based): ``base``,
+    doubling each time, at most ``cap``; 0 when ``base`` is 0 (off, the default)."""
+    if base <= 0 or consecutive_failures <= 0:
+        return 0.0
+    return float(min(cap, base * 2.0 ** min(consecutive_failures - 1, 60)))
+
+
+# -- learned timeouts -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The longest healthy intervals seen so far (seconds): between two heartbeats, and
+    inside each section. Every recorded interval ended in progress, so all are healthy."""
+
+    heartbeat: float = 0.0
+    sections: Mapping[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {"heartbeat": self.heartbeat, "sections": dict(self.sections)}
+
+    @classmethod
+    def from_json(cls, obj: object) -> Observed:
+        """Parse :meth:`to_json`'s shape; ValueError when it is not that."""
+        if not isinstance(obj, dict):
+            raise ValueError(f"learned timeouts must be a JSON object, got {obj!r}")
+        sections = obj.get("sections", {})
+        if not isinstance(sections, dict):
+            raise ValueError(f"learned section intervals must be an object, got {sections!r}")
+        return cls(
+            float(obj.get("heartbeat", 0.0)), {str(k): float(v) for k, v in sections.items()}
+        )
+
+
+def merge_observed(a: Observed, b: Observed) -> Observed:
+    """The longer of each interval of ``a`` and ``b``."""
+    sections = dict(a.sections)
+    for name, seconds in b.sections.items():
+        sections[name] = max(seconds, sections.get(name, 0.0))
+    return Observed(max(a.heartbeat, b.heartbeat), sections)
+
+
+def observe(snapshots: Collection[ProgressSnapshot]) -> Observed:
+    """The longest intervals the workers of one attempt reported."""
+    observed = Observed()
+    for snap in snapshots:
+        if not snap.attached:
+            continue
+        sections = {k: v / 1e9 for k, v in snap.longest_sections_ns.items() if v > 0}
+        observed = merge_observed(observed, Observed(snap.max_gap_ns / 1e9, sections))
+    return observed
+
+
+def learned_timeouts(
+    configured: ProgressTimeouts, observed: Observed, factor: float
+) -> ProgressTimeouts:
+    """Tighter timeouts: ``factor`` x the longest healthy interval, never looser than the
+    configured value, and only for rules that are on (learning never turns a rule on)."""
+    heartbeat = configured.heartbeat
+    if heartbeat is not None and observed.heartbeat > 0:
+        heartbeat = min(heartbeat, factor * observed.heartbeat)
+    sections = dict(configured.sections)
+    for name, seconds in configured.sections.items():
+        longest = observed.sections.get(name, 0.0)
+        if longest > 0:
+            sections[name] = min(seconds, factor * longest)
+    return ProgressTimeouts(
+        initial=configured.initial,
+        heartbeat=heartbeat,
+        sections=sections,
+        out_of_section=configured.out_of_section,
+    )

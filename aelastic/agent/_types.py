@@ -12,6 +12,7 @@ from ._exceptions import AgentConfigError
 
 if TYPE_CHECKING:
     from ..errors import ProcessFailure
+    from ..progress import ProgressTimeouts
     from ..rendezvous import RendezvousHandler
     from ..store import Store
     from ..workers import Std
@@ -99,6 +100,26 @@ class WorkerSpec:
             or network file system call: recycle the host). None: the
             ``TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT`` variable decides (unset: off);
             ``<= 0``: off. Off means no polling at all.
+        initial_heartbeat_timeout, heartbeat_timeout, section_timeouts,
+        out_of_section_timeout: hang detection for workers that report progress with
+            :mod:`aelastic.progress` (see :class:`~aelastic.progress.ProgressTimeouts`;
+            all None: off). A worker past its deadline has its stacks (and its local
+            peers') written to ``attempt_<n>/<local_rank>/stacks.txt``, then the group
+            restarts like after a failure.
+        max_no_progress_restarts: stop the job (exit code 93, "do not requeue") after
+            this many consecutive failed attempts whose highest ``aelastic.progress.step``
+            did not pass the best one before. None: off.
+        restart_backoff: seconds to wait before the first restart after a failure,
+            doubling with each consecutive failure up to ``restart_backoff_max``; 0
+            (the default, torchrun's behaviour): restart at once.
+        restart_backoff_max: the longest back-off, in seconds.
+        job_wide_restarts: ``max_restarts`` counts the failures of the whole job (kept in
+            the rendezvous store, one per failed round whichever node saw it) rather
+            than this node's. Needs the c10d backend (others: per node, with a warning).
+        learn_timeouts: a safety factor (e.g. 5): after a healthy attempt the agent
+            proposes heartbeat/section timeouts of that many times the longest interval
+            observed, persists them (log dir and store) and uses them from the next
+            restart on. None: off.
 
     String entrypoints' ``args`` go through torch's ``${local_rank}`` macro per worker.
     """
@@ -126,6 +147,15 @@ class WorkerSpec:
     duplicate_stderr_filters: list[str] | None = None
     virtual_local_rank: bool = False
     uninterruptible_state_timeout: float | None = None
+    initial_heartbeat_timeout: float | None = None
+    heartbeat_timeout: float | None = None
+    section_timeouts: Mapping[str, float] | None = None
+    out_of_section_timeout: float | None = None
+    max_no_progress_restarts: int | None = None
+    restart_backoff: float = 0.0
+    restart_backoff_max: float = 300.0
+    job_wide_restarts: bool = False
+    learn_timeouts: float | None = None
 
     def __post_init__(self) -> None:
         if self.fn is not None:
@@ -182,6 +212,43 @@ class WorkerSpec:
                 f"WorkerSpec.uninterruptible_state_timeout must be seconds or None, got {timeout!r}"
             )
         self.args = tuple(self.args)
+        self._check_progress_fields()
+
+    def _check_progress_fields(self) -> None:
+        from ..progress import ProgressTimeoutError
+
+        try:
+            self.progress_timeouts()
+        except ProgressTimeoutError as exc:
+            raise AgentConfigError(f"WorkerSpec: {exc}") from None
+        n = self.max_no_progress_restarts
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise AgentConfigError(
+                f"WorkerSpec.max_no_progress_restarts must be an int >= 1 or None, got {n!r}"
+            )
+        for name in ("restart_backoff", "restart_backoff_max"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise AgentConfigError(f"WorkerSpec.{name} must be seconds >= 0, got {value!r}")
+        factor = self.learn_timeouts
+        if factor is not None and (
+            isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 1
+        ):
+            raise AgentConfigError(
+                f"WorkerSpec.learn_timeouts must be a safety factor > 1 (e.g. 5) or None,"
+                f" got {factor!r}"
+            )
+
+    def progress_timeouts(self) -> ProgressTimeouts:
+        """The hang-detection timeouts of this spec (``.enabled`` False: off)."""
+        from ..progress import ProgressTimeouts
+
+        return ProgressTimeouts(
+            initial=self.initial_heartbeat_timeout,
+            heartbeat=self.heartbeat_timeout,
+            sections=dict(self.section_timeouts or {}),
+            out_of_section=self.out_of_section_timeout,
+        )
 
     def get_entrypoint_name(self) -> str:
         """The binary's base name, or the callable's ``__qualname__``."""
@@ -230,16 +297,17 @@ class WorkerGroup:
 
     ``store`` is the current round's rendezvous store; ``master_addr``/``master_port``
     the workers' store endpoint. Mutated by the agent as it runs: read ``state`` to
-    observe it.
+    observe it, or :meth:`add_state_listener` to be told of every change (nothing polls).
     """
 
     __slots__ = (
+        "_listeners",
+        "_state",
         "group_rank",
         "group_world_size",
         "master_addr",
         "master_port",
         "spec",
-        "state",
         "store",
         "workers",
     )
@@ -252,7 +320,33 @@ class WorkerGroup:
         self.group_world_size: int | None = None
         self.master_addr: str | None = None
         self.master_port: int | None = None
-        self.state = WorkerState.INIT
+        self._listeners: tuple[Callable[[WorkerGroup, WorkerState], None], ...] = ()
+        self._state = WorkerState.INIT
+
+    @property
+    def state(self) -> WorkerState:
+        """The group's current state; setting a different one calls the state listeners."""
+        return self._state
+
+    @state.setter
+    def state(self, value: WorkerState) -> None:
+        previous, self._state = self._state, value
+        if value is not previous:
+            for listener in self._listeners:
+                listener(self, previous)
+
+    def add_state_listener(self, listener: Callable[[WorkerGroup, WorkerState], None]) -> None:
+        """Call ``listener(group, previous_state)`` right after each change of :attr:`state`.
+
+        It runs synchronously in the agent's task, in the event loop, at the moment of
+        the change: it must be quick and must not block or raise (an exception would
+        abort the agent's transition).
+        """
+        self._listeners = (*self._listeners, listener)
+
+    def remove_state_listener(self, listener: Callable[[WorkerGroup, WorkerState], None]) -> None:
+        """Stop calling ``listener`` (no error if it was not added)."""
+        self._listeners = tuple(x for x in self._listeners if x is not listener)
 
 
 @dataclass
@@ -262,12 +356,14 @@ class RunResult:
     ``return_values`` maps global rank to the return value (callable entrypoints; None
     for binaries) when the run succeeded; ``failures`` maps global rank to the
     :class:`~aelastic.errors.ProcessFailure` of each worker that failed on its own.
-    Workers the agent stopped on purpose are in neither.
+    Workers the agent stopped on purpose are in neither. ``no_progress``: the job was
+    stopped by ``max_no_progress_restarts`` (do not requeue it).
     """
 
     state: WorkerState
     return_values: dict[int, Any] = field(default_factory=dict)
     failures: dict[int, ProcessFailure] = field(default_factory=dict)
+    no_progress: bool = False
 
     def is_failed(self) -> bool:
         """True only when ``state`` is FAILED."""

@@ -7,8 +7,9 @@ handlers (stdlib ``logging`` handlers, sync or ``async def`` callables) run. Des
 null until configured), ``file`` (JSON lines; :func:`configure_file` or
 ``AELASTIC_EVENTS_FILE``), ``store`` (:func:`configure_store`), and any name given to
 :func:`register_handler`. :func:`subscribe` streams events to async consumers;
-:func:`arecord` and :func:`flush` wait for handlers. The older type-routed API is
-``aelastic.events.legacy``.
+:func:`arecord` and :func:`flush` wait for handlers; :func:`shutdown` stops the thread
+(bounded; the next record restarts it). Works on every anyio backend (asyncio, trio).
+The older type-routed API is ``aelastic.events.legacy``.
 
 Example::
 
@@ -30,6 +31,8 @@ from ._dispatch import flush as flush
 from ._dispatch import flush_blocking as flush_blocking
 from ._dispatch import record as record
 from ._dispatch import register_handler as register_handler
+from ._dispatch import shutdown as shutdown
+from ._dispatch import shutdown_blocking as shutdown_blocking
 from ._dispatch import statistics as statistics
 from ._dispatch import unregister_handler as unregister_handler
 from ._exceptions import EventFormatError as EventFormatError
@@ -72,6 +75,8 @@ __all__ = (
     "record",
     "record_rdzv_event",
     "register_handler",
+    "shutdown",
+    "shutdown_blocking",
     "statistics",
     "subscribe",
     "unregister_handler",

@@ -26,9 +26,10 @@ destination's events in recording order. Handlers run there:
   (``aelastic-events-<destination>``, non-propagating, level from ``LOGLEVEL``);
 * synchronous callables / ``record`` methods: called in the dispatcher thread;
 * ``async def`` handlers: awaited on the event loop that was running when they were
-  registered (their *home* loop: a store client belongs to the loop that opened it),
-  through ``run_coroutine_threadsafe``; handlers registered outside any loop run on the
-  dispatcher's loop. If the home loop has stopped, the handler fails (logged, counted).
+  registered (their *home* loop, asyncio or trio: a store client belongs to the loop that
+  opened it), entered from a short-lived thread with ``anyio.from_thread.run`` and the
+  loop's token; handlers registered outside any loop run on the dispatcher's loop. If the
+  home loop has stopped, the handler fails (logged, counted).
 
 This works the same whether :func:`record` is called from synchronous code with no loop,
 from a worker thread, or from inside a running loop: the caller only appends to a deque.
@@ -37,6 +38,9 @@ When a queue is full (``AELASTIC_EVENTS_QUEUE_SIZE``, default 100000 per destina
 :func:`record` drops the new event, counts it (:func:`statistics`) and warns once, rather
 than block. :func:`arecord` and flushes are never dropped. At interpreter exit pending
 events are flushed for up to ``AELASTIC_EVENTS_EXIT_FLUSH_TIMEOUT`` seconds (default 5).
+
+The thread can be stopped: :func:`shutdown` / :func:`shutdown_blocking` flush, cancel the
+drainers and join it, bounded by a timeout; the next record that needs it starts a new one.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import asyncio
 import atexit
 import collections
 import contextlib
+import contextvars
 import inspect
 import logging
 import os
@@ -56,6 +61,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
+from anyio.lowlevel import EventLoopToken
 
 from ._exceptions import EventHandlerError, EventsError, UnknownDestinationError
 from ._signal import AsyncWaiter, Signal, ThreadWaiter, Waiter
@@ -68,9 +76,12 @@ __all__ = (
     "destination",
     "flush",
     "flush_blocking",
+    "is_null_handler",
     "record",
     "register_handler",
     "registry",
+    "shutdown",
+    "shutdown_blocking",
     "statistics",
     "unregister_handler",
 )
@@ -78,6 +89,8 @@ __all__ = (
 log = logging.getLogger("aelastic.events")
 
 _BATCH = 512
+#: Bound of :func:`shutdown` (flush and thread stop together), in seconds.
+_SHUTDOWN_TIMEOUT = 5.0
 
 
 class EventLike(Protocol):
@@ -105,6 +118,13 @@ def _queue_size() -> int:
     return size
 
 
+def is_null_handler(handler: Any) -> bool:
+    """Whether ``handler`` does nothing (``logging.NullHandler``, ``NullEventHandler``)."""
+    return (
+        isinstance(handler, logging.NullHandler) or getattr(handler, "null_handler", False) is True
+    )
+
+
 def _message(event: Any) -> str:
     serialize = getattr(event, "serialize", None)
     return serialize() if serialize is not None else str(event)
@@ -125,13 +145,11 @@ class _Handler:
     )
 
     def __init__(self, original: HandlerLike) -> None:
-        from ._handlers import is_null_handler
-
         self.original = original
         self.is_null = is_null_handler(original)
         self.logging_handler: logging.Handler | None = None
         self.batch: Callable[[list[Any]], None] | None = None
-        self.home: asyncio.AbstractEventLoop | None = None
+        self.home: EventLoopToken | None = None
         #: a logging handler attached to the destination's logger (not batch-capable)
         self.via_logger = False
         if isinstance(original, logging.Handler):
@@ -154,9 +172,9 @@ class _Handler:
             getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
         )
         if self.is_async:
-            try:
-                self.home = asyncio.get_running_loop()
-            except RuntimeError:
+            try:  # the caller's event loop, whichever anyio backend runs it
+                self.home = anyio.lowlevel.current_token()
+            except RuntimeError:  # no event loop here: the dispatcher's loop runs it
                 self.home = None
 
 
@@ -343,7 +361,7 @@ class Destination:
             handler.batch([event for _, event in items])
             return {}
         home = handler.home
-        if handler.is_async and home is not None and home is not asyncio.get_running_loop():
+        if handler.is_async and home is not None and home != _dispatcher.token:
             return await _run_on(home, handler.call, items)
         return await _run_each(handler.call, items)
 
@@ -363,29 +381,43 @@ async def _run_each(
 
 
 async def _run_on(
-    home: asyncio.AbstractEventLoop, call: Callable[[Any], Any], items: list[tuple[int, Any]]
+    home: EventLoopToken, call: Callable[[Any], Any], items: list[tuple[int, Any]]
 ) -> dict[int, Exception]:
-    """Run ``call`` on each event of ``items`` on the loop ``home``, one hop per batch."""
-    if home.is_closed() or not home.is_running():
+    """Run ``call`` on each event of ``items`` in the event loop ``home``, one hop per batch.
+
+    Backend-neutral (asyncio, uvloop, trio): a short-lived thread enters ``home`` with
+    ``anyio.from_thread.run`` while the dispatcher's loop waits on a thread-safe
+    wake-up, so other destinations keep draining. Cancelled (dispatcher shutdown): the
+    wait is abandoned; the hop ends when ``home`` has run the batch.
+    """
+    is_running = getattr(home.native_token, "is_running", None)  # asyncio: a stopped loop
+    if is_running is not None and not is_running():  # would never run the batch
         raise EventsError(
             f"async handler {call!r} belongs to an event loop that is no longer running; "
             "unregister handlers before their loop ends"
         )
-    coro = _run_each(call, items)
-    try:
-        future = asyncio.run_coroutine_threadsafe(coro, home)
-    except RuntimeError:
-        coro.close()
-        raise EventsError(f"async handler {call!r}: its event loop closed") from None
-    wrapped = asyncio.wrap_future(future)
-    try:
-        await asyncio.wait({wrapped})
-    finally:
-        if not wrapped.done():  # we were cancelled (dispatcher shutdown)
-            future.cancel()
-    if wrapped.cancelled():
-        raise EventsError(f"async handler {call!r} was cancelled: its event loop shut down")
-    return wrapped.result()
+    done = Signal()
+    outcome: list[dict[int, Exception] | BaseException] = []
+
+    def hop() -> None:
+        try:
+            outcome.append(anyio.from_thread.run(_run_each, call, items, token=home))
+        except BaseException as exc:  # handed to the dispatcher's loop below
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=hop, name="aelastic-events-hop", daemon=True).start()
+    await done.wait()
+    result = outcome[0]
+    if isinstance(result, anyio.RunFinishedError):
+        raise EventsError(
+            f"async handler {call!r} belongs to an event loop that is no longer running; "
+            "unregister handlers before their loop ends"
+        )
+    if isinstance(result, BaseException):
+        raise EventsError(f"async handler {call!r}: its event loop did not run it: {result!r}")
+    return result
 
 
 class _FlushMarker:
@@ -406,6 +438,10 @@ class _Dispatcher:
         self._pending: list[Destination] = []
         self._spawn: Signal | None = None
         self._ready = threading.Event()
+        self._scope: anyio.CancelScope | None = None
+        self._context = contextvars.Context()
+        #: the dispatcher loop's anyio token (async handlers homed there run in place)
+        self.token: EventLoopToken | None = None
 
     @property
     def thread(self) -> threading.Thread | None:
@@ -419,9 +455,9 @@ class _Dispatcher:
         if threading.current_thread() is self._thread:
             self._wake_in_loop(dest)
         else:
-            try:
-                loop.call_soon_threadsafe(self._wake_in_loop, dest)
-            except RuntimeError:  # interpreter shutdown: the loop is gone
+            try:  # in the dispatcher's own context, not the caller's (which may say trio)
+                loop.call_soon_threadsafe(self._wake_in_loop, dest, context=self._context)
+            except RuntimeError:  # interpreter shutdown or dispatcher stopping: loop gone
                 dest.idle = True
 
     def _wake_in_loop(self, dest: Destination) -> None:
@@ -451,9 +487,12 @@ class _Dispatcher:
 
     async def _serve(self) -> None:
         self._spawn = Signal()
-        self._loop = asyncio.get_running_loop()
-        self._ready.set()
+        self._context = contextvars.copy_context()
+        self.token = anyio.lowlevel.current_token()
         async with anyio.create_task_group() as tg:
+            self._scope = tg.cancel_scope
+            self._loop = asyncio.get_running_loop()
+            self._ready.set()
             while True:
                 await self._spawn.wait()
                 self._spawn.clear()
@@ -461,12 +500,43 @@ class _Dispatcher:
                 for dest in pending:
                     tg.start_soon(dest.drain, name=f"aelastic-events-{dest.name}")
 
+    def stop(self, timeout: float) -> bool:
+        """Stop the loop and join the thread within ``timeout`` s; return whether it ended.
+
+        Drainers are cancelled (events still queued stay queued). A record racing with
+        the stop starts a fresh dispatcher for its event.
+        """
+        with self._lock:
+            thread, loop, scope = self._thread, self._loop, self._scope
+            if thread is None or loop is None or scope is None:
+                return True
+            with contextlib.suppress(RuntimeError):  # RuntimeError: the loop already closed
+                loop.call_soon_threadsafe(scope.cancel, context=self._context)
+            thread.join(timeout)
+            if thread.is_alive():
+                return False
+            self._loop = self._thread = self._scope = self.token = None
+            self._pending = []
+            self._spawn = None
+        restart = []
+        with registry.lock:
+            for dest in registry.destinations.values():
+                dest.running, dest.wakeup, dest.idle = False, None, True
+                if dest.queue:
+                    restart.append(dest)
+        for dest in restart:
+            dest.idle = False
+            self.wake(dest)
+        return True
+
     def reset_after_fork(self) -> None:
         self._lock = threading.Lock()
         self._loop = None
         self._thread = None
         self._pending = []
         self._spawn = None
+        self._scope = None
+        self.token = None
         self._ready = threading.Event()
 
 
@@ -648,6 +718,38 @@ def statistics() -> dict[str, DestinationStatistics]:
         return {name: dest.statistics() for name, dest in registry.destinations.items()}
 
 
+def shutdown_blocking(timeout: float = _SHUTDOWN_TIMEOUT) -> bool:
+    """Flush every destination, then stop the ``aelastic-events`` thread; block at most
+    ``timeout`` seconds in all. Return whether everything was delivered and the thread
+    ended.
+
+    Handlers and subscriptions stay registered: the next :func:`record` that needs a
+    handler starts a fresh thread. Events still queued when the time is up stay queued
+    (delivered by that next thread). Runs at interpreter exit with
+    ``AELASTIC_EVENTS_EXIT_FLUSH_TIMEOUT`` (default 5 s). Never call it from a handler
+    nor from an event loop that runs an async handler (use :func:`shutdown` there).
+    """
+    if threading.current_thread() is _dispatcher.thread:
+        raise EventsError("events.shutdown() called from an events handler: it would deadlock")
+    deadline = time.monotonic() + max(0.0, timeout)
+    flushed = flush_blocking(timeout)
+    return _dispatcher.stop(max(0.0, deadline - time.monotonic())) and flushed
+
+
+async def shutdown() -> bool:
+    """:func:`shutdown_blocking` (5 s bound) from async code, without blocking the loop.
+
+    Waits in a worker thread (so async handlers homed on this loop can still run). For
+    a shorter wait, put it in ``anyio.move_on_after``: cancelling abandons the wait
+    while the stop goes on in that thread, still bounded.
+    """
+    import anyio.to_thread
+
+    return await anyio.to_thread.run_sync(
+        shutdown_blocking, _SHUTDOWN_TIMEOUT, abandon_on_cancel=True
+    )
+
+
 def _exit_flush() -> None:
     if _dispatcher.thread is None:
         return
@@ -656,7 +758,7 @@ def _exit_flush() -> None:
     except ValueError:
         timeout = 5.0
     with contextlib.suppress(Exception):  # best effort at exit
-        flush_blocking(timeout)
+        shutdown_blocking(timeout)
 
 
 def _after_fork_in_child() -> None:

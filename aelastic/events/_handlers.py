@@ -13,7 +13,7 @@ import logging
 import os
 from typing import Any
 
-from ._dispatch import Destination, _Handler, registry
+from ._dispatch import Destination, _Handler, is_null_handler, registry
 from ._exceptions import EventsError, UnknownDestinationError
 
 __all__ = (
@@ -34,13 +34,6 @@ _log_handlers: dict[str, logging.Handler] = {
     "store": logging.NullHandler(),
     "": logging.NullHandler(),
 }
-
-
-def is_null_handler(handler: Any) -> bool:
-    """Whether ``handler`` does nothing (``logging.NullHandler``, ``NullEventHandler``)."""
-    return (
-        isinstance(handler, logging.NullHandler) or getattr(handler, "null_handler", False) is True
-    )
 
 
 class JsonLinesFileHandler(logging.FileHandler):

@@ -1,36 +1,59 @@
-"""Subscriptions: an async iterator over every event recorded after subscribing."""
+"""Subscriptions: an anyio object stream of the events recorded after subscribing."""
 
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 import anyio
+import sniffio
+from anyio.abc import ObjectReceiveStream
 
 from ._dispatch import registry
+from ._exceptions import EventsError
 from ._signal import Signal
 
-__all__ = ("EventStream", "Overflow", "subscribe")
+__all__ = ("EventStream", "Overflow", "run_id_of", "subscribe")
 
 Overflow = Literal["drop_oldest", "drop_newest"]
 
 
-class EventStream:
+def run_id_of(event: Any) -> str | None:
+    """The run id an event belongs to: ``RdzvEvent.run_id`` or ``Event.metadata["run_id"]``."""
+    run_id = getattr(event, "run_id", None)
+    if run_id is None:
+        metadata = getattr(event, "metadata", None)
+        if isinstance(metadata, dict):
+            run_id = metadata.get("run_id")
+    return None if run_id is None else str(run_id)
+
+
+class EventStream(ObjectReceiveStream[Any]):
     """The events a subscriber receives, in recording order; ``async for`` over it.
+
+    An anyio ``ObjectReceiveStream``: ``await stream.receive()``, ``async for``,
+    ``await stream.aclose()`` (or ``async with``). With a ``run_id`` only the events of
+    that job arrive (``RdzvEvent.run_id``, or ``run_id`` in an ``Event``'s metadata).
 
     The buffer holds at most ``max_buffer`` events. A recorder never waits for a
     subscriber: when the buffer is full, ``overflow="drop_oldest"`` (default) discards the
     oldest buffered event to make room, ``"drop_newest"`` discards the new one. Either way
     :attr:`dropped` counts the discarded events, so a consumer can tell it saw a gap.
 
-    Iteration ends after the ``subscribe()`` block exits (:meth:`close`). Cancelling a
-    waiting ``__anext__`` loses nothing: the next call returns the next event.
+    Iteration ends once the stream is closed (:meth:`aclose`, leaving the ``async
+    with`` block): what was buffered is still returned first. Cancelling a waiting
+    ``receive`` loses nothing: the next call returns the next event.
     """
 
-    def __init__(self, destination: str | None, max_buffer: int, overflow: Overflow) -> None:
+    def __init__(
+        self,
+        destination: str | None,
+        max_buffer: int,
+        overflow: Overflow,
+        run_id: str | None = None,
+    ) -> None:
         self.destination = destination
+        self.run_id = run_id
         self.max_buffer = max_buffer
         self.overflow: Overflow = overflow
         #: number of events discarded because the buffer was full
@@ -47,6 +70,8 @@ class EventStream:
 
     def push(self, event: Any, destination: str) -> None:
         """Deliver ``event`` (called by recorders, from any thread; never blocks)."""
+        if self.run_id is not None and run_id_of(event) != self.run_id:
+            return
         buffer = self._buffer
         if len(buffer) >= self.max_buffer:
             self.dropped += 1
@@ -84,19 +109,16 @@ class EventStream:
             await self._signal.wait()
             self._signal.clear()
 
-    def __aiter__(self) -> EventStream:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
     def close(self) -> None:
-        """Stop receiving; buffered events can still be read, then iteration ends."""
+        """Unsubscribe now (synchronous :meth:`aclose`); buffered events can still be read."""
+        if not self._closed:
+            _detach(self)
         self._closed = True
         self._signal.set()
+
+    async def aclose(self) -> None:
+        """Unsubscribe; buffered events can still be read, then iteration ends. Never blocks."""
+        self.close()
 
 
 def _attach(stream: EventStream) -> None:
@@ -120,28 +142,36 @@ def _detach(stream: EventStream) -> None:
                 dest.set_subscribers(tuple(s for s in dest.subscribers if s is not stream))
 
 
-@asynccontextmanager
-async def subscribe(
+def subscribe(
     destination: str | None = None,
     *,
+    run_id: str | None = None,
     max_buffer: int = 10_000,
     overflow: Overflow = "drop_oldest",
-) -> AsyncIterator[EventStream]:
+) -> EventStream:
     """Receive every event recorded to ``destination`` (all when ``None``) from now on.
 
     ``async with events.subscribe() as stream: async for event in stream: ...``.
-    Events recorded from any thread or loop are delivered through this task's own loop.
-    See :class:`EventStream` for the overflow policy. Leaving the block (also by
-    cancellation) unsubscribes.
+    ``run_id`` keeps only one job's events (``job.events()`` does this for a
+    :class:`aelastic.Job`). Events recorded from any thread or loop are delivered
+    through the receiving task's own loop (asyncio or trio). See :class:`EventStream`
+    for the overflow policy. The subscription starts at this call; leaving the block
+    or ``await stream.aclose()`` (also on cancellation) ends it.
+
+    Raises:
+        ValueError: ``max_buffer`` is not a positive int or ``overflow`` is unknown.
+        EventsError: called outside a running event loop.
     """
     if not isinstance(max_buffer, int) or max_buffer <= 0:
         raise ValueError(f"max_buffer must be a positive int, got {max_buffer!r}")
     if overflow not in ("drop_oldest", "drop_newest"):
         raise ValueError(f"overflow must be 'drop_oldest' or 'drop_newest', got {overflow!r}")
-    stream = EventStream(destination, max_buffer, overflow)
-    _attach(stream)
     try:
-        yield stream
-    finally:
-        _detach(stream)
-        stream.close()
+        stream = EventStream(destination, max_buffer, overflow, run_id)
+    except sniffio.AsyncLibraryNotFoundError:
+        raise EventsError(
+            "events.subscribe() was called outside a running event loop; call it from "
+            "async code (the events are delivered through that loop)"
+        ) from None
+    _attach(stream)
+    return stream

@@ -20,6 +20,7 @@ from ._exceptions import (
 )
 from ._ops import Ops
 from ._params import RendezvousParameters, parse_endpoint
+from ._static_join import announce, check_host, wait_for_nodes
 
 __all__ = ("StaticRendezvousHandler", "create_static_handler")
 
@@ -28,7 +29,9 @@ class StaticRendezvousHandler(RendezvousHandler):
     """A fixed world of ``max_nodes`` nodes; this node's rank is config ``rank``.
 
     Entering the handler starts the store (rank 0) or connects to it (retrying for
-    config ``timeout`` seconds, default 600). :meth:`next_rendezvous` returns at once;
+    config ``timeout`` seconds, default 600) and announces this node there.
+    :meth:`next_rendezvous` waits (up to ``timeout``) until every node has announced
+    itself, saying which are missing (``_static_join``), then returns;
     :meth:`num_nodes_waiting` is always 0 and :meth:`wait_for_membership_change` never
     returns. :meth:`set_closed` marks the run closed for later :meth:`next_rendezvous`.
     """
@@ -90,6 +93,14 @@ class StaticRendezvousHandler(RendezvousHandler):
                 self.server = server
                 self._store = server.local_store
             else:
+                await check_host(
+                    self.host,
+                    self.port,
+                    run_id=self._run_id,
+                    rank=self.rank,
+                    world_size=self.world_size,
+                    within=self.timeout,
+                )
                 client = TCPStoreClient(
                     self.host, self.port, timeout=self.timeout, connect_timeout=self.timeout
                 )
@@ -101,6 +112,7 @@ class StaticRendezvousHandler(RendezvousHandler):
                         f"node rank 0) within timeout={self.timeout}s: {exc}"
                     ) from exc
                 self._store = client
+            await announce(self._ops(), self._run_id, self.rank)
         except BaseException as exc:
             await stack.__aexit__(type(exc), exc, exc.__traceback__)
             raise
@@ -134,6 +146,14 @@ class StaticRendezvousHandler(RendezvousHandler):
         ops = await self._ops()
         if await ops.check(self._closed_key):
             raise RendezvousClosedError.for_run(self._run_id)
+        await wait_for_nodes(
+            ops,
+            run_id=self._run_id,
+            rank=self.rank,
+            world_size=self.world_size,
+            endpoint=f"{self.host}:{self.server.port if self.server else self.port}",
+            within=self.timeout,
+        )
         assert self._store is not None
         return RendezvousInfo(
             store=PrefixStore(f"rdzv/{self._run_id}/0", self._store),

@@ -96,11 +96,27 @@ def _become_worker() -> tuple[str, str]:
         environ[name] = value
     sys.orig_argv[:] = orig_argv
     sys.argv[:] = argv
+    _register_stacks_dump()
     if kind == "module":
         sys.path[0] = os.getcwd()
     else:
         sys.path[0] = os.path.dirname(os.path.realpath(target))
     return kind, target
+
+
+def _register_stacks_dump() -> None:
+    """Hang detection (aelastic.agent._stacks): dump every thread's stack on the agent's signal."""
+    path = os.environ.get("AELASTIC_STACKS_FILE")
+    signum = os.environ.get("AELASTIC_STACKS_SIGNAL")
+    if not path or not signum:
+        return
+    try:
+        import faulthandler  # built in; faulthandler keeps the file open
+
+        stream = open(path, "a", encoding="utf-8")  # noqa: SIM115
+        faulthandler.register(int(signum), file=stream, all_threads=True, chain=False)
+    except (OSError, ValueError, RuntimeError):
+        pass
 
 
 def _exit_like_python(exc: BaseException) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from aelastic._run_cli import main
@@ -115,3 +117,15 @@ def test_bad_rendezvous_settings_exit_2(
     assert main([*flags, __file__]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]
+
+
+def test_help_states_each_default_once(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    # One block per option: from a line starting with "  -" to the next one.
+    blocks = re.split(r"\n(?=  -)", out)
+    for block in blocks:
+        text = " ".join(block.split()).replace("(default: default)", "")
+        assert text.count("default") <= 1, text
+        assert "(default: )" not in text and "(default: None)" not in text, text
+    assert "(default: 1:1)" in out  # defaults are still shown

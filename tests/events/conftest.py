@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -33,3 +34,11 @@ def _restore_destinations() -> Iterator[None]:
             if dest.primary is not primary:
                 dest.set_primary(primary)
             dest.capacity = capacity
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _stop_the_dispatcher() -> Iterator[None]:
+    """Each module ends with the ``aelastic-events`` thread stopped: none leaks on."""
+    yield
+    assert _dispatch.shutdown_blocking(10)
+    assert not [t for t in threading.enumerate() if t.name == "aelastic-events"]

@@ -199,3 +199,69 @@ async def test_handler_whose_loop_ended_fails_cleanly() -> None:
     with pytest.raises(events.EventHandlerError, match="no longer running"):
         await events.arecord(_ev(0), "dead-loop")
     assert seen == []
+
+
+def _async_handler_on_trio() -> list[tuple[str, int]]:
+    """Register an async handler under trio and arecord to it from that same trio loop."""
+    import sniffio
+
+    seen: list[tuple[str, int]] = []
+
+    async def main() -> None:
+        async def handler(event: Event) -> None:
+            await anyio.lowlevel.checkpoint()
+            seen.append((sniffio.current_async_library(), threading.get_ident()))
+
+        events.register_handler("on-trio", handler)
+        try:
+            for i in range(3):
+                events.record(_ev(i), "on-trio")
+            await events.arecord(_ev(3), "on-trio")
+            await events.flush()
+        finally:
+            events.unregister_handler("on-trio", handler)
+
+    anyio.run(main, backend="trio")
+    return seen
+
+
+async def test_async_handler_registered_under_trio_runs_on_its_trio_loop() -> None:
+    pytest.importorskip("trio")
+    seen = await anyio.to_thread.run_sync(_async_handler_on_trio)
+    assert len(seen) == 4
+    assert {library for library, _ in seen} == {"trio"}
+    assert len({thread for _, thread in seen}) == 1
+    assert seen[0][1] != threading.get_ident()
+
+
+def _dispatcher_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "aelastic-events"]
+
+
+async def test_shutdown_flushes_stops_the_thread_and_a_later_record_restarts_it() -> None:
+    seen: list[int] = []
+    events.register_handler("stoppable", lambda e: seen.append(e.timestamp))
+    for i in range(5):
+        events.record(_ev(i), "stoppable")
+    assert await events.shutdown()
+    assert seen == list(range(5))
+    assert _dispatcher_threads() == []
+    events.record(_ev(5), "stoppable")
+    await events.flush()
+    assert seen == list(range(6)) and len(_dispatcher_threads()) == 1
+    assert events.shutdown_blocking(10) and _dispatcher_threads() == []
+    assert events.shutdown_blocking(10)  # idempotent
+
+
+def test_dispatch_does_not_import_the_handlers_module() -> None:
+    """No cycle: _handlers builds on _dispatch, never the other way round."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(_dispatch))
+    imported = {
+        node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module is not None
+    }
+    assert "_handlers" not in imported and "_subscribe" not in imported

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 import pytest
 
@@ -130,3 +131,34 @@ async def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="overflow"):
         async with events.subscribe(overflow="block"):  # type: ignore[arg-type]
             pass
+
+
+async def test_run_id_filter_keeps_one_jobs_events() -> None:
+    def agent_event(run_id: str) -> Event:
+        return Event("a", EventSource.AGENT, metadata={"run_id": run_id})
+
+    async with events.subscribe(run_id="job-a") as mine, events.subscribe() as everything:
+        events.record(agent_event("job-b"))
+        events.record(agent_event("job-a"))
+        events.construct_and_record_rdzv_event("job-a", "joined", events.NodeState.INIT)
+        events.construct_and_record_rdzv_event("job-b", "joined", events.NodeState.INIT)
+        assert len(everything) == 4
+        got = [mine.receive_nowait(), mine.receive_nowait()]
+        with pytest.raises(anyio.WouldBlock):
+            mine.receive_nowait()
+    assert got[0].metadata["run_id"] == "job-a" and got[1].run_id == "job-a"
+
+
+async def test_stream_is_an_anyio_object_receive_stream_with_async_close() -> None:
+    stream = events.subscribe()
+    assert isinstance(stream, anyio.abc.ObjectReceiveStream)
+    events.record(_ev(1))
+    await stream.aclose()
+    events.record(_ev(2))  # after the close: not delivered
+    assert [e.timestamp async for e in stream] == [1]
+    assert events.statistics()["null"].subscribers == 0
+
+
+async def test_subscribe_outside_an_event_loop_names_the_problem() -> None:
+    with pytest.raises(events.EventsError, match="outside a running event loop"):
+        await anyio.to_thread.run_sync(events.subscribe)

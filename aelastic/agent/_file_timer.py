@@ -1,0 +1,240 @@
+"""torchrun's file-based expiration timer, served on the agent's event loop.
+
+With ``TORCHELASTIC_ENABLE_FILE_TIMER=1`` in the agent's environment, the agent
+creates a FIFO (``TORCHELASTIC_TIMER_FILE`` if set, else a fresh temp path), passes
+its path to the workers as ``TORCHELASTIC_TIMER_FILE`` and serves torch's protocol
+(``torch.distributed.elastic.timer.FileTimerClient``): each request is one JSON line
+``{"version": 1, "pid", "scope_id", "expiration_time" (time.time() seconds; < 0:
+release), "signal"}`` written by a client that opens the FIFO non-blocking. When a
+timer expires, the worker ``pid`` gets its ``signal`` (the first expired timer with a
+signal > 0, in expiration order) and all its timers are dropped, as in torch.
+
+Differences from torch's ``FileTimerServer``: no watchdog thread and no 0.1 s polling
+(the FIFO is read when readable, expiries are slept to), and the agent does not
+SIGKILL itself after reaping a worker: the worker's death is a failure like any
+other (restart within ``max_restarts``). Torch is never imported.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+
+import anyio
+
+from ..errors import ProcessFailure
+from ..errors._failure import NOT_AVAILABLE
+from ..events import Event, EventSource
+from ..metrics import put_metric
+
+__all__ = (
+    "ENABLE_ENV",
+    "TIMER_FILE_ENV",
+    "FileTimerServer",
+    "explain_expired",
+    "serve_file_timer",
+)
+
+log = logging.getLogger("aelastic.agent")
+
+ENABLE_ENV = "TORCHELASTIC_ENABLE_FILE_TIMER"
+TIMER_FILE_ENV = "TORCHELASTIC_TIMER_FILE"
+#: torch's limit: a request must fit in one atomic pipe write.
+_MAX_LINE = 4096
+
+
+@dataclass(frozen=True)
+class TimerRequest:
+    pid: int
+    scope_id: str
+    expiration_time: float
+    signal: int
+
+
+def parse_request(line: bytes) -> TimerRequest:
+    """One JSON line of torch's ``FileTimerRequest``; ValueError when malformed."""
+    try:
+        obj = json.loads(line)
+        return TimerRequest(
+            int(obj["pid"]), str(obj["scope_id"]), float(obj["expiration_time"]), int(obj["signal"])
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"not a FileTimerRequest: {line[:200]!r} ({exc})") from None
+
+
+class FileTimerServer:
+    """The timers of every local worker; fed by :meth:`feed`, expired by :meth:`run_expiry`."""
+
+    def __init__(self, record: Callable[[Event], None]) -> None:
+        self.timers: dict[tuple[int, str], TimerRequest] = {}
+        self._record = record
+        self._changed = anyio.Event()
+        self._partial = b""
+        #: ``{pid: [scope_id, ...]}`` of the workers this server signalled.
+        self.reaped: dict[int, list[str]] = {}
+        #: The FIFO's path (set by :func:`serve_file_timer`).
+        self.path = ""
+
+    def feed(self, data: bytes) -> None:
+        """Register the complete request lines in ``data`` (a partial line waits)."""
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > _MAX_LINE:
+            log.warning("file timer: dropping an over-long request line")
+            self._partial = b""
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                request = parse_request(line)
+            except ValueError as exc:
+                log.warning("file timer: %s", exc)
+                continue
+            key = (request.pid, request.scope_id)
+            if request.expiration_time < 0:
+                self.timers.pop(key, None)
+            else:
+                self.timers[key] = request
+        self._changed.set()
+
+    def expire(self, now: float) -> None:
+        """Signal every worker with an expired timer; drop its timers (torch's rules)."""
+        expired: dict[int, list[TimerRequest]] = {}
+        for request in self.timers.values():
+            if request.expiration_time <= now:
+                expired.setdefault(request.pid, []).append(request)
+        for pid, requests in expired.items():
+            requests.sort(key=lambda r: r.expiration_time)
+            scopes = [r.scope_id for r in requests]
+            signalled = next((r for r in requests if r.signal > 0), None)
+            for key in [k for k in self.timers if k[0] == pid]:
+                del self.timers[key]
+            if signalled is None:
+                log.info("file timer: %s expired for pid %s (no signal: not reaped)", scopes, pid)
+                continue
+            try:
+                os.kill(pid, signalled.signal)
+            except ProcessLookupError:
+                continue
+            except OSError as exc:
+                log.error("file timer: could not signal pid %s: %s", pid, exc)
+                continue
+            self.reaped[pid] = scopes
+            log.error(
+                "file timer: scope(s) %s of worker pid %s expired; sent signal %s",
+                scopes,
+                pid,
+                signalled.signal,
+            )
+            put_metric("file_timer.expired", 1)
+            self._record(
+                Event(
+                    "aelastic.file_timer.expired",
+                    source=EventSource.AGENT,
+                    timestamp=int(time.time() * 1000),
+                    metadata={
+                        "pid": pid,
+                        "scope_ids": ",".join(scopes),
+                        "signal": signalled.signal,
+                    },
+                )
+            )
+
+    async def run_expiry(self) -> None:
+        """Sleep until the earliest expiration (or a new request), expire, repeat. Forever."""
+        while True:
+            self._changed = anyio.Event()
+            if self.timers:
+                soonest = min(r.expiration_time for r in self.timers.values())
+                delay = soonest - time.time()
+                if delay <= 0:
+                    self.expire(time.time())
+                    continue
+                with anyio.move_on_after(delay):
+                    await self._changed.wait()
+            else:
+                await self._changed.wait()
+
+
+async def _read_fifo(fd: int, server: FileTimerServer) -> None:
+    while True:
+        await anyio.wait_readable(fd)
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            continue
+        if data:
+            server.feed(data)
+
+
+def _make_fifo(path: str | None) -> tuple[str, int, int]:
+    """A fresh FIFO (replacing a stale file, as torch does) and both of our ends of it.
+
+    Our own writer end keeps the FIFO from reporting end-of-file between clients.
+    A handful of metadata calls on a local file system: done once per run.
+    """
+    if not path:
+        import uuid  # off the launch path: only when the timer is enabled
+
+        path = os.path.join(tempfile.gettempdir(), f"watchdog_timer_{uuid.uuid4()}")
+    if os.path.lexists(path):
+        os.remove(path)
+    os.mkfifo(path, 0o600)
+    read_fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    write_fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    return path, read_fd, write_fd
+
+
+def explain_expired(failures: Iterable[ProcessFailure], reaped: Mapping[int, list[str]]) -> None:
+    """Say "expiration timer expired" in the failures of workers this server killed.
+
+    Without it a SIGKILLed worker reads like an OOM kill. Failures with an error file
+    (the worker recorded its own error) are left as they are.
+    """
+    for failure in failures:
+        scopes = reaped.get(failure.pid)
+        if scopes is None or failure.error_file != NOT_AVAILABLE:
+            continue
+        failure.message = (
+            f"the expiration timer(s) {', '.join(repr(s) for s in scopes)} of this worker"
+            f" (torch.distributed.elastic.timer, TORCHELASTIC_ENABLE_FILE_TIMER=1) expired;"
+            f" the agent killed it with {failure.signal_name()}"
+        )
+
+
+@asynccontextmanager
+async def serve_file_timer(
+    record: Callable[[Event], None], path: str | None = None
+) -> AsyncIterator[FileTimerServer]:
+    """Create the FIFO, serve torch's timer protocol until the block exits.
+
+    Yields the server (``server.path`` is the FIFO's path).
+
+    Cancellation-safe: leaving the block stops serving, closes the FIFO and removes it.
+
+    Raises:
+        OSError: the FIFO cannot be created at ``path``.
+    """
+    path, read_fd, write_fd = _make_fifo(path)
+    server = FileTimerServer(record)
+    server.path = path
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_read_fifo, read_fd, server)
+            tg.start_soon(server.run_expiry)
+            log.info("serving torch's file timer at %s", path)
+            try:
+                yield server
+            finally:
+                tg.cancel_scope.cancel()
+    finally:
+        os.close(write_fd)
+        os.close(read_fd)
+        with suppress(OSError):
+            os.remove(path)

@@ -1,0 +1,122 @@
+"""Capture the Python stacks of every thread of live workers, before they are stopped.
+
+Workers started by this agent with hang detection on register ``faulthandler`` on
+:data:`STACKS_SIGNAL` (the warm-worker bootstrap and :mod:`aelastic.progress` both
+do), writing to their ``attempt_<n>/<local_rank>/stacks.txt``. A real-time signal
+is used so it never clashes with ``--signals-to-handle`` (SIGUSR1/SIGUSR2
+included); it is sent only to a process whose ``/proc/<pid>/status`` shows a
+handler for it (an unhandled real-time signal would kill the process). Workers
+without one are dumped with ``py-spy`` when it is installed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Mapping
+
+import anyio
+import anyio.lowlevel
+
+__all__ = ("STACKS_SIGNAL", "capture_stacks", "handles_signal")
+
+log = logging.getLogger("aelastic.agent")
+
+#: SIGRTMIN+6: unused by glibc, CPython and torch.
+STACKS_SIGNAL = int(signal.SIGRTMIN) + 6 if hasattr(signal, "SIGRTMIN") else int(signal.SIGUSR2)
+#: How long one worker may take to write its stacks.
+CAPTURE_TIMEOUT = 1.0
+_PY_SPY_TIMEOUT = 5.0
+#: Between two looks at whether a dump finished (one-off, bounded by CAPTURE_TIMEOUT).
+_SETTLE_INTERVAL = 0.002
+
+
+def _status_masks(path: str, fields: tuple[bytes, ...]) -> list[int]:
+    try:
+        with open(path, "rb") as fp:
+            lines = fp.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        name, _, value = line.partition(b":")
+        if name in fields:
+            out.append(int(value.strip(), 16))
+    return out
+
+
+def handles_signal(pid: int, signum: int) -> bool:
+    """Whether ``pid`` has a handler installed for ``signum`` (``SigCgt`` in /proc)."""
+    bit = 1 << (signum - 1)
+    return any(mask & bit for mask in _status_masks(f"/proc/{pid}/status", (b"SigCgt",)))
+
+
+def _dump_pending_or_running(pid: int, signum: int) -> bool:
+    """True while ``signum`` is pending in ``pid`` or blocked by a thread running its handler."""
+    bit = 1 << (signum - 1)
+    if any(m & bit for m in _status_masks(f"/proc/{pid}/status", (b"ShdPnd", b"SigPnd"))):
+        return True
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    return any(
+        m & bit
+        for tid in tids
+        for m in _status_masks(f"/proc/{pid}/task/{tid}/status", (b"SigPnd", b"SigBlk"))
+    )
+
+
+async def _faulthandler_dump(pid: int, signum: int) -> bool:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        return False
+    # Bounded: at most CAPTURE_TIMEOUT of short looks at /proc, once per hang.
+    for _ in range(int(CAPTURE_TIMEOUT / _SETTLE_INTERVAL)):
+        await anyio.sleep(_SETTLE_INTERVAL)
+        if not _dump_pending_or_running(pid, signum):
+            return True
+    log.warning("worker pid %s did not finish writing its stacks within %s s", pid, CAPTURE_TIMEOUT)
+    return False
+
+
+async def _py_spy_dump(py_spy: str, pid: int, path: str) -> bool:
+    with anyio.move_on_after(_PY_SPY_TIMEOUT):
+        done = await anyio.run_process([py_spy, "dump", "--pid", str(pid)], check=False)
+        if done.returncode == 0:
+            async with await anyio.open_file(path, "ab") as fp:
+                await fp.write(done.stdout)
+            return True
+        log.warning("py-spy could not dump pid %s: %s", pid, done.stderr.decode(errors="replace"))
+    return False
+
+
+async def capture_stacks(
+    targets: Mapping[int, tuple[int, str]], signum: int = STACKS_SIGNAL
+) -> dict[int, str]:
+    """Dump the stacks of ``{local_rank: (pid, stacks file)}`` concurrently.
+
+    Returns ``{local_rank: how}`` for the workers whose stacks were written: ``"faulthandler"``
+    or ``"py-spy"``. Bounded (a worker that cannot dump is skipped after
+    :data:`CAPTURE_TIMEOUT`, py-spy after 5 s); never raises for a worker that is gone
+    or refuses. Cancellation: stops waiting; dumps already requested may still land.
+    """
+    captured: dict[int, str] = {}
+    # On PATH, or beside this interpreter (a virtual environment that is not activated).
+    py_spy = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
+
+    async def one(rank: int, pid: int, path: str) -> None:
+        if handles_signal(pid, signum):
+            if await _faulthandler_dump(pid, signum):
+                captured[rank] = "faulthandler"
+        elif py_spy is not None and await _py_spy_dump(py_spy, pid, path):
+            captured[rank] = "py-spy"
+
+    async with anyio.create_task_group() as tg:
+        for rank, (pid, path) in targets.items():
+            tg.start_soon(one, rank, pid, path)
+    return captured

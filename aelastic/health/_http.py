@@ -1,0 +1,97 @@
+"""One HTTP/1.1 exchange on a byte stream, parsed by h11 (a sans-IO HTTP library).
+
+The server side of a probe: read one request, answer it, close. Bounded: a request
+larger than 16 KiB is refused, and the caller bounds the time (a stalled client must
+not hold a task forever). h11 is imported here only, so ``import aelastic`` never
+loads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+import h11
+from anyio.abc import ByteStream
+
+__all__ = ("Response", "serve_one")
+
+_MAX_REQUEST = 16 * 1024
+_CHUNK = 4096
+
+
+@dataclass(frozen=True)
+class Response:
+    """What a route answers: status code, content type and body."""
+
+    status: int
+    content_type: str
+    body: bytes
+
+
+def _text(status: int, message: str) -> Response:
+    return Response(status, "text/plain; charset=utf-8", f"{message}\n".encode())
+
+
+async def serve_one(stream: ByteStream, route: Callable[[str, str], Response]) -> None:
+    """Answer one request on ``stream`` with ``route(method, path)`` and close it.
+
+    A malformed or oversized request gets 400/413 (when the connection still allows a
+    response). A client that disconnects early is not an error. Does not close
+    ``stream`` itself; cancellation is the caller's bound.
+    """
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_REQUEST)
+    try:
+        request = await _read_request(conn, stream)
+    except h11.RemoteProtocolError as exc:
+        if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            await _send(conn, stream, _text(exc.error_status_hint, f"bad request: {exc}"), False)
+        return
+    except (anyio.EndOfStream, anyio.BrokenResourceError):
+        return
+    if request is None:
+        return
+    method = request.method.decode("ascii", "replace").upper()
+    path = request.target.decode("ascii", "replace").split("?", 1)[0]
+    if method not in ("GET", "HEAD"):
+        response = _text(405, f"method {method} not allowed: use GET")
+    else:
+        response = route(method, path)
+    try:
+        await _send(conn, stream, response, method == "HEAD")
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, h11.LocalProtocolError):
+        return
+
+
+async def _read_request(conn: h11.Connection, stream: ByteStream) -> h11.Request | None:
+    request: h11.Request | None = None
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            try:
+                data = await stream.receive(_CHUNK)
+            except anyio.EndOfStream:
+                data = b""
+            conn.receive_data(data)
+        elif isinstance(event, h11.Request):
+            request = event
+        elif isinstance(event, h11.EndOfMessage):
+            return request
+        elif isinstance(event, h11.ConnectionClosed):
+            return None
+        # h11.Data (a request body): ignored, probes send none
+
+
+async def _send(conn: h11.Connection, stream: ByteStream, response: Response, head: bool) -> None:
+    headers = [
+        ("content-type", response.content_type),
+        ("content-length", str(len(response.body))),
+        ("connection", "close"),
+        ("cache-control", "no-store"),
+    ]
+    out = conn.send(h11.Response(status_code=response.status, headers=headers)) or b""
+    if not head:
+        out += conn.send(h11.Data(data=response.body)) or b""
+    out += conn.send(h11.EndOfMessage()) or b""
+    await stream.send(out)

@@ -1,0 +1,39 @@
+"""Progress reporting for workers, and what the agent reads of it to detect hangs.
+
+In a worker::
+
+    from aelastic.progress import heartbeat, section, step
+
+    for batch in loader:
+        with section("train_step"):
+            ...
+        step()          # or heartbeat()
+
+Importing this package loads neither torch nor anyio nor the agent; each call
+costs well under a microsecond and makes no system call. A worker that never
+imports it is never judged by the hang-detection timeouts. The agent side
+(:class:`ProgressFile`, :class:`ProgressTimeouts`) lives here too so both sides
+share one layout.
+"""
+
+from ._reader import ProgressFile as ProgressFile
+from ._reader import ProgressSnapshot as ProgressSnapshot
+from ._timeouts import ProgressTimeoutError as ProgressTimeoutError
+from ._timeouts import ProgressTimeouts as ProgressTimeouts
+from ._timeouts import parse_section_timeouts as parse_section_timeouts
+from ._worker import attached as attached
+from ._worker import heartbeat as heartbeat
+from ._worker import section as section
+from ._worker import step as step
+
+__all__ = (
+    "ProgressFile",
+    "ProgressSnapshot",
+    "ProgressTimeoutError",
+    "ProgressTimeouts",
+    "attached",
+    "heartbeat",
+    "parse_section_timeouts",
+    "section",
+    "step",
+)

@@ -1,0 +1,121 @@
+"""The ``run`` flags of hang detection and restart policy, and their checks.
+
+Kept here so the launcher's argument module only appends :data:`OPTIONS` to its
+table and passes :func:`config_fields` to ``LaunchConfig``. Every flag also reads
+``PET_<NAME>`` like torchrun's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ._timeouts import ProgressTimeoutError, parse_section_timeouts
+
+__all__ = ("OPTIONS", "config_fields")
+
+
+class _Values(Protocol):
+    def source(self, dest: str) -> str: ...
+    def str_(self, dest: str) -> Any: ...
+    def flag(self, dest: str) -> bool: ...
+    def int_(self, dest: str, *, minimum: int | None = None) -> int | None: ...
+    def float_(self, dest: str, *, minimum: float, strict: bool = False) -> float | None: ...
+
+
+#: (flags, dest, kind, default, help), the launcher's option table format.
+OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
+    (
+        ("--initial-heartbeat-timeout",),
+        "initial_heartbeat_timeout",
+        "str",
+        None,
+        "hang detection (aelastic.progress): seconds from a worker's start to its first heartbeat",
+    ),
+    (
+        ("--heartbeat-timeout",),
+        "heartbeat_timeout",
+        "str",
+        None,
+        "hang detection: longest allowed interval between two heartbeats",
+    ),
+    (
+        ("--section-timeouts",),
+        "section_timeouts",
+        "str",
+        "",
+        "hang detection: name=seconds,... for aelastic.progress.section(name)",
+    ),
+    (
+        ("--out-of-section-timeout",),
+        "out_of_section_timeout",
+        "str",
+        None,
+        "hang detection: longest time outside every section, once sections are used",
+    ),
+    (
+        ("--learn-timeouts",),
+        "learn_timeouts",
+        "str",
+        None,
+        "safety factor (e.g. 5): after a healthy attempt, use factor x the longest interval seen",
+    ),
+    (
+        ("--max-no-progress-restarts",),
+        "max_no_progress_restarts",
+        "str",
+        None,
+        "stop with exit code 93 (do not requeue) after N failed attempts without step progress",
+    ),
+    (
+        ("--restart-backoff",),
+        "restart_backoff",
+        "str",
+        "0",
+        "seconds before restarting after a failure, doubled per consecutive failure",
+    ),
+    (
+        ("--restart-backoff-max",),
+        "restart_backoff_max",
+        "str",
+        "300",
+        "the longest back-off between restarts, in seconds",
+    ),
+    (
+        ("--job-wide-restarts",),
+        "job_wide_restarts",
+        "flag",
+        False,
+        "--max-restarts counts the failures of the whole job, not of this node",
+    ),
+)
+
+
+def config_fields(v: _Values) -> dict[str, Any]:
+    """The ``LaunchConfig`` fields of these flags, checked.
+
+    Raises:
+        UsageError: a value is not a positive number of seconds, a count or a map.
+    """
+    from .._launch_args import UsageError
+
+    def seconds(dest: str) -> float | None:
+        return v.float_(dest, minimum=0.0, strict=True)
+
+    try:
+        sections = parse_section_timeouts(v.str_("section_timeouts"))
+    except ProgressTimeoutError as exc:
+        raise UsageError(f"{v.source('section_timeouts')}: {exc}") from None
+    factor = v.float_("learn_timeouts", minimum=1.0, strict=True)
+    backoff = v.float_("restart_backoff", minimum=0.0)
+    backoff_max = v.float_("restart_backoff_max", minimum=0.0)
+    return {
+        "initial_heartbeat_timeout": seconds("initial_heartbeat_timeout"),
+        "heartbeat_timeout": seconds("heartbeat_timeout"),
+        "section_timeouts": sections or None,
+        "out_of_section_timeout": seconds("out_of_section_timeout"),
+        "learn_timeouts": factor,
+        "max_no_progress_restarts": v.int_("max_no_progress_restarts", minimum=1),
+        "restart_backoff": backoff if backoff is not None else 0.0,
+        "restart_backoff_max": backoff_max if backoff_max is not None else 300.0,
+        "job_wide_restarts": v.flag("job_wide_restarts"),
+    }

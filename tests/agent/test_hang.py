@@ -1,0 +1,172 @@
+"""Hang detection in the agent with real worker processes (aelastic.progress)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aelastic.agent import LocalElasticAgent, WorkerState
+from aelastic.events import subscribe
+
+from .conftest import SCRIPTS, LocalRendezvous, local_spec, start_run
+
+WORKER = str(SCRIPTS / "hang_worker.py")
+
+
+def _spec(tmp_path: Path, mode: str, hung: int = 1, **kw: object) -> object:
+    options: dict[str, object] = dict(
+        initial_heartbeat_timeout=30.0, heartbeat_timeout=2.0, max_restarts=1
+    )
+    options.update(kw)
+    return local_spec(LocalRendezvous(), ("-u", WORKER, mode, str(hung)), tmp_path, **options)
+
+
+def _stacks(tmp_path: Path, attempt: int, rank: int) -> str:
+    path = tmp_path / "logs" / "test-run" / f"attempt_{attempt}" / str(rank) / "stacks.txt"
+    return path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("mode", "spec_kw", "rule"),
+    [
+        ("heartbeat", {}, "heartbeat"),
+        ("section", {"section_timeouts": {"allreduce": 1.0}}, "section"),
+        ("initial", {"initial_heartbeat_timeout": 2.5}, "initial"),
+        ("out-of-section", {"out_of_section_timeout": 1.0}, "out-of-section"),
+    ],
+)
+async def test_hung_worker_is_restarted_with_its_stacks(
+    tmp_path: Path, mode: str, spec_kw: dict[str, object], rule: str
+) -> None:
+    spec = _spec(tmp_path, mode, **spec_kw)
+    agent = LocalElasticAgent(spec)  # type: ignore[arg-type]
+    with anyio.fail_after(60):
+        async with subscribe() as stream, anyio.create_task_group() as tg:
+            results = start_run(tg, agent)
+            async for event in stream:
+                if event.name == "aelastic.progress.hang":
+                    break
+    (result,) = results
+    assert result.state is WorkerState.SUCCEEDED
+    assert event.metadata["local_rank"] == 1 and event.metadata["global_rank"] == 1
+    assert event.metadata["rule"] == rule
+    assert event.metadata["section"] == ("allreduce" if mode == "section" else None)
+    assert event.metadata["stacks_captured"] == 2
+    assert agent.remaining_restarts == 0  # the hang spent the one restart
+    hung = _stacks(tmp_path, 0, 1)
+    assert "wait_for_a_peer_that_never_comes" in hung
+    assert "Current thread" in hung or "Thread 0x" in hung
+    assert "healthy_peer" in _stacks(tmp_path, 0, 0)  # the peers' stacks too
+    # No hang in attempt 1: no (empty) stacks files left behind.
+    assert not list((tmp_path / "logs" / "test-run" / "attempt_1").glob("*/stacks.txt"))
+
+
+async def test_hang_without_restarts_left_fails_naming_the_section(tmp_path: Path) -> None:
+    from aelastic.errors import ChildFailedError
+
+    spec = _spec(tmp_path, "section", max_restarts=0, section_timeouts={"allreduce": 1.0})
+    agent = LocalElasticAgent(spec)  # type: ignore[arg-type]
+    with anyio.fail_after(60):
+        result = await agent.run()
+    assert result.state is WorkerState.FAILED
+    (failure,) = result.failures.values()
+    assert failure.local_rank == 1
+    text = str(ChildFailedError("hang_worker.py", result.failures))
+    assert "hung in section 'allreduce'" in text
+    assert "section timeout 1 s" in text
+    assert str(tmp_path / "logs" / "test-run" / "attempt_0" / "1" / "stacks.txt") in text
+
+
+async def test_worker_that_never_uses_the_api_is_not_judged(tmp_path: Path) -> None:
+    """A worker that never imports aelastic.progress runs past every timeout unharmed."""
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "import sys, time\n"
+        "time.sleep(2.5)\n"  # longer than the 1 s timeouts below
+        "sys.exit(0)\n"
+    )
+    spec = local_spec(
+        LocalRendezvous(),
+        ("-u", str(script)),
+        tmp_path,
+        initial_heartbeat_timeout=1.0,
+        heartbeat_timeout=1.0,
+        max_restarts=0,
+    )
+    agent = LocalElasticAgent(spec)
+    with anyio.fail_after(60):
+        result = await agent.run()
+    assert result.state is WorkerState.SUCCEEDED
+
+
+async def test_learned_timeouts_tighten_the_next_attempt(tmp_path: Path) -> None:
+    """Attempt 0 beats every ~0.2 s then crashes; with x5 learning, attempt 1's hang is
+    caught by a learned timeout far below the configured 30 s."""
+    spec = _spec(
+        tmp_path,
+        "learn",
+        hung=0,
+        heartbeat_timeout=30.0,
+        learn_timeouts=5.0,
+        max_restarts=2,
+        local_world_size=1,
+    )
+    agent = LocalElasticAgent(spec)  # type: ignore[arg-type]
+    learned = None
+    with anyio.fail_after(60):
+        async with subscribe() as stream, anyio.create_task_group() as tg:
+            results = start_run(tg, agent)
+            async for event in stream:
+                if event.name == "aelastic.progress.learned_timeouts":
+                    learned = event.metadata["heartbeat"]
+                if event.name == "aelastic.progress.hang":
+                    break
+    (result,) = results
+    assert result.state is WorkerState.SUCCEEDED
+    assert isinstance(learned, float) and 5 * 0.2 <= learned < 30.0
+    assert event.metadata["timeout"] == learned
+    saved = json.loads((tmp_path / "logs" / "test-run" / "learned_timeouts.json").read_text())
+    assert saved["heartbeat"] * 5 == pytest.approx(learned)
+
+
+async def test_stacks_of_fresh_interpreters_without_the_warm_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No warm bootstrap: importing aelastic.progress registers the stacks dump itself."""
+    monkeypatch.setenv("AELASTIC_WARM_WORKERS", "0")
+    agent = LocalElasticAgent(_spec(tmp_path, "heartbeat"))  # type: ignore[arg-type]
+    with anyio.fail_after(60):
+        result = await agent.run()
+    assert result.state is WorkerState.SUCCEEDED
+    assert "wait_for_a_peer_that_never_comes" in _stacks(tmp_path, 0, 1)
+    assert "healthy_peer" in _stacks(tmp_path, 0, 0)
+
+
+async def test_a_worker_that_finished_early_is_not_hung(tmp_path: Path) -> None:
+    """Rank 0 exits 0 after one heartbeat; rank 1 goes on past rank 0's 1 s deadline."""
+    agent = LocalElasticAgent(_spec(tmp_path, "early-exit", hung=0, heartbeat_timeout=1.0))  # type: ignore[arg-type]
+    with anyio.fail_after(60):
+        result = await agent.run()
+    assert result.state is WorkerState.SUCCEEDED
+    assert agent.remaining_restarts == 1  # nothing was restarted
+
+
+async def test_py_spy_dumps_workers_without_faulthandler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not (shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))):
+        pytest.skip("py-spy is not installed (pip install py-spy)")
+    monkeypatch.setenv("HANG_WORKER_NO_FAULTHANDLER", "1")
+    agent = LocalElasticAgent(_spec(tmp_path, "heartbeat"))  # type: ignore[arg-type]
+    with anyio.fail_after(60):
+        result = await agent.run()
+    assert result.state is WorkerState.SUCCEEDED
+    stacks = _stacks(tmp_path, 0, 1)
+    assert "wait_for_a_peer_that_never_comes" in stacks
+    assert "Python v" in stacks  # py-spy's header: faulthandler did not write it

@@ -1,0 +1,166 @@
+"""The health endpoint, queried with a real HTTP client (urllib, in a thread) on loopback."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+import pytest
+
+from aelastic.launcher import LaunchConfig, open_job
+
+from ._nodes import WORKER, cluster, free_port
+from ._notify import workers_listener
+
+
+def _get(address: tuple[str, int], path: str, method: str = "GET") -> tuple[int, str, str]:
+    url = f"http://{address[0]}:{address[1]}{path}"
+    request = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.headers["content-type"], response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["content-type"], exc.read().decode()
+
+
+async def get(address: tuple[str, int], path: str, method: str = "GET") -> tuple[int, str, str]:
+    return await anyio.to_thread.run_sync(_get, address, path, method)
+
+
+def _config(**kw: Any) -> LaunchConfig:
+    settings: dict[str, Any] = {
+        "min_nodes": 1,
+        "max_nodes": 1,
+        "nproc_per_node": 2,
+        "rdzv_backend": "c10d",
+        "rdzv_endpoint": "127.0.0.1:0",
+        "max_restarts": 2,
+        "health_port": 0,
+    }
+    return LaunchConfig(**{**settings, **kw})
+
+
+async def test_endpoint_answers_before_the_rendezvous_completes() -> None:
+    config = _config(min_nodes=2, max_nodes=2)  # the second node never comes
+    with anyio.fail_after(60):
+        async with open_job(config, "/bin/true") as job:
+            address = job.health_address
+            assert address is not None and address[0] == "127.0.0.1" and address[1] > 0
+            assert await get(address, "/healthz") == (200, "text/plain; charset=utf-8", "ok\n")
+            code, _, body = await get(address, "/readyz")
+            assert (code, body) == (503, "not ready: INIT\n")
+            code, kind, body = await get(address, "/status")
+            status = json.loads(body)
+            assert (code, kind) == (200, "application/json")
+            assert status["state"] == "INIT" and status["run_id"] == job.run_id
+            assert status["round"] is None and status["restarts_left"] == 2
+            assert status["node"] == socket.gethostname() and status["role"] == "default_role"
+            assert [w["pid"] for w in status["workers"]] == [None, None]
+    with pytest.raises(OSError):  # closed with the job
+        await get(address, "/healthz")
+
+
+async def test_status_readiness_and_metrics_of_a_running_job() -> None:
+    async with workers_listener() as w:
+        with anyio.fail_after(60):
+            async with open_job(_config(), *w.argv("--wait")) as job:
+                pids = await w.ready(2)
+                async for change in job.state_changes():
+                    if change.state.value == "HEALTHY":
+                        break
+                address = job.health_address
+                assert address is not None
+                assert (await get(address, "/readyz"))[:1] == (200,)
+                status = json.loads((await get(address, "/status"))[2])
+                assert status["state"] == "HEALTHY" and status["round"] is not None
+                assert {x["local_rank"]: x["pid"] for x in status["workers"]} == pids
+                assert sorted(x["global_rank"] for x in status["workers"]) == [0, 1]
+                assert status["last_failure"] is None and status["restart_count"] == 0
+                code, kind, text = await get(address, "/metrics")
+                assert code == 200 and kind.startswith("text/plain; version=0.0.4")
+                labels = f'run_id="{job.run_id}",role="default_role"'
+                assert f'aelastic_job_state{{{labels},state="HEALTHY"}} 1' in text
+                assert f'aelastic_job_state{{{labels},state="INIT"}} 0' in text
+                assert f"aelastic_job_workers_running{{{labels}}} 2" in text
+                assert f"aelastic_job_restarts_left{{{labels}}} 2" in text
+                assert "# TYPE aelastic_job_restarts_total counter" in text
+                assert (await get(address, "/nope"))[0] == 404
+                assert (await get(address, "/status", "POST"))[0] == 405
+                head = await get(address, "/status", "HEAD")
+                assert head[:2] == (200, "application/json") and head[2] == ""
+                await w.tell_all("exit 0")
+                assert await job.wait() == {0: None, 1: None}
+
+
+async def test_a_malformed_request_gets_400_and_the_endpoint_stays_up() -> None:
+    with anyio.fail_after(60):
+        async with open_job(_config(min_nodes=2, max_nodes=2), "/bin/true") as job:
+            assert job.health_address is not None
+            async with await anyio.connect_tcp(*job.health_address) as conn:
+                await conn.send(b"NOT HTTP AT ALL\r\n\r\n")
+                reply = b""
+                try:
+                    while True:
+                        reply += await conn.receive()
+                except anyio.EndOfStream:
+                    pass
+            assert reply.startswith(b"HTTP/1.1 400 ")
+            assert (await get(job.health_address, "/healthz"))[0] == 200
+
+
+async def test_cli_health_port_from_torchrun_variable(tmp_path: Path) -> None:
+    port = free_port()
+    argv = ["--standalone", "--nproc-per-node", "2", WORKER, str(tmp_path)]
+    async with cluster() as c:
+        node = await c.start(
+            [*argv, "--finish-at-world", "9"],
+            env={"TORCHELASTIC_HEALTH_CHECK_PORT": str(port)},
+        )
+        with anyio.fail_after(60):
+            await node.wait_for_line(lambda line: line.startswith("READY"), count=2)
+            status = json.loads((await get(("127.0.0.1", port), "/status"))[2])
+            assert status["state"] == "HEALTHY" and len(status["workers"]) == 2
+            assert all(isinstance(x["pid"], int) for x in status["workers"])
+            node.process.send_signal(signal.SIGTERM)
+            assert await node.wait() == 128 + signal.SIGTERM
+
+
+def _serve_on(backend: str) -> tuple[int, dict[str, Any]]:
+    """Serve a (not started) job's endpoint under ``backend``; query it over real HTTP."""
+    from aelastic._job import Job
+    from aelastic._launch_build import prepare_job
+    from aelastic.health import serve_health
+
+    async def main() -> tuple[int, dict[str, Any]]:
+        job = Job(_config(), prepare_job(_config(), "/bin/true", ()))
+        async with anyio.create_task_group() as tg:
+            address = await tg.start(serve_health, job, "127.0.0.1", 0)
+            code = (await get(address, "/healthz"))[0]
+            status = json.loads((await get(address, "/status"))[2])
+            tg.cancel_scope.cancel()
+        return code, status
+
+    return anyio.run(main, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+async def test_endpoint_runs_on_every_anyio_backend(backend: str) -> None:
+    pytest.importorskip(backend)
+    code, status = await anyio.to_thread.run_sync(_serve_on, backend)
+    assert code == 200 and status["state"] == "INIT" and len(status["workers"]) == 2
+
+
+async def test_a_port_in_use_is_named_and_nothing_starts() -> None:
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0) as taken:
+        port = taken.extra(anyio.abc.SocketAttribute.local_port)
+        with pytest.raises(OSError, match=f"health endpoint: cannot listen on 127.0.0.1:{port}"):
+            async with open_job(_config(health_port=port), "/bin/true"):
+                pytest.fail("the block must not run")

@@ -1,0 +1,152 @@
+"""The worker-side progress API and the agent's reading of it (real processes, real mmap)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aelastic.agent import Action
+from aelastic.agent._policy import decide_after_hang, progress_deadline
+from aelastic.progress import (
+    ProgressFile,
+    ProgressTimeoutError,
+    ProgressTimeouts,
+    parse_section_timeouts,
+)
+
+WORKER = """
+import json, os, sys
+from aelastic.progress import attached, heartbeat, section, step
+heartbeat(); heartbeat()
+with section("outer"):
+    with section("inner"):
+        pass
+    print(json.dumps({"attached": attached()}), flush=True)
+    sys.stdin.readline()  # the test reads the snapshot while we are inside "outer"
+step(41); step()
+top = ("anyio", "torch", "aelastic")
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in top)))
+"""
+
+
+def test_worker_reports_through_shared_memory(tmp_path: Path) -> None:
+    progress = ProgressFile(str(tmp_path / "w.progress"))
+    assert not progress.snapshot().attached
+    env = {**os.environ, "AELASTIC_PROGRESS_FILE": progress.path}
+    with subprocess.Popen(
+        [sys.executable, "-c", WORKER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    ) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        assert json.loads(proc.stdout.readline()) == {"attached": True}
+        inside = progress.snapshot()
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        modules = json.loads(proc.stdout.readline())
+    assert proc.returncode == 0
+    assert inside.attached and inside.beats == 2 and inside.section == "outer"
+    assert inside.section_ns >= inside.last_beat_ns > inside.attach_ns > 0
+    after = progress.snapshot()
+    assert after.section is None and after.section_exit_ns >= inside.section_ns
+    assert after.step == 42 and after.beats == 4  # step() is a heartbeat too
+    assert set(after.longest_sections_ns) == {"outer", "inner"}
+    assert after.max_gap_ns > 0
+    # Loading the API pulls in neither anyio nor torch nor the agent.
+    assert not [m for m in modules if m.split(".")[0] in ("anyio", "torch")]
+    assert "aelastic.agent" not in modules
+    progress.close()
+
+
+def _env_without_agent() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("AELASTIC_")}
+
+
+def test_without_an_agent_every_call_is_a_no_op() -> None:
+    code = (
+        "from aelastic.progress import attached, heartbeat, section, step\n"
+        "heartbeat(); step(3)\n"
+        "with section('x'): pass\n"
+        "@section('y')\n"
+        "def f(): return 7\n"
+        "assert f() == 7 and not attached()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env=_env_without_agent())
+
+
+def test_section_timeouts_parse_and_reject_with_the_fix() -> None:
+    assert parse_section_timeouts(" fwd=2, checkpoint=600 ,") == {"fwd": 2.0, "checkpoint": 600.0}
+    assert parse_section_timeouts("") == {}
+    for bad in ("fwd", "fwd=0", "=3", "fwd=abc", "fwd=inf"):
+        with pytest.raises(ProgressTimeoutError, match="name=seconds"):
+            parse_section_timeouts(bad)
+    with pytest.raises(ProgressTimeoutError, match="positive number of seconds"):
+        ProgressTimeouts(heartbeat=-1)
+    assert not ProgressTimeouts().enabled
+    assert ProgressTimeouts(sections={"x": 1}).enabled
+
+
+def _snap(tmp_path: Path, **slots: int) -> object:
+    from aelastic.progress import _layout as L
+
+    progress = ProgressFile(str(tmp_path / "p"))
+    raw = open(progress.path, "r+b")  # noqa: SIM115
+    values = {"ATTACHED": L.MAGIC, **slots}
+    for name, value in values.items():
+        raw.seek(getattr(L, name) * 8)
+        raw.write(value.to_bytes(8, sys.byteorder, signed=True))
+    raw.close()
+    snap = progress.snapshot()
+    progress.close()
+    return snap
+
+
+def test_deadline_rules(tmp_path: Path) -> None:
+    t = ProgressTimeouts(initial=10, heartbeat=2, sections={"ckpt": 60}, out_of_section=5)
+    s = 1_000_000_000
+    started = _snap(tmp_path, ATTACH_NS=s)
+    d = progress_deadline(started, t, started_ns=s)
+    assert d is not None and (d.rule, d.at_ns) == ("initial", 11 * s)
+    beating = _snap(tmp_path, BEATS=3, LAST_BEAT_NS=4 * s)
+    d = progress_deadline(beating, t, started_ns=s)
+    assert d is not None and (d.rule, d.at_ns) == ("heartbeat", 6 * s)
+    # Out of section since 3 s: the out-of-section rule (8 s) is later than the heartbeat one.
+    both = _snap(tmp_path, BEATS=3, LAST_BEAT_NS=4 * s, SECTION_EXIT_NS=3 * s)
+    d = progress_deadline(both, t, started_ns=s)
+    assert d is not None and d.rule == "heartbeat"
+    quiet = ProgressTimeouts(out_of_section=5)
+    d = progress_deadline(both, quiet, started_ns=s)
+    assert d is not None and (d.rule, d.at_ns) == ("out-of-section", 8 * s)
+    assert progress_deadline(_snap(tmp_path), ProgressTimeouts(heartbeat=1), s) is None
+    assert progress_deadline(_snap(tmp_path, ATTACHED=0), t, s) is None  # never attached
+
+
+def test_after_a_hang_the_budget_decides() -> None:
+    assert decide_after_hang(2).action is Action.RESTART
+    assert decide_after_hang(2).remaining_restarts == 1
+    assert decide_after_hang(0).action is Action.FAIL
+
+
+def test_a_forked_child_does_not_heartbeat_for_its_parent(tmp_path: Path) -> None:
+    progress = ProgressFile(str(tmp_path / "w.progress"))
+    code = (
+        "import os\n"
+        "from aelastic.progress import attached, heartbeat\n"
+        "heartbeat()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    heartbeat(); heartbeat()\n"
+        "    os._exit(0 if not attached() else 1)\n"
+        "assert os.waitpid(pid, 0)[1] == 0\n"
+    )
+    env = {**_env_without_agent(), "AELASTIC_PROGRESS_FILE": progress.path}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    assert progress.snapshot().beats == 1
+    progress.close()
