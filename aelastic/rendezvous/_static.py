@@ -112,7 +112,7 @@ class StaticRendezvousHandler(RendezvousHandler):
                         f"node rank 0) within timeout={self.timeout}s: {exc}"
                     ) from exc
                 self._store = client
-            await announce(self._ops(), self._run_id, self.rank)
+            await announce(Ops(self._store, self.timeout), self._run_id, self.rank)
         except BaseException as exc:
             await stack.__aexit__(type(exc), exc, exc.__traceback__)
             raise
