@@ -16,6 +16,7 @@ import anyio.abc
 import pytest
 
 from aelastic.rendezvous import RendezvousConnectionError, RendezvousHandler, RendezvousInfo
+from aelastic.rendezvous._ops import Ops
 from aelastic.rendezvous._state import Tick
 from aelastic.store import StoreServer, TCPStoreClient
 
@@ -217,6 +218,7 @@ class Link:
         self.healed = anyio.Event()
         self.healed.set()
         self._live: set[anyio.CancelScope] = set()
+        self.swallow = False  # drop the next chunk a client sends, and its connection
 
     def cut(self) -> None:
         self.healed = anyio.Event()
@@ -246,6 +248,9 @@ class Link:
                             anyio.EndOfStream, anyio.BrokenResourceError, OSError
                         ):
                             async for chunk in a:
+                                if a is client and self.swallow:
+                                    self.swallow = False
+                                    break  # lost on the way, and the link drops
                                 await b.send(chunk)
                         tg.cancel_scope.cancel()
 
@@ -305,3 +310,28 @@ async def test_member_cut_off_longer_than_heartbeat_and_read_timeout_rejoins(
             assert sorted(i.rank for i in latest.values()) == [0, 1]
             assert latest["a"].round >= 1
         tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("confirm", [True, False])
+async def test_push_lost_with_its_connection_is_sent_again(
+    store_server: StoreServer, confirm: bool
+) -> None:
+    link = Link(store_server.port)
+    async with anyio.create_task_group() as tg:
+        await tg.start(link.serve)
+        async with TCPStoreClient("127.0.0.1", link.port, timeout=5, connect_timeout=5) as client:
+            ops = Ops(client, 5)
+            await ops.add("warm", 1)  # the main connection is up
+            link.swallow = True  # the push vanishes and its connection drops
+            with anyio.fail_after(20):
+                if confirm:
+                    await ops.push("inbox", "leave", confirm=True)
+                else:
+                    # no error: the push "succeeded" (written to a socket that then broke)
+                    await ops.push("inbox", "leave", confirm=False)
+                    with contextlib.suppress(RendezvousConnectionError):
+                        await ops.add("warm", 1)  # only a later request sees the loss
+            landed = await store_server.local_store.queue_len("inbox")
+        tg.cancel_scope.cancel()
+    # Unconfirmed, the message is lost without a word (what peers used to wait out).
+    assert landed == (1 if confirm else 0)
