@@ -4,7 +4,8 @@
 
 Prints ``entered`` once connected, ``admitted RANK WORLD ROUND`` once admitted, then
 ``changed`` whenever the round's membership changes; runs until killed. With
-``hold=1`` it waits for a line on stdin before joining.
+``hold=1`` it waits for a line on stdin before joining; ``local_addr=A`` (default
+127.0.0.1) is the address it announces.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ async def main(argv: list[str]) -> None:
     endpoint, run_id, min_nodes, max_nodes, *conf = argv
     config = dict(item.split("=", 1) for item in conf)
     hold = config.pop("hold", "0") == "1"
+    local_addr = config.pop("local_addr", "127.0.0.1")
     params = RendezvousParameters(
-        "c10d", endpoint, run_id, int(min_nodes), int(max_nodes), local_addr="127.0.0.1", **config
+        "c10d", endpoint, run_id, int(min_nodes), int(max_nodes), local_addr=local_addr, **config
     )
     async with get_rendezvous_handler(params) as handler:
         print("entered", flush=True)

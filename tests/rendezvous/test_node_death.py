@@ -126,7 +126,8 @@ async def test_admitted_peer_killed_wakes_the_survivor_at_once(
         assert {(i.world_size, i.round) for i in infos} == {(2, 1)}
 
 
-async def test_store_host_killed_the_heir_rehosts_and_survivors_go_on() -> None:
+@pytest.mark.parametrize("addrs", ["one address", "one address per node"])
+async def test_store_host_killed_the_heir_rehosts_and_survivors_go_on(addrs: str) -> None:
     # Three node processes; the first hosts the store at the endpoint (127.0.0.1 is
     # this machine). Killing it loses the store and its data: the round's heir hosts
     # a new one at its address (127.0.0.1, same port) and the two survivors form a
@@ -140,8 +141,12 @@ async def test_store_host_killed_the_heir_rehosts_and_survivors_go_on() -> None:
         host = await stack.enter_async_context(node(endpoint, 2, 3, **{**conf, "is_host": "1"}))
         with anyio.fail_after(30):
             assert await host.line() == "entered"
-        b = await stack.enter_async_context(node(endpoint, 2, 3, **conf))
-        c = await stack.enter_async_context(node(endpoint, 2, 3, **conf))
+        # Nodes on other machines announce other addresses: the heir re-hosts at its own
+        # (127.0.0.2 or .3) and the other survivor follows it there.
+        spread = addrs != "one address"
+        b_addr, c_addr = ("127.0.0.2", "127.0.0.3") if spread else ("127.0.0.1", "127.0.0.1")
+        b = await stack.enter_async_context(node(endpoint, 2, 3, **conf, local_addr=b_addr))
+        c = await stack.enter_async_context(node(endpoint, 2, 3, **conf, local_addr=c_addr))
         with anyio.fail_after(30):
             for n in (host, b, c):
                 line = await n.line()
