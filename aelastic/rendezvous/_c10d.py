@@ -147,8 +147,9 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
             cm = TCPStoreClient(addr, self.port, timeout=timeout, connect_timeout=timeout)
         tg = self._tg
         assert tg is not None
+        epoch = self._keys.epoch + 1
         try:
-            server, store, session = await tg.start(self._hold_store, cm)
+            server, store, session = await tg.start(self._hold_store, cm, epoch)
         except (StoreError, OSError) as error:
             role = "host it at" if is_heir else "reach its successor at"
             raise RendezvousConnectionError(
@@ -173,11 +174,16 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
     async def _hold_store(
         self,
         cm: AbstractAsyncContextManager[Any],
+        epoch: int,
         *,
         task_status: TaskStatus[tuple[StoreServer | None, Store, Any]],
     ) -> None:
         """Run a successor store (server or client) in the handler's task group until
-        the handler is left (the task that opens a server must close it)."""
+        the handler is left (the task that opens a server must close it). A server
+        holds its ``epoch`` before it listens: a survivor whose client silently
+        reconnects to it learns at its next join that the store was re-hosted."""
+        if isinstance(cm, StoreServer):
+            await cm.local_store.set(self._keys.epoch_key, str(epoch))
         async with AsyncExitStack() as stack:
             resource = await stack.enter_async_context(cm)
             if isinstance(resource, StoreServer):

@@ -92,7 +92,7 @@ from ._exceptions import (
 from ._liveness import Liveness, StoreLiveness, TickClock
 from ._ops import Ops
 from ._params import RendezvousParameters
-from ._state import Keys, Message, Tick, descriptor, descriptor_addr, live_members
+from ._state import Keys, Message, Tick, descriptor, descriptor_addr, live_members, parse_int
 
 __all__ = ("DynamicSettings", "DynamicRendezvousHandler")
 
@@ -151,10 +151,13 @@ class DynamicSettings:
 class _View:
     """What this node knows of the round it is in; updated by its background task."""
 
-    def __init__(self, round_: int, ticket: int, store: Store | None = None) -> None:
+    def __init__(
+        self, round_: int, ticket: int, store: Store | None = None, keys: Keys | None = None
+    ) -> None:
         self.round = round_
         self.ticket = ticket
         self.store = store  # the store this round lives in (the store may move: c10d)
+        self.keys = keys  # and its keys (the epoch may change: c10d)
         self.tick: Tick | None = None
         self.coordinator_lost = False
         self.store_lost: RendezvousConnectionError | None = None  # why the store is gone
@@ -407,6 +410,22 @@ class DynamicRendezvousHandler(RendezvousHandler):
             return
         raise exc
 
+    async def _sync_epoch(self) -> None:
+        """Use the keys of the store incarnation this node talks to now.
+
+        A client may reconnect to a re-hosted store at the same address without noticing;
+        the store's ``epoch`` key tells (one CHECK per join; absent: epoch 0).
+        """
+        ops, key = self._ops(), self._keys.epoch_key
+        if not await ops.check(key):
+            return
+        epoch = parse_int(key, await ops.get(key))
+        if epoch != self._keys.epoch:
+            self._keys = Keys(self._run_id, epoch)
+            self._event("epoch", f"the rendezvous store was re-hosted: epoch {epoch}")
+            if self._session is None:
+                await self._reopen_session()
+
     async def _reopen_session(self) -> None:
         """Open a new ephemeral session after the store came back (the old one's
         connection closed with the link, and the server performed its actions)."""
@@ -520,6 +539,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         Returns ``(info, False)`` once admitted, ``(None, was_spare)`` when the round
         ended for this node and the next one must be joined.
         """
+        await self._sync_epoch()
         ops, keys = self._ops(), self._keys
         round_ = await ops.add(keys.round, 0)
         # A ticket taken must be handed to a view (whose withdrawal releases it) and
@@ -527,7 +547,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         with anyio.CancelScope(shield=True) as shield:
             shield.deadline = anyio.current_time() + self._settings.read_timeout
             ticket = await ops.add(keys.joined(round_), 1) - 1
-            view = _View(round_, ticket, self._store)
+            view = _View(round_, ticket, self._store, keys)
             self._set_view(view)
             if ticket == 0:
                 await tg.start(self._background, view, self._coordinate)
@@ -715,7 +735,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         Keeps the store from growing with every restart; the coordinator no longer
         sweeps a ticket that withdrew, left or belongs to an ended round.
         """
-        if view.store is not self._store:
+        if view.store is not self._store or view.keys is not self._keys:
             return  # the store moved: the old one is gone with these keys and actions
         ops, keys = self._ops(), self._keys
         with anyio.move_on_after(self._settings.read_timeout):

@@ -47,15 +47,22 @@ MESSAGE_OPS = frozenset({"joined", "waiting", "withdraw", "leave", "gone", "clos
 class Keys:
     """Key names of one run's rendezvous state."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, epoch: int = 0) -> None:
         self.run_id = run_id
-        self.base = f"rdzv/{run_id}/c"
+        #: Which store incarnation these keys live in: 0 at first, +1 each time the
+        #: store was re-hosted after its host was lost (see ``_c10d``).
+        self.epoch = epoch
+        self.base = f"rdzv/{run_id}/c" if epoch == 0 else f"rdzv/{run_id}/c.e{epoch}"
         self.round = f"{self.base}/round"
         self.closed = f"{self.base}/closed"
+        #: Written by a re-hosted store before it listens: the epoch it serves.
+        self.epoch_key = f"rdzv/{run_id}/epoch"
 
     def agent_prefix(self, round_: int) -> str:
         """Prefix of the store handed to the agent for ``round_``."""
-        return f"rdzv/{self.run_id}/{round_}"
+        if self.epoch == 0:
+            return f"rdzv/{self.run_id}/{round_}"
+        return f"rdzv/{self.run_id}/e{self.epoch}.{round_}"
 
     def joined(self, r: int) -> str:
         return f"{self.base}/{r}/joined"
