@@ -14,7 +14,7 @@ __all__ = ("COMMANDS", "main")
 
 #: command name -> (module implementing ``main(argv)``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("aelastic._run_cli", "launch a distributed job (a drop-in for torchrun)"),
+    "run": ("aelastic.launcher._cli", "launch a distributed job (a drop-in for torchrun)"),
     "store": ("aelastic.store._cli", "serve a standalone TCPStore-compatible key-value store"),
     "events": ("aelastic.events._cli", "print a run's events from a store"),
 }

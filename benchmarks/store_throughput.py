@@ -23,7 +23,6 @@ Prints ops/s and ratios ours/torch.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.util
 import os
 import statistics
@@ -31,6 +30,8 @@ import subprocess
 import sys
 import time
 from typing import IO
+
+import anyio
 
 CLIENT = r"""
 import sys, time, datetime
@@ -184,13 +185,15 @@ async def _async_client_run(port: int, tasks: int, m: int) -> float:
 
         await worker(-1)  # warm up (first-use imports, connection pool)
         t0 = time.perf_counter()
-        await asyncio.gather(*(worker(t) for t in range(tasks)))
+        async with anyio.create_task_group() as tg:
+            for t in range(tasks):
+                tg.start_soon(worker, t)
         elapsed = time.perf_counter() - t0
     return 2 * m * tasks / elapsed
 
 
 def async_client_run(port: int, tasks: int, m: int) -> float:
-    return asyncio.run(_async_client_run(port, tasks, m))
+    return anyio.run(_async_client_run, port, tasks, m)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Shared fixtures: a store server in-process, a client to it, and a store server subprocess."""
+"""Shared fixtures: store servers and clients; every anyio backend for tests marked anyio."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import TypeVar
 
 import anyio
 import pytest
+from pytest_asyncio.plugin import PytestAsyncioFunction
 
 from aelastic.store import StoreServer, TCPStoreClient
 
@@ -101,3 +102,40 @@ async def store_server_process() -> AsyncIterator[tuple[str, int]]:
                     if proc.returncode is None:
                         proc.kill()
                         await proc.wait()
+
+
+#: anyio's pytest plugin runs tests marked ``@pytest.mark.anyio`` once per backend.
+BACKENDS = [
+    pytest.param("asyncio", id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+    pytest.param("trio", id="trio"),
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> object:
+    """asyncio, asyncio with uvloop and trio, for tests marked ``@pytest.mark.anyio``."""
+    backend = request.param
+    if backend != "asyncio":
+        pytest.importorskip("uvloop" if isinstance(backend, tuple) else "trio")
+    return backend
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give tests marked ``anyio`` back to anyio's plugin.
+
+    pytest-asyncio's auto mode (the project's default) claims every coroutine test,
+    also those anyio's plugin should run on each backend; such an item becomes a plain
+    :class:`pytest.Function` again, which anyio's ``pytest_pyfunc_call`` then runs.
+    """
+    for i, item in enumerate(items):
+        if isinstance(item, PytestAsyncioFunction) and item.get_closest_marker("anyio") is not None:
+            items[i] = pytest.Function.from_parent(
+                item.parent,
+                name=item.name,
+                callspec=getattr(item, "callspec", None),
+                callobj=item.obj,
+                fixtureinfo=item._fixtureinfo,
+                keywords=item.keywords,
+                originalname=item.originalname,
+            )

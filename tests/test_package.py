@@ -42,7 +42,8 @@ def test_launch_path_skips_modules_it_does_not_need() -> None:
     # (uuid pulls in platform; ctypes is for the preexec pdeathsig mode only;
     # datetime only formats a failure).
     new = _newly_imported(
-        "import aelastic.cli, aelastic._run_cli, aelastic._launch_args, aelastic._launch\n"
+        "import aelastic.cli, aelastic.launcher._cli, aelastic.launcher._args\n"
+        "import aelastic.launcher._api\n"
         "import aelastic.agent, aelastic.workers, aelastic.rendezvous, aelastic.store"
     )
     assert "aelastic.agent" in new
@@ -53,7 +54,7 @@ def test_worker_prestart_needs_neither_asyncio_nor_anyio() -> None:
     # `aelastic run` starts the workers' interpreters right after parsing its
     # arguments, before the agent's heavy imports; this keeps that early.
     new = _newly_imported(
-        "import aelastic._run_cli, aelastic._launch_args\n"
+        "import aelastic.launcher._cli, aelastic.launcher._args\n"
         "from aelastic.workers import Std, prestart_warm_workers, to_map"
     )
     assert "aelastic.workers._warm" in new

@@ -31,3 +31,16 @@ def test_module_declares_its_surface(name: str) -> None:
     missing = [attr for attr in exported if not hasattr(module, attr)]
     assert not missing, f"{name}.__all__ names missing attributes: {missing}"
     assert len(set(exported)) == len(exported), f"{name}.__all__ has duplicates"
+
+
+def test_top_level_launch_names_are_the_launcher_packages() -> None:
+    # The launch code is the package `aelastic.launcher`, not `aelastic.launch`: a
+    # subpackage of that name would rebind the function `aelastic.launch` on import.
+    import types
+
+    import aelastic.launcher
+
+    for name in aelastic._LAZY:
+        assert getattr(aelastic, name) is getattr(aelastic.launcher, name), name
+    assert not isinstance(aelastic.launch, types.ModuleType)
+    assert callable(aelastic.launch)

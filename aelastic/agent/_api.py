@@ -130,13 +130,15 @@ class SimpleElasticAgent(ElasticAgent):
             spec.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
         )
         self._total_execution_time = 0
-        #: Worker starts so far; names the log directory ``attempt_<n>`` (never reused).
+        #: Worker starts so far (names callable result files; logs use the restart count).
         self._attempt = -1
         self._round_stack: AsyncExitStack | None = None
         self._run_scope: anyio.CancelScope | None = None
         self._signal: signal.Signals | None = None
         self._running = False
         self._use_agent_store = False
+        # the workers' store endpoint group rank 0 opened for this round (_rendezvous)
+        self._store_endpoint: tuple[str, int, bool] | None = None
         self._rdzv_info: RendezvousInfo | None = None
         #: Seconds a worker may stay in D-state; None: the check is off (no polling).
         self._uninterruptible_state_timeout = resolve_uninterruptible_state_timeout(
@@ -152,7 +154,7 @@ class SimpleElasticAgent(ElasticAgent):
         #: The hang that ended this round, if one did.
         self._hang: Hang | None = None
         self._restart_policy = RestartPolicy(spec)
-        self._learned = LearnedTimeouts(spec, self._record)
+        self._learned = LearnedTimeouts(spec, self._emit)
 
     # -- public -----------------------------------------------------------------------
 
@@ -329,6 +331,11 @@ class SimpleElasticAgent(ElasticAgent):
                 try:
                     await self._initialize_workers(wg)
                     decision = await self._wait_for_outcome(wg)
+                    if decision.action in (Action.RESTART, Action.FAIL, Action.REJOIN):
+                        # Stop the failed or hung group before the review's store requests
+                        # (up to 40 s): its peers must not run on meanwhile. The progress
+                        # snapshots the review reads stay mapped until the round ends.
+                        await self._stop_workers(wg)
                     decision = await self._review_decision(decision)
                     wg.state = decision.state
                     put_metric(f"workers.{role}.remaining_restarts", self._remaining_restarts)
@@ -408,13 +415,10 @@ class SimpleElasticAgent(ElasticAgent):
                     hang = await progress.wait_for_hang(
                         lambda: self._worker_exit_codes(worker_group).keys()
                     )
-                    identity: dict[str, str | int | None] = {
-                        "run_id": spec.rdzv_handler.get_run_id(),
-                        "hostname": _hostname(),
-                        "global_rank": worker_group.workers[hang.local_rank].global_rank,
-                        "group_rank": worker_group.group_rank,
-                    }
-                    self._hang = await report_hang(hang, progress, self._record, identity)
+                    hung = worker_group.workers[hang.local_rank]
+                    self._hang = await report_hang(
+                        hang, progress, lambda name, md: self._emit(name, md, hung)
+                    )
                     decided.append(decide_after_hang(self._remaining_restarts))
                 except Exception as exc:
                     errors.append(exc)
@@ -563,20 +567,39 @@ class SimpleElasticAgent(ElasticAgent):
 
     @prof
     async def _rendezvous(self, worker_group: WorkerGroup) -> None:
-        """Join the next round, assign ranks, and agree on the workers' store endpoint."""
+        """Join the next round, assign ranks, and agree on the workers' store endpoint.
+
+        A member that dies between the round's completion and the rank assignment
+        would leave the others waiting on its role info or its assignment forever, so
+        the assignment races the round's membership: when the membership changes
+        first, this node joins the next round instead.
+        """
         spec = worker_group.spec
-        started = time.monotonic()
-        info = await spec.rdzv_handler.next_rendezvous()
-        self._rdzv_info = info
-        self._store = info.store
-        worker_group.store = info.store
-        worker_group.group_rank = info.rank
-        worker_group.group_world_size = info.world_size
-        self._record(
-            self._construct_event("RENDEZVOUS", EventSource.AGENT, duration_ms=_ms_since(started))
-        )
-        started = time.monotonic()
-        workers = await self._assign_worker_ranks(info.store, info.rank, info.world_size, spec)
+        while True:
+            started = time.monotonic()
+            info = await spec.rdzv_handler.next_rendezvous()
+            self._rdzv_info = info
+            self._store = info.store
+            worker_group.store = info.store
+            worker_group.group_rank = info.rank
+            worker_group.group_world_size = info.world_size
+            self._record(
+                self._construct_event(
+                    "RENDEZVOUS", EventSource.AGENT, duration_ms=_ms_since(started)
+                )
+            )
+            started = time.monotonic()
+            # Group rank 0 hosts the workers' store here, in this task: a StoreServer
+            # on the round's stack must be entered by the task that leaves it.
+            self._store_endpoint = await self._worker_store_endpoint() if info.rank == 0 else None
+            workers = await self._assign_ranks_unless_members_change(info, spec)
+            if workers is not None:
+                break
+            log.warning(
+                "[%s] the round's membership changed during rank assignment (a member left "
+                "or died); joining the next round",
+                spec.role,
+            )
         worker_group.workers = workers
         self._record(
             self._construct_event(
@@ -620,6 +643,31 @@ class SimpleElasticAgent(ElasticAgent):
         return addr or _hostname(), spec.master_port, agent_store
 
     @prof
+    async def _assign_ranks_unless_members_change(
+        self, info: RendezvousInfo, spec: WorkerSpec
+    ) -> list[Worker] | None:
+        """:meth:`_assign_worker_ranks`, or None if the round's membership changes first.
+
+        Cancelling the caller cancels both the assignment and the watch; an error from
+        either (the store, the rendezvous) propagates.
+        """
+        assigned: list[list[Worker]] = []
+        async with anyio.create_task_group() as tg:
+
+            async def assign() -> None:
+                assigned.append(
+                    await self._assign_worker_ranks(info.store, info.rank, info.world_size, spec)
+                )
+                tg.cancel_scope.cancel()
+
+            async def watch() -> None:
+                await spec.rdzv_handler.wait_for_membership_change()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(assign)
+            tg.start_soon(watch)
+        return assigned[0] if assigned else None
+
     async def _assign_worker_ranks(
         self, store: Store, group_rank: int, group_world_size: int, spec: WorkerSpec
     ) -> list[Worker]:
@@ -638,7 +686,7 @@ class SimpleElasticAgent(ElasticAgent):
         port: int | None
         agent_store: bool
         if group_rank == 0:
-            addr, port, agent_store = await self._worker_store_endpoint()
+            addr, port, agent_store = self._store_endpoint or await self._worker_store_endpoint()
             self._use_agent_store = agent_store
             if identical:
                 mine = identical_assignment(0, group_world_size, spec.local_world_size)
@@ -779,6 +827,31 @@ class SimpleElasticAgent(ElasticAgent):
             record(event, self._worker_group.spec.event_log_handler)
         except Exception:
             log.exception("failed to record event %s", event.name)
+
+    def _emit(self, name: str, metadata: Mapping[str, Any], worker: Worker | None = None) -> None:
+        """Record the agent event ``name``, stamped with the time and the identity keys of
+        :meth:`_construct_event` (run id, host, role, group rank, and ``worker``'s global
+        rank), so run-scoped subscribers (``events.subscribe(run_id=...)``) see it.
+
+        Never raises (a failing handler is logged); never blocks.
+        """
+        wg = self._worker_group
+        spec = wg.spec
+        self._record(
+            Event(
+                name,
+                source=EventSource.AGENT,
+                timestamp=int(time.time() * 1000),
+                metadata={
+                    "run_id": spec.rdzv_handler.get_run_id(),
+                    "hostname": _hostname(),
+                    "role": spec.role,
+                    "group_rank": wg.group_rank,
+                    "global_rank": None if worker is None else worker.global_rank,
+                    **metadata,
+                },
+            )
+        )
 
     def get_event_failed(self) -> Event:
         """The agent's FAILED event (with the current traceback as ``raw_error``)."""

@@ -25,12 +25,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
 from ..errors import ProcessFailure
 from ..errors._failure import NOT_AVAILABLE
-from ..events import Event, EventSource
 from ..metrics import put_metric
 
 __all__ = (
@@ -69,17 +69,27 @@ def parse_request(line: bytes) -> TimerRequest:
 
 
 class FileTimerServer:
-    """The timers of every local worker; fed by :meth:`feed`, expired by :meth:`run_expiry`."""
+    """The timers of every local worker; fed by :meth:`feed`, expired by :meth:`run_expiry`.
 
-    def __init__(self, record: Callable[[Event], None]) -> None:
+    ``emit(name, metadata)`` records an agent event (the agent stamps its identity).
+    Only the current workers can be signalled: the agent sets :attr:`worker_pids` when
+    it starts them, and a timer of any other pid (0 or -1 would hit the agent's process
+    group or every process; another process; a worker of an earlier round) is dropped.
+    A process in a worker's process group (each worker leads its own) counts as that
+    worker, like a child of a shell entrypoint.
+    """
+
+    def __init__(self, emit: Callable[[str, Mapping[str, Any]], None]) -> None:
         self.timers: dict[tuple[int, str], TimerRequest] = {}
-        self._record = record
+        self._emit = emit
         self._changed = anyio.Event()
         self._partial = b""
         #: ``{pid: [scope_id, ...]}`` of the workers this server signalled.
         self.reaped: dict[int, list[str]] = {}
         #: The FIFO's path (set by :func:`serve_file_timer`).
         self.path = ""
+        #: The pids of the running workers (set by the agent each round).
+        self.worker_pids: frozenset[int] = frozenset()
 
     def feed(self, data: bytes) -> None:
         """Register the complete request lines in ``data`` (a partial line waits)."""
@@ -97,6 +107,9 @@ class FileTimerServer:
                 log.warning("file timer: %s", exc)
                 continue
             key = (request.pid, request.scope_id)
+            if request.pid <= 0:
+                log.warning("file timer: ignoring a request for pid %s", request.pid)
+                continue
             if request.expiration_time < 0:
                 self.timers.pop(key, None)
             else:
@@ -118,6 +131,14 @@ class FileTimerServer:
             if signalled is None:
                 log.info("file timer: %s expired for pid %s (no signal: not reaped)", scopes, pid)
                 continue
+            if not self._is_worker(pid):
+                log.warning(
+                    "file timer: %s expired for pid %s, which is not a current worker:"
+                    " not signalled",
+                    scopes,
+                    pid,
+                )
+                continue
             try:
                 os.kill(pid, signalled.signal)
             except ProcessLookupError:
@@ -133,18 +154,20 @@ class FileTimerServer:
                 signalled.signal,
             )
             put_metric("file_timer.expired", 1)
-            self._record(
-                Event(
-                    "aelastic.file_timer.expired",
-                    source=EventSource.AGENT,
-                    timestamp=int(time.time() * 1000),
-                    metadata={
-                        "pid": pid,
-                        "scope_ids": ",".join(scopes),
-                        "signal": signalled.signal,
-                    },
-                )
+            self._emit(
+                "aelastic.file_timer.expired",
+                {"pid": pid, "scope_ids": ",".join(scopes), "signal": signalled.signal},
             )
+
+    def _is_worker(self, pid: int) -> bool:
+        if pid <= 0:
+            return False
+        if pid in self.worker_pids:
+            return True
+        try:
+            return os.getpgid(pid) in self.worker_pids
+        except OSError:  # gone
+            return False
 
     async def run_expiry(self) -> None:
         """Sleep until the earliest expiration (or a new request), expire, repeat. Forever."""
@@ -177,7 +200,8 @@ def _make_fifo(path: str | None) -> tuple[str, int, int]:
     """A fresh FIFO (replacing a stale file, as torch does) and both of our ends of it.
 
     Our own writer end keeps the FIFO from reporting end-of-file between clients.
-    A handful of metadata calls on a local file system: done once per run.
+    A handful of metadata calls on a local file system: done once per run. Raises
+    OSError; then nothing is left behind (no open end, no FIFO).
     """
     if not path:
         import uuid  # off the launch path: only when the timer is enabled
@@ -186,8 +210,16 @@ def _make_fifo(path: str | None) -> tuple[str, int, int]:
     if os.path.lexists(path):
         os.remove(path)
     os.mkfifo(path, 0o600)
-    read_fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    write_fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    read_fd = -1
+    try:
+        read_fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        write_fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except BaseException:
+        if read_fd >= 0:
+            os.close(read_fd)
+        with suppress(OSError):
+            os.remove(path)
+        raise
     return path, read_fd, write_fd
 
 
@@ -210,7 +242,7 @@ def explain_expired(failures: Iterable[ProcessFailure], reaped: Mapping[int, lis
 
 @asynccontextmanager
 async def serve_file_timer(
-    record: Callable[[Event], None], path: str | None = None
+    emit: Callable[[str, Mapping[str, Any]], None], path: str | None = None
 ) -> AsyncIterator[FileTimerServer]:
     """Create the FIFO, serve torch's timer protocol until the block exits.
 
@@ -222,7 +254,7 @@ async def serve_file_timer(
         OSError: the FIFO cannot be created at ``path``.
     """
     path, read_fd, write_fd = _make_fifo(path)
-    server = FileTimerServer(record)
+    server = FileTimerServer(emit)
     server.path = path
     try:
         async with anyio.create_task_group() as tg:

@@ -19,11 +19,11 @@ import tempfile
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
 from ..errors import ProcessFailure
-from ..events import Event, EventSource
 from ..metrics import put_metric
 from ..progress import ProgressFile, ProgressSnapshot, ProgressTimeouts, _layout
 from ._policy import ProgressDeadline, progress_deadline
@@ -204,15 +204,18 @@ def hang_failure(hang: Hang, exitcode: int) -> ProcessFailure:
 async def report_hang(
     hang: Hang,
     progress: RoundProgress,
-    record: Callable[[Event], None],
-    identity: Mapping[str, str | int | None] | None = None,
+    emit: Callable[[str, Mapping[str, Any]], None],
 ) -> Hang:
     """Capture every local worker's stacks (before anything is stopped), log and record.
 
-    Returns ``hang`` with ``stacks_captured`` filled in. Bounded by the capture's own
-    timeouts; records the ``aelastic.progress.hang`` event (``identity``: e.g. the
-    run id, host and global rank, added to its metadata) and the
-    ``progress.hangs`` / ``progress.stacks_captured`` metrics.
+    Returns ``hang`` with ``stacks_captured`` filled in. Records the
+    ``aelastic.progress.hang`` event through ``emit(name, metadata)`` (the agent stamps
+    the time, run id, host and ranks) and the ``progress.hangs`` /
+    ``progress.stacks_captured`` metrics.
+
+    Bounded by the capture's own timeouts (1 s per worker, py-spy 5 s). Errors: none
+    raised for a worker that is gone or cannot be dumped (it is left out of
+    ``stacks_captured``). Cancellation: stops waiting for the dumps; nothing is recorded.
     """
     log.error("%s; capturing the stacks of every local worker", hang.describe())
     targets = {
@@ -225,25 +228,20 @@ async def report_hang(
     put_metric("progress.hangs", 1)
     put_metric("progress.stacks_captured", len(captured))
     d = hang.deadline
-    record(
-        Event(
-            "aelastic.progress.hang",
-            source=EventSource.AGENT,
-            timestamp=int(time.time() * 1000),
-            metadata={
-                **(identity or {}),
-                "local_rank": hang.local_rank,
-                "pid": hang.pid,
-                "rule": d.rule,
-                "section": d.section,
-                "timeout": d.timeout,
-                "late_ms": round((hang.detected_ns - d.at_ns) / 1e6, 3),
-                "detected_at": hang.detected_at,
-                "stacks_file": hang.stacks_file,
-                "stacks_captured": len(captured),
-                "step": hang.snapshot.step,
-            },
-        )
+    emit(
+        "aelastic.progress.hang",
+        {
+            "local_rank": hang.local_rank,
+            "pid": hang.pid,
+            "rule": d.rule,
+            "section": d.section,
+            "timeout": d.timeout,
+            "late_ms": round((hang.detected_ns - d.at_ns) / 1e6, 3),
+            "detected_at": hang.detected_at,
+            "stacks_file": hang.stacks_file,
+            "stacks_captured": len(captured),
+            "step": hang.snapshot.step,
+        },
     )
     log.error(
         "stacks written for local ranks %s (%s)",

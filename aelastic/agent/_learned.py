@@ -2,25 +2,31 @@
 hang-detection timeouts to ``factor`` x them from the next restart on.
 
 The observations (:class:`~aelastic.agent._policy.Observed`) are kept per run id in
-``<log_dir>/<run_id>/learned_timeouts.json`` and, when the rendezvous backend has a
-shared store (c10d), under ``aelastic/learned_timeouts/<run_id>`` so every node
-uses the longest interval any node saw. The rules are plain functions in
+``<log_dir>/<run_id>/learned_timeouts.json`` (the run id made a safe file name, as for
+the logs; replaced atomically, since the nodes of a job may share the log dir) and,
+when the rendezvous backend has a shared store (c10d), under
+``aelastic/learned_timeouts/<run_id>`` so every node uses the longest interval any
+node saw. The rules are plain functions in
 :mod:`aelastic.agent._policy` (``observe``, ``merge_observed``, ``learned_timeouts``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-import time
-from collections.abc import Callable, Collection
+import tempfile
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 import anyio
+import anyio.to_thread
 
-from ..events import Event, EventSource
 from ..metrics import put_metric
 from ..progress import ProgressSnapshot, ProgressTimeouts
+from ..store import StoreError
+from ..workers._logs import run_dir
 from ._policy import Observed, learned_timeouts, merge_observed, observe
 from ._restart_policy import job_store
 from ._types import WorkerSpec
@@ -34,11 +40,14 @@ _FILE_NAME = "learned_timeouts.json"
 
 
 class LearnedTimeouts:
-    """One agent's learned timeouts (off unless ``spec.learn_timeouts`` is a factor)."""
+    """One agent's learned timeouts (off unless ``spec.learn_timeouts`` is a factor).
 
-    def __init__(self, spec: WorkerSpec, record: Callable[[Event], None]) -> None:
+    ``emit(name, metadata)`` records an agent event (the agent stamps its identity).
+    """
+
+    def __init__(self, spec: WorkerSpec, emit: Callable[[str, Mapping[str, Any]], None]) -> None:
         self._spec = spec
-        self._record = record
+        self._emit = emit
         self.observed = Observed()
         self._loaded = False
 
@@ -50,7 +59,9 @@ class LearnedTimeouts:
         log_dir = self._spec.log_dir
         if log_dir is None or os.fspath(log_dir) == os.devnull:
             return None
-        return os.path.join(os.fspath(log_dir), self._spec.rdzv_handler.get_run_id(), _FILE_NAME)
+        return os.path.join(
+            run_dir(os.fspath(log_dir), self._spec.rdzv_handler.get_run_id()), _FILE_NAME
+        )
 
     def timeouts(self) -> ProgressTimeouts:
         """The timeouts for the next attempt (the configured ones while nothing is learned)."""
@@ -63,7 +74,11 @@ class LearnedTimeouts:
     async def update(self, snapshots: Collection[ProgressSnapshot]) -> None:
         """Fold one attempt's intervals in, merge with what was persisted, persist, record.
 
-        Bounded (the store requests by 10 s); a persistence problem is logged, never raised.
+        Bounded (the store requests by 10 s). Errors: a persistence problem (file, store
+        error or timeout, malformed data) is logged, never raised; the observations are
+        still used by this agent. Cancellation: the store requests stop at once; a file
+        write already begun finishes in its worker thread, and the file is replaced
+        atomically, so it holds the old or the new observations, never a torn write.
         """
         if not self.enabled:
             return
@@ -85,9 +100,8 @@ class LearnedTimeouts:
                 if store is not None:
                     await store.set(key, payload)
             if path is not None:
-                await anyio.Path(path).parent.mkdir(parents=True, exist_ok=True)
-                await anyio.Path(path).write_text(payload)
-        except (OSError, ValueError, TimeoutError) as exc:
+                await anyio.to_thread.run_sync(_replace_file, path, payload)
+        except (OSError, ValueError, TimeoutError, StoreError) as exc:
             log.warning("could not persist the learned timeouts: %s", exc)
         self.observed = merged
         after = self.timeouts()
@@ -105,15 +119,29 @@ class LearnedTimeouts:
         )
         if timeouts.heartbeat is not None:
             put_metric("progress.learned_heartbeat_timeout_ms", int(timeouts.heartbeat * 1000))
-        self._record(
-            Event(
-                "aelastic.progress.learned_timeouts",
-                source=EventSource.AGENT,
-                timestamp=int(time.time() * 1000),
-                metadata={
-                    "heartbeat": timeouts.heartbeat,
-                    "sections": json.dumps(dict(timeouts.sections)),
-                    "factor": self._spec.learn_timeouts,
-                },
-            )
+        self._emit(
+            "aelastic.progress.learned_timeouts",
+            {
+                "heartbeat": timeouts.heartbeat,
+                "sections": json.dumps(dict(timeouts.sections)),
+                "factor": self._spec.learn_timeouts,
+            },
         )
+
+
+def _replace_file(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temp file in the same directory, then replace).
+
+    Raises OSError; the temp file is removed on any failure.
+    """
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".learned_", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fp:
+            fp.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise

@@ -22,6 +22,7 @@ from ..workers import (
     WarmPool,
     WorkerProcesses,
     callable_process_args,
+    make_run_log_dir,
     open_warm_pool,
     open_worker_processes,
     parse_python_argv,
@@ -103,6 +104,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._result_files: dict[int, str] = {}
         self._result_dir: tempfile.TemporaryDirectory[str] | None = None
         self._warm_pool: WarmPool | None = None
+        self._log_run_dir: str | None = None  # <log_dir>/<run_id>_<random>, this agent's
         self._progress_dir: tempfile.TemporaryDirectory[str] | None = None
         self._file_timer: FileTimerServer | None = None
         self._log_destinations: LogDestinations | None = None
@@ -148,23 +150,27 @@ class LocalElasticAgent(SimpleElasticAgent):
         assert worker_group.group_rank is not None and worker_group.group_world_size is not None
         assert worker_group.master_addr is not None and worker_group.master_port is not None
         run_id = spec.rdzv_handler.get_run_id()
+        log_dir = None if spec.log_dir is None else os.fspath(spec.log_dir)
+        if self._log_run_dir is None:
+            self._log_run_dir = make_run_log_dir(log_dir, run_id)
+        restarts = restart_count(spec.max_restarts, self._remaining_restarts)
         dests = LogDestinations.for_attempt(
-            None if spec.log_dir is None else os.fspath(spec.log_dir),
+            log_dir,
             run_id,
-            self._attempt,
+            restarts,
             spec.local_world_size,
             spec.redirects,
             spec.tee,
             spec.local_ranks_filter,
             self._log_line_prefix_template,
             role=spec.role,
+            run_dir=self._log_run_dir,
             global_ranks={w.local_rank: w.global_rank for w in worker_group.workers},
             duplicate_stdout_filters=spec.duplicate_stdout_filters,
             duplicate_stderr_filters=spec.duplicate_stderr_filters,
         )
         self._log_destinations = dests
         base_env = os.environ.copy()
-        restarts = restart_count(spec.max_restarts, self._remaining_restarts)
         progress = self._open_round_progress(dests.attempt_dir)
         self._exits = {}
         self._error_files = {}
@@ -205,6 +211,8 @@ class LocalElasticAgent(SimpleElasticAgent):
             )
         )
         self._procs = procs
+        if self._file_timer is not None:
+            self._file_timer.worker_pids = frozenset(procs.pids.values())
         if progress is not None:
             progress.started(procs.pids)
         # LIFO: runs before the processes' own exit, so a forwarded signal reaches them.
@@ -360,7 +368,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         if os.environ.get(ENABLE_ENV) != "1":
             yield
             return
-        async with serve_file_timer(self._record, os.environ.get(TIMER_FILE_ENV)) as server:
+        async with serve_file_timer(self._emit, os.environ.get(TIMER_FILE_ENV)) as server:
             self._worker_env_extra[TIMER_FILE_ENV] = server.path
             self._file_timer = server
             try:

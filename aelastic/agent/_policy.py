@@ -240,10 +240,12 @@ def progress_deadline(
 
     A worker that has not attached (never imported :mod:`aelastic.progress`) is not
     judged (None). Inside a section with a timeout only that timeout counts (a long
-    checkpoint is not a missed heartbeat). Otherwise: before the first heartbeat or
-    section, the initial timeout from ``started_ns`` (the worker's start); after a
-    heartbeat, the heartbeat timeout from the latest one; once sections were used,
-    the out-of-section timeout from the latest section exit.
+    checkpoint is not a missed heartbeat). Otherwise: until the first heartbeat or
+    section exit, the initial timeout from ``started_ns`` (the worker's start), also
+    inside an untimed section (a hang there is caught, not ignored); after a heartbeat,
+    the heartbeat timeout from the latest heartbeat or section exit, whichever is later
+    (leaving a long timed section is progress, not a missed heartbeat); once sections
+    were used, the out-of-section timeout from the latest section exit.
     """
     if not snapshot.attached:
         return None
@@ -252,16 +254,17 @@ def progress_deadline(
         seconds = timeouts.sections[section]
         return ProgressDeadline(snapshot.section_ns + _ns(seconds), "section", seconds, section)
     candidates: list[ProgressDeadline] = []
-    used_sections = section is not None or snapshot.section_exit_ns > 0
-    if snapshot.beats == 0 and not used_sections:
+    if snapshot.beats == 0 and snapshot.section_exit_ns == 0:
         if timeouts.initial is not None:
             candidates.append(
-                ProgressDeadline(started_ns + _ns(timeouts.initial), "initial", timeouts.initial)
+                ProgressDeadline(
+                    started_ns + _ns(timeouts.initial), "initial", timeouts.initial, section
+                )
             )
     elif snapshot.beats > 0 and timeouts.heartbeat is not None:
         candidates.append(
             ProgressDeadline(
-                snapshot.last_beat_ns + _ns(timeouts.heartbeat),
+                max(snapshot.last_beat_ns, snapshot.section_exit_ns) + _ns(timeouts.heartbeat),
                 "heartbeat",
                 timeouts.heartbeat,
                 section,
@@ -329,8 +332,12 @@ def fold_attempt_steps(state: StepProgress, attempt_best: int, *, failed: bool) 
 
 
 def no_progress(state: StepProgress, limit: int | None) -> bool:
-    """Whether ``limit`` consecutive failed attempts made no step progress (None: off)."""
-    return limit is not None and state.streak >= limit
+    """Whether ``limit`` consecutive failed attempts made no step progress (None: off).
+
+    Never before a step was seen (``state.best < 0``): a job that does not call
+    ``aelastic.progress.step()`` cannot show progress, so it is not stopped for lacking it.
+    """
+    return limit is not None and state.best >= 0 and state.streak >= limit
 
 
 def restart_backoff(consecutive_failures: int, base: float, cap: float) -> float:

@@ -16,7 +16,7 @@ import os
 import shutil
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import anyio
 import anyio.lowlevel
@@ -54,8 +54,27 @@ def handles_signal(pid: int, signum: int) -> bool:
     return any(mask & bit for mask in _status_masks(f"/proc/{pid}/status", (b"SigCgt",)))
 
 
-def _dump_pending_or_running(pid: int, signum: int) -> bool:
-    """True while ``signum`` is pending in ``pid`` or blocked by a thread running its handler."""
+def _blocking_threads(pid: int, signum: int) -> set[str]:
+    """The thread ids of ``pid`` that block ``signum`` now (``SigBlk`` in /proc)."""
+    bit = 1 << (signum - 1)
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return set()
+    return {
+        tid
+        for tid in tids
+        if any(m & bit for m in _status_masks(f"/proc/{pid}/task/{tid}/status", (b"SigBlk",)))
+    }
+
+
+def _dump_pending_or_running(pid: int, signum: int, blocked_before: Collection[str]) -> bool:
+    """True while ``signum`` is pending in ``pid`` or blocked by a thread running its handler.
+
+    ``blocked_before``: the threads that blocked ``signum`` before it was sent. They block
+    it for good (a thread masking the signal, not a handler running), so they are not
+    waited for; the signal goes to another thread.
+    """
     bit = 1 << (signum - 1)
     if any(m & bit for m in _status_masks(f"/proc/{pid}/status", (b"ShdPnd", b"SigPnd"))):
         return True
@@ -63,14 +82,16 @@ def _dump_pending_or_running(pid: int, signum: int) -> bool:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return False
-    return any(
-        m & bit
-        for tid in tids
-        for m in _status_masks(f"/proc/{pid}/task/{tid}/status", (b"SigPnd", b"SigBlk"))
-    )
+    for tid in tids:
+        path = f"/proc/{pid}/task/{tid}/status"
+        fields = (b"SigPnd",) if tid in blocked_before else (b"SigPnd", b"SigBlk")
+        if any(m & bit for m in _status_masks(path, fields)):
+            return True
+    return False
 
 
 async def _faulthandler_dump(pid: int, signum: int) -> bool:
+    blocked_before = _blocking_threads(pid, signum)
     try:
         os.kill(pid, signum)
     except ProcessLookupError:
@@ -78,7 +99,7 @@ async def _faulthandler_dump(pid: int, signum: int) -> bool:
     # Bounded: at most CAPTURE_TIMEOUT of short looks at /proc, once per hang.
     for _ in range(int(CAPTURE_TIMEOUT / _SETTLE_INTERVAL)):
         await anyio.sleep(_SETTLE_INTERVAL)
-        if not _dump_pending_or_running(pid, signum):
+        if not _dump_pending_or_running(pid, signum, blocked_before):
             return True
     log.warning("worker pid %s did not finish writing its stacks within %s s", pid, CAPTURE_TIMEOUT)
     return False
@@ -103,18 +124,22 @@ async def capture_stacks(
     Returns ``{local_rank: how}`` for the workers whose stacks were written: ``"faulthandler"``
     or ``"py-spy"``. Bounded (a worker that cannot dump is skipped after
     :data:`CAPTURE_TIMEOUT`, py-spy after 5 s); never raises for a worker that is gone
-    or refuses. Cancellation: stops waiting; dumps already requested may still land.
+    or refuses (an OSError for one worker is logged and skips only that worker).
+    Cancellation: stops waiting; dumps already requested may still land.
     """
     captured: dict[int, str] = {}
     # On PATH, or beside this interpreter (a virtual environment that is not activated).
     py_spy = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
 
     async def one(rank: int, pid: int, path: str) -> None:
-        if handles_signal(pid, signum):
-            if await _faulthandler_dump(pid, signum):
-                captured[rank] = "faulthandler"
-        elif py_spy is not None and await _py_spy_dump(py_spy, pid, path):
-            captured[rank] = "py-spy"
+        try:
+            if handles_signal(pid, signum):
+                if await _faulthandler_dump(pid, signum):
+                    captured[rank] = "faulthandler"
+            elif py_spy is not None and await _py_spy_dump(py_spy, pid, path):
+                captured[rank] = "py-spy"
+        except OSError as exc:  # not ours to signal, py-spy not runnable, file not writable
+            log.warning("could not capture the stacks of pid %s: %s", pid, exc)
 
     async with anyio.create_task_group() as tg:
         for rank, (pid, path) in targets.items():

@@ -79,10 +79,12 @@ class WorkerSpec:
         redirects, tee: std stream redirection and tee, for all or per local rank.
         shutdown_timeout: grace between the stop signal and SIGKILL, one deadline for all.
         exit_barrier_timeout: how long a node that succeeded waits for the others.
-        log_dir: root of ``<run_id>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,
-            error.json}``; ``n`` counts every start of this agent (membership restarts
-            included), so no attempt's logs are overwritten. None: a temporary
-            directory; ``os.devnull``: no files (``TORCHELASTIC_ERROR_FILE`` is empty).
+        log_dir: root of ``<run_id>_<random>/attempt_<n>/<local_rank>/{stdout.log,
+            stderr.log,error.json}`` (torchrun's layout): one run directory per agent,
+            ``n`` the restart count; a second start with the same count (a membership
+            restart) gets ``attempt_<n>_1``, so no logs are overwritten. None: a temporary
+            directory; ``os.devnull``: no files and, like torchrun, no redirect, tee or
+            ranks filter (``TORCHELASTIC_ERROR_FILE`` is empty).
         local_ranks_filter: local ranks whose tee'd output reaches the console (None: all).
         log_line_prefix_template: console prefix template (``${role_name}``, ``${rank}``,
             ``${local_rank}``); None: ``[role rank]:``.

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .._job import Job
+    from ..launcher import Job
 
 __all__ = ("is_ready", "metrics_text", "status")
 

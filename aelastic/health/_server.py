@@ -19,7 +19,7 @@ from ._http import Response, serve_one
 from ._report import is_ready, metrics_text, status
 
 if TYPE_CHECKING:
-    from .._job import Job
+    from ..launcher import Job
 
 __all__ = ("serve_health",)
 

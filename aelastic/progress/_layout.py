@@ -36,12 +36,11 @@ __all__ = (
     "STEP_NS",
 )
 
+from .._stacks_dump import STACKS_FILE_ENV as STACKS_FILE_ENV
+from .._stacks_dump import STACKS_SIGNAL_ENV as STACKS_SIGNAL_ENV
+
 #: Path of this worker's progress file; unset: the API does nothing.
 FILE_ENV = "AELASTIC_PROGRESS_FILE"
-#: Where faulthandler writes every thread's stack when the agent sends STACKS_SIGNAL.
-STACKS_FILE_ENV = "AELASTIC_STACKS_FILE"
-#: The signal number that asks a worker for its stacks (a real-time signal).
-STACKS_SIGNAL_ENV = "AELASTIC_STACKS_SIGNAL"
 
 SIZE = 4096
 MAGIC = 0x61656C7031  # "aelp1": written last when the worker attaches

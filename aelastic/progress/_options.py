@@ -96,7 +96,7 @@ def config_fields(v: _Values) -> dict[str, Any]:
     Raises:
         UsageError: a value is not a positive number of seconds, a count or a map.
     """
-    from .._launch_args import UsageError
+    from ..launcher._args import UsageError
 
     def seconds(dest: str) -> float | None:
         return v.float_(dest, minimum=0.0, strict=True)

@@ -3,8 +3,10 @@
 Attaches when this module is first imported in a worker the agent started with
 hang detection on (``AELASTIC_PROGRESS_FILE`` set): the file is mapped and marked
 attached, and from then on the agent judges this worker by the timeouts it was
-given. Outside such a worker (no variable, an unreadable file) every call is a
-no-op, so a script runs unchanged under torchrun or on its own.
+given. Attaching removes ``AELASTIC_PROGRESS_FILE`` (and the stacks variables) from
+``os.environ``, so processes the worker starts (spawned data loader workers,
+``mp.spawn``) never report for it. Outside such a worker (no variable, an unreadable
+file) every call is a no-op, so a script runs unchanged under torchrun or on its own.
 
 Steady state costs no system call: each call stores a few integers into the
 mapping (``time.monotonic_ns()`` is served by the vDSO). Not thread-safe across
@@ -21,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .._stacks_dump import register_from_env
 from . import _layout as L
 
 __all__ = ("attached", "heartbeat", "section", "step")
@@ -37,7 +40,10 @@ _open: list[tuple[int, int]] = []
 
 def _attach() -> None:
     global _slots, _map
-    path = os.environ.get(L.FILE_ENV)
+    # Taken out of os.environ: a process this worker starts (a spawned data loader
+    # worker, mp.spawn, a subprocess) must not attach to our file, reset our step and
+    # heartbeat for us while we hang.
+    path = os.environ.pop(L.FILE_ENV, None)
     if not path:
         return
     try:
@@ -58,7 +64,9 @@ def _attach() -> None:
     _slots = slots
     # A forked child (e.g. a fork-started data loader worker) must not speak for us.
     os.register_at_fork(after_in_child=_detach)
-    _register_stacks_dump()
+    # Fresh interpreters (no warm pool) register the stacks dump here; a no-op when the
+    # warm bootstrap did already.
+    register_from_env()
 
 
 def _detach() -> None:
@@ -66,26 +74,6 @@ def _detach() -> None:
     _slots = None
     _map = None
     _open.clear()
-
-
-def _register_stacks_dump() -> None:
-    """Dump every thread's stack into the stacks file when the agent sends the signal.
-
-    Done here as well as in the warm-worker bootstrap so fresh interpreters (no warm
-    pool) are covered. The file stays open for the life of the process: the
-    handler runs in signal context and cannot open it then.
-    """
-    path = os.environ.get(L.STACKS_FILE_ENV)
-    signum = os.environ.get(L.STACKS_SIGNAL_ENV)
-    if not path or not signum:
-        return
-    try:
-        import faulthandler  # keeps a reference to the file
-
-        stream = open(path, "a", encoding="utf-8")  # noqa: SIM115
-        faulthandler.register(int(signum), file=stream, all_threads=True, chain=False)
-    except (OSError, ValueError, RuntimeError):
-        return
 
 
 def attached() -> bool:

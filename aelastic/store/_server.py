@@ -78,6 +78,10 @@ class StoreServer:
     without reading) + ~10 KiB per connection. Defaults let torch's own workloads through (its
     values and requests are far smaller).
 
+    ``task_group``: run the connections in this (running) task group instead of
+    one of the server's own, which frees the server from being entered and left
+    by the same task (see :meth:`start`).
+
     Binding to a non-loopback ``host`` requires ``allow_non_loopback=True``
     (the store has no authentication); ``host="::"`` then listens dual-stack.
     """
@@ -97,6 +101,7 @@ class StoreServer:
         max_connections: int = MAX_CONNECTIONS,
         allow_non_loopback: bool = False,
         backlog: int | None = None,
+        task_group: TaskGroup | None = None,
     ) -> None:
         if not allow_non_loopback and not is_loopback(host):
             raise StoreConfigError(
@@ -132,7 +137,9 @@ class StoreServer:
         self._state = StoreState()
         self._connections: set[_Connection] = set()
         self._listener: socket.socket | None = None
+        self._task_group = task_group
         self._tg: TaskGroup | None = None
+        self._own_tg = True
         self._closing = False
         self._next_action_id = 0
         # bytes of partial requests held for all connections; waiters for it to drop
@@ -198,16 +205,21 @@ class StoreServer:
     async def start(self) -> None:
         """Bind and start listening (what ``__aenter__`` does).
 
-        The server's connections run in a task group entered here and joined by
-        ``__aexit__``, which the same task must await: use ``async with``
-        (``AsyncExitStack.enter_async_context`` is fine). Raises
-        :class:`~aelastic.store.StoreError` if the address cannot be bound;
-        cancelled, it leaves nothing behind (no await after the socket exists).
+        Without ``task_group``, the server's connections run in a task group
+        entered here and joined by ``__aexit__``, which the same task must await,
+        nested like any cancel scope: use ``async with`` (or an ``AsyncExitStack``
+        entered and left by one task). With ``task_group`` (a running group that
+        outlives the server) they run there and the server may be entered and
+        left from any tasks and scopes. Raises :class:`~aelastic.store.StoreError`
+        if the address cannot be bound; cancelled, it leaves nothing behind (no
+        await after the socket exists).
         """
         if self._tg is not None:
             raise StoreConfigError(f"store server {self.address} is already started")
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
+        own = self._task_group is None
+        tg = anyio.create_task_group() if self._task_group is None else self._task_group
+        if own:
+            await tg.__aenter__()
         # no await from here on: the listening socket is handed over or closed
         try:
             sock = self._make_socket()
@@ -216,10 +228,12 @@ class StoreServer:
                 f"cannot listen on {self.address}: {exc.strerror or exc}; choose another "
                 "port or use port 0 for a free one"
             )
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)  # no task started: returns at once
+            if own:
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)  # no task started: returns at once
             raise error from None
         self._tg = tg
+        self._own_tg = own
         self._listener = sock
         self._closing = False
         self.port = sock.getsockname()[1]
@@ -263,10 +277,11 @@ class StoreServer:
     ) -> None:
         self._stop()
         tg, self._tg = self._tg, None
-        if tg is not None:
+        if tg is not None and self._own_tg:
             # the host's body is over: cancelling the group only reaches our tasks
             tg.cancel_scope.cancel()
             await tg.__aexit__(None, None, None)
+        # in a given task group, our tasks end by themselves: their sockets are closed
 
     async def serve_forever(self) -> None:
         """Run until cancelled (the server must be started)."""

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ._logs import DEFAULT_LOG_LINE_PREFIX_TEMPLATE as DEFAULT_LOG_LINE_PREFIX_TEMPLATE
     from ._logs import LOG_LINE_PREFIX_ENV as LOG_LINE_PREFIX_ENV
     from ._logs import LogDestinations as LogDestinations
+    from ._logs import make_run_log_dir as make_run_log_dir
     from ._processes import DEFAULT_KILL_TIMEOUT as DEFAULT_KILL_TIMEOUT
     from ._processes import WorkerProcesses as WorkerProcesses
     from ._processes import open_worker_processes as open_worker_processes
@@ -73,6 +74,7 @@ __all__ = (
     "callable_process_args",
     "callable_reference",
     "check_json_value",
+    "make_run_log_dir",
     "open_signal_forwarder",
     "open_warm_pool",
     "open_worker_processes",
@@ -100,6 +102,7 @@ _SOURCES = {
     "DEFAULT_LOG_LINE_PREFIX_TEMPLATE": "._logs",
     "LOG_LINE_PREFIX_ENV": "._logs",
     "LogDestinations": "._logs",
+    "make_run_log_dir": "._logs",
     "DEFAULT_KILL_TIMEOUT": "._processes",
     "WorkerProcesses": "._processes",
     "open_worker_processes": "._processes",

@@ -1,15 +1,19 @@
 """Where each worker's output and error file go: the per-run log directory layout.
 
-Layout (one directory per run, one per attempt, never deleted)::
+Layout (torchrun's; one run directory per agent, one per attempt, never deleted)::
 
-    <log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
-    <log_dir>/<run_id>/attempt_<n>/filtered_{stdout,stderr}.log   (with duplicate filters)
+    <log_dir>/<run_id>_<random>/attempt_<restart_count>/<local_rank>/{stdout.log,stderr.log,error.json}
+    <log_dir>/<run_id>_<random>/attempt_<restart_count>/filtered_{stdout,stderr}.log
 
-``log_dir=None`` uses one ``tempfile.mkdtemp(prefix="aelastic_")`` per run id
-and process; ``log_dir=os.devnull`` disables files (redirected streams are
-discarded, error files are off). If an attempt directory already exists (a
-membership restart keeps the restart count), ``attempt_<n>_<k>`` is used, so
-the logs of an earlier start are never overwritten.
+Each agent makes its own run directory (:func:`make_run_log_dir`, a
+``tempfile.mkdtemp`` with the run id as prefix), so nodes sharing ``log_dir``
+never race for one, and the attempt number is the restart count
+(``TORCHELASTIC_RESTART_COUNT``). ``log_dir=None`` puts the run directory in a
+fresh ``tempfile.mkdtemp(prefix="aelastic_")``; ``log_dir=os.devnull`` disables
+files and, like torchrun, with them redirects, tee and the local-ranks filter:
+every worker writes straight to the console, unprefixed, and error files are off.
+A start that keeps the restart count (a membership change) gets
+``attempt_<n>_<k>``: where torchrun deletes the earlier start's logs, they are kept.
 """
 
 from __future__ import annotations
@@ -21,40 +25,82 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from string import Template
 
+from ._exceptions import WorkerStartError
 from ._spec import ProcessSpec
 from ._std import Std, to_map
 
-__all__ = ("DEFAULT_LOG_LINE_PREFIX_TEMPLATE", "LOG_LINE_PREFIX_ENV", "LogDestinations")
+__all__ = (
+    "DEFAULT_LOG_LINE_PREFIX_TEMPLATE",
+    "LOG_LINE_PREFIX_ENV",
+    "LogDestinations",
+    "make_run_log_dir",
+    "run_dir",
+)
 
 LOG_LINE_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 #: torch's default console prefix, e.g. ``[default0]:``.
 DEFAULT_LOG_LINE_PREFIX_TEMPLATE = "[${role_name}${local_rank}]:"
 
-_temp_dirs: dict[str, str] = {}
+#: Run directories of callers that pass no ``run_dir``: one per (log_dir, run id) and process.
+_run_dirs: dict[tuple[str | None, str], str] = {}
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
-def _run_dir(log_dir: str | None, run_id: str) -> str:
+def run_dir(log_dir: str, run_id: str) -> str:
+    """``<log_dir>/<run_id>``, the run id made a safe file name: what every agent of the run
+    shares under ``log_dir`` (learned timeouts live there; each agent logs into its own
+    ``<run_id>_<random>`` beside it, see :func:`make_run_log_dir`)."""
+    return os.path.join(log_dir, _SAFE.sub("_", run_id) or "run")
+
+
+def make_run_log_dir(log_dir: str | None, run_id: str) -> str | None:
+    """Create this agent's run directory ``<log_dir>/<run_id>_<random>``; None for /dev/null.
+
+    ``log_dir=None`` uses a fresh ``tempfile.mkdtemp(prefix="aelastic_")``; a missing
+    ``log_dir`` is created. Raises :class:`WorkerStartError` naming the directory
+    when it cannot be created (a file, no permission).
+    """
+    if log_dir == os.devnull:
+        return None
     safe_id = _SAFE.sub("_", run_id) or "run"
-    if log_dir is None:
-        base = _temp_dirs.get(safe_id)
-        if base is None or not os.path.isdir(base):
-            base = _temp_dirs[safe_id] = tempfile.mkdtemp(prefix="aelastic_")
-        log_dir = base
-    return os.path.join(log_dir, safe_id)
+    try:
+        if log_dir is None:
+            log_dir = tempfile.mkdtemp(prefix="aelastic_")
+        os.makedirs(log_dir, exist_ok=True)
+        return tempfile.mkdtemp(prefix=f"{safe_id}_", dir=log_dir)
+    except OSError as exc:
+        raise WorkerStartError(
+            f"cannot create a log directory in {log_dir!r}: {exc}. Choose a writable"
+            " --log-dir (a directory; it is created if missing), or /dev/null for no files."
+        ) from exc
+
+
+def _run_dir(log_dir: str | None, run_id: str) -> str | None:
+    key = (log_dir, run_id)
+    path = _run_dirs.get(key)
+    if path is None or not os.path.isdir(path):
+        path = make_run_log_dir(log_dir, run_id)
+        if path is None:
+            return None
+        _run_dirs[key] = path
+    return path
 
 
 def _fresh_attempt_dir(run_dir: str, attempt: int) -> str:
-    os.makedirs(run_dir, exist_ok=True)
     name = f"attempt_{attempt}"
     k = 0
     while True:
         path = os.path.join(run_dir, name if k == 0 else f"{name}_{k}")
         try:
-            os.mkdir(path)
+            os.makedirs(path)
             return path
         except FileExistsError:
             k += 1
+        except OSError as exc:
+            raise WorkerStartError(
+                f"cannot create the attempt log directory {path!r}: {exc}."
+                " Choose a writable --log-dir."
+            ) from exc
 
 
 @dataclass(frozen=True)
@@ -92,11 +138,19 @@ class LogDestinations:
         prefix_template: str | None = None,
         *,
         role: str = "default",
+        run_dir: str | None = None,
         global_ranks: Mapping[int, int] | None = None,
         duplicate_stdout_filters: Sequence[str] | None = None,
         duplicate_stderr_filters: Sequence[str] | None = None,
     ) -> LogDestinations:
         """Create the attempt directory and compute every rank's destinations.
+
+        ``attempt`` is the restart count. ``run_dir`` is the agent's run
+        directory from :func:`make_run_log_dir` (None: one made for this
+        ``log_dir`` and ``run_id`` once per process). With ``log_dir`` set to
+        ``os.devnull`` there are no files and every stream goes to the console
+        as is (torchrun's rule), whatever ``redirects``, ``tee`` and
+        ``local_ranks_filter`` say.
 
         A stream named in ``tee`` is redirected to its file *and* copied to the
         console (tee implies redirect, like torch). Console lines of tee'd
@@ -127,8 +181,11 @@ class LogDestinations:
             or os.environ.get(LOG_LINE_PREFIX_ENV)
             or DEFAULT_LOG_LINE_PREFIX_TEMPLATE
         )
-        disabled = log_dir == os.devnull
-        attempt_dir = None if disabled else _fresh_attempt_dir(_run_dir(log_dir, run_id), attempt)
+        if log_dir == os.devnull:
+            run_dir = None
+        elif run_dir is None:
+            run_dir = _run_dir(log_dir, run_id)
+        attempt_dir = None if run_dir is None else _fresh_attempt_dir(run_dir, attempt)
 
         filtered: list[str | None] = []
         for needles, name in ((out_filters, "stdout"), (err_filters, "stderr")):
@@ -145,6 +202,11 @@ class LogDestinations:
             duplicate_stdout_filters=out_filters,
             duplicate_stderr_filters=err_filters,
         )
+        if attempt_dir is None:
+            # Like torchrun: without files, redirects, tee and the ranks filter do not
+            # apply; every worker writes straight to the console, unprefixed.
+            redirect_map = tee_map = dict.fromkeys(range(local_world_size), Std.NONE)
+            local_ranks_filter = None
         for rank in range(local_world_size):
             files = redirect_map[rank] | tee_map[rank]
             rank_dir = None if attempt_dir is None else os.path.join(attempt_dir, str(rank))
@@ -154,13 +216,10 @@ class LogDestinations:
                 (Std.OUT, "stdout.log", dest.stdouts),
                 (Std.ERR, "stderr.log", dest.stderrs),
             ):
-                if not files & flag:
-                    target[rank] = None
-                elif rank_dir is None:
-                    # Files are off: a tee'd stream still reaches the console.
-                    target[rank] = None if tee_map[rank] & flag else os.devnull
-                else:
+                if files & flag and rank_dir is not None:
                     target[rank] = os.path.join(rank_dir, name)
+                else:
+                    target[rank] = None
             dest.error_files[rank] = (
                 None if rank_dir is None else os.path.join(rank_dir, "error.json")
             )

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import sys
-from typing import IO, Any, Literal
 
-__all__ = ("ConsoleName", "PipeProtocol", "Sink")
+from ._console import ConsoleName, console_writer
+
+__all__ = ("ConsoleName", "Sink")
 
 log = logging.getLogger("aelastic.workers")
 
 #: A console line longer than this is flushed even without a newline.
 _MAX_PENDING = 1 << 16
-
-ConsoleName = Literal["stdout", "stderr"]
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -28,14 +25,17 @@ def _write_all(fd: int, data: bytes) -> None:
 class Sink:
     """Where one piped stream of one worker goes: a log file and/or the console.
 
-    The file gets the bytes as they come; the console gets whole lines with the
-    prefix (a partial last line is flushed at end of stream or past 64 KiB).
-    The console is looked up at write time (``sys.stdout``/``sys.stderr``), so
-    an embedding application's redirection applies. With ``copy_fd`` and
-    ``needles`` (``--duplicate-std*-filters``), each console line containing
-    any needle is also appended, prefixed, to ``copy_fd``. A write error
-    disables that destination with one log message; it never raises into the
-    loop.
+    The file gets the bytes as they come (one bounded ``os.write`` per chunk
+    read from the pipe, to the page cache); the console gets whole lines with
+    the prefix (a partial last line is flushed at end of stream or past 64 KiB)
+    through the process-wide :class:`~._console.ConsoleWriter`, which never
+    blocks: a stalled console drops its oldest queued lines (counted and
+    reported), never the file's bytes, and never holds up the pipe. With
+    ``copy_fd`` and ``needles`` (``--duplicate-std*-filters``), each console
+    line containing any needle is also appended, prefixed, to ``copy_fd``. A
+    write error disables that destination with one log message; nothing here
+    raises into the loop. Callers wait for the console with
+    :func:`~._console.wait_consoles_written` (bounded, gives up on a stall).
     """
 
     def __init__(
@@ -62,43 +62,33 @@ class Sink:
                 self.file_fd = None
         if self.console is None and self.copy_fd is None:
             return
-        self._pending += data
-        head, sep, tail = self._pending.rpartition(b"\n")
+        pending = self._pending + data if self._pending else data
+        head, sep, tail = pending.rpartition(b"\n")
         if sep:
             self._pending = tail
-            self._emit(head.split(b"\n"))
+            self._emit(head)
+        else:
+            self._pending = pending
         if len(self._pending) > _MAX_PENDING:
             line, self._pending = self._pending, b""
-            self._emit([line])
+            self._emit(line)
 
     def finish(self) -> None:
         if self._pending:
             line, self._pending = self._pending, b""
-            self._emit([line])
+            self._emit(line)
 
-    def _emit(self, lines: list[bytes]) -> None:
+    def _emit(self, lines: bytes) -> None:
+        """Send ``lines`` (newline-separated, without the last newline) on, prefixed."""
         if self.copy_fd is not None:
-            self._copy(lines)
+            self._copy(lines.split(b"\n"))
         if self.console is None:
             return
         prefix = self.prefix
-        data = b"".join(prefix + line + b"\n" for line in lines)
-        stream: IO[Any] | None = sys.stdout if self.console == "stdout" else sys.stderr
-        if stream is None:  # pythonw, or a daemon that closed its console
-            self.console = None
-            return
-        try:
-            buffer = getattr(stream, "buffer", None)
-            if buffer is not None:
-                stream.flush()
-                buffer.write(data)
-                buffer.flush()
-            else:
-                stream.write(data.decode(errors="replace"))
-                stream.flush()
-        except (OSError, ValueError, AttributeError) as exc:
-            log.error("cannot write worker output to the console (%s); file only now", exc)
-            self.console = None
+        # One C-level pass per chunk, not one Python step per line: a 256 KiB read of
+        # short lines costs well under a millisecond of the loop.
+        data = prefix + lines.replace(b"\n", b"\n" + prefix) + b"\n" if prefix else lines + b"\n"
+        console_writer(self.console).write(data)
 
     def _copy(self, lines: list[bytes]) -> None:
         assert self.copy_fd is not None
@@ -111,22 +101,3 @@ class Sink:
         except OSError as exc:
             log.error("cannot write filtered worker output (%s); dropping it", exc)
             self.copy_fd = None
-
-
-class PipeProtocol(asyncio.Protocol):
-    """Feeds a read pipe into a :class:`Sink`; ``closed`` is set at end of stream."""
-
-    def __init__(self, sink: Sink) -> None:
-        self.sink = sink
-        self.closed = asyncio.Event()
-
-    def data_received(self, data: bytes) -> None:
-        self.sink.feed(data)
-
-    def eof_received(self) -> bool | None:
-        self.sink.finish()
-        return None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.sink.finish()
-        self.closed.set()

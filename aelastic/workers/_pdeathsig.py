@@ -17,9 +17,10 @@ parent check. It forces a full fork of the agent, so it costs more, but
 needs no external binary.
 
 ``AELASTIC_PDEATHSIG=wrapper|preexec|off`` forces a choice. The kernel sends
-the signal when the *thread* that forked the child exits; asyncio and uvloop
-fork in the event-loop thread, so run the agent's loop in a thread that lives
-as long as the agent (normally the main thread).
+the signal when the *thread* that forked the child exits; workers and warm
+interpreters are forked in the event-loop thread (never in a worker thread,
+which anyio ends when idle), so run the agent's loop in a thread that lives as
+long as the agent (normally the main thread).
 """
 
 from __future__ import annotations
@@ -42,8 +43,15 @@ _PR_SET_PDEATHSIG = 1
 # died before setpriv armed the signal, so nothing would ever kill this child.
 _GUARD = '[ "$PPID" = "{pid}" ] || kill -KILL $$; '
 # dash exports PWD even when it was not in the environment, or fixes its value.
-_UNSET_PWD = 'unset PWD; exec "$@"'
-_RESTORE_PWD = 'PWD=$1; export PWD; shift; exec "$@"'
+_UNSET_PWD = "unset PWD; "
+_RESTORE_PWD = "PWD=$1; export PWD; shift; "
+# Without PATH in the environment dash searches its own default path, execvpe os.defpath;
+# assigned here (not exported) the search matches and the worker still gets no PATH.
+_SEARCH_DEFPATH = "PATH=$1; shift; "
+# exec searches PATH itself, so argv[0] reaches the worker exactly as given ("sh", not
+# "/usr/bin/sh"), as with execvpe. dash's exec takes no "--": a name starting with "-"
+# goes through preexec instead.
+_EXEC = 'exec "$@"'
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DASH_OWNS = frozenset({"IFS", "PPID", "OPTIND"})
 _MAX_SCAN = 1 << 22  # setpriv is ~80 KB; a multi-call binary (busybox) stays bounded
@@ -157,13 +165,19 @@ def wrap_argv(
 ) -> tuple[list[str], Callable[[], None] | None]:
     """``(argv, preexec_fn)`` that start ``argv`` armed with PR_SET_PDEATHSIG=SIGKILL.
 
+    The worker sees ``argv`` (``argv[0]`` included), its environment and its
+    executable exactly as ``subprocess.Popen(argv, env=env)`` would give them.
     Raises FileNotFoundError when the executable does not exist (the wrapper
     would otherwise only report it as exit code 127).
     """
     mode = pdeathsig_mode()
     if mode == "off":
         return list(argv), None
-    if mode == "preexec" or any(not _NAME.match(k) or k in _DASH_OWNS for k in env):
+    if (
+        mode == "preexec"
+        or argv[0].startswith("-")
+        or any(not _NAME.match(k) or k in _DASH_OWNS for k in env)
+    ):
         return list(argv), pdeathsig_preexec()
     executable = resolve_executable(argv[0], env, cwd)
     if executable is None:
@@ -176,8 +190,15 @@ def wrap_argv(
     tools = _wrapper_tools()
     assert tools is not None
     setpriv, dash = tools
-    guard = _GUARD.format(pid=os.getpid())
-    head = [setpriv, "--pdeathsig", "KILL", "--", dash, "-c"]
+    script = _GUARD.format(pid=os.getpid())
+    params: list[str] = []
     if "PWD" in env:
-        return [*head, guard + _RESTORE_PWD, argv[0], env["PWD"], executable, *argv[1:]], None
-    return [*head, guard + _UNSET_PWD, argv[0], executable, *argv[1:]], None
+        script += _RESTORE_PWD
+        params.append(env["PWD"])
+    else:
+        script += _UNSET_PWD
+    if "PATH" not in env and os.sep not in argv[0]:
+        script += _SEARCH_DEFPATH
+        params.append(os.defpath)
+    script += _EXEC
+    return [setpriv, "--pdeathsig", "KILL", "--", dash, "-c", script, argv[0], *params, *argv], None

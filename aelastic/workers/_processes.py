@@ -2,39 +2,41 @@
 
 Each worker runs in its own session (so its process group id is its pid) and,
 on Linux, with ``PR_SET_PDEATHSIG=SIGKILL`` so it dies with the agent even when
-the agent is SIGKILLed. Exits arrive from a pidfd registered with the event
-loop (Linux >= 5.3; elsewhere the loop's own child watcher): no polling.
-Output that must be prefixed, tee'd or filtered flows through a pipe into the
-agent, which writes whole lines to the console and raw bytes to the log file;
-everything else is wired straight to the file or the inherited console.
+the agent is SIGKILLed. Exits arrive from a pidfd awaited with
+:func:`anyio.wait_readable` (Linux >= 5.3; elsewhere a thread blocked in
+``waitid``): no polling. Output that must be prefixed, tee'd or filtered flows
+through a pipe into the agent (a reader task per pipe), which writes raw bytes
+to the log file and whole lines to the console; everything else is wired
+straight to the file or the inherited console. Runs on every anyio backend
+(asyncio, uvloop, trio); a start forks one process per turn of the event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
-import functools
 import logging
 import os
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import IO, cast
+from collections.abc import AsyncIterator, Sequence
 
 import anyio
-import sniffio
+import anyio.lowlevel
 
 from ..errors import ProcessFailure
-from ._exceptions import NoMoreExitsError, WorkerProcessError, WorkerStartError
-from ._output import ConsoleName, PipeProtocol, Sink
+from ._background import BackgroundTasks, background_tasks
+from ._console import wait_consoles_written
+from ._exceptions import NoMoreExitsError, WorkerStartError
+from ._output import ConsoleName, Sink
 from ._pdeathsig import wrap_argv
+from ._pipe_reader import OutputPipe
 from ._procfs import process_state
 from ._spec import ProcessExit, ProcessSpec
 from ._std import Std
 from ._warm import WarmPool
-from ._watch import _watcher
+from ._watch import _watcher, exit_code_now, open_pidfd, wait_exit
 
 __all__ = ("WorkerProcesses", "open_worker_processes")
 
@@ -48,62 +50,21 @@ _DRAIN_TIMEOUT = 2.0
 _abandoned: list[subprocess.Popen[bytes]] = []
 
 
-class _WorkerProtocol(asyncio.SubprocessProtocol):
-    """The ``asyncio`` watcher: the loop's child watcher reports the exit (and reaps)."""
-
-    def __init__(self, owner: WorkerProcesses, local_rank: int, sinks: dict[int, Sink]) -> None:
-        self._owner = owner
-        self._local_rank = local_rank
-        self._sinks = sinks
-        self.drained = asyncio.Event()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transport quacks like asyncio.SubprocessTransport without subclassing it.
-        self._owner._on_transport(self._local_rank, cast(asyncio.SubprocessTransport, transport))
-
-    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
-        sink = self._sinks.get(fd)
-        if sink is not None:
-            sink.feed(data if isinstance(data, bytes) else data.encode())
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        sink = self._sinks.get(fd)
-        if sink is not None:
-            sink.finish()
-
-    def process_exited(self) -> None:
-        transport = self._owner._workers[self._local_rank].transport
-        code = None if transport is None else transport.get_returncode()
-        self._owner._on_exit(self._local_rank, -1 if code is None else code, reaped=True)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        # Called once the process exited and every pipe is closed.
-        for sink in self._sinks.values():
-            sink.finish()
-        self.drained.set()
-
-
 class _Worker:
     def __init__(self, spec: ProcessSpec) -> None:
         self.spec = spec
         self.pid = -1
         self.exited = anyio.Event()
         self.file_fds: list[int] = []
-        # "asyncio" watcher
-        self.transport: asyncio.SubprocessTransport | None = None
-        self.protocol: _WorkerProtocol | None = None
-        # "pidfd" watcher
         self.popen: subprocess.Popen[bytes] | None = None
         self.pidfd: int | None = None
-        self.pipes: list[tuple[asyncio.BaseTransport | None, PipeProtocol, IO[bytes]]] = []
+        self.pipes: list[OutputPipe] = []
         # True once the pid was reaped: from then on it may belong to someone else.
         self.reaped = False
 
     async def drained(self) -> None:
-        if self.protocol is not None:
-            await self.protocol.drained.wait()
-        for _, protocol, _ in self.pipes:
-            await protocol.closed.wait()
+        for pipe in self.pipes:
+            await pipe.done.wait()
 
 
 class WorkerProcesses:
@@ -113,8 +74,8 @@ class WorkerProcesses:
     (a worker is alive while its rank is absent). ``unreaped`` lists the
     processes that survived SIGKILL during :meth:`stop` (Linux D-state).
 
-    With the ``pidfd`` watcher (Linux >= 5.3) an exited worker stays a zombie
-    until the block ends, so its pid, and thus its process group id, cannot be
+    An exited worker stays a zombie until the block ends (both exit watchers
+    read its status with ``WNOWAIT``), so its pid, and thus its process group id, cannot be
     reused meanwhile: signalling the group of an exited worker reaches exactly
     the children it left behind, never a stranger.
     """
@@ -135,8 +96,10 @@ class WorkerProcesses:
         self._pending: collections.deque[ProcessExit] = collections.deque()
         self._changed = anyio.Event()
         self._closed = False
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._warm_pool = warm_pool
+        self._tg: BackgroundTasks | None = None
+        # Threads that wait for exits when there is no pidfd: one per worker at most.
+        self._limiter = anyio.CapacityLimiter(max(1, len(specs)))
         #: Local ranks whose worker is a pre-started (warm) interpreter.
         self.warm_ranks: set[int] = set()
 
@@ -168,14 +131,20 @@ class WorkerProcesses:
     def poll_exits(self) -> None:
         """Record now every worker that has exited but whose exit the loop has not delivered.
 
-        Non-blocking (one ``waitid(WNOHANG)`` per live worker); call it right before
-        :meth:`stop` to tell workers that ended on their own from the ones the signal
-        will end. Only the ``pidfd`` watcher can look ahead; with the ``asyncio``
-        watcher this does nothing.
+        Non-blocking (one ``waitid(WNOHANG | WNOWAIT)`` per live worker, nothing
+        reaped); call it right before :meth:`stop` to tell workers that ended on
+        their own from the ones the signal will end. Works with both watchers.
         """
         for rank, worker in self._workers.items():
-            if rank not in self.exits and worker.pidfd is not None:
-                self._on_pidfd_readable(rank)
+            if rank in self.exits or worker.pid <= 0 or worker.reaped:
+                continue
+            try:
+                code = exit_code_now(worker.pid)
+            except ChildProcessError:  # reaped behind our back: status lost
+                self._on_exit(rank, -1, reaped=True)
+                continue
+            if code is not None:
+                self._on_exit(rank, code, reaped=False)
 
     async def wait_for_exit(self) -> ProcessExit:
         """Return the next exit not returned before, as soon as it happens.
@@ -283,12 +252,6 @@ class WorkerProcesses:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(worker.pid, sig)
 
-    def _on_transport(self, local_rank: int, transport: asyncio.SubprocessTransport) -> None:
-        worker = self._workers[local_rank]
-        worker.transport = transport
-        worker.pid = transport.get_pid()
-        self.pids[local_rank] = worker.pid
-
     def _on_exit(self, local_rank: int, exitcode: int, *, reaped: bool) -> None:
         worker = self._workers.get(local_rank)
         if worker is None or local_rank in self.exits:
@@ -300,38 +263,16 @@ class WorkerProcesses:
         worker.exited.set()
         self._wake()
 
-    def _on_pidfd_readable(self, local_rank: int) -> None:
-        worker = self._workers[local_rank]
-        assert worker.pidfd is not None and self._loop is not None
-        reaped = False
-        try:
-            # WNOWAIT: read the status but leave the zombie, so the pid stays ours.
-            info = os.waitid(os.P_PIDFD, worker.pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:  # reaped behind our back (SIGCHLD ignored, waitpid(-1))
-            info, reaped = None, True
-        else:
-            if info is None:
-                return
-        self._loop.remove_reader(worker.pidfd)
-        if info is None:
-            code = -1
-        elif info.si_code == os.CLD_EXITED:
-            code = info.si_status
-        else:  # CLD_KILLED, CLD_DUMPED
-            code = -info.si_status
-        self._on_exit(local_rank, code, reaped=reaped)
-
     def _wake(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
 
     async def _start_all(self, specs: Sequence[ProcessSpec]) -> None:
-        self._loop = asyncio.get_running_loop()
         for spec in specs:
             worker = _Worker(spec)
             self._workers[spec.local_rank] = worker
             try:
-                await self._start_one(self._loop, worker)
+                await self._start_one(worker)
             except BaseException:
                 if worker.pid <= 0:
                     del self._workers[spec.local_rank]
@@ -341,8 +282,10 @@ class WorkerProcesses:
                     for fd in worker.file_fds:
                         os.close(fd)
                     worker.file_fds.clear()
+            # One fork per turn of the event loop: starting many workers never stalls it.
+            await anyio.lowlevel.checkpoint()
 
-    async def _start_one(self, loop: asyncio.AbstractEventLoop, worker: _Worker) -> None:
+    async def _start_one(self, worker: _Worker) -> None:
         spec = worker.spec
         sinks: dict[int, Sink] = {}
         stdio: dict[int, int | None] = {}
@@ -351,7 +294,7 @@ class WorkerProcesses:
             (1, spec.stdout_file, Std.OUT, "stdout"),
             (2, spec.stderr_file, Std.ERR, "stderr"),
         )
-        copy_fds: set[int] = set()
+        keep_fds: set[int] = set()  # log files the agent writes itself (piped streams)
         for fd, path, flag, console in streams:
             to_console = spec.show_on_console and (path is None or bool(spec.tee & flag))
             if path is not None:
@@ -365,12 +308,14 @@ class WorkerProcesses:
             if to_console and spec.tee & flag and copy_path is not None and needles:
                 copy_fd = _open_log(copy_path, spec.local_rank)
                 worker.file_fds.append(copy_fd)
-                copy_fds.add(copy_fd)
+                keep_fds.add(copy_fd)
             if to_console and (prefix or file_fd is not None or copy_fd is not None):
                 stdio[fd] = subprocess.PIPE
                 sinks[fd] = Sink(
                     file_fd, console, prefix, copy_fd, tuple(n.encode() for n in needles)
                 )
+                if file_fd is not None:
+                    keep_fds.add(file_fd)
             elif file_fd is not None:
                 stdio[fd] = file_fd
             elif to_console:
@@ -381,52 +326,46 @@ class WorkerProcesses:
             _prepare_error_file(spec.error_file, spec.local_rank)
 
         env = dict(spec.env)
-        reads: dict[int, IO[bytes]] = {}
+        pipes: list[OutputPipe] = []
+        write_ends: list[int] = []
         try:
-            if not self._start_warm(loop, worker, stdio, env, reads):
-                argv, preexec = wrap_argv(spec.args, env, spec.cwd)
-                if self.watcher == "pidfd":
-                    self._spawn_pidfd(loop, worker, argv, preexec, stdio, env)
-                else:
-                    await self._spawn_asyncio(loop, worker, argv, preexec, stdio, env, sinks)
+            for fd, sink in sinks.items():
+                pipe, write_end = OutputPipe.open(sink)
+                pipes.append(pipe)
+                write_ends.append(write_end)
+                stdio[fd] = write_end
+            if not self._start_warm(worker, stdio, env):
+                self._adopt(worker, _spawn(spec, stdio, env))
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            for pipe in pipes:
+                pipe.close()
             raise WorkerStartError(
                 f"could not start the worker of local rank {spec.local_rank}"
                 f" ({list(spec.args)[:3]!r}...): {type(exc).__name__}: {exc}."
                 " Check that the entry point exists and is executable, and the cwd exists."
             ) from exc
-        # The child holds its own copies of the file descriptors wired straight to it.
-        piped = {s.file_fd for s in sinks.values()} | copy_fds
-        for fd in [fd for fd in worker.file_fds if fd not in piped]:
+        finally:
+            for fd in write_ends:  # the child holds its own copies
+                os.close(fd)
+        # The child also holds its own copies of the log files wired straight to it.
+        for fd in [fd for fd in worker.file_fds if fd not in keep_fds]:
             os.close(fd)
             worker.file_fds.remove(fd)
-        if worker.popen is not None:
-            for fd, sink in sinks.items():
-                pipe = reads.get(fd) or (worker.popen.stdout if fd == 1 else worker.popen.stderr)
-                assert pipe is not None
-                protocol = PipeProtocol(sink)
-                worker.pipes.append((None, protocol, pipe))
-                transport, _ = await loop.connect_read_pipe(
-                    functools.partial(_same, protocol), pipe
-                )
-                worker.pipes[-1] = (transport, protocol, pipe)
+        assert self._tg is not None
+        for pipe in pipes:
+            worker.pipes.append(pipe)
+            self._tg.start_soon(pipe.pump)
 
     def _start_warm(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        worker: _Worker,
-        stdio: dict[int, int | None],
-        env: dict[str, str],
-        reads: dict[int, IO[bytes]],
+        self, worker: _Worker, stdio: dict[int, int | None], env: dict[str, str]
     ) -> bool:
         """Hand the worker to an idle warm interpreter; False means spawn it fresh.
 
         The worker's stdout/stderr are what a fresh spawn would get: a pipe the
-        agent reads (its read end lands in ``reads``), a log file, the agent's
-        own stream, or ``/dev/null``.
+        agent reads, a log file, the agent's own stream, or ``/dev/null``.
         """
         pool = self._warm_pool
-        if pool is None or self.watcher != "pidfd":
+        if pool is None:
             return False
         spec = worker.spec
         taken = pool.take(spec.args, env, spec.cwd)
@@ -438,12 +377,7 @@ class WorkerProcesses:
         try:
             for fd in (1, 2):
                 target = stdio[fd]
-                if target == subprocess.PIPE:
-                    r, w = os.pipe2(os.O_CLOEXEC)
-                    reads[fd] = os.fdopen(r, "rb", buffering=0)
-                    close.append(w)
-                    send.append(w)
-                elif target == subprocess.DEVNULL:
+                if target == subprocess.DEVNULL:
                     null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
                     close.append(null)
                     send.append(null)
@@ -457,95 +391,44 @@ class WorkerProcesses:
         except OSError as exc:
             log.debug("warm interpreter %s unusable (%s); fresh spawn", warm.pid, exc)
             pool.discard(warm)
-            for pipe in reads.values():
-                pipe.close()
-            reads.clear()
             return False
         finally:
             for fd in close:
                 os.close(fd)
         log.debug("local rank %s runs in warm interpreter pid %s", spec.local_rank, warm.pid)
         self.warm_ranks.add(spec.local_rank)
-        self._watch_pidfd(loop, worker, warm.popen)
+        self._adopt(worker, warm.popen)
         return True
 
-    def _spawn_pidfd(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        worker: _Worker,
-        argv: list[str],
-        preexec: Callable[[], None] | None,
-        stdio: dict[int, int | None],
-        env: dict[str, str],
-    ) -> None:
-        popen = subprocess.Popen(
-            argv,
-            stdin=None,
-            stdout=stdio[1],
-            stderr=stdio[2],
-            env=env,
-            cwd=worker.spec.cwd,
-            start_new_session=True,
-            preexec_fn=preexec,
-        )
-        self._watch_pidfd(loop, worker, popen)
-
-    def _watch_pidfd(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        worker: _Worker,
-        popen: subprocess.Popen[bytes],
-    ) -> None:
-        """Adopt ``popen`` as ``worker`` and have the loop tell us the moment it exits."""
+    def _adopt(self, worker: _Worker, popen: subprocess.Popen[bytes]) -> None:
+        """Adopt ``popen`` as ``worker`` and start watching for its exit (no polling)."""
         worker.popen = popen
         worker.pid = popen.pid
         self.pids[worker.spec.local_rank] = popen.pid
         # Only we reap our children, so the pid cannot be reused before pidfd_open.
-        worker.pidfd = os.pidfd_open(popen.pid)
-        loop.add_reader(worker.pidfd, self._on_pidfd_readable, worker.spec.local_rank)
+        if self.watcher == "pidfd":
+            worker.pidfd = open_pidfd(popen.pid)  # None: out of descriptors, use a thread
+        assert self._tg is not None
+        self._tg.start_soon(self._watch, worker)
 
-    async def _spawn_asyncio(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        worker: _Worker,
-        argv: list[str],
-        preexec: Callable[[], None] | None,
-        stdio: dict[int, int | None],
-        env: dict[str, str],
-        sinks: dict[int, Sink],
-    ) -> None:
-        protocol = _WorkerProtocol(self, worker.spec.local_rank, sinks)
-        worker.protocol = protocol
-        transport, _ = await loop.subprocess_exec(
-            lambda: protocol,
-            *argv,
-            stdin=None,
-            stdout=stdio[1],
-            stderr=stdio[2],
-            env=env,
-            cwd=worker.spec.cwd,
-            start_new_session=True,
-            preexec_fn=preexec,
-        )
-        if worker.transport is None:  # a loop that skipped connection_made
-            self._on_transport(worker.spec.local_rank, transport)
+    async def _watch(self, worker: _Worker) -> None:
+        code = await wait_exit(worker.pid, worker.pidfd, self._limiter)
+        self._on_exit(worker.spec.local_rank, -1 if code is None else code, reaped=code is None)
 
-    async def _close(self) -> None:
-        """Wait (bounded) for pipes to drain; reap; close pidfds, pipes and log files."""
+    async def _drain(self) -> None:
+        """Wait (bounded) for the pipes of exited workers to reach end of stream."""
         dead = [w for r, w in self._workers.items() if r in self.exits]
         with anyio.move_on_after(_DRAIN_TIMEOUT):
             for worker in dead:
                 await worker.drained()
+            await wait_consoles_written()
+
+    def _release(self) -> None:
+        """Reap; close pidfds, pipes and log files (after the watching tasks ended)."""
         for rank, worker in self._workers.items():
-            if worker.transport is not None:
-                worker.transport.close()
-            for transport, _, pipe in worker.pipes:
-                if transport is not None:
-                    transport.close()
+            for pipe in worker.pipes:
                 pipe.close()
             if worker.pidfd is not None:
-                if rank not in self.exits and self._loop is not None:
-                    self._loop.remove_reader(worker.pidfd)
                 os.close(worker.pidfd)
                 worker.pidfd = None
             if worker.popen is not None and not worker.reaped:
@@ -563,14 +446,27 @@ class WorkerProcesses:
         self._wake()
 
 
+def _spawn(
+    spec: ProcessSpec, stdio: dict[int, int | None], env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """Start ``spec`` fresh: own session, death signal; one fork (a vfork in wrapper mode)."""
+    argv, preexec = wrap_argv(spec.args, env, spec.cwd)
+    return subprocess.Popen(
+        argv,
+        stdin=None,
+        stdout=stdio[1],
+        stderr=stdio[2],
+        env=env,
+        cwd=spec.cwd,
+        start_new_session=True,
+        preexec_fn=preexec,
+    )
+
+
 def _duplicate(spec: ProcessSpec, flag: Std) -> tuple[str | None, tuple[str, ...]]:
     if flag == Std.OUT:
         return spec.filtered_stdout_file, spec.duplicate_stdout_filters
     return spec.filtered_stderr_file, spec.duplicate_stderr_filters
-
-
-def _same(protocol: PipeProtocol) -> PipeProtocol:
-    return protocol
 
 
 def _open_log(path: str, local_rank: int) -> int:
@@ -651,25 +547,22 @@ async def open_worker_processes(
 
     Raises :class:`WorkerStartError` if a process cannot be started (the ones
     already started are stopped first) and :class:`ValueError` for bad specs.
-    Needs the asyncio backend of anyio (plain asyncio or uvloop).
+    Runs on every anyio backend (asyncio, uvloop, trio). The exit watchers and
+    pipe readers are tasks of a task group this block owns; an error of the
+    block's body propagates as itself, never wrapped in an exception group.
     """
     _check_specs(specs)
-    try:
-        library = sniffio.current_async_library()
-    except sniffio.AsyncLibraryNotFoundError:
-        library = "none"
-    if library != "asyncio":
-        raise WorkerProcessError(
-            f"open_worker_processes runs on anyio's asyncio backend (asyncio or uvloop), not"
-            f" {library!r}; run the agent with anyio.run(..., backend='asyncio')"
-        )
     processes = WorkerProcesses(specs, kill_timeout, warm_pool)
     try:
-        await processes._start_all(specs)
-        yield processes
-    finally:
-        with anyio.CancelScope(shield=True):
+        async with background_tasks() as processes._tg:
             try:
-                await processes.stop(signal.SIGTERM, shutdown_timeout)
+                await processes._start_all(specs)
+                yield processes
             finally:
-                await processes._close()
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await processes.stop(signal.SIGTERM, shutdown_timeout)
+                    finally:
+                        await processes._drain()
+    finally:
+        processes._release()  # after the watchers and readers ended: nothing uses the fds

@@ -38,13 +38,12 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ._dispositions import spawn_signals
 from ._pdeathsig import wrap_argv
-from ._watch import _watcher
 
 if TYPE_CHECKING:
-    import asyncio
-
     import anyio
+    import anyio.abc
 
 __all__ = (
     "WARM_WORKERS_ENV",
@@ -63,7 +62,7 @@ WARM_WORKERS_ENV = "AELASTIC_WARM_WORKERS"
 #: Seconds between an activation and the start of its replacements.
 DEFAULT_REPLENISH_DELAY = 0.25
 _BOOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_warm_boot.py")
-_MAGIC = b"aelastic-warm-1"
+_MAGIC = b"aelastic-warm-2"
 _NO_ARG_FLAGS = frozenset({"-u", "-B", "-O", "-OO", "-b", "-bb", "-s", "-S", "-q", "-E", "-R"})
 _STARTUP_PREFIXES = ("PYTHON", "LC_")
 _STARTUP_NAMES = frozenset({"LANG", "HOME"})
@@ -71,19 +70,9 @@ _KILL_TIMEOUT = 5.0
 
 
 def warm_workers_enabled() -> bool:
-    """False when ``AELASTIC_WARM_WORKERS`` is ``0``/``false``/``no``/``off``.
-
-    Also False when exits are watched by the loop's child watcher instead of a
-    pidfd (``AELASTIC_CHILD_WATCHER=asyncio`` or a kernel without pidfd): that
-    watcher can only follow processes the loop spawned itself.
-    """
+    """False when ``AELASTIC_WARM_WORKERS`` is ``0``/``false``/``no``/``off``."""
     value = os.environ.get(WARM_WORKERS_ENV, "").strip().lower()
-    if value in ("0", "false", "no", "off"):
-        return False
-    try:
-        return _watcher() == "pidfd"
-    except ValueError:
-        return False
+    return value not in ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -184,10 +173,14 @@ class WarmProcess:
     ) -> None:
         """Turn the interpreter into the worker; raises OSError when it cannot be reached.
 
-        Closes the control socket either way; the caller owns the process after.
+        The worker starts with the signal dispositions and mask a fresh spawn
+        from this thread would have now (:func:`spawn_signals`), whatever they
+        were when the interpreter was pre-started. Closes the control socket
+        either way; the caller owns the process after.
         """
         sys_argv = [entry.target, *entry.args] if entry.kind == "script" else ["-m", *entry.args]
         fields = [_MAGIC, os.fsencode(cwd), entry.kind.encode(), os.fsencode(entry.target)]
+        fields += spawn_signals().encode()
         for items in (list(argv), sys_argv):
             fields.append(str(len(items)).encode())
             fields += [os.fsencode(a) for a in items]
@@ -213,11 +206,10 @@ class WarmPool:
         self.start_env = dict(os.environ)
         self._idle: list[WarmProcess] = []
         self._spares: list[WarmProcess] = []  # taken but not yet handed over
-        self._timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._broken = False
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._filled: anyio.Event | None = None  # made by a waiter: no event loop needed before
+        self._wanted: anyio.Event | None = None  # set by take(); made in the event loop
 
     async def wait_ready(self) -> None:
         """Wait until ``size`` interpreters are idle (started; maybe still initialising).
@@ -280,27 +272,57 @@ class WarmPool:
             os.killpg(warm.pid, signal.SIGKILL)
         self._spares.append(warm)
 
+    def _missing(self) -> bool:
+        return not self._closed and not self._broken and len(self._idle) < self.size
+
     def fill(self) -> None:
-        """Start interpreters until ``size`` are idle (synchronous: a fork each)."""
-        while not self._closed and not self._broken and len(self._idle) < self.size:
-            try:
-                self._idle.append(self._spawn())
-            except (OSError, subprocess.SubprocessError, ValueError) as exc:
-                self._broken = True
-                log.warning("warm pool: cannot pre-start a worker interpreter (%s); off", exc)
+        """Start interpreters until ``size`` are idle, all at once (a fork each).
+
+        For a launcher before its event loop runs (:func:`prestart_warm_workers`);
+        inside a loop the pool refills itself, one fork per turn of the loop.
+        """
+        while self._missing():
+            self._spawn_one()
+        self._notify_filled()
+
+    async def _fill_stepwise(self) -> None:
+        """Start interpreters until ``size`` are idle, one fork per turn of the event loop."""
+        import anyio.lowlevel
+
+        while self._missing():
+            self._spawn_one()
+            await anyio.lowlevel.checkpoint()
+        self._notify_filled()
+
+    def _spawn_one(self) -> None:
+        try:
+            self._idle.append(self._spawn())
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            self._broken = True
+            log.warning("warm pool: cannot pre-start a worker interpreter (%s); off", exc)
+
+    def _notify_filled(self) -> None:
         if self._filled is not None:
             self._filled.set()
             self._filled = None
 
     def _schedule_replenish(self) -> None:
-        if self._timer is not None or self._loop is None:
-            return
+        if self._wanted is not None:
+            self._wanted.set()
 
-        def replenish() -> None:
-            self._timer = None
-            self.fill()
+    async def _refill_forever(self) -> None:
+        """After each take, wait ``replenish_delay`` (the workers get the CPU first), refill.
 
-        self._timer = self._loop.call_later(self.replenish_delay, replenish)
+        Never raises (a pool that cannot spawn turns itself off); runs until cancelled.
+        """
+        import anyio
+
+        while True:
+            assert self._wanted is not None
+            await self._wanted.wait()
+            self._wanted = anyio.Event()  # a take from now on asks for another pass
+            await anyio.sleep(self.replenish_delay)
+            await self._fill_stepwise()
 
     def _spawn(self) -> WarmProcess:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -328,9 +350,6 @@ class WarmPool:
         self._closed = True
         if self._filled is not None:
             self._filled.set()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         victims, self._idle, self._spares = self._idle + self._spares, [], []
         for warm in victims:
             warm.control.close()
@@ -431,15 +450,23 @@ async def open_warm_pool(
     killed with SIGKILL and reaped, shielded and bounded; interpreters already
     activated belong to their :class:`WorkerProcesses`. A pool that cannot
     spawn turns itself off (warning) and every worker is spawned fresh.
+    Interpreters are started one per turn of the event loop (first the
+    missing ones, before the block runs; then replacements in a background
+    task after each activation), so the pool never stalls the loop for more
+    than one fork. Runs on every anyio backend.
     """
-    pool = WarmPool(prefix, size, replenish_delay)
-    import asyncio  # here, not at the top: prestart_warm_workers runs before asyncio is needed
+    import anyio
 
-    pool._loop = asyncio.get_running_loop()
+    from ._background import background_tasks  # not at the top: prestart needs no anyio
+
+    pool = WarmPool(prefix, size, replenish_delay)
+    pool._wanted = anyio.Event()
     try:
         for extra in _adopt(pool):
             pool.discard(extra)
-        pool.fill()
-        yield pool
+        await pool._fill_stepwise()
+        async with background_tasks() as tg:
+            tg.start_soon(pool._refill_forever)
+            yield pool
     finally:
         await pool.aclose()

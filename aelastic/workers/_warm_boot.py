@@ -3,26 +3,33 @@
 Started as ``python <flags> _warm_boot.py <control fd>`` exactly like a worker
 (own session, parent-death signal). It blocks reading the control socket; the
 agent sends the worker's stdout/stderr descriptors (SCM_RIGHTS) and one message
-of NUL-separated fields: ``aelastic-warm-1``, cwd, kind (``script`` or
-``module``), target, the target's full argv (count, items), ``sys.argv``
-(count, items), then the environment as ``NAME=value`` items. The interpreter
-then becomes that worker: descriptors on 1 and 2, ``os.environ`` equal to the
-target environment, cwd, ``sys.argv``/``sys.orig_argv``/``sys.path[0]`` as
-``python <flags> script`` or ``python <flags> -m module`` would set them, and
-runs the target as ``__main__``. Exit status, ``SystemExit`` and uncaught
+of NUL-separated fields: ``aelastic-warm-2``, cwd, kind (``script`` or
+``module``), target, the signals the agent ignores and the signals its thread
+blocks (comma-separated numbers), the target's full argv (count, items),
+``sys.argv`` (count, items), then the environment as ``NAME=value`` items.
+The interpreter then becomes that worker: the signal dispositions and mask a
+fresh ``python`` spawned by the agent now would start with (ignored stays
+ignored, everything else default; then what CPython's start-up adds: SIGPIPE
+and SIGXFSZ ignored, KeyboardInterrupt on SIGINT unless SIGINT is ignored),
+descriptors on 1 and 2, ``os.environ`` equal to the target environment, cwd,
+``sys.argv``/``sys.orig_argv``/``sys.path[0]`` as ``python <flags> script`` or
+``python <flags> -m module`` would set them, and runs the target as
+``__main__``. Exit status, ``SystemExit`` and uncaught
 exceptions behave as for a fresh interpreter. End of stream before a message
 (the pool closed) exits 0 without running anything.
 
-Deliberately imports nothing but ``os``, ``sys`` and ``_socket`` (``runpy``
-only for ``-m``, as ``python -m`` does), and never aelastic: user code should
-find a near-pristine interpreter.
+Deliberately imports nothing but ``os``, ``sys``, ``_signal`` and ``_socket``
+(``runpy`` only for ``-m``, as ``python -m`` does), and no aelastic module except the
+standard-library-only ``aelastic._stacks_dump`` when hang detection asks for stacks:
+user code should find a near-pristine interpreter.
 """
 
+import _signal  # type: ignore[import-not-found,unused-ignore]  # no stub; signal costs enum
 import _socket
 import os
 import sys
 
-_MAGIC = b"aelastic-warm-1"
+_MAGIC = b"aelastic-warm-2"
 _HEADER = 8
 
 
@@ -65,6 +72,29 @@ def _take(fields: list[bytes]) -> list[str]:
     return items
 
 
+def _numbers(field: bytes) -> set[int]:
+    return {int(n) for n in field.split(b",") if n}
+
+
+def _signals_like_a_fresh_spawn(ignored: set[int], blocked: set[int]) -> None:
+    """Dispositions and mask as exec of a fresh interpreter by the agent would leave them."""
+    python_ignores = {getattr(_signal, n) for n in ("SIGPIPE", "SIGXFSZ") if hasattr(_signal, n)}
+    for sig in _signal.valid_signals():
+        if sig in (_signal.SIGKILL, _signal.SIGSTOP):
+            continue
+        if sig in ignored or sig in python_ignores:
+            handler = _signal.SIG_IGN
+        elif sig == _signal.SIGINT:
+            handler = _signal.default_int_handler
+        else:
+            handler = _signal.SIG_DFL
+        try:  # noqa: SIM105 - contextlib is one import too many here
+            _signal.signal(sig, handler)
+        except (OSError, ValueError):  # a signal the C library reserves
+            pass
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, blocked)
+
+
 def _fresh_main() -> object:
     main = type(sys)("__main__")
     vars(main).update(__annotations__={}, __builtins__=sys.modules["builtins"])
@@ -86,6 +116,8 @@ def _become_worker() -> tuple[str, str]:
     cwd = os.fsdecode(fields.pop(0))
     kind = fields.pop(0).decode()
     target = os.fsdecode(fields.pop(0))
+    ignored = _numbers(fields.pop(0))
+    _signals_like_a_fresh_spawn(ignored, _numbers(fields.pop(0)))
     orig_argv = _take(fields)
     argv = _take(fields)
     os.chdir(cwd)
@@ -105,18 +137,18 @@ def _become_worker() -> tuple[str, str]:
 
 
 def _register_stacks_dump() -> None:
-    """Hang detection (aelastic.agent._stacks): dump every thread's stack on the agent's signal."""
-    path = os.environ.get("AELASTIC_STACKS_FILE")
-    signum = os.environ.get("AELASTIC_STACKS_SIGNAL")
-    if not path or not signum:
+    """Hang detection (aelastic.agent._stacks): dump every thread's stack on the agent's signal.
+
+    Imports ``aelastic._stacks_dump`` (standard library only; not aelastic.progress,
+    which would mark the worker as reporting) only when the agent asked for stacks.
+    """
+    if "AELASTIC_STACKS_FILE" not in os.environ:  # aelastic._stacks_dump.STACKS_FILE_ENV
         return
     try:
-        import faulthandler  # built in; faulthandler keeps the file open
-
-        stream = open(path, "a", encoding="utf-8")  # noqa: SIM115
-        faulthandler.register(int(signum), file=stream, all_threads=True, chain=False)
-    except (OSError, ValueError, RuntimeError):
-        pass
+        from aelastic._stacks_dump import register_from_env
+    except ImportError:  # aelastic not importable here (e.g. python -S): py-spy then
+        return
+    register_from_env()
 
 
 def _exit_like_python(exc: BaseException) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -27,7 +30,7 @@ async def test_worker_with_an_expired_torch_timer_is_killed_and_restarted(
     )
     agent = LocalElasticAgent(spec)
     with anyio.fail_after(120):
-        async with subscribe() as stream, anyio.create_task_group() as tg:
+        async with subscribe(run_id="test-run") as stream, anyio.create_task_group() as tg:
             results = start_run(tg, agent)
             async for event in stream:
                 if event.name == "aelastic.file_timer.expired":
@@ -58,7 +61,7 @@ async def test_the_failure_says_the_timer_expired(
 
 def test_protocol_release_partial_lines_and_garbage() -> None:
     events: list[object] = []
-    server = FileTimerServer(events.append)
+    server = FileTimerServer(lambda name, md: events.append(name))
     line = b'{"version": 1, "pid": 99999999, "scope_id": "a", "expiration_time": 1.0, "signal": 9}'
     server.feed(line[:10])
     assert not server.timers  # a partial line waits for the rest
@@ -74,3 +77,65 @@ def test_protocol_release_partial_lines_and_garbage() -> None:
     assert not server.timers and not server.reaped and not events
     with pytest.raises(ValueError, match="not a FileTimerRequest"):
         parse_request(b'{"pid": 1}')
+
+
+def test_only_the_current_workers_can_be_signalled() -> None:
+    """A client may write any pid: 0 (the agent's own process group), -1 (every process)
+    or another process's. Only the workers the agent started are signalled."""
+    events: list[object] = []
+    server = FileTimerServer(lambda name, md: events.append(name))
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    with (
+        subprocess.Popen(sleep, start_new_session=True) as worker,
+        subprocess.Popen(sleep) as bystander,
+    ):
+        try:
+            server.worker_pids = frozenset({worker.pid})
+            for pid, sig in ((0, signal.SIGWINCH), (bystander.pid, signal.SIGTERM)):
+                server.feed(_request(pid, sig))
+            server.expire(now=2.0)
+            assert not server.reaped and not events
+            assert bystander.poll() is None  # untouched
+            server.feed(_request(worker.pid, signal.SIGTERM))
+            server.expire(now=2.0)
+            assert list(server.reaped) == [worker.pid]
+            assert worker.wait(timeout=30) == -signal.SIGTERM
+        finally:
+            bystander.kill()
+            worker.kill()
+
+
+def _request(pid: int, sig: int) -> bytes:
+    return (
+        json.dumps(
+            {"version": 1, "pid": pid, "scope_id": "s", "expiration_time": 1.0, "signal": sig}
+        ).encode()
+        + b"\n"
+    )
+
+
+def test_a_failed_fifo_setup_leaves_nothing_behind(tmp_path: Path) -> None:
+    """The second end cannot be opened (no descriptor left): the first end is closed and
+    the FIFO removed, not leaked."""
+    code = (
+        "import os, resource, sys\n"
+        "from aelastic.agent._file_timer import _make_fifo\n"
+        "probe = os.open(os.devnull, os.O_RDONLY); os.close(probe)\n"
+        "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (probe + 1, hard))\n"
+        "try:\n"
+        "    _make_fifo(sys.argv[1])\n"
+        "except OSError as exc:\n"
+        "    print('failed', exc.errno)\n"
+        "try:\n"
+        "    os.fstat(probe)\n"
+        "    print('leaked fd')\n"
+        "except OSError:\n"
+        "    print('closed')\n"
+    )
+    fifo = tmp_path / "timer"
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(fifo)], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    assert out[:2] == ["failed 24", "closed"]  # EMFILE, then no leaked end
+    assert not fifo.exists()

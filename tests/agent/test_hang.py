@@ -27,9 +27,14 @@ def _spec(tmp_path: Path, mode: str, hung: int = 1, **kw: object) -> object:
     return local_spec(LocalRendezvous(), ("-u", WORKER, mode, str(hung)), tmp_path, **options)
 
 
+def _attempt_dir(tmp_path: Path, attempt: int) -> Path:
+    # The agent's own run directory: <log_dir>/<run_id>_<random> (torchrun's layout).
+    (run_dir,) = (tmp_path / "logs").glob("test-run_*")
+    return run_dir / f"attempt_{attempt}"
+
+
 def _stacks(tmp_path: Path, attempt: int, rank: int) -> str:
-    path = tmp_path / "logs" / "test-run" / f"attempt_{attempt}" / str(rank) / "stacks.txt"
-    return path.read_text()
+    return (_attempt_dir(tmp_path, attempt) / str(rank) / "stacks.txt").read_text()
 
 
 @pytest.mark.parametrize(
@@ -64,7 +69,7 @@ async def test_hung_worker_is_restarted_with_its_stacks(
     assert "Current thread" in hung or "Thread 0x" in hung
     assert "healthy_peer" in _stacks(tmp_path, 0, 0)  # the peers' stacks too
     # No hang in attempt 1: no (empty) stacks files left behind.
-    assert not list((tmp_path / "logs" / "test-run" / "attempt_1").glob("*/stacks.txt"))
+    assert not list(_attempt_dir(tmp_path, 1).glob("*/stacks.txt"))
 
 
 async def test_hang_without_restarts_left_fails_naming_the_section(tmp_path: Path) -> None:
@@ -80,7 +85,7 @@ async def test_hang_without_restarts_left_fails_naming_the_section(tmp_path: Pat
     text = str(ChildFailedError("hang_worker.py", result.failures))
     assert "hung in section 'allreduce'" in text
     assert "section timeout 1 s" in text
-    assert str(tmp_path / "logs" / "test-run" / "attempt_0" / "1" / "stacks.txt") in text
+    assert str(_attempt_dir(tmp_path, 0) / "1" / "stacks.txt") in text
 
 
 async def test_worker_that_never_uses_the_api_is_not_judged(tmp_path: Path) -> None:
@@ -108,19 +113,22 @@ async def test_worker_that_never_uses_the_api_is_not_judged(tmp_path: Path) -> N
 async def test_learned_timeouts_tighten_the_next_attempt(tmp_path: Path) -> None:
     """Attempt 0 beats every ~0.2 s then crashes; with x5 learning, attempt 1's hang is
     caught by a learned timeout far below the configured 30 s."""
-    spec = _spec(
+    # A run id that is not a safe file name: the file must stay inside the log dir.
+    run_id = "../team/x"
+    spec = local_spec(
+        LocalRendezvous(run_id),
+        ("-u", WORKER, "learn", "0"),
         tmp_path,
-        "learn",
-        hung=0,
+        initial_heartbeat_timeout=30.0,
         heartbeat_timeout=30.0,
         learn_timeouts=5.0,
         max_restarts=2,
         local_world_size=1,
     )
-    agent = LocalElasticAgent(spec)  # type: ignore[arg-type]
+    agent = LocalElasticAgent(spec)
     learned = None
     with anyio.fail_after(60):
-        async with subscribe() as stream, anyio.create_task_group() as tg:
+        async with subscribe(run_id=run_id) as stream, anyio.create_task_group() as tg:
             results = start_run(tg, agent)
             async for event in stream:
                 if event.name == "aelastic.progress.learned_timeouts":
@@ -131,7 +139,8 @@ async def test_learned_timeouts_tighten_the_next_attempt(tmp_path: Path) -> None
     assert result.state is WorkerState.SUCCEEDED
     assert isinstance(learned, float) and 5 * 0.2 <= learned < 30.0
     assert event.metadata["timeout"] == learned
-    saved = json.loads((tmp_path / "logs" / "test-run" / "learned_timeouts.json").read_text())
+    saved = json.loads((tmp_path / "logs" / ".._team_x" / "learned_timeouts.json").read_text())
+    assert not (tmp_path / "team").exists()
     assert saved["heartbeat"] * 5 == pytest.approx(learned)
 
 
@@ -170,3 +179,37 @@ async def test_py_spy_dumps_workers_without_faulthandler(
     stacks = _stacks(tmp_path, 0, 1)
     assert "wait_for_a_peer_that_never_comes" in stacks
     assert "Python v" in stacks  # py-spy's header: faulthandler did not write it
+
+
+async def test_warm_workers_register_the_stacks_dump_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the warm pool the bootstrap registers the dump and takes its variables, so
+    importing aelastic.progress registers nothing again (no second open stacks file) and
+    the worker's children inherit nothing."""
+    monkeypatch.delenv("AELASTIC_WARM_WORKERS", raising=False)
+    script = tmp_path / "check_stacks_dump.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        "def handled():\n"
+        "    bit = 1 << (int(signal.SIGRTMIN) + 6 - 1)\n"
+        "    for line in open('/proc/self/status'):\n"
+        "        if line.startswith('SigCgt:'):\n"
+        "            return bool(int(line.split()[1], 16) & bit)\n"
+        "registered_before = handled()\n"
+        "left = sorted(k for k in os.environ if k.startswith('AELASTIC_STACKS'))\n"
+        "import aelastic.progress\n"
+        "print(registered_before, left, aelastic.progress.attached(), file=sys.stderr)\n"
+        "sys.exit(0 if registered_before and not left and aelastic.progress.attached() else 7)\n"
+    )
+    spec = local_spec(
+        LocalRendezvous(),
+        ("-u", str(script)),
+        tmp_path,
+        heartbeat_timeout=30.0,
+        max_restarts=0,
+        local_world_size=1,
+    )
+    with anyio.fail_after(60):
+        result = await LocalElasticAgent(spec).run()
+    assert result.state is WorkerState.SUCCEEDED

@@ -78,8 +78,10 @@ async def test_failure_restarts_and_spends_budget(tmp_path: Path) -> None:
     assert result.state is WorkerState.SUCCEEDED
     assert agent.remaining_restarts == 1
     assert rdzv.round == 2
-    attempts = sorted(p.name for p in (tmp_path / "logs" / "test-run").iterdir())
-    assert attempts == ["attempt_0", "attempt_1"]  # earlier logs are kept
+    (run_dir,) = (tmp_path / "logs").iterdir()  # torchrun's <run_id>_<random>
+    assert run_dir.name.startswith("test-run_")
+    attempts = sorted(p.name for p in run_dir.iterdir())
+    assert attempts == ["attempt_0", "attempt_1"]  # the restart count; earlier logs are kept
     assert not any(pid_alive(r.pid) for r in first + second)
 
 
@@ -114,8 +116,10 @@ async def test_membership_change_restarts_without_spending_budget(tmp_path: Path
             await r.send(0)
     assert results[0].state is WorkerState.SUCCEEDED
     assert agent.remaining_restarts == 2 and rdzv.round == 2
-    attempts = sorted(p.name for p in (tmp_path / "logs" / "test-run").iterdir())
-    assert attempts == ["attempt_0", "attempt_1"]
+    (run_dir,) = (tmp_path / "logs").iterdir()
+    attempts = sorted(p.name for p in run_dir.iterdir())
+    # Still restart count 0: a second directory for it, the first start's logs kept.
+    assert attempts == ["attempt_0", "attempt_0_1"]
 
 
 async def test_cancellation_stops_workers_and_leaks_nothing(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from aelastic._run_cli import main
+from aelastic.launcher._cli import main
 
 
 @pytest.mark.parametrize(

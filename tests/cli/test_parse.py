@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from aelastic._launch_args import UsageError, count_gpus, parse_run_args, split_filters
 from aelastic.launcher import LaunchConfig, LaunchConfigError
+from aelastic.launcher._args import UsageError, count_gpus, parse_run_args, split_filters
 
 
 def parse(*argv: str, **env: str):  # type: ignore[no-untyped-def]

@@ -39,7 +39,7 @@ async def test_run_writes_filtered_stdout_with_comma_escape(tmp_path: Path) -> N
 
 
 def test_filters_reach_the_config_without_a_warning() -> None:
-    from aelastic._launch_args import parse_run_args
+    from aelastic.launcher._args import parse_run_args
 
     r = parse_run_args(
         ["--duplicate-stdout-filters", "a,,b,c", "--duplicate_stderr_filters", "e", "x.py"],

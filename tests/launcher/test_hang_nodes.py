@@ -87,10 +87,11 @@ async def test_a_rank_hangs_on_one_node_and_both_nodes_restart(tmp_path: Path) -
         )
         codes = await wait_all([hangs, healthy], 120)
     assert codes == [0, 0], f"A:\n{hangs.err}\nB:\n{healthy.err}"
-    stacks = tmp_path / "a" / "hang2" / "attempt_0" / "0" / "stacks.txt"
+    # Each agent's own run directory: <log_dir>/<run_id>_<random> (torchrun's layout).
+    (stacks,) = _glob(tmp_path / "a", "hang2_*/attempt_0/0/stacks.txt")
     assert "wait_for_a_peer_that_never_comes" in stacks.read_text()
     # The healthy node restarted too (a membership change): it has a second attempt.
-    assert (tmp_path / "b" / "hang2" / "attempt_1").is_dir()
+    assert len(_glob(tmp_path / "b", "hang2_*/attempt_*")) == 2
 
 
 async def _fail_in_turn(tmp_path: Path, *flags: str) -> list[int]:
@@ -140,3 +141,26 @@ async def test_learned_timeouts_are_shared_through_the_store(tmp_path: Path) -> 
     assert found, nodes[1].err
     assert float(found.group(1)) == pytest.approx(5 * learned["heartbeat"], rel=1e-3)
     assert float(found.group(1)) < 30
+
+
+async def test_no_progress_stop_leaves_the_error_file_for_the_scheduler(tmp_path: Path) -> None:
+    """As for any failed job, the failed worker's error file is copied to the launcher's
+    TORCHELASTIC_ERROR_FILE (what a scheduler reads) when the no-progress rule stops it."""
+    worker = tmp_path / "crash_at_step_5.py"
+    worker.write_text(
+        "from aelastic.errors import record\n"
+        "from aelastic.progress import step\n"
+        "@record\n"
+        "def main():\n"
+        "    step(5)\n"
+        "    raise RuntimeError('diverged at step 5')\n"
+        "main()\n"
+    )
+    error_file = tmp_path / "launcher_error.json"
+    argv = ["--standalone", "--nproc-per-node", "1", "--max-restarts", "10"]
+    argv += ["--max-no-progress-restarts", "2", "--log-dir", str(tmp_path / "logs"), str(worker)]
+    async with cluster() as c:
+        node = await c.start(argv, {"TORCHELASTIC_ERROR_FILE": str(error_file)})
+        (code,) = await wait_all([node], 90)
+    assert code == 93, node.err
+    assert "diverged at step 5" in error_file.read_text()

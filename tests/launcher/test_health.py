@@ -135,9 +135,9 @@ async def test_cli_health_port_from_torchrun_variable(tmp_path: Path) -> None:
 
 def _serve_on(backend: str) -> tuple[int, dict[str, Any]]:
     """Serve a (not started) job's endpoint under ``backend``; query it over real HTTP."""
-    from aelastic._job import Job
-    from aelastic._launch_build import prepare_job
     from aelastic.health import serve_health
+    from aelastic.launcher._build import prepare_job
+    from aelastic.launcher._job import Job
 
     async def main() -> tuple[int, dict[str, Any]]:
         job = Job(_config(), prepare_job(_config(), "/bin/true", ()))

@@ -90,9 +90,12 @@ async def test_workers_signals_and_a_terminating_signal(tmp_path: Path) -> None:
                 assert {x.attempt for x in workers} == {0}
                 for x in workers:
                     assert x.stdout is not None and x.stderr is not None
-                    assert Path(x.stdout).parent == tmp_path / job.run_id / "attempt_0" / str(
-                        x.local_rank
-                    )
+                    # <log_dir>/<run_id>_<random>/attempt_0/<local_rank> (torchrun's layout)
+                    rank_dir = Path(x.stdout).parent
+                    assert rank_dir.name == str(x.local_rank)
+                    assert rank_dir.parent.name == "attempt_0"
+                    assert rank_dir.parent.parent.parent == tmp_path
+                    assert rank_dir.parent.parent.name.startswith(f"{job.run_id}_")
                 job.send_signal(signal.SIGUSR1, terminate=False)  # forwarded, the job goes on
                 got = {tuple(await w.line()) for _ in range(2)}
                 assert got == {("usr1", "0"), ("usr1", "1")}

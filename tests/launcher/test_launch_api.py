@@ -90,13 +90,13 @@ async def test_a_graceful_exit_is_not_mistaken_for_success() -> None:
 
 def test_the_launch_path_loads_no_http_parser() -> None:
     """h11 is the health endpoint's: loaded only when a job serves one."""
-    code = "import sys, aelastic.launcher, aelastic._run_cli; print('h11' in sys.modules)"
+    code = "import sys, aelastic.launcher, aelastic.launcher._cli; print('h11' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
 def test_health_port_flag_and_torchrun_variable() -> None:
-    from aelastic._launch_args import UsageError, parse_run_args
+    from aelastic.launcher._args import UsageError, parse_run_args
 
     assert parse_run_args(["x.py"], environ={}).config.health_port is None
     flag = parse_run_args(["--health-port", "0", "x.py"], environ={}).config

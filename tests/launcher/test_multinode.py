@@ -101,3 +101,15 @@ async def test_killed_node_is_dropped_and_the_others_finish(tmp_path: Path) -> N
     recs = records(out)
     finals = [r for r in recs if r["WORLD_SIZE"] == "2"]
     assert sorted(r["RANK"] for r in finals) == ["0", "1"]
+
+
+async def test_both_nodes_fail_at_once_and_both_restart(tmp_path: Path) -> None:
+    # Every worker of both nodes fails on the first attempt, within milliseconds of each
+    # other: both nodes must spend one restart, meet in the next round and finish.
+    port = free_port()
+    argv = [*_c10d("2", port, "bothfail"), "--max-restarts", "1", "--no-python", "sh", "-c"]
+    argv += ['[ "$TORCHELASTIC_RESTART_COUNT" != 0 ]']
+    async with cluster() as c:
+        nodes = [await c.start(argv) for _ in range(2)]
+        codes = await wait_all(nodes, 90)
+    assert codes == [0, 0], [n.err for n in nodes]

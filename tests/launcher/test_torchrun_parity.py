@@ -10,8 +10,7 @@ summary's entries, the workers' error files and the launcher's own error file.
 
 Values that must differ between two launches are normalised (each rule below says
 why); every other difference fails the test unless it is on :data:`ALLOWED`, which the
-README's "What is different from torchrun" section states too. Checks for differences
-being fixed on other branches are ``xfail(strict=True)``: they XPASS once the fix lands.
+README's "What is different from torchrun" section states too.
 """
 
 from __future__ import annotations
@@ -420,17 +419,12 @@ def _assert_same(scenario: str, pairs: dict[str, tuple[Any, Any]]) -> None:
 # -- the tests --------------------------------------------------------------------------
 
 
-def _xfail(item: int, branch: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=f"issue 10 item {item}, fixed on branch {branch}")
-
-
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_worker_sees_the_same(runs: dict[str, dict[str, Run]], scenario: str) -> None:
     theirs, ours = _both(runs, scenario)
     _assert_same(scenario, _worker_pairs(theirs, ours))
 
 
-@_xfail(6, "h/procs")
 def test_no_python_keeps_argv0(runs: dict[str, dict[str, Run]]) -> None:
     theirs, ours = _both(runs, "no_python")
     pairs = {
@@ -450,7 +444,6 @@ def test_signal_dispositions_and_mask(runs: dict[str, dict[str, Run]], scenario:
     _assert_same(scenario, _signal_pairs(theirs, ours))
 
 
-@_xfail(7, "h/procs")
 def test_signals_when_started_in_the_background(runs: dict[str, dict[str, Run]]) -> None:
     theirs, ours = _both(runs, "module")
     assert theirs.seen["0"]["getsignal"]["SIGINT"] == "handler"  # torchrun resets it
@@ -464,7 +457,6 @@ def test_console_output(runs: dict[str, dict[str, Run]], scenario: str) -> None:
     _assert_same(scenario, _console_pairs(theirs, ours))
 
 
-@_xfail(5, "h/output")
 def test_console_output_with_log_dir_dev_null(runs: dict[str, dict[str, Run]]) -> None:
     theirs, ours = _both(runs, "no_python")
     assert len(_worker_lines(theirs.stdout)) == 2
@@ -478,7 +470,6 @@ def test_log_directory_layout(runs: dict[str, dict[str, Run]], scenario: str) ->
     _assert_same(scenario, {"log files": (_layout(theirs), _layout(ours))})
 
 
-@_xfail(4, "h/output")
 def test_run_directory_is_per_agent(runs: dict[str, dict[str, Run]]) -> None:
     theirs, ours = _both(runs, "record")
     assert _run_dirs(theirs) == ["<RUN_ID>_<RANDOM>"]

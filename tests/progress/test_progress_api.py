@@ -128,6 +128,30 @@ def test_deadline_rules(tmp_path: Path) -> None:
     assert progress_deadline(_snap(tmp_path, ATTACHED=0), t, s) is None  # never attached
 
 
+def test_leaving_a_long_timed_section_is_progress_not_a_missed_heartbeat(
+    tmp_path: Path,
+) -> None:
+    t = ProgressTimeouts(heartbeat=2, sections={"ckpt": 120})
+    s = 1_000_000_000
+    # Last heartbeat at 4 s, then 60 s in "ckpt", left at 64 s: due at 66 s, not 6 s.
+    left = _snap(tmp_path, BEATS=3, LAST_BEAT_NS=4 * s, SECTION_EXIT_NS=64 * s)
+    d = progress_deadline(left, t, started_ns=s)
+    assert d is not None and (d.rule, d.at_ns) == ("heartbeat", 66 * s)
+
+
+def test_a_hang_in_an_untimed_section_before_the_first_heartbeat_is_caught(
+    tmp_path: Path,
+) -> None:
+    t = ProgressTimeouts(initial=10, heartbeat=2)
+    s = 1_000_000_000
+    # Entered "load" (no timeout) at 2 s, never heartbeated, never left it.
+    stuck = _snap(tmp_path, SECTION=1, SECTION_NS=2 * s, NAMES=1)
+    d = progress_deadline(stuck, t, started_ns=s)
+    assert d is not None and (d.rule, d.at_ns, d.section) == ("initial", 11 * s, "")
+    # After the first section exit the initial timeout is done with.
+    assert progress_deadline(_snap(tmp_path, SECTION_EXIT_NS=3 * s), t, started_ns=s) is None
+
+
 def test_after_a_hang_the_budget_decides() -> None:
     assert decide_after_hang(2).action is Action.RESTART
     assert decide_after_hang(2).remaining_restarts == 1
@@ -149,4 +173,36 @@ def test_a_forked_child_does_not_heartbeat_for_its_parent(tmp_path: Path) -> Non
     env = {**_env_without_agent(), "AELASTIC_PROGRESS_FILE": progress.path}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
     assert progress.snapshot().beats == 1
+    progress.close()
+
+
+def test_a_spawned_child_does_not_attach_for_its_parent(tmp_path: Path) -> None:
+    """A process the worker starts (a spawn-started data loader worker, mp.spawn) imports
+    aelastic.progress too: it must neither reset the worker's step nor heartbeat for it."""
+    progress = ProgressFile(str(tmp_path / "w.progress"))
+    child = (
+        "import os\n"
+        "from aelastic.progress import attached, heartbeat, step\n"
+        "step(0); heartbeat()\n"
+        "print(attached(), sorted(k for k in os.environ if k.startswith('AELASTIC_')))\n"
+    )
+    code = (
+        "import subprocess, sys\n"
+        "from aelastic.progress import step\n"
+        "step(5)\n"
+        f"sys.stdout.write(subprocess.run([sys.executable, '-c', {child!r}],"
+        " capture_output=True, text=True, check=True).stdout)\n"
+    )
+    env = {
+        **_env_without_agent(),
+        "AELASTIC_PROGRESS_FILE": progress.path,
+        "AELASTIC_STACKS_FILE": str(tmp_path / "stacks.txt"),
+        "AELASTIC_STACKS_SIGNAL": "40",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert out == "False []\n"
+    snap = progress.snapshot()
+    assert (snap.step, snap.beats) == (5, 1)
     progress.close()

@@ -21,10 +21,12 @@ async def test_store_process_serves_clients(store_server_process: tuple[str, int
         assert await client.get("k") == b"v"
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop", "trio"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-async def test_signal_shuts_down_cleanly(sig: signal.Signals) -> None:
+async def test_signal_shuts_down_cleanly(sig: signal.Signals, loop: str) -> None:
+    """On each event loop: serves a client, and a signal stops it with exit code 0."""
     async with await anyio.open_process(
-        [sys.executable, "-m", "aelastic", "store", "--port", "0"],
+        [sys.executable, "-m", "aelastic", "store", "--port", "0", "--loop", loop],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     ) as proc:
@@ -37,6 +39,7 @@ async def test_signal_shuts_down_cleanly(sig: signal.Signals) -> None:
         port = int(line.decode().rsplit(":", 1)[1])
         async with TCPStoreClient("127.0.0.1", port, timeout=10) as client:
             await client.set("k", "v")
+            assert await client.get("k") == b"v"
             proc.send_signal(sig)
             with anyio.fail_after(20):
                 assert await proc.wait() == 0

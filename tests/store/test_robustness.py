@@ -387,3 +387,27 @@ async def test_port_in_use_is_a_clear_error(store_server: StoreServer) -> None:
     with pytest.raises(StoreError, match=r"cannot listen on 127\.0\.0\.1:\d+: .*port 0"):
         async with StoreServer("127.0.0.1", store_server.port):
             pass
+
+
+@on_every_backend
+async def test_server_in_a_given_task_group_is_entered_and_left_from_other_tasks() -> None:
+    """With task_group=, a child task may enter the server on the parent's exit stack
+    (inside scopes that end before it) and the parent leaves it later."""
+    async with anyio.create_task_group() as tg, contextlib.AsyncExitStack() as stack:
+        servers: list[StoreServer] = []
+
+        async def enter() -> None:
+            with anyio.fail_after(10):  # a scope that ends long before the server
+                servers.append(
+                    await stack.enter_async_context(StoreServer("127.0.0.1", 0, task_group=tg))
+                )
+
+        async with anyio.create_task_group() as inner:
+            inner.start_soon(enter)
+        server = servers[0]
+        async with TCPStoreClient(server.host, server.port, timeout=10) as client:
+            await client.set("k", "v")
+            assert await client.get("k") == b"v"
+        await stack.aclose()  # the parent leaves it
+        with pytest.raises(OSError):
+            await anyio.connect_tcp(server.host, server.port)

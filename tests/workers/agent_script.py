@@ -3,7 +3,7 @@
 Usage: ``python agent_script.py MODE JSON``.
 
 - ``hold``: start one worker (``argv`` in JSON), print ``started <pid>``, wait forever.
-  ``"uvloop": true`` in JSON runs any mode on uvloop.
+  ``"backend": "asyncio" | "uvloop" | "trio"`` in JSON picks the event loop (any mode).
 - ``logs``: start ``n`` workers with LogDestinations from JSON; each prints
   ``out <rank> <i>`` lines to stdout and ``err <rank>`` to stderr; wait for all.
 - ``callable``: run :func:`square_sum` (defined here, in ``__main__``) as a
@@ -78,7 +78,11 @@ async def run_callable(cfg: dict[str, object]) -> None:
 def main() -> None:
     mode, cfg = sys.argv[1], json.loads(sys.argv[2])
     runner = {"hold": hold, "logs": logs, "callable": run_callable}[mode]
-    anyio.run(runner, cfg, backend_options={"use_uvloop": bool(cfg.get("uvloop"))})
+    backend = str(cfg.get("backend", "asyncio"))
+    if backend == "trio":
+        anyio.run(runner, cfg, backend="trio")
+    else:
+        anyio.run(runner, cfg, backend_options={"use_uvloop": backend == "uvloop"})
 
 
 if __name__ == "__main__":

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -29,9 +31,12 @@ from aelastic.workers import (
 
 PY = sys.executable
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(os, "pidfd_open"), reason="warm workers need the pidfd watcher (Linux >= 5.3)"
-)
+pytestmark = [
+    pytest.mark.anyio,  # every backend
+    pytest.mark.skipif(
+        not hasattr(os, "pidfd_open"), reason="warm workers need the pidfd watcher (Linux >= 5.3)"
+    ),
+]
 
 
 @pytest.fixture(autouse=True)
@@ -220,6 +225,60 @@ async def test_console_and_filtered_output(
     assert "hi-shown\n" in console.out and "hidden" not in console.out + console.err
 
 
+SIGNAL_PROBE = """\
+import json, signal
+skip = {signal.SIGKILL, signal.SIGSTOP}
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+print(json.dumps({
+    "handlers": {int(s): str(signal.getsignal(s)) for s in signal.valid_signals() if s not in skip},
+    "blocked": sorted(signal.pthread_sigmask(signal.SIG_BLOCK, ())),
+    "kernel": {k: status[k].strip() for k in ("SigIgn", "SigCgt", "SigBlk")},
+}))
+"""
+
+
+@contextmanager
+def _signal_state(ignore: Sequence[int], block: Sequence[int]) -> Iterator[None]:
+    """This process ignores ``ignore`` and this thread blocks ``block`` inside the block."""
+    saved = {sig: signal.getsignal(sig) for sig in ignore}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, block)
+    try:
+        for sig in ignore:
+            signal.signal(sig, signal.SIG_IGN)
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+async def test_signal_state_is_a_fresh_spawns_not_the_prestarted_ones(tmp_path: Path) -> None:
+    """Issue 10 item 7: interpreters pre-started while SIGINT/SIGHUP were ignored (``nohup``,
+    ``&``) must not keep them ignored once the agent handles them; the mask likewise."""
+    script = _write(tmp_path / "sigprobe.py", SIGNAL_PROBE)
+    entry = parse_python_argv([PY, "-u", script])
+    assert entry is not None
+    with _signal_state([signal.SIGINT, signal.SIGHUP], [signal.SIGUSR2]):
+        pool_cm = open_warm_pool(entry.prefix, 1)
+        pool = await pool_cm.__aenter__()
+    try:
+        # Now the agent ignores SIGUSR1 and blocks SIGWINCH: a fresh spawn inherits that.
+        with _signal_state([signal.SIGUSR1], [signal.SIGWINCH]):
+            results = []
+            for tag, use in (("fresh", None), ("warm", pool)):
+                code, warm = await _run(_spec([PY, "-u", script], tmp_path, tag), use)
+                assert code == 0 and warm is (use is not None)
+                results.append(json.loads((tmp_path / f"{tag}.out").read_text()))
+    finally:
+        await pool_cm.__aexit__(None, None, None)
+    fresh, warm = results
+    assert warm == fresh
+    assert warm["handlers"][str(int(signal.SIGINT))] == str(signal.default_int_handler)
+    assert warm["handlers"][str(int(signal.SIGHUP))] == str(signal.SIG_DFL)
+    assert warm["handlers"][str(int(signal.SIGUSR1))] == str(signal.SIG_IGN)
+    assert warm["blocked"] == [int(signal.SIGWINCH)]
+
+
 @pytest.mark.parametrize(
     "change",
     [{"PYTHONHASHSEED": "123"}, {"PYTHONPATH": "/nonexistent"}, {"LC_ALL": "C"}],
@@ -322,7 +381,7 @@ async def test_dead_idle_interpreter_is_skipped(tmp_path: Path) -> None:
     [
         ({"AELASTIC_WARM_WORKERS": "0"}, False),
         ({"AELASTIC_WARM_WORKERS": "off"}, False),
-        ({"AELASTIC_CHILD_WATCHER": "asyncio"}, False),
+        ({"AELASTIC_CHILD_WATCHER": "thread"}, True),  # a waiting thread follows them too
         ({"AELASTIC_WARM_WORKERS": "1"}, True),
         ({}, True),
     ],

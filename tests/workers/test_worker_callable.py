@@ -22,6 +22,8 @@ from aelastic.workers import (
     read_callable_result,
 )
 
+pytestmark = pytest.mark.anyio  # every backend
+
 SCRIPT = os.path.join(os.path.dirname(__file__), "agent_script.py")
 
 MODULE = textwrap.dedent(

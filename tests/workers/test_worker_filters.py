@@ -13,6 +13,8 @@ import pytest
 from aelastic.agent import AgentConfigError, WorkerSpec
 from aelastic.workers import LogDestinations, ProcessSpec, Std, open_worker_processes
 
+pytestmark = pytest.mark.anyio  # every backend: the agent reads the piped output
+
 # Each worker prints a few stdout lines (some matching), a partial last line, and stderr.
 WORKER = (
     "import sys\n"
@@ -76,7 +78,9 @@ async def test_tee_d_matching_lines_land_in_one_file_per_attempt(
         duplicate_stdout_filters=["LOSS,x", "ERR"],
         duplicate_stderr_filters=["warn"],
     )
-    assert dest.filtered_stdout == str(tmp_path / "job/attempt_0/filtered_stdout.log")
+    assert dest.attempt_dir is not None
+    attempt_dir = Path(dest.attempt_dir)
+    assert dest.filtered_stdout == str(attempt_dir / "filtered_stdout.log")
     await run(dest, 3)
     assert lines(dest.filtered_stdout) == [
         "[default0]:ERR tail 0",
@@ -91,7 +95,7 @@ async def test_tee_d_matching_lines_land_in_one_file_per_attempt(
     out, err = capfd.readouterr()
     assert "[default1]:plain 1" in out.splitlines()
     assert any(line.endswith("warn 1") for line in err.splitlines())  # not tee'd: no copy
-    assert "plain 2" in (tmp_path / "job/attempt_0/2/stdout.log").read_text()
+    assert "plain 2" in (attempt_dir / "2/stdout.log").read_text()
 
 
 async def test_ranks_hidden_by_local_ranks_filter_are_not_duplicated(tmp_path: Path) -> None:
@@ -100,7 +104,8 @@ async def test_ranks_hidden_by_local_ranks_filter_are_not_duplicated(tmp_path: P
     await run(dest, 2)
     assert lines(dest.filtered_stdout) == ["[default1]:LOSS,x 1"]
     assert dest.filtered_stderr is None
-    assert not (tmp_path / "job/attempt_0/filtered_stderr.log").exists()
+    assert dest.attempt_dir is not None
+    assert not await anyio.Path(dest.attempt_dir, "filtered_stderr.log").exists()
 
 
 async def test_prefix_template_applies_to_the_filtered_file(tmp_path: Path) -> None:

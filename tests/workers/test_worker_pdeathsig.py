@@ -23,15 +23,15 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 
 
 @pytest.mark.parametrize(
-    ("uvloop", "mode"),
-    [(False, "wrapper"), (False, "preexec"), (True, "wrapper")],
-    ids=["asyncio-setpriv", "asyncio-preexec", "uvloop-setpriv"],
+    ("backend", "mode"),
+    [("asyncio", "wrapper"), ("asyncio", "preexec"), ("uvloop", "wrapper"), ("trio", "wrapper")],
+    ids=["asyncio-setpriv", "asyncio-preexec", "uvloop-setpriv", "trio-setpriv"],
 )
 async def test_worker_dies_with_sigkilled_agent(
-    reporter: Reporter, uvloop: bool, mode: str
+    reporter: Reporter, backend: str, mode: str
 ) -> None:
-    if uvloop:
-        pytest.importorskip("uvloop")
+    if backend != "asyncio":
+        pytest.importorskip(backend)
     if mode == "wrapper" and pdeathsig_mode() != "wrapper":
         pytest.skip("util-linux setpriv with --pdeathsig is not installed")
     # The worker ignores SIGTERM and SIGHUP: only the parent-death SIGKILL can end it.
@@ -42,7 +42,7 @@ async def test_worker_dies_with_sigkilled_agent(
         "report(os.getpid())\n"
         "signal.pause()\n"
     )
-    cfg = json.dumps({"argv": py(code), "uvloop": uvloop})
+    cfg = json.dumps({"argv": py(code), "backend": backend})
     async with await anyio.open_process(
         [sys.executable, SCRIPT, "hold", cfg],
         stdout=subprocess.PIPE,
@@ -87,6 +87,7 @@ def test_mode_errors_are_clear(monkeypatch: pytest.MonkeyPatch) -> None:
     [{}, {"PWD": "/not/the/cwd"}, {"A.B": "odd name", "IFS": "x"}],
     ids=["no-pwd", "odd-pwd", "names-dash-would-drop"],
 )
+@pytest.mark.anyio
 async def test_worker_environment_arrives_unchanged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: dict[str, str]
 ) -> None:
@@ -100,3 +101,35 @@ async def test_worker_environment_arrives_unchanged(
         with anyio.fail_after(20):
             assert (await workers.wait_for_exit()).exitcode == 0
     assert json.loads(await anyio.Path(out).read_text()) == env
+
+
+# The shell prints its own argv from /proc (not $0, which `sh -c` takes from its operands)
+# and then its environment.
+SHOW_ARGV = 'tr "\\0" "\\n" < /proc/$$/cmdline; echo ---; env | sort'
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["wrapper", "preexec", "off"])
+@pytest.mark.parametrize("with_path", [True, False], ids=["PATH", "no-PATH"])
+async def test_argv0_on_path_reaches_the_worker_as_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, with_path: bool
+) -> None:
+    """Issue 10 item 6: ``--no-python sh ...`` must give the worker argv[0] ``sh``, not
+    ``/usr/bin/sh``, and the environment and program ``Popen(argv, env=env)`` gives it."""
+    monkeypatch.setenv("AELASTIC_PDEATHSIG", mode)
+    if mode == "wrapper" and pdeathsig_mode() != "wrapper":
+        pytest.skip("util-linux setpriv with --pdeathsig is not installed")
+    env = {"LC_ALL": "C"}
+    if with_path:
+        env["PATH"] = os.environ.get("PATH", os.defpath)
+    argv = ["sh", "-c", SHOW_ARGV, "zero"]
+    with anyio.fail_after(30):
+        reference = await anyio.run_process(argv, env=env)
+    out = tmp_path / "out"
+    async with open_worker_processes([ProcessSpec(0, argv, env, stdout_file=str(out))]) as w:
+        with anyio.fail_after(20):
+            assert (await w.wait_for_exit()).exitcode == 0
+    seen = out.read_bytes()
+    assert seen == reference.stdout
+    assert seen.split(b"\n")[:4] == [b"sh", b"-c", SHOW_ARGV.encode(), b"zero"]
+    assert (b"\nPATH=" in seen) is with_path

@@ -11,12 +11,14 @@ from aelastic.workers import ProcessSpec, open_worker_processes
 
 from .conftest import py
 
+pytestmark = pytest.mark.anyio  # every backend
 
-@pytest.fixture(autouse=True)
-def _pidfd(monkeypatch: pytest.MonkeyPatch) -> None:
-    if not hasattr(os, "pidfd_open"):
+
+@pytest.fixture(autouse=True, params=["pidfd", "thread"])
+def _watcher(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.param == "pidfd" and not hasattr(os, "pidfd_open"):
         pytest.skip("no pidfd on this platform")
-    monkeypatch.setenv("AELASTIC_CHILD_WATCHER", "pidfd")
+    monkeypatch.setenv("AELASTIC_CHILD_WATCHER", request.param)
 
 
 async def test_poll_exits_records_an_exit_before_the_loop_delivers_it() -> None:

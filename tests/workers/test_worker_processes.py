@@ -1,4 +1,7 @@
-"""open_worker_processes with real subprocesses: exits, stop, signals, cleanup."""
+"""open_worker_processes with real subprocesses: exits, stop, signals, cleanup.
+
+Every test runs on asyncio, uvloop and trio (anyio's plugin) with both exit watchers.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +18,6 @@ from aelastic.workers import (
     NoMoreExitsError,
     ProcessSpec,
     Std,
-    WorkerProcessError,
     WorkerStartError,
     open_worker_processes,
     process_state,
@@ -23,12 +25,14 @@ from aelastic.workers import (
 
 from .conftest import Reporter, open_fds, pid_gone, py, wait_gone
 
+pytestmark = pytest.mark.anyio
+
 PAUSE = "import signal\nsignal.pause()\n"
 
 
-@pytest.fixture(autouse=True, params=["pidfd", "asyncio"])
+@pytest.fixture(autouse=True, params=["pidfd", "thread"])
 def watcher(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run every test with both exit watchers (pidfd, the loop's child watcher)."""
+    """Run every test with both exit watchers (pidfd, a thread blocked in waitid)."""
     name: str = request.param
     if name == "pidfd" and not hasattr(os, "pidfd_open"):
         pytest.skip("no pidfd on this platform")
@@ -115,11 +119,8 @@ async def test_grandchildren_in_the_group_are_killed(reporter: Reporter) -> None
     await wait_gone(grandchild)
 
 
-async def test_leftover_grandchild_of_an_exited_worker_is_killed(
-    reporter: Reporter, watcher: str
-) -> None:
-    if watcher != "pidfd":
-        pytest.skip("only the pidfd watcher keeps an exited leader's pid reserved")
+async def test_leftover_grandchild_of_an_exited_worker_is_killed(reporter: Reporter) -> None:
+    # Both watchers leave the exited leader a zombie, so its group id stays ours to signal.
     code = textwrap.dedent(
         """
         import subprocess, sys
@@ -196,22 +197,9 @@ async def test_bad_specs_are_rejected() -> None:
             pass
 
 
-def test_trio_backend_is_refused(watcher: str) -> None:
-    if watcher != "pidfd":
-        pytest.skip("backend check does not depend on the watcher")
-    pytest.importorskip("trio")
-
-    async def main() -> None:
-        async with open_worker_processes([spec(0, ["true"])]):
-            pass
-
-    with pytest.raises(WorkerProcessError, match="asyncio"):
-        anyio.run(main, backend="trio")
-
-
 async def test_bad_watcher_setting_is_clear(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AELASTIC_CHILD_WATCHER", "poll")
-    with pytest.raises(ValueError, match="pidfd, asyncio"):
+    with pytest.raises(ValueError, match="pidfd, thread"):
         async with open_worker_processes([spec(0, ["true"])]):
             pass
 
@@ -258,3 +246,46 @@ async def test_cancellation_with_pipes_and_log_files_leaks_no_fd(
             await anyio.sleep_forever()
     assert open_fds() == before
     assert (await anyio.Path(tmp_path / "1.out").read_text()) == "hello\n"
+
+
+def _children() -> set[str]:
+    """Pids of this process's children, zombies included (Linux >= 3.5)."""
+    found: set[str] = set()
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as fp:
+            found.update(fp.read().split())
+    return found
+
+
+async def test_cancelled_while_starting_leaves_no_process_or_fd(reporter: Reporter) -> None:
+    # Starting forks one worker per loop turn: a cancellation can land between two forks.
+    before, children = open_fds(), _children()
+    specs = [spec(r, py(f"report({r})\n" + PAUSE), reporter.env()) for r in range(3)]
+    with anyio.move_on_after(0) as scope:  # cancelled at the first checkpoint: after rank 0
+        async with open_worker_processes(specs, shutdown_timeout=10):
+            pytest.fail("the block must not run")
+    assert scope.cancelled_caught
+    assert _children() == children  # every worker started was stopped and reaped
+    assert open_fds() == before
+
+
+async def test_large_output_reaches_the_log_file_whole(tmp_path: Path) -> None:
+    # 4 MiB through the agent's pipe reader (tee'd to the console, so piped), in bursts
+    # larger than a pipe and than one read: every byte lands in the file, in order.
+    code = (
+        "import sys\nfor i in range(64):\n    sys.stdout.write(f'{i:05d}' + 'x' * 65530 + '\\n')\n"
+    )
+    out = tmp_path / "0.out"
+    worker = ProcessSpec(
+        0,
+        [sys.executable, "-c", code],
+        dict(os.environ),
+        stdout_file=str(out),
+        tee=Std.OUT,  # file and console: the agent reads the pipe and writes both
+    )
+    async with open_worker_processes([worker]) as w:
+        with anyio.fail_after(60):
+            assert (await w.wait_for_exit()).exitcode == 0
+    lines = (await anyio.Path(out).read_text()).splitlines()
+    assert [line[:5] for line in lines] == [f"{i:05d}" for i in range(64)]
+    assert all(len(line) == 65535 for line in lines)

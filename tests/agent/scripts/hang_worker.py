@@ -108,8 +108,10 @@ def learn_shared() -> None:
 def main() -> None:
     if os.environ.get("HANG_WORKER_NO_FAULTHANDLER"):
         import faulthandler  # leave the stacks to py-spy
+        import signal
 
-        faulthandler.unregister(int(os.environ["AELASTIC_STACKS_SIGNAL"]))
+        # The agent's STACKS_SIGNAL (the variable naming it is gone once registered).
+        faulthandler.unregister(int(signal.SIGRTMIN) + 6)
     mode = MODE.removesuffix("-always")
     if mode == "learn":
         return learn()

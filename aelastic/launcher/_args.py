@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from ._exceptions import AelasticError
-from ._ids import random_uuid4
-from ._launch_config import DEFAULT_SIGNALS, LaunchConfig, LaunchConfigError
-from .progress import _options as _progress_options
+from .._exceptions import AelasticError
+from .._ids import random_uuid4
+from ..progress import _options as _progress_options
+from ._config import DEFAULT_SIGNALS, LaunchConfig, LaunchConfigError
 
 __all__ = (
     "PROG",
@@ -567,7 +567,7 @@ def parse_signals(value: str, source: str) -> str:
 
 def check_std_spec(value: str, source: str, local_world_size: int) -> str:
     """Validate a ``-r``/``-t`` value: a digit 0-3 or a map ``local_rank:digit,...``."""
-    from .workers import Std, to_map
+    from ..workers import Std, to_map
 
     try:
         to_map(Std.from_str(value), local_world_size)
@@ -690,7 +690,7 @@ def parse_run_args(
         # Like torchrun: runpy.run_path(script, run_name="__main__") under @record, so
         # an undecorated script's uncaught exception still lands in its error file; in
         # the launcher's interpreter (the runner is aelastic's), PYTHON_EXEC ignored.
-        from .errors._run_script import RUN_SCRIPT_MODULE
+        from ..errors._run_script import RUN_SCRIPT_MODULE
 
         entrypoint = python or sys.executable
         args = ["-u", "-m", RUN_SCRIPT_MODULE, script]

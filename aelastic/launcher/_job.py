@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from ._exceptions import AelasticError
-from ._launch_build import PreparedJob, prepare_job
-from ._launch_config import LaunchConfig
+from .._exceptions import AelasticError
+from ._build import PreparedJob, prepare_job
+from ._config import LaunchConfig
 
 if TYPE_CHECKING:
-    from .agent import RunResult, WorkerGroup, WorkerState
-    from .events import EventStream
+    from ..agent import RunResult, WorkerGroup, WorkerState
+    from ..events import EventStream
 
 __all__ = (
     "FailureInfo",
@@ -215,7 +215,7 @@ class Job:
         ``async with job.events() as stream: async for event in stream: ...``; see
         :func:`aelastic.events.subscribe` (events recorded from this call on).
         """
-        from .events import subscribe
+        from ..events import subscribe
 
         return subscribe(run_id=self.run_id, max_buffer=max_buffer)
 
@@ -254,7 +254,7 @@ class Job:
     # -- the agent's side -------------------------------------------------------------
 
     def _on_state(self, group: WorkerGroup, previous: WorkerState) -> None:
-        from .agent import WorkerState
+        from ..agent import WorkerState
 
         if group.state is WorkerState.FAILED:
             self._note_failure(group)
@@ -318,13 +318,13 @@ class Job:
 
 
 def _result_values(result: RunResult, name: str) -> dict[int, Any]:
-    from .agent import WorkerState
-    from .errors import ChildFailedError
-    from .rendezvous import RendezvousGracefulExitError
+    from ..agent import WorkerState
+    from ..errors import ChildFailedError
+    from ..rendezvous import RendezvousGracefulExitError
 
     if result.is_failed():
         if result.no_progress:
-            from .agent import NoProgressError
+            from ..agent import NoProgressError
 
             raise NoProgressError(name, result.failures)
         raise ChildFailedError(name, result.failures)
@@ -376,7 +376,7 @@ async def open_job(
 
 async def _start_health(tg: anyio.abc.TaskGroup, job: Job, config: LaunchConfig) -> tuple[str, int]:
     """Listen for the health endpoint in ``tg``; an unusable port is named with the fix."""
-    from .health import serve_health
+    from ..health import serve_health
 
     host, port = config.health_host, config.health_port
     try:
@@ -404,7 +404,7 @@ async def run_job(
     (``ChildFailedError``...) propagates into the task group, like any task's.
     Cancelling the task group stops the job.
     """
-    from .agent import WorkerState
+    from ..agent import WorkerState
 
     async with open_job(config, entrypoint, *args) as job:
         async for change in job.state_changes():

@@ -13,12 +13,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._ids import random_uuid4
-from ._launch_config import LaunchConfig, LaunchConfigError
+from .._ids import random_uuid4
+from ._config import LaunchConfig, LaunchConfigError
 
 if TYPE_CHECKING:
-    from .agent import LocalElasticAgent, WorkerSpec
-    from .rendezvous import RendezvousHandler
+    from ..agent import LocalElasticAgent, WorkerSpec
+    from ..rendezvous import RendezvousHandler
 
 __all__ = (
     "PreparedJob",
@@ -51,7 +51,7 @@ def entrypoint_name(entrypoint: Callable[..., Any] | str | None, args: Sequence[
 
 
 def _std(value: Any, nproc: int, name: str) -> Any:
-    from .workers import Std, to_map
+    from ..workers import Std, to_map
 
     try:
         if isinstance(value, str):
@@ -77,8 +77,8 @@ def parse_signals(spec: str) -> list[signal.Signals]:
 
 
 def check_event_destination(name: str) -> None:
-    from .events import UnknownDestinationError
-    from .events._dispatch import registry
+    from ..events import UnknownDestinationError
+    from ..events._dispatch import registry
 
     try:
         registry.get(name)
@@ -87,7 +87,7 @@ def check_event_destination(name: str) -> None:
 
 
 def make_handler(config: LaunchConfig, run_id: str) -> RendezvousHandler:
-    from .rendezvous import RendezvousParameters, get_rendezvous_handler
+    from ..rendezvous import RendezvousParameters, get_rendezvous_handler
 
     params = RendezvousParameters(
         backend=config.rdzv_backend,
@@ -107,12 +107,12 @@ def make_spec(
     entrypoint: Callable[..., Any] | str,
     args: Sequence[Any],
 ) -> WorkerSpec:
-    from .agent import WorkerSpec
+    from ..agent import WorkerSpec
 
     master_addr: str | None = None
     master_port: int | None = None
     if config.rdzv_backend == "static":
-        from .rendezvous import parse_endpoint
+        from ..rendezvous import parse_endpoint
 
         master_addr, master_port = parse_endpoint(config.rdzv_endpoint, 29500)
     # None: a fresh temp dir (made by aelastic.workers, torch's default); os.devnull: no
@@ -160,7 +160,7 @@ _PROGRESS_FIELDS = (
 
 
 def make_agent(config: LaunchConfig, spec: WorkerSpec) -> LocalElasticAgent:
-    from .agent import LocalElasticAgent
+    from ..agent import LocalElasticAgent
 
     return LocalElasticAgent(
         spec,
@@ -189,7 +189,7 @@ def prepare_job(
         LaunchConfigError: the entrypoint is empty, or a setting cannot work (the
             message names the field or ``--flag``).
     """
-    from .rendezvous import RendezvousError
+    from ..rendezvous import RendezvousError
 
     if entrypoint is None or (isinstance(entrypoint, str) and not entrypoint):
         raise LaunchConfigError("launch: the entrypoint is empty; pass a binary path or a callable")
@@ -198,7 +198,7 @@ def prepare_job(
     try:
         handler = make_handler(config, run_id)
         if config.rdzv_backend == "static":
-            from .rendezvous import parse_endpoint
+            from ..rendezvous import parse_endpoint
 
             parse_endpoint(config.rdzv_endpoint, 29500)
     except (ValueError, RendezvousError) as exc:

@@ -91,7 +91,7 @@ def _fast_exit(code: int) -> None:
 
 
 def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
-    from ._launch_args import UsageError, parse_run_args
+    from ._args import UsageError, parse_run_args
 
     try:
         parsed = parse_run_args(list(argv))
@@ -114,11 +114,11 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
 
     import anyio
 
-    from ._launch import run_launch
-    from ._launch_config import LaunchConfigError
-    from .agent import NO_PROGRESS_EXIT_CODE, NoProgressError, SignalException
-    from .errors import ChildFailedError
-    from .rendezvous import RendezvousGracefulExitError
+    from ..agent import NO_PROGRESS_EXIT_CODE, NoProgressError, SignalException
+    from ..errors import ChildFailedError
+    from ..rendezvous import RendezvousGracefulExitError
+    from ._api import run_launch
+    from ._config import LaunchConfigError
 
     if startup_gc_off:
         gc.freeze()  # what start-up made stays; later collections skip it
@@ -128,6 +128,7 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
             partial(run_launch, parsed.config, parsed.entrypoint, parsed.args, handle_signals=True)
         )
     except NoProgressError as exc:
+        _record_for_scheduler(exc)
         print(exc.format_msg(), file=sys.stderr, flush=True)
         _err("stopped: no step progress over --max-no-progress-restarts attempts; do not requeue")
         return NO_PROGRESS_EXIT_CODE
@@ -166,7 +167,7 @@ def _record_for_scheduler(exc: Exception) -> None:
     with the exception leaving it (see ``ErrorHandler.record_failure``). Nothing
     happens when the variable is unset; never raises.
     """
-    from .errors import ErrorHandler
+    from ..errors import ErrorHandler
 
     ErrorHandler().record_failure(exc)
 
@@ -178,7 +179,7 @@ def _prestart_workers(entrypoint: str, args: Sequence[str], nproc: int) -> None:
     environment still match (otherwise they are discarded and it spawns afresh);
     never raises. ``AELASTIC_WARM_WORKERS=0`` turns it off.
     """
-    from .workers import prestart_warm_workers
+    from ..workers import prestart_warm_workers
 
     prestart_warm_workers([entrypoint, *map(str, args)], nproc)
 

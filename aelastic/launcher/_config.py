@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._exceptions import AelasticError
+from .._exceptions import AelasticError
 
 __all__ = ("DEFAULT_SIGNALS", "LaunchConfig", "LaunchConfigError")
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import anyio
 
+from ._build import entrypoint_name, parse_signals
+from ._config import LaunchConfig
 from ._job import Job, open_job
-from ._launch_build import entrypoint_name, parse_signals
-from ._launch_config import LaunchConfig
 
 __all__ = ("elastic_launch", "entrypoint_name", "launch", "launch_agent", "run_launch")
 

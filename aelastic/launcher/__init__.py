@@ -1,0 +1,80 @@
+"""The launch API: run one node of a distributed job from Python.
+
+``await aelastic.launch(config, entrypoint, *args)`` in an async program (a service
+that orchestrates jobs), ``async with aelastic.open_job(config, entrypoint, *args) as
+job:`` to watch and steer it while it runs (state, transitions, events, workers,
+signals, health endpoint), ``aelastic.elastic_launch(config, entrypoint)(*args)`` from
+synchronous code (``launch_agent(config, entrypoint, args)`` as in torch).
+:class:`LaunchConfig` mirrors torch's ``torch.distributed.launcher.api.LaunchConfig``.
+Never imports torch.
+
+Modules, one job each: ``_config`` (:class:`LaunchConfig`), ``_args`` (``aelastic run``
+flags -> config), ``_build`` (config -> rendezvous handler, spec, agent), ``_job`` (the
+:class:`Job` handle), ``_api`` (``launch`` and its synchronous forms), ``_cli`` (``python
+-m aelastic run``). Submodules load on first use (PEP 562): ``aelastic run`` imports
+this package before it parses its flags, and must reach the workers' pre-start without
+anyio or the agent loaded (see ``_cli``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._api import elastic_launch as elastic_launch
+    from ._api import launch as launch
+    from ._api import launch_agent as launch_agent
+    from ._config import LaunchConfig as LaunchConfig
+    from ._config import LaunchConfigError as LaunchConfigError
+    from ._job import FailureInfo as FailureInfo
+    from ._job import Job as Job
+    from ._job import JobStoppedError as JobStoppedError
+    from ._job import StateChange as StateChange
+    from ._job import WorkerInfo as WorkerInfo
+    from ._job import open_job as open_job
+    from ._job import run_job as run_job
+
+__all__ = (
+    "FailureInfo",
+    "Job",
+    "JobStoppedError",
+    "LaunchConfig",
+    "LaunchConfigError",
+    "StateChange",
+    "WorkerInfo",
+    "elastic_launch",
+    "launch",
+    "launch_agent",
+    "open_job",
+    "run_job",
+)
+
+#: public name -> the submodule defining it
+_SOURCES = {
+    "elastic_launch": "._api",
+    "launch": "._api",
+    "launch_agent": "._api",
+    "LaunchConfig": "._config",
+    "LaunchConfigError": "._config",
+    "FailureInfo": "._job",
+    "Job": "._job",
+    "JobStoppedError": "._job",
+    "StateChange": "._job",
+    "WorkerInfo": "._job",
+    "open_job": "._job",
+    "run_job": "._job",
+}
+
+
+def __getattr__(name: str) -> Any:
+    source = _SOURCES.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(source, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
