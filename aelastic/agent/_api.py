@@ -263,7 +263,9 @@ class SimpleElasticAgent(ElasticAgent):
                 if self._signal is not None:
                     scope.cancel()
                 try:
-                    result = await self._invoke_run(role)
+                    # A handler nobody entered is entered for this run (issue 11).
+                    async with self._worker_group.spec.rdzv_handler.entered():
+                        result = await self._invoke_run(role)
                 finally:
                     self._run_scope = None
             if self._signal is not None and result is None:

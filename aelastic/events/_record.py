@@ -42,6 +42,8 @@ def construct_and_record_rdzv_event(
     master_endpoint: str = "",
     local_id: int | None = None,
     rank: int | None = None,
+    *,
+    stacklevel: int = 1,
 ) -> None:
     """Build an :class:`RdzvEvent` and record it to ``dynamic_rendezvous``.
 
@@ -49,10 +51,12 @@ def construct_and_record_rdzv_event(
     handlers and no subscriber. Fills ``hostname`` (FQDN) and ``pid`` when not given,
     names the event ``<caller's file name>:<name or caller's function>``, and puts
     ``traceback.format_exc()`` in ``error_trace`` when ``node_state`` is FAILED.
+    ``stacklevel`` picks the caller whose file names the event (like ``logging``'s: 1
+    is the direct caller; a recording helper passes 2 or more to name its own caller).
     """
     if not _rdzv.active:
         return
-    frame = sys._getframe(1)
+    frame = sys._getframe(stacklevel)
     filename = os.path.basename(frame.f_code.co_filename)
     if not name:
         name = frame.f_code.co_name

@@ -15,6 +15,7 @@ from ._dynamic import DynamicRendezvousHandler as DynamicRendezvousHandler
 from ._dynamic import DynamicSettings as DynamicSettings
 from ._exceptions import RendezvousClosedError as RendezvousClosedError
 from ._exceptions import RendezvousClosedException as RendezvousClosedException
+from ._exceptions import RendezvousConfigError as RendezvousConfigError
 from ._exceptions import RendezvousConnectionError as RendezvousConnectionError
 from ._exceptions import RendezvousError as RendezvousError
 from ._exceptions import RendezvousGracefulExitError as RendezvousGracefulExitError
@@ -22,6 +23,7 @@ from ._exceptions import RendezvousNonRetryableError as RendezvousNonRetryableEr
 from ._exceptions import RendezvousStateError as RendezvousStateError
 from ._exceptions import RendezvousTimeoutError as RendezvousTimeoutError
 from ._exceptions import RendezvousTimeoutException as RendezvousTimeoutException
+from ._exceptions import RendezvousUnsupportedLoopError as RendezvousUnsupportedLoopError
 from ._liveness import Liveness as Liveness
 from ._liveness import StoreLiveness as StoreLiveness
 from ._liveness import TickClock as TickClock
@@ -45,6 +47,7 @@ __all__ = (
     "Liveness",
     "RendezvousClosedError",
     "RendezvousClosedException",
+    "RendezvousConfigError",
     "RendezvousConnectionError",
     "RendezvousError",
     "RendezvousGracefulExitError",
@@ -57,6 +60,7 @@ __all__ = (
     "RendezvousStoreInfo",
     "RendezvousTimeoutError",
     "RendezvousTimeoutException",
+    "RendezvousUnsupportedLoopError",
     "StaticRendezvousHandler",
     "StoreLiveness",
     "TickClock",

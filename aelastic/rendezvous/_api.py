@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
 
 from ..store import Store
 
@@ -51,11 +55,86 @@ class RendezvousHandler(abc.ABC):
     leaving the block calls :meth:`shutdown`. Backends with nothing to run in the
     background need not override :meth:`__aenter__`.
 
+    Without ``async with``: :meth:`run_in` gives the handler a task group to start
+    itself in on first use (seed-style ``await handler.next_rendezvous()``; a later
+    :meth:`shutdown` ends it, so the task group can finish), and an agent given a
+    handler nobody entered enters it for the length of its run (:meth:`entered`).
+
     Methods that touch the network are coroutines. Cancelling any of them leaves
     the handler usable: a cancelled :meth:`next_rendezvous` withdraws this node
     from the pending round before the cancellation propagates (best effort, in a
     shielded scope bounded by the backend's ``read_timeout``).
     """
+
+    #: Set by :meth:`run_in`: where the handler starts itself on first use.
+    _task_group: TaskGroup | None = None
+    _serving: anyio.Event | None = None
+    _stop_serving: anyio.Event | None = None
+
+    @property
+    def started(self) -> bool:
+        """Whether the handler can serve calls now (entered, or started by :meth:`run_in`).
+
+        Backends with nothing to start are always started.
+        """
+        return True
+
+    def run_in(self, task_group: TaskGroup) -> None:
+        """Let the handler enter itself in ``task_group`` when first used.
+
+        The first call that needs the handler started runs :meth:`serve` in
+        ``task_group``; :meth:`shutdown` (or cancelling ``task_group``) leaves it.
+        """
+        self._task_group = task_group
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Enter the handler, report it started, and hold it until :meth:`shutdown`.
+
+        For ``await task_group.start(handler.serve)``. Cancellation leaves the handler
+        like the end of an ``async with`` block (shielded, bounded by the backend).
+        """
+        stop = self._stop_serving = anyio.Event()
+        async with self:
+            task_status.started()
+            await stop.wait()
+
+    def _serve_ends(self) -> None:
+        """Let :meth:`serve` return (backends call it from :meth:`shutdown`)."""
+        if self._stop_serving is not None:
+            self._stop_serving.set()
+            self._stop_serving = None
+
+    async def _autostart(self) -> None:
+        """Start the handler in the :meth:`run_in` task group if it is not started.
+
+        Raises the error of entering the handler (e.g. RendezvousConnectionError); a
+        no-op without a task group (the caller reports "not started").
+        """
+        while not self.started and self._task_group is not None:
+            serving = self._serving
+            if serving is not None:  # another task is starting it: wait for that
+                await serving.wait()
+                continue
+            serving = self._serving = anyio.Event()
+            try:
+                await self._task_group.start(self.serve)
+            finally:
+                self._serving = None
+                serving.set()
+            return
+
+    @asynccontextmanager
+    async def entered(self) -> AsyncIterator[RendezvousHandler]:
+        """Enter the handler for the block unless someone else runs it already.
+
+        A handler already entered, or given a task group by :meth:`run_in`, is used as
+        is (its owner leaves it); otherwise leaving the block leaves the handler.
+        """
+        if self.started or self._task_group is not None:
+            yield self
+            return
+        async with self:
+            yield self
 
     @abc.abstractmethod
     def get_backend(self) -> str:

@@ -5,6 +5,20 @@ host (``is_host``; detected like torch: ``localhost``, a loopback address, this
 machine's hostname, FQDN or one of its addresses) or by a standalone
 ``python -m aelastic store``. A would-be host that finds the port taken (another
 agent on the same machine, or a standalone store) becomes a client.
+
+**Surviving the store host.** Every completed round names an *heir*: its first
+member (join order) that does not host the store, with its address (one field of
+the round's ``running`` tick; the coordinator reads at most one descriptor for it).
+When the store's host is lost (its port refuses connections: the process and the
+store's data are gone; a store that merely does not answer is retried instead, as
+after a partition), the heir hosts a fresh store at its own address on the
+endpoint's port, the other survivors connect to it, and they rendezvous there from
+round 0 (workers get it as their MASTER_ADDR, too). With ``min_nodes`` survivors the
+job goes on. New nodes must then use ``--rdzv-endpoint <heir address>:<port>``
+(logged by every survivor, event ``store_moved``); with a DNS name or virtual IP that
+follows the heir, the endpoint stays the same. If the heir is lost too, or no round
+had completed, no node can know where the rendezvous continues: the survivors fail
+with an error that says so.
 """
 
 from __future__ import annotations
@@ -13,13 +27,15 @@ import contextlib
 import ipaddress
 import logging
 import socket
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from typing import Any
 
-from anyio.abc import TaskGroup
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
 
 from ..store import Store, StoreError, StoreServer, TCPStoreClient
 from ._api import RendezvousStoreInfo
-from ._dynamic import DynamicRendezvousHandler, DynamicSettings
+from ._dynamic import DynamicRendezvousHandler, DynamicSettings, _open_session
 from ._exceptions import RendezvousConnectionError, RendezvousError
 from ._params import DEFAULT_C10D_PORT, RendezvousParameters, parse_endpoint
 
@@ -97,6 +113,105 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
             ) from exc
         await _open_wait_connection(client)
         return client
+
+    # -- surviving the store host (see the module docstring) -----------------
+
+    def _hosts_store(self) -> bool:
+        return self.server is not None
+
+    def _endpoint(self, host: str) -> str:
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+    async def _recover_store(self, exc: RendezvousConnectionError, deadline: float) -> None:
+        if not await _refuses(self.host, self.port, min(5.0, self.settings.read_timeout)):
+            # Up but unreachable from here (a partition?), or already re-hosted at
+            # the same address: keep trying the same endpoint.
+            await super()._recover_store(exc, deadline)
+            return
+        lost = self._master_endpoint
+        heir, self._heir = self._heir, None
+        if heir is None:
+            raise RendezvousConnectionError(
+                f"the rendezvous store at {lost} is gone (its host stopped, and the store's "
+                "data with it) and no round had completed here to name a successor, so this "
+                "node cannot know where the rendezvous goes on; restart the job (a store "
+                "that outlives the agents: 'python -m aelastic store')"
+            ) from exc
+        is_heir, addr = heir
+        timeout = self.settings.read_timeout
+        cm: AbstractAsyncContextManager[Any]
+        if is_heir:
+            bind = addr if _is_ip(addr) or addr == "localhost" else "::"
+            cm = StoreServer(bind, self.port, allow_non_loopback=True)
+        else:
+            cm = TCPStoreClient(addr, self.port, timeout=timeout, connect_timeout=timeout)
+        tg = self._tg
+        assert tg is not None
+        epoch = self._keys.epoch + 1
+        try:
+            server, store, session = await tg.start(self._hold_store, cm, epoch)
+        except (StoreError, OSError) as error:
+            role = "host it at" if is_heir else "reach its successor at"
+            raise RendezvousConnectionError(
+                f"the rendezvous store at {lost} is gone (its host stopped) and this node "
+                f"could not {role} {self._endpoint(addr)} within read_timeout={timeout}s "
+                f"({error}): the store's host and its successor are both lost, so no node "
+                "can carry the rendezvous on; restart the job"
+            ) from exc
+        self.server = server
+        self._store, self._session = store, session
+        self.host = addr
+        self._bootstrap = RendezvousStoreInfo(addr, self.port)
+        self._master_endpoint = self._endpoint(addr)
+        what = "hosts" if is_heir else "moved to"
+        message = (
+            f"rendezvous store at {lost} lost; this node {what} its successor at "
+            f"{self._master_endpoint}: new nodes use --rdzv-endpoint {self._master_endpoint}"
+        )
+        _log.warning("%s", message)
+        self._event("store_moved", message, state="FAILED")
+
+    async def _hold_store(
+        self,
+        cm: AbstractAsyncContextManager[Any],
+        epoch: int,
+        *,
+        task_status: TaskStatus[tuple[StoreServer | None, Store, Any]],
+    ) -> None:
+        """Run a successor store (server or client) in the handler's task group until
+        the handler is left (the task that opens a server must close it). A server
+        holds its ``epoch`` before it listens: a survivor whose client silently
+        reconnects to it learns at its next join that the store was re-hosted."""
+        if isinstance(cm, StoreServer):
+            await cm.local_store.set(self._keys.epoch_key, str(epoch))
+        async with AsyncExitStack() as stack:
+            resource = await stack.enter_async_context(cm)
+            if isinstance(resource, StoreServer):
+                server: StoreServer | None = resource
+                store: Store = resource.local_store
+            else:
+                server, store = None, resource
+                await _open_wait_connection(resource)
+            session = await _open_session(stack, store)
+            task_status.started((server, store, session))
+            await anyio.sleep_forever()
+
+
+async def _refuses(host: str, port: int, bound: float) -> bool:
+    """Whether ``host:port`` actively refuses connections (nothing listens there any more).
+
+    False when it accepts, or gives no answer within ``bound`` seconds.
+    """
+    with anyio.move_on_after(bound):
+        try:
+            stream = await anyio.connect_tcp(host, port)
+        except OSError as exc:
+            # anyio raises "All connection attempts failed", caused by each attempt's error
+            return isinstance(exc, ConnectionRefusedError) or isinstance(
+                exc.__cause__, ConnectionRefusedError
+            )
+        await stream.aclose()
+    return False
 
 
 async def _open_wait_connection(client: TCPStoreClient) -> None:

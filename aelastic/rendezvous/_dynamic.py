@@ -32,18 +32,32 @@ Algorithm (one round ``r``; keys in :mod:`._state`):
   ``withdraw`` (the coordinator drops its ticket); a coordinator dissolves its round
   instead, so the others regroup in the next one at once.
 
+* **Death.** Where the store offers ephemeral sessions (aelastic's server), each node
+  keeps one: a member registers a ``gone`` push to the coordinator's inbox, and the
+  coordinator, before each tick ``n`` is out, an order to write a ``lost`` tick
+  ``n+1``. The server performs them the moment the node's connection closes, so a
+  SIGKILLed node is noticed at once; heartbeats remain for silent loss.
+* **Store loss.** A node whose store becomes unreachable ends its round and, joining
+  again, retries until ``join_timeout`` (the c10d backend instead moves to the round's
+  heir when the store's host is gone, see :mod:`._c10d`).
+
 Costs: N nodes joining at once make O(N) requests in total, each O(1) bytes (the
-coordinator's completion tick carries only the removed tickets): a member makes 6
-store calls to be admitted (2 ADDs, 1 fire-and-forget MULTI_SET, 2 GETs, 1 SET).
-A waiting node blocks on one key; an idle member costs one blocking read and one
-fire-and-forget write per tick; the coordinator one ADD, one MULTI_GET (its sweep)
-and one MULTI_SET per tick. No wall clock crosses machines (see
+coordinator's completion tick carries only the removed tickets): a member makes 7
+store calls to be admitted (2 ADDs, 1 on-close registration on its session, 1
+fire-and-forget MULTI_SET, 2 GETs, 1 SET); the holder of a threshold ticket adds a
+confirmed push (PUSH + CHECK). A waiting node blocks on one key; an idle member costs
+one blocking read and one fire-and-forget write per tick; the coordinator one ADD, one
+MULTI_GET (its sweep), one MULTI_SET and two session calls (the next ``lost`` order,
+cancelling the last) per tick. No wall clock crosses machines (see
 :mod:`._liveness`). Backends plug in a :class:`~aelastic.store.Store` (a TCPStore
 client, an etcd-backed store) and optionally their own :class:`~._liveness.Liveness`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import logging
 import math
 import os
 import socket
@@ -56,11 +70,21 @@ from types import TracebackType
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from ..store import PrefixStore, Store, StoreTimeoutError
+from ..store import (
+    EphemeralSession,
+    OnCloseAction,
+    PrefixStore,
+    Store,
+    StoreError,
+    StoreTimeoutError,
+    StoreUnsupportedError,
+)
 from . import _events
 from ._api import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from ._exceptions import (
     RendezvousClosedError,
+    RendezvousConfigError,
+    RendezvousConnectionError,
     RendezvousError,
     RendezvousGracefulExitError,
     RendezvousTimeoutError,
@@ -68,12 +92,14 @@ from ._exceptions import (
 from ._liveness import Liveness, StoreLiveness, TickClock
 from ._ops import Ops
 from ._params import RendezvousParameters
-from ._state import Keys, Message, Tick, descriptor, live_members
+from ._state import Keys, Message, Tick, descriptor, descriptor_addr, live_members, parse_int
 
 __all__ = ("DynamicSettings", "DynamicRendezvousHandler")
 
 #: How many old tick keys stay in the store besides the latest ones.
 _TICKS_KEPT = 8
+
+_log = logging.getLogger("aelastic.rendezvous")
 
 _local_ids = iter(range(1 << 62))
 _local_ids_lock = threading.Lock()
@@ -103,12 +129,14 @@ class DynamicSettings:
 
     @classmethod
     def from_params(cls, params: RendezvousParameters) -> DynamicSettings:
-        """Read torch's ``--rdzv-conf`` keys; raise ValueError naming a bad one."""
+        """Read torch's ``--rdzv-conf`` keys; raise RendezvousConfigError naming a bad one."""
         interval = params.get_positive_float("keep_alive_interval", 5.0)
         attempts = params.get_as_int("keep_alive_max_attempt", 3)
         assert attempts is not None
         if attempts < 1:
-            raise ValueError(f"rendezvous config keep_alive_max_attempt={attempts} must be >= 1")
+            raise RendezvousConfigError(
+                f"rendezvous config keep_alive_max_attempt={attempts} must be >= 1"
+            )
         return cls(
             join_timeout=params.get_positive_float("join_timeout", 600.0),
             last_call_timeout=params.get_positive_float("last_call_timeout", 30.0),
@@ -123,16 +151,22 @@ class DynamicSettings:
 class _View:
     """What this node knows of the round it is in; updated by its background task."""
 
-    def __init__(self, round_: int, ticket: int) -> None:
+    def __init__(
+        self, round_: int, ticket: int, store: Store | None = None, keys: Keys | None = None
+    ) -> None:
         self.round = round_
         self.ticket = ticket
+        self.store = store  # the store this round lives in (the store may move: c10d)
+        self.keys = keys  # and its keys (the epoch may change: c10d)
         self.tick: Tick | None = None
         self.coordinator_lost = False
+        self.store_lost: RendezvousConnectionError | None = None  # why the store is gone
         self.error: BaseException | None = None
         self.member_tick: Tick | None = None  # the running tick this node was admitted by
         self.scope: anyio.CancelScope | None = None
         self.done = anyio.Event()  # the background task has ended
         self.forgotten = False  # this node's keys of the round were deleted
+        self.actions: list[int] = []  # on-close actions registered for this round
         self.event = anyio.Event()
 
     def wake(self) -> None:
@@ -204,7 +238,7 @@ class _Alarm:
             if delay <= 0:
                 self._at = math.inf
                 try:
-                    await self._ops.push(self._inbox, _TICK_MESSAGE)
+                    await self._ops.push(self._inbox, _TICK_MESSAGE, confirm=False)
                 except RendezvousError:
                     return  # the pop's safety timeout takes over
                 continue
@@ -213,6 +247,24 @@ class _Alarm:
 
 
 _TICK_MESSAGE = Message("tick").dumps()
+
+#: Why the coordinator removes a ticket, by inbox message.
+_REASONS = {
+    "withdraw": "withdrew",
+    "leave": "left",
+    "gone": "died: its connection to the store closed",
+}
+
+
+async def _open_session(stack: AsyncExitStack, store: Store) -> EphemeralSession | None:
+    """Open ``store``'s ephemeral session on ``stack``; None where the store has none."""
+    try:
+        return await stack.enter_async_context(store.ephemeral())
+    except StoreUnsupportedError:
+        return None
+    except (StoreError, OSError) as exc:
+        _log.warning("no ephemeral store session (%s); peers rely on heartbeats", exc)
+        return None
 
 
 async def _first_of(a: anyio.Event, b: anyio.Event) -> None:
@@ -255,9 +307,10 @@ class DynamicRendezvousHandler(RendezvousHandler):
         master_endpoint: str = "",
     ) -> None:
         if min_nodes < 1 or max_nodes < min_nodes:
-            raise ValueError(
-                f"need 1 <= min_nodes <= max_nodes, got min_nodes={min_nodes}, "
-                f"max_nodes={max_nodes}"
+            raise RendezvousConfigError(
+                f"the dynamic rendezvous needs 1 <= min_nodes <= max_nodes, got "
+                f"min_nodes={min_nodes}, max_nodes={max_nodes}; pass --nnodes MIN:MAX with "
+                "1 <= MIN <= MAX"
             )
         self._run_id = run_id
         self._min = min_nodes
@@ -279,6 +332,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
         self._view_set = anyio.Event()
         self._shut = False
         self._lock: anyio.Lock | None = None
+        self._session: EphemeralSession | None = None
+        self._heir: tuple[bool, str] | None = None  # (this node is the heir, its address)
 
     # -- plumbing ------------------------------------------------------------
 
@@ -319,6 +374,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
             master_endpoint=self._master_endpoint,
             local_id=self._local_id,
             rank=rank,
+            stacklevel=2,
         )
 
     async def _open_store(self, stack: AsyncExitStack, tg: TaskGroup) -> Store:
@@ -326,6 +382,55 @@ class DynamicRendezvousHandler(RendezvousHandler):
         if self._store is None:
             raise RendezvousError("no rendezvous store was given to the handler")
         return self._store
+
+    def _hosts_store(self) -> bool:
+        """Whether this node hosts the rendezvous store (it cannot be its own heir)."""
+        return False
+
+    async def _recover_store(self, exc: RendezvousConnectionError, deadline: float) -> None:
+        """The store became unreachable while joining: make it usable again or raise.
+
+        The default retries the same store until ``deadline`` (a node cut off for a
+        while rejoins once the link is back); backends that can move the store
+        (c10d: the heir re-hosts it) override this. Raises ``exc`` (naming the
+        store) if the store does not answer by ``deadline``.
+        """
+        delay = 0.1
+        while anyio.current_time() < deadline:
+            with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+                await anyio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+            try:
+                await self._ops().add(self._keys.round, 0)
+            except RendezvousConnectionError as again:
+                exc = again
+                continue
+            self._event("store_back", "the rendezvous store answers again; rejoining")
+            await self._reopen_session()
+            return
+        raise exc
+
+    async def _sync_epoch(self) -> None:
+        """Use the keys of the store incarnation this node talks to now.
+
+        A client may reconnect to a re-hosted store at the same address without noticing;
+        the store's ``epoch`` key tells (one CHECK per join; absent: epoch 0).
+        """
+        ops, key = self._ops(), self._keys.epoch_key
+        if not await ops.check(key):
+            return
+        epoch = parse_int(key, await ops.get(key))
+        if epoch != self._keys.epoch:
+            self._keys = Keys(self._run_id, epoch)
+            self._event("epoch", f"the rendezvous store was re-hosted: epoch {epoch}")
+            if self._session is None:
+                await self._reopen_session()
+
+    async def _reopen_session(self) -> None:
+        """Open a new ephemeral session after the store came back (the old one's
+        connection closed with the link, and the server performed its actions)."""
+        if self._stack is not None and self._store is not None:
+            self._session = await _open_session(self._stack, self._store)
 
     async def __aenter__(self) -> DynamicRendezvousHandler:
         if self._tg is not None:
@@ -336,6 +441,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         try:
             tg = await stack.enter_async_context(anyio.create_task_group())
             self._store = await self._open_store(stack, tg)
+            self._session = await _open_session(stack, self._store)
         except BaseException:
             if tg is not None:
                 tg.cancel_scope.cancel()
@@ -355,20 +461,29 @@ class DynamicRendezvousHandler(RendezvousHandler):
         try:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._settings.close_timeout):
                 await self.shutdown()
+                if self._session is not None:  # left cleanly: nothing to announce
+                    await self._session.cancel()
+        except (StoreError, OSError):
+            pass  # the session's connection is gone; its actions ran or will not matter
         finally:
             if tg is not None:
                 tg.cancel_scope.cancel()
-            self._tg = self._stack = None
+            self._tg = self._stack = self._session = None
             if stack is not None:
                 # The body's exception propagates as is: the task group only holds our
                 # background tasks, which never raise, so nothing is added to it.
                 await stack.__aexit__(None, None, None)
 
-    def _require_started(self) -> TaskGroup:
+    @property
+    def started(self) -> bool:
+        return self._tg is not None and self._store is not None
+
+    async def _require_started(self) -> TaskGroup:
+        await self._autostart()
         if self._tg is None or self._store is None:
             raise RendezvousError(
                 "the rendezvous handler is not started: use 'async with handler:' "
-                "around next_rendezvous()"
+                "around next_rendezvous(), or give it a task group with handler.run_in(tg)"
             )
         return self._tg
 
@@ -389,16 +504,23 @@ class DynamicRendezvousHandler(RendezvousHandler):
             RendezvousConnectionError: the store is unreachable.
             RendezvousStateError: the store holds malformed rendezvous state.
         """
-        tg = self._require_started()
+        tg = await self._require_started()
         assert self._lock is not None
         async with self._lock:
-            await self._leave()
+            # The store may be gone, and the round with it: recovered below.
+            with contextlib.suppress(RendezvousConnectionError):
+                await self._leave()
             self._shut = False
             self._event("join", f"node {self._addr}#{self._local_id} joins", state="INIT")
             deadline = anyio.current_time() + self._settings.join_timeout
             try:
                 while True:
-                    info, was_spare = await self._attempt(tg, deadline)
+                    try:
+                        info, was_spare = await self._attempt(tg, deadline)
+                    except RendezvousConnectionError as exc:
+                        await self._abandon()  # the store is unreachable: nothing to tell it
+                        await self._recover_store(exc, deadline)
+                        continue
                     if info is not None:
                         return info
                     if was_spare:
@@ -417,22 +539,36 @@ class DynamicRendezvousHandler(RendezvousHandler):
         Returns ``(info, False)`` once admitted, ``(None, was_spare)`` when the round
         ended for this node and the next one must be joined.
         """
+        await self._sync_epoch()
         ops, keys = self._ops(), self._keys
         round_ = await ops.add(keys.round, 0)
-        ticket = await ops.add(keys.joined(round_), 1) - 1
-        view = _View(round_, ticket)
-        self._set_view(view)
-        if ticket == 0:
-            if self._min == 1 or self._max == 1:
-                # Ticket 0 alone reaches min/max: wake the coordinator now, not at its
-                # first periodic tick (a one-node round otherwise took keep_alive_interval).
-                await ops.push(keys.inbox(round_), Message("joined", ticket).dumps())
-            await tg.start(self._background, view, self._coordinate)
-        else:
-            await self._liveness.attach(ops, keys, round_, ticket, self._descriptor)
-            if ticket + 1 == self._min or ticket + 1 >= self._max:
-                await ops.push(keys.inbox(round_), Message("joined", ticket).dumps())
-            await tg.start(self._background, view, self._watch)
+        # A ticket taken must be handed to a view (whose withdrawal releases it) and
+        # its coordinator or watcher started: no cancellation in between, but bounded.
+        with anyio.CancelScope(shield=True) as shield:
+            shield.deadline = anyio.current_time() + self._settings.read_timeout
+            ticket = await ops.add(keys.joined(round_), 1) - 1
+            view = _View(round_, ticket, self._store, keys)
+            self._set_view(view)
+            if ticket == 0:
+                await tg.start(self._background, view, self._coordinate)
+            else:
+                # If this process dies, the store tells the coordinator at once.
+                await self._on_close(
+                    view, keys.inbox(round_), "queue_push", Message("gone", ticket).dumps()
+                )
+                await self._liveness.attach(ops, keys, round_, ticket, self._descriptor)
+                await tg.start(self._background, view, self._watch)
+        if shield.cancelled_caught:
+            raise RendezvousConnectionError(
+                f"the rendezvous store at {self._master_endpoint or 'the given store'} did not "
+                f"answer within read_timeout={self._settings.read_timeout}s while joining"
+            )
+        if ticket == 0 and (self._min == 1 or self._max == 1):
+            # Ticket 0 alone reaches min/max: wake the coordinator now, not at its
+            # first periodic tick (a one-node round otherwise took keep_alive_interval).
+            await ops.push(keys.inbox(round_), Message("joined", ticket).dumps())
+        if ticket > 0 and (ticket + 1 == self._min or ticket + 1 >= self._max):
+            await ops.push(keys.inbox(round_), Message("joined", ticket).dumps())
         waiting_sent = False
         spare = False
         while True:
@@ -488,6 +624,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
 
     def _admitted(self, view: _View, tick: Tick) -> RendezvousInfo:
         view.member_tick = tick
+        self._heir = (tick.heir_ticket == view.ticket, tick.heir) if tick.heir_ticket >= 0 else None
         rank = tick.rank_of(view.ticket)
         self._event(
             "complete",
@@ -503,12 +640,12 @@ class DynamicRendezvousHandler(RendezvousHandler):
         )
 
     async def is_closed(self) -> bool:
-        self._require_started()
+        await self._require_started()
         return await self._ops().check(self._keys.closed)
 
     async def set_closed(self) -> None:
         """Close the rendezvous: every pending and later join raises RendezvousClosedError."""
-        self._require_started()
+        await self._require_started()
         ops, keys = self._ops(), self._keys
         with anyio.fail_after(self._settings.close_timeout):
             await ops.set(keys.closed, "1")
@@ -549,45 +686,108 @@ class DynamicRendezvousHandler(RendezvousHandler):
             await _first_of(view.event, view_set)
 
     async def shutdown(self) -> bool:
-        """Leave the current round (the others re-rendezvous); does not close the run."""
-        if self._shut:
-            return True
-        self._shut = True
-        if self._tg is None:
-            return True
+        """Leave the current round (the others re-rendezvous); does not close the run.
+
+        A handler started by :meth:`run_in` then stops (its store closes); the next
+        call starts it again.
+        """
         try:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(self._settings.close_timeout):
-                await self._leave()
+            if self._shut or self._tg is None:
+                self._shut = True
                 return True
-        except RendezvousError:
+            self._shut = True
+            try:
+                with (
+                    anyio.CancelScope(shield=True),
+                    anyio.move_on_after(self._settings.close_timeout),
+                ):
+                    await self._leave()
+                    return True
+            except RendezvousError:
+                return False
             return False
-        return False
+        finally:
+            self._serve_ends()
 
     # -- leaving -------------------------------------------------------------
 
-    async def _stop(self, view: _View) -> None:
-        """Stop the view's background task; then forget this node's keys of that round."""
+    async def _stop(self, view: _View, *, forget_now: bool = False) -> None:
+        """Stop the view's background task; then forget this node's keys of that round
+        (in the background, or before returning with ``forget_now``: when leaving, the
+        handler's task group may end right after)."""
         if view.scope is not None:
             view.scope.cancel()
-        with anyio.CancelScope(shield=True):
+        # The task ends at its next checkpoint; the bound only guards against a bug
+        # (the handler's task group cancels a straggler when the handler is left).
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._settings.close_timeout):
             await view.done.wait()
-        if view.ticket > 0 and self._tg is not None and not view.forgotten:
+        if self._tg is not None and not view.forgotten:
             view.forgotten = True
-            self._tg.start_soon(self._forget, view.round, view.ticket)
+            if forget_now:
+                await self._forget(view)
+            else:
+                self._tg.start_soon(self._forget, view)
 
-    async def _forget(self, round_: int, ticket: int) -> None:
-        """Delete this node's registration of a round it left (best effort, in background).
+    async def _forget(self, view: _View) -> None:
+        """Delete this node's registration of a round it left and cancel its on-close
+        actions there (best effort).
 
         Keeps the store from growing with every restart; the coordinator no longer
         sweeps a ticket that withdrew, left or belongs to an ended round.
         """
+        if view.store is not self._store or view.keys is not self._keys:
+            return  # the store moved: the old one is gone with these keys and actions
         ops, keys = self._ops(), self._keys
         with anyio.move_on_after(self._settings.read_timeout):
+            await self._cancel_actions(view.actions)
+            if view.ticket == 0:
+                return
             try:
-                await ops.delete(keys.seen(round_, ticket))
-                await ops.delete(keys.node(round_, ticket))
+                await ops.delete(keys.seen(view.round, view.ticket))
+                await ops.delete(keys.node(view.round, view.ticket))
             except RendezvousError:
                 pass
+
+    # -- liveness tied to the store connection -------------------------------
+
+    async def _on_close(
+        self, view: _View, key: str, action: OnCloseAction, value: str
+    ) -> int | None:
+        """Have the store server do ``action`` on ``key`` if this process dies.
+
+        The server performs it when this node's session connection closes (SIGKILL,
+        crash): peers learn of the death at once instead of after a heartbeat timeout.
+        Best effort: without a session (a store that cannot, e.g. torch's server) or
+        when registering fails, heartbeats remain the only evidence.
+        """
+        session = self._session
+        if session is None:
+            return None
+        aid: int | None = None
+        # Never hold a join up for long (a session whose link broke may not answer).
+        with anyio.move_on_after(
+            min(self._settings.read_timeout, self._settings.heartbeat_timeout)
+        ):
+            try:
+                aid = await session.on_close(action, key, value)
+            except (StoreError, OSError) as exc:
+                _log.warning("rendezvous %s: no on-close action (%s)", self._run_id, exc)
+        if aid is None:
+            self._session = None  # heartbeats only, until the store is reconnected
+            return None
+        view.actions.append(aid)
+        return aid
+
+    async def _cancel_actions(self, actions: list[int]) -> None:
+        session = self._session
+        while actions:
+            aid = actions.pop()
+            if session is None:
+                continue
+            try:
+                await session.cancel(aid)
+            except (StoreError, OSError):
+                self._session = session = None
 
     async def _dissolve(self, round_: int) -> None:
         """Move joiners on to round ``round_ + 1`` (no-op if someone already did)."""
@@ -606,14 +806,42 @@ class DynamicRendezvousHandler(RendezvousHandler):
             try:
                 if not view.ended:
                     await self._dissolve(view.round)
-                    await self._ops().push(
-                        self._keys.inbox(view.round), Message("leave", view.ticket).dumps()
-                    )
-                    if view.ticket == 0:  # our own coordinator publishes the dissolution
+                    if view.ticket != 0 or not view.done.is_set():
+                        await self._ops().push(
+                            self._keys.inbox(view.round), Message("leave", view.ticket).dumps()
+                        )
+                    if view.ticket == 0:
+                        # Our coordinator publishes the dissolution; if it was cancelled
+                        # already (the handler's task group with it), we do.
                         with anyio.move_on_after(self._settings.read_timeout):
                             await view.done.wait()
+                        await self._publish_dissolved(view.round)
             finally:
-                await self._stop(view)
+                await self._stop(view, forget_now=True)
+
+    async def _publish_dissolved(self, round_: int) -> None:
+        """Publish a ``dissolved`` tick after the round's last one, unless it ended already.
+
+        Reads the last tick from the store (ticks and ``tick_latest`` are written in one
+        request), so a tick published just before the coordinator was cancelled counts.
+        """
+        ops, latest = self._ops(), self._keys.tick_latest(round_)
+        n = 0
+        if await ops.check(latest):
+            last = Tick.loads(latest, await ops.get(latest))
+            if last.state in ("dissolved", "closed"):
+                return
+            n = last.n + 1
+        await self._publish(round_, Tick(n, "dissolved"))
+
+    async def _abandon(self) -> None:
+        """Drop the pending round without telling the store (it is unreachable); the
+        coordinator sees this node's ticket lapse, or its connection close."""
+        view = self._view
+        self._set_view(None)
+        if view is not None:
+            with anyio.CancelScope(shield=True):
+                await self._stop(view)  # bounded; forgets in the background
 
     async def _withdraw(self) -> None:
         """Withdraw from a round that has not admitted this node (timeout, error, cancel)."""
@@ -623,14 +851,13 @@ class DynamicRendezvousHandler(RendezvousHandler):
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(self._settings.close_timeout):
             try:
-                await self._stop(view)
+                await self._stop(view, forget_now=True)
                 if view.ended:
                     return
                 if view.ticket == 0:
                     # Nobody else can finish this round: hand it over to the next one.
                     await self._dissolve(view.round)
-                    last = view.tick.n if view.tick is not None else -1
-                    await self._publish(view.round, Tick(last + 1, "dissolved"))
+                    await self._publish_dissolved(view.round)
                 else:
                     await self._ops().push(
                         self._keys.inbox(view.round), Message("withdraw", view.ticket).dumps()
@@ -653,6 +880,11 @@ class DynamicRendezvousHandler(RendezvousHandler):
             task_status.started()
             try:
                 await body(view)
+            except RendezvousConnectionError as exc:
+                # The store is unreachable: the round is over for this node, which
+                # rejoins (next_rendezvous reconnects, or moves to the heir's store).
+                view.store_lost = exc
+                view.coordinator_lost = True
             except RendezvousError as exc:
                 view.error = exc
             except Exception as exc:  # a bug must not take the agent's task group down
@@ -690,6 +922,9 @@ class DynamicRendezvousHandler(RendezvousHandler):
             s.keep_alive_interval / 2 if s.heartbeat_timeout >= 2 * s.keep_alive_interval else 0.0
         )
         while True:
+            if tick.state == "lost":  # written by the store when the coordinator died
+                await self._coordinator_gone(view, tick, "its connection to the store closed")
+                return
             view.publish(tick)
             if tick.state in ("dissolved", "closed") or ticket in tick.removed:
                 return
@@ -714,11 +949,22 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 await self._coordinator_gone(view, tick)
                 return
 
-    async def _coordinator_gone(self, view: _View, tick: Tick | None) -> None:
+    async def _choose_heir(self, round_: int, members: list[int]) -> tuple[int, str]:
+        """The member that re-hosts the store if its host is lost: the first member (in
+        join order) that does not host it. Costs at most one read (of that member's
+        descriptor); ``(-1, "")`` when the host is the only member."""
+        if not self._hosts_store():
+            return 0, self._addr  # this coordinator, ticket 0, is the first member
+        if len(members) < 2:
+            return -1, ""
+        key = self._keys.node(round_, members[1])
+        return members[1], descriptor_addr(key, await self._ops().get(key))
+
+    async def _coordinator_gone(self, view: _View, tick: Tick | None, why: str = "") -> None:
+        why = why or f"it published no tick for {self._settings.heartbeat_timeout}s"
         self._event(
             "node_removed",
-            f"round {view.round}: coordinator published no tick for "
-            f"{self._settings.heartbeat_timeout}s; starting round {view.round + 1}",
+            f"round {view.round}: coordinator gone ({why}); starting round {view.round + 1}",
             state="FAILED",
         )
         await self._dissolve(view.round)
@@ -747,12 +993,28 @@ class DynamicRendezvousHandler(RendezvousHandler):
         clock = TickClock()
         removed: set[int] = set()
         n = -1
+        guard: int | None = None
+
+        heir_ticket, heir = -1, ""
 
         async def publish(state: str, upto: int = 0, world: int = 0, waiting: int = 0) -> Tick:
-            nonlocal n
+            # Before tick n is out, the store holds an order to write a "lost" tick n+1
+            # if this process dies: members blocked on n+1 wake at once. The order for
+            # n is cancelled after n is out (dying in between, both are written: still
+            # a "lost" tick wherever a member waits).
+            nonlocal n, guard
             n += 1
             tick = Tick(n, state, upto, world, waiting, tuple(sorted(removed)))
+            if state == "running":
+                tick = dataclasses.replace(tick, heir_ticket=heir_ticket, heir=heir)
+            previous = guard
+            if state in ("joining", "running"):
+                lost = Tick(n + 1, "lost").dumps()
+                guard = await self._on_close(view, keys.tick(r, n + 1), "set", lost)
             await self._publish(r, tick)
+            if previous is not None and previous in view.actions:
+                view.actions.remove(previous)
+                await self._cancel_actions([previous])
             clock.publish(n, anyio.current_time())
             view.publish(tick)
             return tick
@@ -789,8 +1051,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 if msg.op == "close":
                     await publish("closed")
                     return
-                if msg.op in ("withdraw", "leave"):
-                    remove([msg.ticket], msg.op)
+                if msg.op in ("withdraw", "leave", "gone"):
+                    remove([msg.ticket], _REASONS[msg.op])
             now = anyio.current_time()
             count = await ops.add(keys.joined(r), 0)
             for t in range(joined, count):
@@ -825,6 +1087,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         members = live_members(joined, removed, self._max)
         upto = members[-1] + 1
         world = len(members)
+        heir_ticket, heir = await self._choose_heir(r, members)
 
         def waiting_count(total: int) -> int:
             return total - upto - sum(1 for t in removed if t >= upto)
@@ -840,14 +1103,18 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 if msg.op == "close":
                     await publish("closed")
                     return
-                if msg.op in ("withdraw", "leave") and (
+                if msg.op in ("withdraw", "leave", "gone") and (
                     msg.ticket == 0 or tick.is_member(msg.ticket)
                 ):
                     if msg.ticket != 0:
-                        remove([msg.ticket], "left")
-                    await dissolve(f"ticket {msg.ticket} left")
+                        remove([msg.ticket], _REASONS[msg.op])
+                    await dissolve(f"ticket {msg.ticket}: {_REASONS[msg.op]}")
                     return
-                if msg.op in ("waiting", "joined"):
+                if msg.op in ("withdraw", "leave", "gone") and msg.ticket >= upto:
+                    # A late arrival or spare went away: it no longer counts as waiting
+                    # (the members would otherwise restart to admit a dead node).
+                    remove([msg.ticket], _REASONS[msg.op])
+                if msg.op in ("waiting", "joined", "withdraw", "leave", "gone"):
                     joined = max(joined, await ops.add(keys.joined(r), 0))
                     if waiting_count(joined) != tick.waiting:
                         tick = await publish("running", upto, world, waiting_count(joined))

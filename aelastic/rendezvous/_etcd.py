@@ -64,11 +64,13 @@ from ._etcd_client import (
     op_txn,
     parse_endpoints,
     prefix_end,
+    require_asyncio,
 )
 from ._etcd_store import EtcdStore
 from ._events import record
 from ._exceptions import (
     RendezvousClosedError,
+    RendezvousConfigError,
     RendezvousConnectionError,
     RendezvousError,
     RendezvousGracefulExitError,
@@ -115,20 +117,24 @@ def _config_from_params(params: Any) -> tuple[EtcdConfig, EtcdRendezvousSettings
             try:
                 value = float(raw)
             except (TypeError, ValueError):
-                raise ValueError(f"rendezvous config {name}={raw!r} is not a number") from None
+                raise RendezvousConfigError(
+                    f"rendezvous config {name}={raw!r} is not a number"
+                ) from None
         if not value > 0:
-            raise ValueError(f"rendezvous config {name}={value!r} must be a positive number")
+            raise RendezvousConfigError(
+                f"rendezvous config {name}={value!r} must be a positive number"
+            )
         return float(value)
 
     if not params.endpoint:
-        raise ValueError(
+        raise RendezvousConfigError(
             "the etcd rendezvous needs --rdzv-endpoint host:port[,host:port...] (etcd's "
             "client URL; default port 2379)"
         )
     try:
         endpoints = parse_endpoints(params.endpoint)
     except ValueError as exc:
-        raise ValueError(f"--rdzv-endpoint {params.endpoint!r}: {exc}") from None
+        raise RendezvousConfigError(f"--rdzv-endpoint {params.endpoint!r}: {exc}") from None
     protocol = (text("protocol") or "http").lower()
     config = EtcdConfig(
         endpoints=tuple(endpoints),
@@ -150,7 +156,7 @@ def _config_from_params(params: Any) -> tuple[EtcdConfig, EtcdRendezvousSettings
         prefix="/" + (text("etcd_prefix") or "/aelastic/rdzv").strip("/"),
     )
     if settings.last_call_timeout < 0:
-        raise ValueError("rendezvous config last_call_timeout must be >= 0")
+        raise RendezvousConfigError("rendezvous config last_call_timeout must be >= 0")
     return config, settings
 
 
@@ -158,7 +164,7 @@ def create_etcd_handler(params: Any) -> EtcdRendezvousHandler:
     """Registry factory for ``etcd`` and ``etcd-v2``: build (not connect) a handler.
 
     Raises:
-        ValueError: a config key or the endpoint is malformed (the message names it).
+        RendezvousConfigError: a config key or the endpoint is malformed (the message names it).
     """
     config, settings = _config_from_params(params)
     local_addr = params.local_addr
@@ -231,7 +237,9 @@ class EtcdRendezvousHandler(RendezvousHandler):
         backend: str = "etcd",
     ) -> None:
         if not 1 <= min_nodes <= max_nodes:
-            raise ValueError(f"need 1 <= min_nodes ({min_nodes}) <= max_nodes ({max_nodes})")
+            raise RendezvousConfigError(
+                f"need 1 <= min_nodes ({min_nodes}) <= max_nodes ({max_nodes})"
+            )
         self._run_id = run_id
         self._min = min_nodes
         self._max = max_nodes
@@ -309,11 +317,20 @@ class EtcdRendezvousHandler(RendezvousHandler):
             master_endpoint=self.client.config.describe(),
             local_id=self._local_id,
             rank=rank,
+            stacklevel=2,
         )
 
     # -- lifecycle ---------------------------------------------------------------------
 
+    @property
+    def started(self) -> bool:
+        return self._tg is not None
+
     async def __aenter__(self) -> EtcdRendezvousHandler:
+        require_asyncio()
+        if self.client.closed:  # entered again after a shutdown
+            self.client = EtcdClient(self.client.config)
+        self._shut = False
         stack = AsyncExitStack()
         await stack.enter_async_context(self.client)
         self._tg = await stack.enter_async_context(anyio.create_task_group())
@@ -333,6 +350,12 @@ class EtcdRendezvousHandler(RendezvousHandler):
 
     async def shutdown(self) -> bool:
         """Revoke this node's lease (peers see it leave at once); idempotent, shielded."""
+        try:
+            return await self._shutdown()
+        finally:
+            self._serve_ends()
+
+    async def _shutdown(self) -> bool:
         if self._shut:
             return True
         self._shut = True
@@ -361,8 +384,9 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 return self._lease
             if self._tg is None:
                 raise RendezvousError(
-                    "enter the etcd rendezvous handler with 'async with handler:' before "
-                    "calling next_rendezvous (it runs a lease keep-alive task)"
+                    "enter the etcd rendezvous handler with 'async with handler:' (or give "
+                    "it a task group with handler.run_in(tg)) before calling "
+                    "next_rendezvous: it runs a lease keep-alive task"
                 )
             ttl = self.settings.lease_ttl
             lease = await self.client.lease_grant(ttl)
@@ -443,6 +467,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
         Cancellation withdraws this node's join key (shielded, bounded by
         ``close_timeout``) before propagating.
         """
+        require_asyncio()
+        await self._autostart()
         timeout = self.settings.join_timeout
         self._round = None
         self._record("RENDEZVOUS_JOIN", f"node {self.node_id} joining")

@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
+import sniffio
 from anyio.abc import AsyncResource
 
 from ..store import StoreConnectionError, StoreError
+from ._exceptions import RendezvousConfigError, RendezvousUnsupportedLoopError
 
 try:
     import grpc
@@ -47,6 +49,7 @@ __all__ = (
     "EtcdWatch",
     "parse_endpoints",
     "prefix_end",
+    "require_asyncio",
 )
 
 #: What grpc.aio raises when a request is written to a stream the server already ended
@@ -60,6 +63,29 @@ log = logging.getLogger(__name__)
 DEFAULT_ETCD_PORT = 2379
 
 _T = TypeVar("_T")
+
+#: Bound on closing the gRPC channels (a shielded cleanup must end).
+_CLOSE_TIMEOUT = 5.0
+
+
+def require_asyncio() -> None:
+    """Raise RendezvousUnsupportedLoopError unless running on anyio's asyncio backend.
+
+    ``grpc.aio`` needs an asyncio event loop; on trio it would fail deep inside gRPC
+    with "no running event loop". Call before any I/O.
+    """
+    try:
+        library = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        return  # not in async code: the first await tells
+    if library != "asyncio":
+        raise RendezvousUnsupportedLoopError(
+            f"the etcd rendezvous backend runs only on asyncio (its gRPC client, grpc.aio, "
+            f"is asyncio-based), not on {library}; run the agent on asyncio or uvloop "
+            "(anyio.run(..., backend='asyncio')) or use --rdzv-backend c10d, which runs "
+            "on every anyio backend"
+        )
+
 
 # Codes after which the same request may be retried on the next endpoint: the
 # server did not process it (connection refused/reset, no leader yet).
@@ -97,7 +123,7 @@ def parse_endpoints(endpoint: str, default_port: int = DEFAULT_ETCD_PORT) -> lis
     """Parse ``"host1:2379,host2:2379"`` (scheme prefixes and ``[v6]`` allowed).
 
     Raises:
-        ValueError: an entry is empty or its port is not a number in 1..65535.
+        RendezvousConfigError: an entry is empty or its port is not a number in 1..65535.
     """
     result: list[tuple[str, int]] = []
     for raw in endpoint.split(","):
@@ -107,7 +133,7 @@ def parse_endpoints(endpoint: str, default_port: int = DEFAULT_ETCD_PORT) -> lis
                 item = item[len(scheme) :]
         item = item.rstrip("/")
         if not item:
-            raise ValueError(
+            raise RendezvousConfigError(
                 f"empty etcd endpoint in {endpoint!r}; expected 'host:port[,host:port...]'"
             )
         host, port_text = item, ""
@@ -119,7 +145,7 @@ def parse_endpoints(endpoint: str, default_port: int = DEFAULT_ETCD_PORT) -> lis
         port = default_port
         if port_text:
             if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-                raise ValueError(
+                raise RendezvousConfigError(
                     f"bad port {port_text!r} in etcd endpoint {raw.strip()!r}; "
                     "expected 'host:port' with a port in 1..65535"
                 )
@@ -143,19 +169,21 @@ class EtcdConfig:
 
     def __post_init__(self) -> None:
         if not self.endpoints:
-            raise ValueError("no etcd endpoint given; pass 'host:port[,host:port...]'")
+            raise RendezvousConfigError("no etcd endpoint given; pass 'host:port[,host:port...]'")
         if self.protocol not in ("http", "https"):
-            raise ValueError(f"etcd protocol must be 'http' or 'https', not {self.protocol!r}")
+            raise RendezvousConfigError(
+                f"etcd protocol must be 'http' or 'https', not {self.protocol!r}"
+            )
         if (self.username is None) != (self.password is None):
-            raise ValueError("etcd authentication needs both 'username' and 'password'")
+            raise RendezvousConfigError("etcd authentication needs both 'username' and 'password'")
         if (self.cert is None) != (self.key is None):
-            raise ValueError("etcd client TLS needs both 'cert' and 'key'")
+            raise RendezvousConfigError("etcd client TLS needs both 'cert' and 'key'")
         if not self.read_timeout > 0:
-            raise ValueError(f"etcd read_timeout must be > 0, not {self.read_timeout!r}")
+            raise RendezvousConfigError(f"etcd read_timeout must be > 0, not {self.read_timeout!r}")
         for name in ("cacert", "cert", "key"):
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
-                raise ValueError(f"etcd {name} file {path!r} does not exist")
+                raise RendezvousConfigError(f"etcd {name} file {path!r} does not exist")
 
     def describe(self) -> str:
         """Return ``"host:port,host:port"``."""
@@ -213,13 +241,18 @@ class EtcdClient(AsyncResource):
     # -- lifecycle ---------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close every channel. Idempotent; shielded from cancellation."""
+        """Close every channel. Idempotent; shielded from cancellation, bounded (5 s)."""
         self._closed = True
-        with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
             for ep in self._endpoints:
                 channel, ep.channel = ep.channel, None
                 if channel is not None:
                     await channel.close(grace=None)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` ran (a closed client cannot be used again)."""
+        return self._closed
 
     @property
     def endpoint(self) -> str:
@@ -239,6 +272,7 @@ class EtcdClient(AsyncResource):
         )
 
     def _channel(self) -> grpc.aio.Channel:
+        require_asyncio()
         if self._closed:
             raise StoreConnectionError("the etcd client is closed", endpoint=self.endpoint)
         ep = self._endpoints[self._index]

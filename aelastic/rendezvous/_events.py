@@ -21,11 +21,13 @@ def record(
     master_endpoint: str = "",
     local_id: int | None = None,
     rank: int | None = None,
+    stacklevel: int = 1,
 ) -> None:
     """Record one rendezvous event; never raises (events must not break a rendezvous).
 
     ``state`` is the name of an ``aelastic.events.NodeState`` member (INIT, RUNNING,
-    SUCCEEDED, FAILED).
+    SUCCEEDED, FAILED). The event is named ``<file>:<name>`` after the file of the
+    caller ``stacklevel`` frames up (1: whoever called this function), not this helper.
     """
     _log.debug("rdzv %s [%s]: %s", run_id, name, message)
     try:
@@ -44,6 +46,7 @@ def record(
             master_endpoint=master_endpoint,
             local_id=local_id,
             rank=rank,
+            stacklevel=stacklevel + 1,
         )
     except Exception:  # pragma: no cover - a broken event handler must not fail the rendezvous
         _log.exception("failed to record rendezvous event %s", name)

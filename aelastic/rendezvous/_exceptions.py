@@ -12,6 +12,8 @@ __all__ = (
     "RendezvousStateError",
     "RendezvousGracefulExitError",
     "RendezvousNonRetryableError",
+    "RendezvousUnsupportedLoopError",
+    "RendezvousConfigError",
     "RendezvousClosedException",
     "RendezvousTimeoutException",
 )
@@ -51,6 +53,18 @@ class RendezvousGracefulExitError(RendezvousError):
 
 class RendezvousNonRetryableError(RendezvousError):
     """A failure that should not be retried by the same agent process (seed name)."""
+
+
+class RendezvousConfigError(RendezvousError, ValueError):
+    """A rendezvous parameter or ``--rdzv-conf`` key is invalid; the message names it and
+    the fix. Also a :class:`ValueError`, as torch raises for bad parameters."""
+
+
+class RendezvousUnsupportedLoopError(RendezvousError):
+    """The backend cannot run on the current async library (e.g. etcd on trio).
+
+    Raised before any I/O; the message names the reason and the alternatives.
+    """
 
 
 #: Seed 003's name for :class:`RendezvousClosedError`.

@@ -81,9 +81,25 @@ class Ops:
         with translate("delete", key):
             await self.store.delete_key(key)
 
-    async def push(self, key: str, value: str) -> None:
+    async def push(self, key: str, value: str, *, confirm: bool = True) -> None:
+        """Push ``value`` onto queue ``key``; with ``confirm``, make sure it landed.
+
+        A push has no reply: if the connection drops right after it, it may vanish
+        and the reader would wait for a timeout. Confirmed, a CHECK follows on the same
+        connection (answered only after the push was applied); if that fails the push
+        is sent once more, so readers must accept a duplicate (every rendezvous
+        message is idempotent).
+        """
         with translate("push to", key):
-            await self.store.queue_push(key, value)
+            try:
+                await self.store.queue_push(key, value)
+                if confirm:
+                    await self.store.check([key])
+            except (StoreConnectionError, StoreClosedError, OSError):
+                if not confirm:
+                    raise
+                await self.store.queue_push(key, value)  # the client reconnected
+                await self.store.check([key])
 
     async def get(self, key: str, timeout: float | None = None) -> bytes:
         """Blocking get; with ``timeout`` given, StoreTimeoutError propagates untranslated."""

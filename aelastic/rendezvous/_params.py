@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ._exceptions import RendezvousError
+from ._exceptions import RendezvousConfigError
 
 __all__ = ("RendezvousParameters", "parse_endpoint", "DEFAULT_C10D_PORT")
 
@@ -23,7 +24,7 @@ class RendezvousParameters:
 
     ``config`` holds the backend-specific keys (``--rdzv-conf``); unknown keys are kept
     and ignored by backends that do not read them. Validation errors raise
-    :class:`ValueError` naming the offending value and the fix.
+    :class:`RendezvousConfigError` (a ValueError) naming the offending value and the fix.
     """
 
     def __init__(
@@ -37,17 +38,23 @@ class RendezvousParameters:
         **config: Any,
     ) -> None:
         if not isinstance(backend, str) or not backend.strip():
-            raise ValueError("the rendezvous backend must be a non-empty string (e.g. 'c10d')")
+            raise RendezvousConfigError(
+                "the rendezvous backend must be a non-empty string (e.g. 'c10d')"
+            )
         if not isinstance(run_id, str) or not run_id.strip():
-            raise ValueError("the rendezvous run_id must be a non-empty string shared by all nodes")
+            raise RendezvousConfigError(
+                "the rendezvous run_id must be a non-empty string shared by all nodes"
+            )
         if "/" in run_id or any(c.isspace() for c in run_id):
-            raise ValueError(f"run_id {run_id!r} must not contain '/' or whitespace")
+            raise RendezvousConfigError(f"run_id {run_id!r} must not contain '/' or whitespace")
         if not isinstance(min_nodes, int) or isinstance(min_nodes, bool) or min_nodes < 1:
-            raise ValueError(f"min_nodes ({min_nodes!r}) must be an integer >= 1")
+            raise RendezvousConfigError(f"min_nodes ({min_nodes!r}) must be an integer >= 1")
         if not isinstance(max_nodes, int) or isinstance(max_nodes, bool) or max_nodes < 1:
-            raise ValueError(f"max_nodes ({max_nodes!r}) must be an integer >= 1")
+            raise RendezvousConfigError(f"max_nodes ({max_nodes!r}) must be an integer >= 1")
         if min_nodes > max_nodes:
-            raise ValueError(f"min_nodes ({min_nodes}) must not exceed max_nodes ({max_nodes})")
+            raise RendezvousConfigError(
+                f"min_nodes ({min_nodes}) must not exceed max_nodes ({max_nodes})"
+            )
         self.backend = backend.strip()
         self.endpoint = (endpoint or "").strip()
         self.run_id = run_id
@@ -80,7 +87,7 @@ class RendezvousParameters:
                 return True
             if text in _FALSE:
                 return False
-        raise ValueError(
+        raise RendezvousConfigError(
             f"rendezvous config {key}={value!r} is not a boolean; use one of "
             "1/0, true/false, t/f, yes/no, y/n"
         )
@@ -96,7 +103,7 @@ class RendezvousParameters:
     def _get_as(
         self, key: str, default: _N | None, convert: Callable[[Any], _N], what: str, example: str
     ) -> _N | None:
-        """Return config ``key`` through ``convert`` (bools refused) or a diagnosing ValueError."""
+        """Return config ``key`` through ``convert`` (bools refused) or raise a config error."""
         value = self.get(key, default)
         if value is None:
             return None
@@ -105,60 +112,88 @@ class RendezvousParameters:
                 raise ValueError
             return convert(value)
         except (TypeError, ValueError):
-            raise ValueError(
+            raise RendezvousConfigError(
                 f"rendezvous config {key}={value!r} is not {what}; pass e.g. {key}={example}"
             ) from None
 
     def get_positive_float(self, key: str, default: float) -> float:
-        """Return config ``key`` as a float > 0; raise a diagnosing ValueError otherwise."""
+        """Return config ``key`` as a float > 0; RendezvousConfigError otherwise."""
         value = self.get_as_float(key, default)
         assert value is not None
         if not value > 0:
-            raise ValueError(f"rendezvous config {key}={value!r} must be a positive number")
+            raise RendezvousConfigError(
+                f"rendezvous config {key}={value!r} must be a positive number"
+            )
         return value
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text.split("%", 1)[0])  # a zone (%eth0) may follow
+    except ValueError:
+        return False
+    return True
 
 
 def parse_endpoint(endpoint: str, default_port: int | None) -> tuple[str, int]:
     """Split ``host[:port]`` or ``[ipv6]:port`` into ``(host, port)``.
 
-    Raises :class:`RendezvousError` naming the endpoint when it is malformed or has no
+    Raises :class:`RendezvousConfigError` naming the endpoint when it is malformed or has no
     port and ``default_port`` is None.
     """
     text = endpoint.strip()
     if not text:
-        raise RendezvousError("the rendezvous endpoint is empty; pass --rdzv-endpoint host:port")
+        raise RendezvousConfigError(
+            "the rendezvous endpoint is empty; pass --rdzv-endpoint host:port"
+        )
     host: str
     port_text: str | None
     if text.startswith("["):
         close = text.find("]")
         if close < 0:
-            raise RendezvousError(f"rendezvous endpoint {endpoint!r}: missing ']' after IPv6 host")
+            raise RendezvousConfigError(
+                f"rendezvous endpoint {endpoint!r}: missing ']' after IPv6 host"
+            )
         host = text[1:close]
+        if not _is_ipv6(host):
+            raise RendezvousConfigError(
+                f"rendezvous endpoint {endpoint!r}: {host!r} in brackets is not an IPv6 address"
+            )
         rest = text[close + 1 :]
         if rest and not rest.startswith(":"):
-            raise RendezvousError(f"rendezvous endpoint {endpoint!r}: expected ':port' after ']'")
+            raise RendezvousConfigError(
+                f"rendezvous endpoint {endpoint!r}: expected ':port' after ']'"
+            )
         port_text = rest[1:] if rest else None
     elif text.count(":") > 1:
-        # A bare IPv6 address without a port.
+        # A bare IPv6 address without a port; anything else with several ':' is a typo
+        # that would otherwise be retried as a host name until the connect timeout.
+        if not _is_ipv6(text):
+            raise RendezvousConfigError(
+                f"rendezvous endpoint {endpoint!r} is not host:port (it has several ':' and "
+                "is not an IPv6 address); pass host:port, or [ipv6]:port"
+            )
         host, port_text = text, None
     else:
         host, _, port_text = text.partition(":")
         if not _:
             port_text = None
     if not host:
-        raise RendezvousError(f"rendezvous endpoint {endpoint!r} has no host")
+        raise RendezvousConfigError(f"rendezvous endpoint {endpoint!r} has no host")
     if port_text is None or port_text == "":
         if default_port is None:
-            raise RendezvousError(
+            raise RendezvousConfigError(
                 f"rendezvous endpoint {endpoint!r} has no port; pass host:port (e.g. {host}:29500)"
             )
         return host, default_port
     try:
         port = int(port_text)
     except ValueError:
-        raise RendezvousError(
+        raise RendezvousConfigError(
             f"rendezvous endpoint {endpoint!r}: port {port_text!r} is not a number"
         ) from None
     if not 0 <= port <= 65535:
-        raise RendezvousError(f"rendezvous endpoint {endpoint!r}: port {port} is out of range")
+        raise RendezvousConfigError(
+            f"rendezvous endpoint {endpoint!r}: port {port} is out of range"
+        )
     return host, port

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._api import RendezvousHandler
-from ._exceptions import RendezvousError
+from ._exceptions import RendezvousConfigError, RendezvousError
 from ._params import RendezvousParameters
 
 __all__ = (
@@ -79,12 +79,12 @@ class RendezvousHandlerRegistry:
     def register(self, name: str, factory: HandlerFactory) -> None:
         """Register ``factory`` under ``name``; re-registering the same factory is a no-op.
 
-        Raises ValueError if a different factory already owns ``name``.
+        Raises RendezvousConfigError if a different factory already owns ``name``.
         """
         with self._lock:
             current = self._factories.get(name)
             if current is not None and current is not factory:
-                raise ValueError(
+                raise RendezvousConfigError(
                     f"rendezvous backend {name!r} is already registered to {current!r}"
                 )
             self._factories[name] = factory
@@ -131,7 +131,7 @@ class RendezvousHandlerRegistry:
     def create_handler(self, params: RendezvousParameters) -> RendezvousHandler:
         """Build the handler of ``params.backend``.
 
-        Raises RendezvousError for an unknown backend, ValueError for bad parameters.
+        Raises RendezvousError for an unknown backend, RendezvousConfigError for bad parameters.
         """
         name, factory = self._resolve(params.backend)
         handler = factory(params)

@@ -24,27 +24,45 @@ from typing import Any
 
 from ._exceptions import RendezvousStateError
 
-__all__ = ("Keys", "Tick", "Message", "parse_int", "TICK_STATES", "MESSAGE_OPS")
+__all__ = (
+    "Keys",
+    "Tick",
+    "Message",
+    "parse_int",
+    "descriptor",
+    "descriptor_addr",
+    "live_members",
+    "TICK_STATES",
+    "MESSAGE_OPS",
+)
 
 #: joining: gathering nodes; running: membership fixed; dissolved: the round ended,
-#: join the next one; closed: the rendezvous is closed for good.
-TICK_STATES = frozenset({"joining", "running", "dissolved", "closed"})
+#: join the next one; closed: the rendezvous is closed for good; lost: written by the
+#: store server when the coordinator's connection closed (it died).
+TICK_STATES = frozenset({"joining", "running", "dissolved", "closed", "lost"})
 #: Messages a round's coordinator accepts in its inbox.
-MESSAGE_OPS = frozenset({"joined", "waiting", "withdraw", "leave", "close", "tick"})
+MESSAGE_OPS = frozenset({"joined", "waiting", "withdraw", "leave", "gone", "close", "tick"})
 
 
 class Keys:
     """Key names of one run's rendezvous state."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, epoch: int = 0) -> None:
         self.run_id = run_id
-        self.base = f"rdzv/{run_id}/c"
+        #: Which store incarnation these keys live in: 0 at first, +1 each time the
+        #: store was re-hosted after its host was lost (see ``_c10d``).
+        self.epoch = epoch
+        self.base = f"rdzv/{run_id}/c" if epoch == 0 else f"rdzv/{run_id}/c.e{epoch}"
         self.round = f"{self.base}/round"
         self.closed = f"{self.base}/closed"
+        #: Written by a re-hosted store before it listens: the epoch it serves.
+        self.epoch_key = f"rdzv/{run_id}/epoch"
 
     def agent_prefix(self, round_: int) -> str:
         """Prefix of the store handed to the agent for ``round_``."""
-        return f"rdzv/{self.run_id}/{round_}"
+        if self.epoch == 0:
+            return f"rdzv/{self.run_id}/{round_}"
+        return f"rdzv/{self.run_id}/e{self.epoch}.{round_}"
 
     def joined(self, r: int) -> str:
         return f"{self.base}/{r}/joined"
@@ -101,6 +119,15 @@ def _field_int(key: str, data: dict[str, Any], name: str, minimum: int = 0) -> i
     return value
 
 
+def _field_str(key: str, data: dict[str, Any], name: str) -> str:
+    value = data.get(name)
+    if not isinstance(value, str):
+        raise RendezvousStateError(
+            f"rendezvous key {key!r}: field {name!r} must be a string, got {value!r}"
+        )
+    return value
+
+
 def _field_choice(
     key: str, data: dict[str, Any], name: str, allowed: frozenset[str], what: str
 ) -> str:
@@ -127,6 +154,10 @@ class Tick:
     world: int = 0
     waiting: int = 0
     removed: tuple[int, ...] = field(default=())
+    #: The member that re-hosts the rendezvous store if its host is lost (ticket and
+    #: address; -1 and "" when there is none): see ``_c10d``.
+    heir_ticket: int = -1
+    heir: str = ""
 
     def is_member(self, ticket: int) -> bool:
         return self.state == "running" and ticket < self.upto and ticket not in self.removed
@@ -135,17 +166,18 @@ class Tick:
         return ticket - sum(1 for t in self.removed if t < ticket)
 
     def dumps(self) -> str:
-        return json.dumps(
-            {
-                "n": self.n,
-                "state": self.state,
-                "upto": self.upto,
-                "world": self.world,
-                "waiting": self.waiting,
-                "removed": list(self.removed),
-            },
-            separators=(",", ":"),
-        )
+        data: dict[str, Any] = {
+            "n": self.n,
+            "state": self.state,
+            "upto": self.upto,
+            "world": self.world,
+            "waiting": self.waiting,
+            "removed": list(self.removed),
+        }
+        if self.heir_ticket >= 0:
+            data["heir_ticket"] = self.heir_ticket
+            data["heir"] = self.heir
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def loads(cls, key: str, raw: bytes) -> Tick:
@@ -165,6 +197,8 @@ class Tick:
             world=_field_int(key, data, "world"),
             waiting=_field_int(key, data, "waiting"),
             removed=tuple(removed),
+            heir_ticket=_field_int(key, data, "heir_ticket", -1) if "heir_ticket" in data else -1,
+            heir=_field_str(key, data, "heir") if "heir_ticket" in data else "",
         )
         if tick.state == "running" and tick.world != tick.upto - sum(
             1 for t in tick.removed if t < tick.upto
@@ -202,6 +236,14 @@ def descriptor(addr: str, hostname: str, pid: int, local_id: int) -> str:
         {"addr": addr, "hostname": hostname, "pid": pid, "local_id": local_id},
         separators=(",", ":"),
     )
+
+
+def descriptor_addr(key: str, raw: bytes) -> str:
+    """The ``addr`` of the node descriptor stored at ``key``."""
+    addr = _load(key, raw).get("addr")
+    if not isinstance(addr, str) or not addr:
+        raise RendezvousStateError(f"rendezvous key {key!r}: node descriptor has no 'addr'")
+    return addr
 
 
 def live_members(joined: int, removed: Sequence[int] | set[int], max_nodes: int) -> list[int]:

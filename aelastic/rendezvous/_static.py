@@ -12,7 +12,12 @@ from types import TracebackType
 from ..store import PrefixStore, Store, StoreError, StoreServer, TCPStoreClient
 from ._api import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from ._c10d import _is_ip
-from ._exceptions import RendezvousClosedError, RendezvousConnectionError, RendezvousError
+from ._exceptions import (
+    RendezvousClosedError,
+    RendezvousConfigError,
+    RendezvousConnectionError,
+    RendezvousError,
+)
 from ._ops import Ops
 from ._params import RendezvousParameters, parse_endpoint
 from ._static_join import announce, check_host, wait_for_nodes
@@ -34,18 +39,20 @@ class StaticRendezvousHandler(RendezvousHandler):
     def __init__(self, params: RendezvousParameters) -> None:
         rank = params.get_as_int("rank")
         if rank is None:
-            raise ValueError(
+            raise RendezvousConfigError(
                 "the static rendezvous needs this node's rank: pass --node-rank "
                 "(rendezvous config rank=<0..nnodes-1>)"
             )
         world = params.max_nodes
         if params.min_nodes != params.max_nodes:
-            raise ValueError(
+            raise RendezvousConfigError(
                 f"the static rendezvous needs a fixed world: min_nodes ({params.min_nodes}) "
                 f"!= max_nodes ({params.max_nodes}); use --nnodes=N or the c10d backend"
             )
         if not 0 <= rank < world:
-            raise ValueError(f"node rank {rank} is out of range for {world} nodes (0..{world - 1})")
+            raise RendezvousConfigError(
+                f"node rank {rank} is out of range for {world} nodes (0..{world - 1})"
+            )
         self.host, self.port = parse_endpoint(params.endpoint, None)
         self.rank = rank
         self.world_size = world
@@ -105,7 +112,7 @@ class StaticRendezvousHandler(RendezvousHandler):
                         f"node rank 0) within timeout={self.timeout}s: {exc}"
                     ) from exc
                 self._store = client
-            await announce(self._ops(), self._run_id, self.rank)
+            await announce(Ops(self._store, self.timeout), self._run_id, self.rank)
         except BaseException as exc:
             await stack.__aexit__(type(exc), exc, exc.__traceback__)
             raise
@@ -122,15 +129,21 @@ class StaticRendezvousHandler(RendezvousHandler):
         if stack is not None:
             await stack.__aexit__(exc_type, exc, tb)
 
-    def _ops(self) -> Ops:
+    @property
+    def started(self) -> bool:
+        return self._store is not None
+
+    async def _ops(self) -> Ops:
+        await self._autostart()
         if self._store is None:
             raise RendezvousError(
-                "the static rendezvous handler is not started: use 'async with handler:'"
+                "the static rendezvous handler is not started: use 'async with handler:', "
+                "or give it a task group with handler.run_in(tg)"
             )
         return Ops(self._store, self.timeout)
 
     async def next_rendezvous(self) -> RendezvousInfo:
-        ops = self._ops()
+        ops = await self._ops()
         if await ops.check(self._closed_key):
             raise RendezvousClosedError.for_run(self._run_id)
         await wait_for_nodes(
@@ -151,10 +164,10 @@ class StaticRendezvousHandler(RendezvousHandler):
         )
 
     async def is_closed(self) -> bool:
-        return await self._ops().check(self._closed_key)
+        return await (await self._ops()).check(self._closed_key)
 
     async def set_closed(self) -> None:
-        ops = self._ops()
+        ops = await self._ops()
         await ops.set(self._closed_key, "1")
         await ops.check(self._closed_key)  # SET has no reply: wait until it is applied
 
@@ -162,6 +175,8 @@ class StaticRendezvousHandler(RendezvousHandler):
         return 0
 
     async def shutdown(self) -> bool:
+        """Nothing to leave in a fixed world; a handler started by run_in() stops."""
+        self._serve_ends()
         return True
 
 

@@ -22,6 +22,8 @@ from aelastic.rendezvous import (
 )
 from aelastic.store import LocalStore, Store
 
+pytestmark = pytest.mark.anyio
+
 FAST = DynamicSettings(
     join_timeout=10.0,
     last_call_timeout=0.3,
@@ -328,6 +330,22 @@ async def test_transitions_are_recorded_as_rdzv_events(monkeypatch: pytest.Monke
         with anyio.fail_after(5), pytest.raises(RendezvousTimeoutError):
             await h.next_rendezvous()
     assert "timeout" in names
+
+
+async def test_rdzv_events_are_named_after_the_handler_file() -> None:
+    from aelastic import events
+
+    async with events.subscribe("dynamic_rendezvous") as stream:
+        async with handlers(LocalStore(), 1, 1, 1) as (h,):
+            with anyio.fail_after(5):
+                await h.next_rendezvous()
+        names = set()
+        while True:
+            try:
+                names.add(stream.receive_nowait().name)
+            except anyio.WouldBlock:
+                break
+    assert {"_dynamic.py:join", "_dynamic.py:complete"} <= names, names
 
 
 async def test_shutdown_while_joining_ends_the_join_gracefully() -> None:

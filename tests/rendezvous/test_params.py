@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from aelastic import AelasticError
 from aelastic.rendezvous import (
     C10dRendezvousHandler,
+    DynamicRendezvousHandler,
+    RendezvousConfigError,
     RendezvousError,
     RendezvousHandler,
     RendezvousHandlerRegistry,
@@ -15,6 +18,7 @@ from aelastic.rendezvous import (
     get_rendezvous_handler,
     parse_endpoint,
 )
+from aelastic.store import LocalStore
 
 
 def params(**kw: object) -> RendezvousParameters:
@@ -74,10 +78,18 @@ def test_parse_endpoint(text: str, expected: tuple[str, int]) -> None:
     assert parse_endpoint(text, 29400) == expected
 
 
-@pytest.mark.parametrize("text", ["", "host:x", "host:70000", "[::1", ":5"])
+@pytest.mark.parametrize(
+    "text", ["", "host:x", "host:70000", "[::1", ":5", "a:b:c", "[host]:5", "1:2:3:4:5:6:7:8:9"]
+)
 def test_parse_endpoint_rejects(text: str) -> None:
-    with pytest.raises(RendezvousError, match="endpoint"):
+    with pytest.raises(RendezvousConfigError, match="endpoint"):
         parse_endpoint(text, 29400)
+
+
+def test_endpoint_with_several_colons_fails_at_once_naming_the_fix() -> None:
+    # Before: "a:b:c" was taken for an IPv6 address and its resolution retried for 60 s.
+    with pytest.raises(RendezvousConfigError, match=r"'a:b:c'.*\[ipv6\]:port"):
+        create_handler(params(endpoint="a:b:c"))
 
 
 def test_parse_endpoint_requires_port_without_default() -> None:
@@ -113,10 +125,15 @@ def test_static_needs_rank_and_fixed_world() -> None:
 
 
 def test_bad_dynamic_config_is_named() -> None:
-    with pytest.raises(ValueError, match="join_timeout"):
+    with pytest.raises(RendezvousConfigError, match="join_timeout"):
         create_handler(params(join_timeout="soon"))
-    with pytest.raises(ValueError, match="keep_alive_interval"):
+    with pytest.raises(RendezvousConfigError, match="keep_alive_interval"):
         create_handler(params(keep_alive_interval=0))
+    with pytest.raises(RendezvousConfigError, match="keep_alive_max_attempt"):
+        create_handler(params(keep_alive_max_attempt=0))
+    with pytest.raises(RendezvousConfigError, match="--nnodes MIN:MAX"):
+        DynamicRendezvousHandler("run", 3, 2, store=LocalStore())
+    assert issubclass(RendezvousConfigError, (AelasticError, ValueError))
 
 
 def test_register_plugin_and_conflict() -> None:

@@ -1,0 +1,55 @@
+"""The c10d and static handlers over real TCP on asyncio, uvloop and trio (issue 11).
+
+(The other c10d tests use pytest-asyncio fixtures, so they stay on asyncio.)
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from aelastic.rendezvous import (
+    C10dRendezvousHandler,
+    RendezvousParameters,
+    StaticRendezvousHandler,
+    get_rendezvous_handler,
+)
+
+from .test_c10d import c10d, rendezvous_all
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_c10d_host_and_clients_rendezvous_and_regroup() -> None:
+    async with c10d("127.0.0.1:0", 2, 3) as host:
+        assert isinstance(host, C10dRendezvousHandler) and host.server is not None
+        endpoint = f"127.0.0.1:{host.server.port}"
+        async with c10d(endpoint, 2, 3) as b, c10d(endpoint, 2, 3) as c:
+            with anyio.fail_after(20):
+                infos = await rendezvous_all([host, b, c])
+            assert sorted((i.rank, i.world_size) for i in infos) == [(0, 3), (1, 3), (2, 3)]
+            await infos[1].store.set("k", "v")
+            assert await infos[2].store.get("k") == b"v"
+            with anyio.fail_after(20):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(host.wait_for_membership_change)
+                    tg.start_soon(b.wait_for_membership_change)
+                    await c.shutdown()  # c leaves: the others see the round dissolve
+                again = await rendezvous_all([host, b])
+            assert sorted((i.rank, i.world_size, i.round) for i in again) == [(0, 2, 1), (1, 2, 1)]
+
+
+async def test_static_rank0_hosts_rank1_connects() -> None:
+    def static(endpoint: str, rank: int) -> StaticRendezvousHandler:
+        params = RendezvousParameters("static", endpoint, "job", 2, 2, rank=rank, timeout=10)
+        handler = get_rendezvous_handler(params)
+        assert isinstance(handler, StaticRendezvousHandler)
+        return handler
+
+    async with static("127.0.0.1:0", 0) as first:
+        assert first.server is not None
+        async with static(f"127.0.0.1:{first.server.port}", 1) as second:
+            a, b = await first.next_rendezvous(), await second.next_rendezvous()
+            assert (a.rank, b.rank, a.world_size) == (0, 1, 2)
+            await second.set_closed()
+            assert await first.is_closed()
