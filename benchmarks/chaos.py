@@ -14,56 +14,24 @@ until rank 0 of a new world was running (``recovered``).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import tempfile
-from collections import Counter, defaultdict
 from pathlib import Path
 
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from chaos._harness import FAULTS, TORCHRUN, TrialResult, run_trial
+from chaos._harness import FAULTS, TORCHRUN
+from chaos._table import run_table
 from launcher._nodes import AELASTIC_RUN
 
 LAUNCHERS = {"aelastic": AELASTIC_RUN, "torchrun": TORCHRUN}
 
 
-def _median(values: list[float | None]) -> str:
-    known = [v for v in values if v is not None]
-    return f"{statistics.median(known):.2f} s" if known else "-"
-
-
 async def _main(opts: argparse.Namespace) -> None:
-    launchers = [opts.only] if opts.only else list(LAUNCHERS)
+    launchers = {n: c for n, c in LAUNCHERS.items() if opts.only in (None, n)}
     faults = [f for i, f in enumerate(FAULTS) if not opts.faults or str(i) in opts.faults]
-    results: dict[tuple[str, str], list[TrialResult]] = defaultdict(list)
-    for trial in range(opts.trials):
-        for index, fault in enumerate(faults):
-            for name in launchers:
-                seed = opts.seed + 1000 * trial + index
-                with tempfile.TemporaryDirectory() as tmp:
-                    result = await run_trial(fault, seed, Path(tmp), launcher=LAUNCHERS[name])
-                results[(fault.name, name)].append(result)
-                print(
-                    f"[{trial}] {name:8} {fault.name:34} {result.outcome:20} codes={result.codes}"
-                    f" reacted={result.reacted_after} problems={len(result.problems())}",
-                    flush=True,
-                )
-    print()
-    print("| fault | launcher | outcomes | broke a property | reacted | recovered |")
-    print("|---|---|---|---|---|---|")
-    for fault in faults:
-        for name in launchers:
-            rs = results[(fault.name, name)]
-            outcomes = ", ".join(f"{n}x {o}" for o, n in Counter(r.outcome for r in rs).items())
-            broken = sum(1 for r in rs if r.problems())
-            print(
-                f"| {fault.name} | {name} | {outcomes} | {broken}/{len(rs)} |"
-                f" {_median([r.reacted_after for r in rs])} |"
-                f" {_median([r.recovered_after for r in rs])} |"
-            )
+    await run_table(faults, launchers, trials=opts.trials, seed=opts.seed)
 
 
 def main() -> None:

@@ -17,18 +17,15 @@ from __future__ import annotations
 
 import argparse
 import signal
-import statistics
 import sys
-import tempfile
-from collections import Counter, defaultdict
 from pathlib import Path
 
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import chaos._harness as harness
-from chaos._harness import TORCHRUN, Fault, TrialResult, run_trial
+from chaos._harness import TORCHRUN, Fault
+from chaos._table import run_table
 from launcher._nodes import AELASTIC_RUN
 
 LAUNCHERS = {"aelastic": AELASTIC_RUN, "torchrun": TORCHRUN}
@@ -44,42 +41,9 @@ TORCH_DEFAULT_CONF = (
 )
 
 
-def _stats(values: list[float | None]) -> str:
-    known = [v for v in values if v is not None]
-    if not known:
-        return "-"
-    return f"{statistics.median(known):.2f} s (max {max(known):.2f})"
-
-
 async def _main(opts: argparse.Namespace) -> None:
-    harness.CONF = TORCH_DEFAULT_CONF
-    launchers = [opts.only] if opts.only else list(LAUNCHERS)
-    results: dict[tuple[str, str], list[TrialResult]] = defaultdict(list)
-    for trial in range(opts.trials):
-        for index, fault in enumerate(FAULTS):
-            for name in launchers:
-                with tempfile.TemporaryDirectory() as tmp:
-                    result = await run_trial(
-                        fault, opts.seed + 1000 * trial + index, Path(tmp), launcher=LAUNCHERS[name]
-                    )
-                results[(fault.name, name)].append(result)
-                print(
-                    f"[{trial}] {name:8} {fault.name:32} {result.outcome:20}"
-                    f" reacted={result.reacted_after} recovered={result.recovered_after}",
-                    flush=True,
-                )
-    print()
-    print("| fault | launcher | outcomes | reacted | recovered |")
-    print("|---|---|---|---|---|")
-    for fault in FAULTS:
-        for name in launchers:
-            rs = results[(fault.name, name)]
-            outcomes = ", ".join(f"{n}x {o}" for o, n in Counter(r.outcome for r in rs).items())
-            print(
-                f"| {fault.name} | {name} | {outcomes} |"
-                f" {_stats([r.reacted_after for r in rs])} |"
-                f" {_stats([r.recovered_after for r in rs])} |"
-            )
+    launchers = {n: c for n, c in LAUNCHERS.items() if opts.only in (None, n)}
+    await run_table(FAULTS, launchers, trials=opts.trials, seed=opts.seed, conf=TORCH_DEFAULT_CONF)
 
 
 def main() -> None:

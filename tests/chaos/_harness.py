@@ -289,6 +289,7 @@ async def run_trial(
     bound: float = 90.0,
     hosts: Hosts | None = None,
     etcd: EtcdServer | None = None,
+    conf: str = CONF,
 ) -> TrialResult:
     """Run one seeded trial of ``fault`` and return what it saw (never raises on a
     broken property: :meth:`TrialResult.problems` lists those). A ``link`` fault needs
@@ -301,7 +302,7 @@ async def run_trial(
     env = {"LOGLEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
     # a wide last call in the rendezvous trial keeps the round open while the victim dies
     last_call = 3 if fault.phase == "rendezvous" else 1
-    conf = f"{CONF},last_call_timeout={last_call}"
+    conf = f"{conf},last_call_timeout={last_call}"
     fault_at: float | None = None
     reacted: float | None = None
     recovered: float | None = None
