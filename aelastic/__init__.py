@@ -8,6 +8,7 @@ Importing aelastic never imports torch. Subpackages: ``aelastic.store``,
 """
 
 from ._exceptions import AelasticError as AelasticError
+from ._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -33,11 +34,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'aelastic' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, __all__)
