@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 
 def test_import_does_not_load_torch() -> None:
     code = (
@@ -59,3 +61,16 @@ def test_worker_prestart_needs_neither_asyncio_nor_anyio() -> None:
     )
     assert "aelastic.workers._warm" in new
     assert not new & {"asyncio", "anyio", "aelastic.workers._processes"}
+
+
+def test_etcd_backend_is_imported_only_when_an_etcd_handler_is_built() -> None:
+    # grpc and aetcd cost ~100 ms: `import aelastic.rendezvous` must not pull them in;
+    # the registry imports aelastic.rendezvous.etcd on the first etcd handler.
+    etcd_modules = {"grpc", "aetcd", "aelastic.rendezvous.etcd"}
+    assert not _newly_imported("import aelastic.rendezvous") & etcd_modules
+    pytest.importorskip("aetcd")
+    new = _newly_imported(
+        "from aelastic.rendezvous import RendezvousParameters, create_handler\n"
+        "create_handler(RendezvousParameters('etcd', '127.0.0.1:1', 'job', 1, 1))"
+    )
+    assert etcd_modules <= new

@@ -2,8 +2,9 @@
 
 Public API of ``aelastic.rendezvous``; the implementation lives in private modules.
 Backends: ``c10d`` (alias ``tcp``, the dynamic rendezvous on an aelastic TCPStore),
-``static`` (fixed world), ``etcd``/``etcd-v2`` (loaded on demand) and plugins from
-the entry-point group ``aelastic.rendezvous``.
+``static`` (fixed world), ``etcd``/``etcd-v2`` (:mod:`aelastic.rendezvous.etcd`, imported
+only when an etcd handler is built) and plugins from the entry-point group
+``aelastic.rendezvous``.
 """
 
 from ._api import RendezvousHandler as RendezvousHandler

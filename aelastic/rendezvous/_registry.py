@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 from collections.abc import Callable
@@ -52,14 +51,13 @@ def _static(params: RendezvousParameters) -> RendezvousHandler:
 
 def _etcd(params: RendezvousParameters) -> RendezvousHandler:
     try:
-        module = importlib.import_module("aelastic.rendezvous._etcd")
+        from .etcd import create_etcd_handler  # grpc and aetcd: only once etcd is asked for
     except ImportError as exc:
         raise RendezvousError(
             f"the {params.backend!r} rendezvous backend is unavailable ({exc}); install "
             "aelastic[etcd] or use --rdzv-backend c10d"
         ) from exc
-    handler: RendezvousHandler = module.create_etcd_handler(params)
-    return handler
+    return create_etcd_handler(params)
 
 
 class RendezvousHandlerRegistry:

@@ -14,8 +14,7 @@ from aelastic.rendezvous import (
     RendezvousInfo,
     RendezvousTimeoutError,
 )
-from aelastic.rendezvous._etcd import EtcdRendezvousHandler, create_etcd_handler
-from aelastic.rendezvous._etcd_client import prefix_end
+from aelastic.rendezvous.etcd import EtcdRendezvousHandler, create_etcd_handler, prefix_end
 
 
 class Params:

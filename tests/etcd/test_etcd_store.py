@@ -5,8 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from aelastic.rendezvous._etcd_client import EtcdClient, EtcdConfig, parse_endpoints
-from aelastic.rendezvous._etcd_store import EtcdStore
+from aelastic.rendezvous.etcd import EtcdClient, EtcdConfig, EtcdStore, parse_endpoints
 from aelastic.store import QueueEmptyError, StoreConnectionError, StoreError, StoreTimeoutError
 
 

@@ -29,8 +29,8 @@ import anyio
 import sniffio
 from anyio.abc import AsyncResource
 
-from ..store import StoreConnectionError, StoreError
-from ._exceptions import RendezvousConfigError, RendezvousUnsupportedLoopError
+from ...store import StoreConnectionError, StoreError
+from .._exceptions import RendezvousConfigError, RendezvousUnsupportedLoopError
 
 try:
     import grpc

@@ -49,10 +49,20 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from .._net import is_loopback
-from ..store import StoreClosedError, StoreConnectionError, StoreError
-from ._api import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
-from ._etcd_client import (
+from ..._net import is_loopback
+from ...store import StoreClosedError, StoreConnectionError, StoreError
+from .._api import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
+from .._events import record
+from .._exceptions import (
+    RendezvousClosedError,
+    RendezvousConfigError,
+    RendezvousConnectionError,
+    RendezvousError,
+    RendezvousGracefulExitError,
+    RendezvousStateError,
+    RendezvousTimeoutError,
+)
+from ._client import (
     EtcdClient,
     EtcdCompactedError,
     EtcdConfig,
@@ -66,17 +76,7 @@ from ._etcd_client import (
     prefix_end,
     require_asyncio,
 )
-from ._etcd_store import EtcdStore
-from ._events import record
-from ._exceptions import (
-    RendezvousClosedError,
-    RendezvousConfigError,
-    RendezvousConnectionError,
-    RendezvousError,
-    RendezvousGracefulExitError,
-    RendezvousStateError,
-    RendezvousTimeoutError,
-)
+from ._store import EtcdStore
 
 __all__ = ("EtcdRendezvousHandler", "create_etcd_handler")
 

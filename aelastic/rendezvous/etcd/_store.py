@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import anyio
 
-from ..store import (
+from ...store import (
     QueueEmptyError,
     Store,
     StoreClosedError,
@@ -25,8 +25,8 @@ from ..store import (
     StoreTimeoutError,
     Value,
 )
-from ..store._api import to_bytes
-from ._etcd_client import (
+from ...store._api import to_bytes
+from ._client import (
     EtcdClient,
     EtcdCompactedError,
     cmp_mod,
