@@ -74,3 +74,20 @@ def test_etcd_backend_is_imported_only_when_an_etcd_handler_is_built() -> None:
         "create_handler(RendezvousParameters('etcd', '127.0.0.1:1', 'job', 1, 1))"
     )
     assert etcd_modules <= new
+
+
+def test_etcd_backend_without_its_extra_is_one_clear_error() -> None:
+    # Without aetcd (the 'etcd' extra) asking for the backend names the extra and the
+    # alternative, as a RendezvousError, instead of a bare ImportError from deep inside.
+    code = (
+        "import sys\n"
+        "sys.modules['aetcd'] = None\n"  # what a machine without the extra sees
+        "from aelastic.rendezvous import RendezvousError, RendezvousParameters, create_handler\n"
+        "try:\n"
+        "    create_handler(RendezvousParameters('etcd', '127.0.0.1:1', 'job', 1, 1))\n"
+        "except RendezvousError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "aelastic[etcd]" in out.stdout
+    assert "--rdzv-backend c10d" in out.stdout
