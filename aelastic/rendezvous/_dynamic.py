@@ -423,8 +423,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
         if epoch != self._keys.epoch:
             self._keys = Keys(self._run_id, epoch)
             self._event("epoch", f"the rendezvous store was re-hosted: epoch {epoch}")
-            if self._session is None:
-                await self._reopen_session()
+            # The old session's connection went with the old incarnation of the store.
+            await self._reopen_session()
 
     async def _reopen_session(self) -> None:
         """Open a new ephemeral session after the store came back (the old one's
@@ -581,7 +581,13 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 raise view.error
             tick = view.tick
             if view.coordinator_lost:
-                await self._stop(view)
+                if view.store_lost is not None:
+                    # A request of ours failed, which may be one connection, not the
+                    # store: withdraw the ticket if the store hears it, so the
+                    # coordinator does not count it until its heartbeat lapses.
+                    await self._withdraw(bound=self._settings.heartbeat_timeout)
+                else:
+                    await self._stop(view)
                 return None, spare
             if tick is not None:
                 if tick.state == "closed":
@@ -843,13 +849,18 @@ class DynamicRendezvousHandler(RendezvousHandler):
             with anyio.CancelScope(shield=True):
                 await self._stop(view)  # bounded; forgets in the background
 
-    async def _withdraw(self) -> None:
-        """Withdraw from a round that has not admitted this node (timeout, error, cancel)."""
+    async def _withdraw(self, *, bound: float | None = None) -> None:
+        """Withdraw from a round that has not admitted this node (timeout, error, cancel).
+
+        Shielded; takes at most ``bound`` seconds (default ``close_timeout``), errors
+        of an unreachable store are ignored.
+        """
         view = self._view
         self._set_view(None)
         if view is None:
             return
-        with anyio.CancelScope(shield=True), anyio.move_on_after(self._settings.close_timeout):
+        limit = self._settings.close_timeout if bound is None else bound
+        with anyio.CancelScope(shield=True), anyio.move_on_after(limit):
             try:
                 await self._stop(view, forget_now=True)
                 if view.ended:
@@ -951,14 +962,19 @@ class DynamicRendezvousHandler(RendezvousHandler):
 
     async def _choose_heir(self, round_: int, members: list[int]) -> tuple[int, str]:
         """The member that re-hosts the store if its host is lost: the first member (in
-        join order) that does not host it. Costs at most one read (of that member's
-        descriptor); ``(-1, "")`` when the host is the only member."""
+        join order) that does not host it and whose descriptor is in the store. Costs
+        one read of this node's own store per member tried (the coordinator hosts it);
+        ``(-1, "")`` when no other member qualifies."""
         if not self._hosts_store():
             return 0, self._addr  # this coordinator, ticket 0, is the first member
-        if len(members) < 2:
-            return -1, ""
-        key = self._keys.node(round_, members[1])
-        return members[1], descriptor_addr(key, await self._ops().get(key))
+        ops = self._ops()  # on this node's own store: no network request
+        for ticket in members[1:]:
+            # A member whose registration never arrived (it withdrew, or its request was
+            # lost with a connection) is skipped: never block a completing round on it.
+            key = self._keys.node(round_, ticket)
+            if await ops.check(key):
+                return ticket, descriptor_addr(key, await ops.get(key))
+        return -1, ""
 
     async def _coordinator_gone(self, view: _View, tick: Tick | None, why: str = "") -> None:
         why = why or f"it published no tick for {self._settings.heartbeat_timeout}s"

@@ -222,9 +222,10 @@ class TCPStoreClient(Store):
     async def _borrow(self) -> _Conn:
         while self._idle:
             conn = self._idle.pop()
-            if conn.error is None:
+            if not conn.peer_closed():
                 self._busy.add(conn)
                 return conn
+            conn.close()
         conn = await self._open()
         if self._closed:
             conn.close()

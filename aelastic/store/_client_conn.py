@@ -122,6 +122,24 @@ class _Conn:
         self._watch: float | None = None
         self._open = True
 
+    def peer_closed(self) -> bool:
+        """Whether the server ended this idle connection (EOF or reset waiting unread).
+
+        An idle connection has nothing to read; anything there means it is unusable.
+        One non-blocking ``recv`` with ``MSG_PEEK``: used before reusing a pooled
+        connection, so a server that died or was replaced since (a re-hosted store on
+        the same port) costs a fresh connection, not a failed call.
+        """
+        if self.error is not None:
+            return True
+        try:
+            self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False  # nothing there: the connection is alive and idle
+        except OSError:
+            pass  # reset
+        return True  # EOF, a reset or an unexpected byte
+
     def watch(self, timeout: float) -> None:
         """Fail the connection if the server leaves a request unanswered for ``timeout`` s.
 
