@@ -267,6 +267,24 @@ async def _open_session(stack: AsyncExitStack, store: Store) -> EphemeralSession
         return None
 
 
+async def _close(stack: AsyncExitStack, tg: TaskGroup) -> None:
+    """Close a handler's store resources, then cancel and join its background tasks.
+
+    Two steps, not one ``AsyncExitStack`` holding the task group: when a resource's exit
+    raises a cancellation (the handler is left from a cancelled task) and the stack then
+    hands it to the task group, which re-raises that same exception, CPython 3.11's
+    ``ExitStack`` makes the exception its own ``__context__`` and anyio's asyncio backend
+    walks that chain forever (the loop spun at 100% CPU when an ``open_job`` block
+    waiting in its rendezvous was left). The body's exception propagates as is: the
+    task group only holds background tasks, which never raise.
+    """
+    try:
+        await stack.aclose()
+    finally:
+        tg.cancel_scope.cancel()
+        await tg.__aexit__(None, None, None)
+
+
 async def _first_of(a: anyio.Event, b: anyio.Event) -> None:
     """Wait until either event is set."""
     async with anyio.create_task_group() as tg:
@@ -435,17 +453,16 @@ class DynamicRendezvousHandler(RendezvousHandler):
     async def __aenter__(self) -> DynamicRendezvousHandler:
         if self._tg is not None:
             raise RendezvousError("the rendezvous handler is already started")
+        # The task group is entered apart from the stack of store resources, and left
+        # after it (see _close): never one AsyncExitStack around both.
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
         stack = AsyncExitStack()
-        await stack.__aenter__()
-        tg: TaskGroup | None = None
         try:
-            tg = await stack.enter_async_context(anyio.create_task_group())
             self._store = await self._open_store(stack, tg)
             self._session = await _open_session(stack, self._store)
         except BaseException:
-            if tg is not None:
-                tg.cancel_scope.cancel()
-            await stack.__aexit__(None, None, None)  # raise the error itself, not a group
+            await _close(stack, tg)  # raises the error itself, not a group
             raise
         self._stack, self._tg, self._shut = stack, tg, False
         self._lock = anyio.Lock()
@@ -466,13 +483,9 @@ class DynamicRendezvousHandler(RendezvousHandler):
         except (StoreError, OSError):
             pass  # the session's connection is gone; its actions ran or will not matter
         finally:
-            if tg is not None:
-                tg.cancel_scope.cancel()
             self._tg = self._stack = self._session = None
-            if stack is not None:
-                # The body's exception propagates as is: the task group only holds our
-                # background tasks, which never raise, so nothing is added to it.
-                await stack.__aexit__(None, None, None)
+            if stack is not None and tg is not None:
+                await _close(stack, tg)
 
     @property
     def started(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +191,31 @@ async def test_a_hung_worker_is_the_last_failure_once_it_is_stopped(tmp_path: Pa
     assert failure_at[WorkerState.FAILED] in (None, failure)  # never a half-known failure
     assert failure.local_rank == 0 and failure.attempt == 0 and failure.exitcode < 0
     assert job.restart_count == 1
+
+
+#: A service that leaves a job's block while the job still waits in its rendezvous.
+_LEAVE_WAITING_JOB = """
+import anyio, aelastic
+async def main():
+    config = aelastic.LaunchConfig(min_nodes=2, max_nodes=2, nproc_per_node=1,
+                                   rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0")
+    for _ in range(3):
+        async with aelastic.open_job(config, "/bin/true") as job:
+            try:
+                job.send_signal(100_000)  # an error raised and handled inside the block
+            except ValueError:
+                pass
+    print("left")
+anyio.run(main)
+"""
+
+
+async def test_leaving_a_job_that_waits_in_its_rendezvous_returns() -> None:
+    # In its own interpreter: the bug spun the event loop in a callback (an exception
+    # that was its own __context__), where no timeout of this test's loop can fire.
+    with anyio.fail_after(60):
+        done = await anyio.run_process([sys.executable, "-c", _LEAVE_WAITING_JOB], check=False)
+    assert done.returncode == 0 and done.stdout.strip() == b"left", done.stderr.decode()
 
 
 async def test_send_signal_with_a_bad_number_names_the_fix() -> None:
