@@ -353,6 +353,12 @@ class SimpleElasticAgent(ElasticAgent):
         """``{local_rank: exitcode}`` of every worker reaped so far, stopped ones included."""
         return self._worker_exit_codes(worker_group)
 
+    def _failed_before_stop_codes(self, worker_group: WorkerGroup) -> Mapping[int, int]:
+        """After :meth:`_stop_workers`: ``{local_rank: exitcode}`` of the workers that
+        failed on their own before the stop signal (default: the non-zero exits seen)."""
+        codes = self._worker_exit_codes(worker_group)
+        return {rank: code for rank, code in codes.items() if code != 0}
+
     # -- the state machine -------------------------------------------------------------
 
     async def _invoke_run(self, role: str = DEFAULT_ROLE) -> RunResult:
@@ -371,6 +377,15 @@ class SimpleElasticAgent(ElasticAgent):
                         # (up to 40 s): its peers must not run on meanwhile. The progress
                         # snapshots the review reads stay mapped until the round ends.
                         await self._stop_workers(wg)
+                    if decision.action is Action.REJOIN:
+                        # A worker that failed on its own while the change came in (its
+                        # exit not delivered yet, or its error file written) makes this
+                        # round a failure, not a free membership restart.
+                        decision = decide_after_membership_change(
+                            self._failed_before_stop_codes(wg).values(),
+                            spec.local_world_size,
+                            self._remaining_restarts,
+                        )
                     decision = await self._review_decision(decision)
                     wg.state = decision.state
                     put_metric(f"workers.{role}.remaining_restarts", self._remaining_restarts)

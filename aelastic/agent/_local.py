@@ -304,6 +304,14 @@ class LocalElasticAgent(SimpleElasticAgent):
     def _worker_states(self, worker_group: WorkerGroup) -> Mapping[int, str]:
         return self._procs.states() if self._procs is not None else {}
 
+    def _failed_before_stop_codes(self, worker_group: WorkerGroup) -> Mapping[int, int]:
+        own, procs = self._failed_before_stop, self._procs
+        if own is None or procs is None:
+            return super()._failed_before_stop_codes(worker_group)
+        codes = {rank: e.exitcode for rank, e in procs.exits.items() if rank in own}
+        # failed through its error file, still running when stopped: not a success
+        return {rank: codes.get(rank) or 1 for rank in own}
+
     def _stopped_exit_codes(self, worker_group: WorkerGroup) -> Mapping[int, int]:
         if self._procs is None:
             return {}

@@ -105,11 +105,48 @@ async def test_killed_node_is_dropped_and_the_others_finish(tmp_path: Path) -> N
 
 async def test_both_nodes_fail_at_once_and_both_restart(tmp_path: Path) -> None:
     # Every worker of both nodes fails on the first attempt, within milliseconds of each
-    # other: both nodes must spend one restart, meet in the next round and finish.
+    # other: both nodes must spend one restart, meet in the next round and finish. Each
+    # worker of attempt 0 writes its error file (as @record does when the script raises),
+    # marks itself up and exits 1 once its peer's mark exists too. A node that hears of
+    # the other's failure first must still count its own worker's failure (already
+    # exited, or its error file written), not restart it for free as a membership change.
     port = free_port()
+    up = tmp_path / "up"
+    up.mkdir()
+    error = '{"message": {"message": "boom", "extraInfo": {"py_callstack": "", "timestamp": "0"}}}'
+    script = (
+        '[ "$TORCHELASTIC_RESTART_COUNT" != 0 ] && exit 0; '
+        f"echo '{error}' > \"$TORCHELASTIC_ERROR_FILE\"; "
+        f"touch {up}/$GROUP_RANK; until [ -e {up}/0 ] && [ -e {up}/1 ]; do :; done; exit 1"
+    )
     argv = [*_c10d("2", port, "bothfail"), "--max-restarts", "1", "--no-python", "sh", "-c"]
-    argv += ['[ "$TORCHELASTIC_RESTART_COUNT" != 0 ]']
+    argv += [script]
     async with cluster() as c:
         nodes = [await c.start(argv) for _ in range(2)]
         codes = await wait_all(nodes, 90)
     assert codes == [0, 0], [n.err for n in nodes]
+
+
+async def test_a_failed_worker_still_tearing_down_spends_a_restart(tmp_path: Path) -> None:
+    # Node rank 1's worker has failed (its error file is written, as @record does) but is
+    # still running when node rank 0's worker exits 1. Node 1 hears of it as a membership
+    # change; its own worker's failure must still count: it spends a restart (the next
+    # attempt sees TORCHELASTIC_RESTART_COUNT=1) instead of restarting for free into the
+    # same failure (here: an attempt 0 that never ends).
+    port = free_port()
+    up = tmp_path / "failed"
+    error = '{"message": {"message": "boom", "extraInfo": {"py_callstack": "", "timestamp": "0"}}}'
+    script = (
+        '[ "$TORCHELASTIC_RESTART_COUNT" != 0 ] && exit 0; '
+        'if [ "$GROUP_RANK" = 1 ]; then '
+        f"echo '{error}' > \"$TORCHELASTIC_ERROR_FILE\"; touch {up}; exec sleep 600; fi; "
+        f"until [ -e {up} ]; do :; done; exit 1"
+    )
+    argv = [*_c10d("2", port, "tearing"), "--max-restarts", "1", "--no-python", "sh", "-c"]
+    argv += [script]
+    async with cluster() as c:
+        nodes = [await c.start(argv, env={"LOGLEVEL": "INFO"}) for _ in range(2)]
+        codes = await wait_all(nodes, 60)
+    assert codes == [0, 0], [n.err for n in nodes]
+    for node in nodes:
+        assert "restart_count=1" in node.err, node.err
