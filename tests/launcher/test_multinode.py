@@ -12,7 +12,7 @@ from pathlib import Path
 
 import anyio
 
-from ._nodes import WORKER, cluster, free_port, records, wait_all
+from ._nodes import WORKER, Node, cluster, free_port, records, wait_all
 
 # close_timeout bounds a node's leave when the store's host has already gone (that leave
 # can otherwise wait the full default 30 s: DynamicRendezvousHandler._dissolve on a
@@ -103,50 +103,51 @@ async def test_killed_node_is_dropped_and_the_others_finish(tmp_path: Path) -> N
     assert sorted(r["RANK"] for r in finals) == ["0", "1"]
 
 
-async def test_both_nodes_fail_at_once_and_both_restart(tmp_path: Path) -> None:
-    # Every worker of both nodes fails on the first attempt, within milliseconds of each
-    # other: both nodes must spend one restart, meet in the next round and finish. Each
-    # worker of attempt 0 writes its error file (as @record does when the script raises),
-    # marks itself up and exits 1 once its peer's mark exists too. A node that hears of
-    # the other's failure first must still count its own worker's failure (already
-    # exited, or its error file written), not restart it for free as a membership change.
-    port = free_port()
-    up = tmp_path / "up"
-    up.mkdir()
-    error = '{"message": {"message": "boom", "extraInfo": {"py_callstack": "", "timestamp": "0"}}}'
-    script = (
-        '[ "$TORCHELASTIC_RESTART_COUNT" != 0 ] && exit 0; '
-        f"echo '{error}' > \"$TORCHELASTIC_ERROR_FILE\"; "
-        f"touch {up}/$GROUP_RANK; until [ -e {up}/0 ] && [ -e {up}/1 ]; do :; done; exit 1"
-    )
-    argv = [*_c10d("2", port, "bothfail"), "--max-restarts", "1", "--no-python", "sh", "-c"]
-    argv += [script]
-    async with cluster() as c:
-        nodes = [await c.start(argv) for _ in range(2)]
-        codes = await wait_all(nodes, 90)
-    assert codes == [0, 0], [n.err for n in nodes]
+#: What a worker does on attempt 0 before it fails: write its error file (as ``@record``
+#: does when the script raises), then what the test appends; later attempts succeed.
+_FAIL_ON_ATTEMPT_0 = (
+    '[ "$TORCHELASTIC_RESTART_COUNT" != 0 ] && exit 0; '
+    'echo \'{"message": {"message": "boom", "extraInfo": '
+    '{"py_callstack": "", "timestamp": "0"}}}\' > "$TORCHELASTIC_ERROR_FILE"; '
+)
 
 
-async def test_a_failed_worker_still_tearing_down_spends_a_restart(tmp_path: Path) -> None:
-    # Node rank 1's worker has failed (its error file is written, as @record does) but is
-    # still running when node rank 0's worker exits 1. Node 1 hears of it as a membership
-    # change; its own worker's failure must still count: it spends a restart (the next
-    # attempt sees TORCHELASTIC_RESTART_COUNT=1) instead of restarting for free into the
-    # same failure (here: an attempt 0 that never ends).
-    port = free_port()
-    up = tmp_path / "failed"
-    error = '{"message": {"message": "boom", "extraInfo": {"py_callstack": "", "timestamp": "0"}}}'
-    script = (
-        '[ "$TORCHELASTIC_RESTART_COUNT" != 0 ] && exit 0; '
-        'if [ "$GROUP_RANK" = 1 ]; then '
-        f"echo '{error}' > \"$TORCHELASTIC_ERROR_FILE\"; touch {up}; exec sleep 600; fi; "
-        f"until [ -e {up} ]; do :; done; exit 1"
-    )
-    argv = [*_c10d("2", port, "tearing"), "--max-restarts", "1", "--no-python", "sh", "-c"]
-    argv += [script]
+async def _two_nodes_failing_once(run_id: str, then: str) -> list[Node]:
+    """Two ``--nnodes 2 --max-restarts 1`` nodes whose workers run ``sh -c`` with
+    :data:`_FAIL_ON_ATTEMPT_0` + ``then``; both must finish with 0 within 60 s."""
+    argv = [*_c10d("2", free_port(), run_id), "--max-restarts", "1", "--no-python", "sh", "-c"]
+    argv += [_FAIL_ON_ATTEMPT_0 + then]
     async with cluster() as c:
         nodes = [await c.start(argv, env={"LOGLEVEL": "INFO"}) for _ in range(2)]
         codes = await wait_all(nodes, 60)
     assert codes == [0, 0], [n.err for n in nodes]
+    return nodes
+
+
+async def test_both_nodes_fail_at_once_and_both_restart(tmp_path: Path) -> None:
+    # Every worker of both nodes fails on the first attempt, within milliseconds of each
+    # other: both nodes must spend one restart, meet in the next round and finish. Each
+    # worker marks itself up and exits 1 once its peer's mark exists too. A node that
+    # hears of the other's failure first must still count its own worker's failure
+    # (already exited, or its error file written), not restart it for free as a
+    # membership change.
+    up = tmp_path / "up"
+    up.mkdir()
+    both_up = f"until [ -e {up}/0 ] && [ -e {up}/1 ]; do :; done"
+    await _two_nodes_failing_once("bothfail", f"touch {up}/$GROUP_RANK; {both_up}; exit 1")
+
+
+async def test_a_failed_worker_still_tearing_down_spends_a_restart(tmp_path: Path) -> None:
+    # Node rank 1's worker has failed (its error file is written) but is still running
+    # when node rank 0's worker exits 1. Node 1 hears of it as a membership change; its
+    # own worker's failure must still count: it spends a restart (the next attempt sees
+    # TORCHELASTIC_RESTART_COUNT=1) instead of restarting for free into the same
+    # failure (here: an attempt 0 that never ends).
+    failed = tmp_path / "failed"
+    nodes = await _two_nodes_failing_once(
+        "tearing",
+        f'if [ "$GROUP_RANK" = 1 ]; then touch {failed}; exec sleep 600; fi; '
+        f"until [ -e {failed} ]; do :; done; exit 1",
+    )
     for node in nodes:
         assert "restart_count=1" in node.err, node.err
