@@ -168,7 +168,7 @@ def test_full_console_drops_the_oldest_whole_lines(
 
 
 def test_sink_feeds_files_whole_when_the_console_is_full(
-    tmp_path: Path, stalled_pipe: int, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, pipe: tuple[int, int], stalled_pipe: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     console = io.TextIOWrapper(io.FileIO(stalled_pipe, "wb", closefd=False))
     monkeypatch.setattr(sys, "stdout", console)
@@ -193,6 +193,18 @@ def test_sink_feeds_files_whole_when_the_console_is_full(
     finally:
         os.close(fd)
     assert path.stat().st_size == 50_000 * 100
+    # Let the console writer write out what it kept, so that no thread of this test
+    # writes into a later test's sys.stdout.
+    writer = _console._writers["stdout"]
+    drained = threading.Event()
+
+    def drain() -> None:
+        while not drained.is_set():
+            os.read(pipe[0], 1 << 16)
+
+    threading.Thread(target=drain, daemon=True).start()
+    assert writer.wait_done(writer.enqueued, 60)
+    drained.set()
 
 
 def test_a_broken_console_is_skipped_until_sys_stdout_changes(
