@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
@@ -139,3 +140,41 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 keywords=item.keywords,
                 originalname=item.originalname,
             )
+
+
+class _SwallowedErrors(logging.Handler):
+    """Collects what an event loop logged as an error no task got to see."""
+
+    MARKERS = ("Exception in callback", "Task exception was never retrieved")
+    #: grpc.aio (the etcd backend's client) keeps one process-wide poller bound to the loop
+    #: it first ran on; with a loop per test, its callbacks land on loops already closed.
+    #: That is grpc's noise, not an error of the test's own code.
+    IGNORED = ("PollerCompletionQueue._handle_events",)
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith(self.MARKERS) and not any(i in message for i in self.IGNORED):
+            self.messages.append(self.format(record))
+
+
+@pytest.fixture(autouse=True)
+def _no_swallowed_loop_errors() -> Iterator[None]:
+    """Fail a test whose event loop swallowed an exception in a callback.
+
+    asyncio logs such an exception and goes on, so the test would pass: even
+    pytest-timeout's own failure, raised inside a callback that spins forever, ends
+    up there (a hang that passed after 120 s once hid that way).
+    """
+    handler = _SwallowedErrors()
+    logger = logging.getLogger("asyncio")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+    if handler.messages:
+        pytest.fail("the event loop swallowed an error:\n" + "\n".join(handler.messages))
