@@ -530,7 +530,11 @@ class SimpleElasticAgent(ElasticAgent):
     def _describe_outcome(self, wg: WorkerGroup) -> str:
         if self._hang is not None:
             return self._hang.describe()
-        return _describe_exits(self._worker_exit_codes(wg))
+        # once stopped, the workers that failed before the stop count too (a failure the
+        # loop had not delivered when a membership change turned the round into one)
+        return _describe_exits(
+            {**self._worker_exit_codes(wg), **self._failed_before_stop_codes(wg)}
+        )
 
     async def _review_decision(self, decision: Decision) -> Decision:
         """Apply the restart policy (job-wide budget, no-progress stop) to ``decision``."""

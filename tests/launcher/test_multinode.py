@@ -151,3 +151,7 @@ async def test_a_failed_worker_still_tearing_down_spends_a_restart(tmp_path: Pat
     )
     for node in nodes:
         assert "restart_count=1" in node.err, node.err
+    # node 1's log names its own failure, not "no exit"
+    assert any("worker group FAILED (local_rank 0 exited -15)" in n.err for n in nodes), [
+        n.err for n in nodes
+    ]
