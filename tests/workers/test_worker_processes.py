@@ -252,8 +252,11 @@ def _children() -> set[str]:
     """Pids of this process's children, zombies included (Linux >= 3.5)."""
     found: set[str] = set()
     for task in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{task}/children") as fp:
-            found.update(fp.read().split())
+        try:
+            with open(f"/proc/self/task/{task}/children") as fp:
+                found.update(fp.read().split())
+        except FileNotFoundError:
+            continue  # the thread ended since the listing (a pool thread, an events hop)
     return found
 
 
