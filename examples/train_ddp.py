@@ -139,4 +139,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything is done and saved; skip interpreter finalization, where gloo's C++
+    # threads can still hold Python objects and abort the process ("terminate called
+    # without an active exception", SIGABRT; pytorch PR #179291). Seen in 1 of 7 suite
+    # runs on a loaded 2-core machine, under any launcher.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
