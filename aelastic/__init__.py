@@ -5,6 +5,21 @@ Importing aelastic never imports torch. Subpackages: ``aelastic.store``,
 ``aelastic.errors``, ``aelastic.events``, ``aelastic.metrics``, ``aelastic.progress``
 (the workers' progress reporting for hang detection), ``aelastic.health``; the launch API
 (``LaunchConfig``, ``launch``, ``open_job``, ``elastic_launch``) is in ``aelastic.launcher``.
+
+Layers, lowest first. A module imports from its own package, from a lower layer, and
+from another package only what that package's ``__init__`` exports (never one of its
+``_private`` modules); the base helpers are shared by all (``tests/test_layers.py``
+enforces this, and that no two modules import each other)::
+
+    0. base helpers: _exceptions _ids _lazy _net _stacks_dump
+    1. store errors metrics progress
+    2. events
+    3. workers rendezvous
+    4. agent
+    5. health
+    6. launcher
+    7. command line: cli
+    8. python -m aelastic: __main__
 """
 
 from ._exceptions import AelasticError as AelasticError

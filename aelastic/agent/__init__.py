@@ -18,6 +18,7 @@ from ._policy import Action as Action
 from ._policy import Decision as Decision
 from ._policy import decide_after_exit as decide_after_exit
 from ._policy import decide_after_membership_change as decide_after_membership_change
+from ._policy import restart_count as restart_count
 from ._types import DEFAULT_ROLE as DEFAULT_ROLE
 from ._types import RunResult as RunResult
 from ._types import Worker as Worker
@@ -44,5 +45,6 @@ __all__ = (
     "WorkerState",
     "decide_after_exit",
     "decide_after_membership_change",
+    "restart_count",
     "worker_env",
 )

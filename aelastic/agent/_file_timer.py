@@ -29,8 +29,7 @@ from typing import Any
 
 import anyio
 
-from ..errors import ProcessFailure
-from ..errors._failure import NOT_AVAILABLE
+from ..errors import NOT_AVAILABLE, ProcessFailure
 from ..metrics import put_metric
 
 __all__ = (

@@ -26,7 +26,7 @@ import anyio.to_thread
 from ..metrics import put_metric
 from ..progress import ProgressSnapshot, ProgressTimeouts
 from ..store import StoreError
-from ..workers._logs import run_dir
+from ..workers import run_dir
 from ._policy import Observed, learned_timeouts, merge_observed, observe
 from ._restart_policy import job_store
 from ._types import WorkerSpec

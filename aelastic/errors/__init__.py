@@ -15,9 +15,15 @@ from ._record import ErrorHandler as ErrorHandler
 from ._record import error_file_data as error_file_data
 from ._record import record as record
 
+#: The module ``run --run-path`` runs with ``python -m`` in front of the script and its
+#: arguments (a worker reporting its exception like ``@record``). Defined here, not
+#: imported from it: the package must not load the module it is asked to run.
+RUN_SCRIPT_MODULE = f"{__name__}._run_script"
+
 __all__ = (
     "ERROR_FILE_ENV",
     "NOT_AVAILABLE",
+    "RUN_SCRIPT_MODULE",
     "ChildFailedError",
     "ErrorHandler",
     "ProcessFailure",

@@ -19,12 +19,10 @@ import os
 import runpy
 import sys
 
+from . import RUN_SCRIPT_MODULE
 from ._record import record
 
-__all__ = ("RUN_SCRIPT_MODULE", "main")
-
-#: The module to run with ``python -m`` in front of the script and its arguments.
-RUN_SCRIPT_MODULE = "aelastic.errors._run_script"
+__all__ = ("main",)
 
 
 def main() -> None:

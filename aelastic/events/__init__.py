@@ -27,6 +27,7 @@ from ._api import NodeState as NodeState
 from ._api import RdzvEvent as RdzvEvent
 from ._dispatch import DestinationStatistics as DestinationStatistics
 from ._dispatch import arecord as arecord
+from ._dispatch import check_destination as check_destination
 from ._dispatch import flush as flush
 from ._dispatch import flush_blocking as flush_blocking
 from ._dispatch import record as record
@@ -65,6 +66,7 @@ __all__ = (
     "StoreEventHandler",
     "UnknownDestinationError",
     "arecord",
+    "check_destination",
     "configure_file",
     "configure_store",
     "construct_and_record_rdzv_event",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import anyio
 
-from ..store._exceptions import QueueEmptyError, StoreError, StoreTimeoutError
+from ..store import QueueEmptyError, StoreError, StoreTimeoutError
 from ._store import events_key
 
 __all__ = ("main",)

@@ -73,6 +73,7 @@ __all__ = (
     "EventLike",
     "HandlerLike",
     "arecord",
+    "check_destination",
     "destination",
     "flush",
     "flush_blocking",
@@ -611,6 +612,12 @@ registry = _Registry()
 def destination(name: str) -> Destination:
     """Return the destination ``name`` (raises :class:`UnknownDestinationError`)."""
     return registry.get(name)
+
+
+def check_destination(name: str) -> None:
+    """Raise :class:`UnknownDestinationError` unless ``name`` is a destination (a built-in
+    one or one given to :func:`register_handler`); what a launcher checks its settings with."""
+    registry.get(name)
 
 
 def record(event: EventLike, destination: str = "null") -> None:

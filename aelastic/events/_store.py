@@ -8,11 +8,13 @@ events of all nodes. Popping consumes: one consumer sees each event once.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..store._api import Store
 from ._dispatch import register_handler
 from ._exceptions import EventsError
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 __all__ = ("EVENTS_KEY_PREFIX", "StoreEventHandler", "configure_store", "events_key")
 
@@ -46,6 +48,8 @@ class StoreEventHandler:
     """
 
     def __init__(self, store: Store, run_id: str | None = None) -> None:
+        from ..store import Store  # the store package loads only with this destination
+
         if not isinstance(store, Store):
             raise TypeError(f"StoreEventHandler needs an aelastic.store.Store, got {store!r}")
         self.store = store

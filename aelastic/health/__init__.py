@@ -9,5 +9,7 @@ from ._report import is_ready as is_ready
 from ._report import metrics_text as metrics_text
 from ._report import status as status
 from ._server import serve_health as serve_health
+from ._view import JobView as JobView
+from ._view import WorkerView as WorkerView
 
-__all__ = ("is_ready", "metrics_text", "serve_health", "status")
+__all__ = ("JobView", "WorkerView", "is_ready", "metrics_text", "serve_health", "status")

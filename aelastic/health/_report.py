@@ -1,29 +1,28 @@
 """What the health endpoint reports about a job: ``/status`` JSON and ``/metrics`` text.
 
-Plain functions of a :class:`aelastic.Job`'s live values: nothing awaits, nothing
-blocks, so a probe costs the job's event loop a few microseconds.
+Plain functions of a job's live values (a :class:`JobView`, such as
+:class:`aelastic.Job`): nothing awaits, nothing blocks, so a probe costs the job's
+event loop a few microseconds.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..agent import WorkerState
-
-if TYPE_CHECKING:
-    from ..launcher import Job
+from ._view import JobView
 
 __all__ = ("is_ready", "metrics_text", "status")
 
 
-def is_ready(job: Job) -> bool:
+def is_ready(job: JobView) -> bool:
     """Whether the workers are running (``HEALTHY``): what ``/readyz`` answers."""
     return job.state is WorkerState.HEALTHY
 
 
-def status(job: Job) -> dict[str, Any]:
+def status(job: JobView) -> dict[str, Any]:
     """The ``/status`` document: node, role, run id, round, state, restarts, workers, failure."""
     failure, hang = job.last_failure, job.last_hang
     return {
@@ -54,7 +53,7 @@ def _optional(name: str, help_: str, value: int | None) -> list[tuple[str, str, 
     return [] if value is None else [(name, "gauge", help_, value)]
 
 
-def metrics_text(job: Job) -> str:
+def metrics_text(job: JobView) -> str:
     """The ``/metrics`` page: Prometheus text exposition format 0.0.4, written by hand."""
     labels = f'run_id="{_escape(job.run_id)}",role="{_escape(job.role)}"'
     state = job.state

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import socket
-from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -22,9 +21,7 @@ from anyio.streams.stapled import MultiListener
 
 from ._http import Response, serve_one
 from ._report import is_ready, metrics_text, status
-
-if TYPE_CHECKING:
-    from ..launcher import Job
+from ._view import JobView
 
 __all__ = ("serve_health",)
 
@@ -37,7 +34,7 @@ _PORT_TRIES = 5
 _TEXT = "text/plain; charset=utf-8"
 
 
-def _route(job: Job, method: str, path: str) -> Response:
+def _route(job: JobView, method: str, path: str) -> Response:
     if path == "/healthz":
         return Response(200, _TEXT, b"ok\n")
     if path == "/readyz":
@@ -90,7 +87,7 @@ async def _bind_all(addresses: list[str], port: int) -> MultiListener[SocketStre
 
 
 async def serve_health(
-    job: Job,
+    job: JobView,
     host: str,
     port: int,
     *,

@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from .._exceptions import AelasticError
 from .._ids import random_uuid4
-from ..progress import _options as _progress_options
+from . import _progress_args
 from ._config import DEFAULT_SIGNALS, LaunchConfig, LaunchConfigError
+from ._exceptions import UsageError as UsageError
 
 __all__ = (
     "PROG",
@@ -36,10 +36,6 @@ PROG = "python -m aelastic run"
 _EXIT_BARRIER_ENV = "TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT"
 _HEALTH_ENV = "TORCHELASTIC_HEALTH_CHECK_PORT"
 _STANDALONE_ENDPOINT = "localhost:0"
-
-
-class UsageError(AelasticError, ValueError):
-    """A flag or value of ``aelastic run`` is wrong; the message names it and the fix."""
 
 
 @dataclass(frozen=True)
@@ -286,7 +282,7 @@ _OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
         False,
         "every worker gets LOCAL_RANK=0 and its own CUDA_VISIBLE_DEVICES",
     ),
-    *_progress_options.OPTIONS,  # hang detection and restart policy (aelastic.progress)
+    *_progress_args.OPTIONS,  # hang detection and restart policy (aelastic.progress)
     (
         ("--health-port", "--health_port"),
         "health_port",
@@ -690,7 +686,7 @@ def parse_run_args(
         # Like torchrun: runpy.run_path(script, run_name="__main__") under @record, so
         # an undecorated script's uncaught exception still lands in its error file; in
         # the launcher's interpreter (the runner is aelastic's), PYTHON_EXEC ignored.
-        from ..errors._run_script import RUN_SCRIPT_MODULE
+        from ..errors import RUN_SCRIPT_MODULE
 
         entrypoint = python or sys.executable
         args = ["-u", "-m", RUN_SCRIPT_MODULE, script]
@@ -728,7 +724,7 @@ def parse_run_args(
             redirects=redirects,
             tee=tee,
             local_ranks_filter=ranks_filter,
-            **_progress_options.config_fields(v),
+            **_progress_args.config_fields(v),
             health_port=health_port,
             health_host=v.str_("health_host"),
         )

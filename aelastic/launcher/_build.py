@@ -77,11 +77,10 @@ def parse_signals(spec: str) -> list[signal.Signals]:
 
 
 def check_event_destination(name: str) -> None:
-    from ..events import UnknownDestinationError
-    from ..events._dispatch import registry
+    from ..events import UnknownDestinationError, check_destination
 
     try:
-        registry.get(name)
+        check_destination(name)
     except UnknownDestinationError as exc:
         raise LaunchConfigError(f"event_log_handler={name!r}: {exc}") from None
 

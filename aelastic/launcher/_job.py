@@ -195,7 +195,7 @@ class Job:
     @property
     def restart_count(self) -> int:
         """Failures restarted so far."""
-        from ..agent._policy import restart_count
+        from ..agent import restart_count
 
         return restart_count(self.config.max_restarts, self._agent.remaining_restarts)
 

@@ -5,8 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from ..store import Store, StoreError, StoreTimeoutError
-from ..store._exceptions import StoreClosedError, StoreConnectionError
+from ..store import (
+    Store,
+    StoreClosedError,
+    StoreConnectionError,
+    StoreError,
+    StoreTimeoutError,
+)
 from ._exceptions import RendezvousConnectionError, RendezvousStateError
 
 __all__ = ("Ops", "translate", "translated")

@@ -12,6 +12,7 @@
 from ._api import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
 from ._api import Store as Store
 from ._api import Value as Value
+from ._api import to_bytes as to_bytes
 from ._client import TCPStoreClient as TCPStoreClient
 from ._ephemeral import EphemeralSession as EphemeralSession
 from ._ephemeral import OnCloseAction as OnCloseAction
@@ -53,4 +54,5 @@ __all__ = (
     "barrier",
     "get_all",
     "synchronize",
+    "to_bytes",
 )

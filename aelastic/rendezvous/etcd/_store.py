@@ -24,8 +24,8 @@ from ...store import (
     StoreError,
     StoreTimeoutError,
     Value,
+    to_bytes,
 )
-from ...store._api import to_bytes
 from ._client import (
     EtcdClient,
     EtcdCompactedError,

@@ -1,6 +1,6 @@
-"""The ``run`` flags of hang detection and restart policy, and their checks.
+"""The ``run`` flags of hang detection (``aelastic.progress``) and restart policy, and their checks.
 
-Kept here so the launcher's argument module only appends :data:`OPTIONS` to its
+Kept apart so the launcher's argument module only appends :data:`OPTIONS` to its
 table and passes :func:`config_fields` to ``LaunchConfig``. Every flag also reads
 ``PET_<NAME>`` like torchrun's own.
 """
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ._timeouts import ProgressTimeoutError, parse_section_timeouts
+from ..progress import ProgressTimeoutError, parse_section_timeouts
+from ._exceptions import UsageError
 
 __all__ = ("OPTIONS", "config_fields")
 
@@ -96,7 +97,6 @@ def config_fields(v: _Values) -> dict[str, Any]:
     Raises:
         UsageError: a value is not a positive number of seconds, a count or a map.
     """
-    from ..launcher._args import UsageError
 
     def seconds(dest: str) -> float | None:
         return v.float_(dest, minimum=0.0, strict=True)
