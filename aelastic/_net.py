@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
-__all__ = ("is_loopback",)
+import functools
+import socket
+
+__all__ = ("is_loopback", "node_name")
+
+
+@functools.lru_cache(maxsize=1)
+def node_name() -> str:
+    """This machine's name as every report gives it (failure summary, ``/status``, logs).
+
+    ``socket.gethostname()``, read once per process: no DNS round trip (torchrun's
+    #73656), and not ``getfqdn()``, which answers ``localhost`` on a host whose name is
+    an alias of 127.0.0.1.
+    """
+    return socket.gethostname()
 
 
 def is_loopback(host: str) -> bool:

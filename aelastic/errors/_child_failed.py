@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import functools
-import socket
 from collections.abc import Mapping
 
 from .._exceptions import AelasticError
+from .._net import node_name
 from ._failure import NOT_AVAILABLE, ProcessFailure
 
 __all__ = ("ChildFailedError",)
 
 _MAX_WIDTH = 60
-
-
-@functools.lru_cache(maxsize=1)
-def _fqdn() -> str:
-    return socket.getfqdn()
 
 
 class ChildFailedError(AelasticError):
@@ -28,7 +22,8 @@ class ChildFailedError(AelasticError):
     with time, host, global and local rank, exit code, pid, signal name, error
     file and traceback (or an OOM hint for a SIGKILL without an error file).
 
-    ``hostname`` defaults to this machine's FQDN (resolved once per process).
+    ``hostname`` defaults to this machine's name, as ``/status`` reports it
+    (``socket.gethostname()``, read once per process).
     """
 
     def __init__(
@@ -42,7 +37,7 @@ class ChildFailedError(AelasticError):
             raise ValueError("ChildFailedError needs at least one failure; got an empty mapping")
         self.name = name
         self.failures: dict[int, ProcessFailure] = dict(failures)
-        self.hostname = hostname if hostname is not None else _fqdn()
+        self.hostname = hostname if hostname is not None else node_name()
         super().__init__(self.format_msg())
 
     def get_first_failure(self) -> tuple[int, ProcessFailure]:

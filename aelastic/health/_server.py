@@ -19,6 +19,7 @@ import anyio.abc
 from anyio.abc import Listener, SocketAttribute, SocketStream
 from anyio.streams.stapled import MultiListener
 
+from ._exceptions import HealthPortError
 from ._http import Response, serve_one
 from ._report import is_ready, metrics_text, status
 from ._view import JobView
@@ -103,9 +104,17 @@ async def serve_health(
     listeners and every open connection at once.
 
     Raises:
-        OSError: ``host:port`` cannot be bound (in use, not a local address).
+        HealthPortError: ``host:port`` cannot be bound (in use, not a local address);
+            also an ``OSError`` with the original ``errno``.
     """
-    listener = await _bind_all(await _addresses(host, port), port)
+    try:
+        listener = await _bind_all(await _addresses(host, port), port)
+    except OSError as exc:
+        raise HealthPortError(
+            exc.errno,
+            f"health endpoint: cannot listen on {host}:{port}: {exc.strerror or exc}; choose "
+            "another health_port (--health-port), or 0 for any free port",
+        ) from None
     limiter = anyio.CapacityLimiter(max_connections)
     async with listener:
         bound = listener.listeners[0].extra(SocketAttribute.local_address)

@@ -10,11 +10,11 @@ Never imports torch.
 
 Modules, one job each: ``_config`` (:class:`LaunchConfig`), ``_args`` (``aelastic run``
 flags -> config; ``_progress_args`` the hang-detection and restart-policy flags,
-``_exceptions`` their ``UsageError``), ``_build`` (config -> rendezvous handler, spec, agent), ``_job`` (the
-:class:`Job` handle), ``_api`` (``launch`` and its synchronous forms), ``_cli`` (``python
--m aelastic run``). Submodules load on first use (PEP 562): ``aelastic run`` imports
-this package before it parses its flags, and must reach the workers' pre-start without
-anyio or the agent loaded (see ``_cli``).
+``_exceptions`` their ``UsageError``), ``_build`` (config -> rendezvous handler, spec,
+agent), ``_job`` (the :class:`Job` handle), ``_api`` (``launch`` and its synchronous
+forms), ``_cli`` (``python -m aelastic run``). Submodules load on first use (PEP 562):
+``aelastic run`` imports this package before it parses its flags, and must reach the
+workers' pre-start without anyio or the agent loaded (see ``_cli``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import signal
-import socket
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing, asynccontextmanager
@@ -23,6 +22,7 @@ import anyio
 import anyio.abc
 
 from .._exceptions import AelasticError
+from .._net import node_name
 from ._build import PreparedJob, prepare_job
 from ._config import LaunchConfig
 
@@ -149,7 +149,7 @@ class Job:
         #: ``(host, port)`` of the health endpoint, when ``config.health_port`` is set
         self.health_address: tuple[str, int] | None = None
         #: this node's host name, as reported by ``/status``
-        self.node = socket.gethostname()
+        self.node = node_name()
         self._prepared = prepared
         self._agent = prepared.agent
         self._history: collections.deque[StateChange] = collections.deque(maxlen=_HISTORY)
@@ -473,7 +473,8 @@ async def open_job(
 
     Raises:
         LaunchConfigError: a setting cannot work (raised on entry, nothing started).
-        OSError: the health port cannot be bound.
+        aelastic.health.HealthPortError: the health port cannot be bound (also an
+            ``OSError``); the message names the port and the fix.
     """
     prepared = prepare_job(config, entrypoint, args)
     job = Job(config, prepared)
@@ -494,18 +495,12 @@ async def open_job(
 
 
 async def _start_health(tg: anyio.abc.TaskGroup, job: Job, config: LaunchConfig) -> tuple[str, int]:
-    """Listen for the health endpoint in ``tg``; an unusable port is named with the fix."""
+    """Listen for the health endpoint in ``tg`` (raises ``HealthPortError``)."""
     from ..health import serve_health
 
-    host, port = config.health_host, config.health_port
-    try:
-        address: tuple[str, int] = await tg.start(serve_health, job, host, port)
-    except OSError as exc:
-        raise OSError(
-            exc.errno,
-            f"health endpoint: cannot listen on {host}:{port}: {exc.strerror or exc}; choose "
-            "another health_port (--health-port), or 0 for any free port",
-        ) from None
+    address: tuple[str, int] = await tg.start(
+        serve_health, job, config.health_host, config.health_port
+    )
     return address
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import signal
 import socket
@@ -159,11 +160,30 @@ async def test_endpoint_runs_on_every_anyio_backend(backend: str) -> None:
 
 
 async def test_a_port_in_use_is_named_and_nothing_starts() -> None:
+    from aelastic import AelasticError
+    from aelastic.health import HealthPortError
+
     async with await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0) as taken:
         port = taken.extra(anyio.abc.SocketAttribute.local_port)
-        with pytest.raises(OSError, match=f"health endpoint: cannot listen on 127.0.0.1:{port}"):
+        with pytest.raises(HealthPortError, match=f"cannot listen on 127.0.0.1:{port}") as info:
             async with open_job(_config(health_port=port), "/bin/true"):
                 pytest.fail("the block must not run")
+    error = info.value
+    assert isinstance(error, AelasticError) and isinstance(error, OSError)
+    assert error.errno == errno.EADDRINUSE and "--health-port" in str(error)
+
+
+async def test_failure_summary_and_status_name_the_same_host() -> None:
+    from aelastic.errors import ChildFailedError
+
+    with anyio.fail_after(60):
+        async with open_job(_config(max_restarts=0, nproc_per_node=1), "/bin/false") as job:
+            assert job.health_address is not None
+            with pytest.raises(ChildFailedError) as info:
+                await job.wait()
+            status = json.loads((await get(job.health_address, "/status"))[2])
+    assert status["node"] == job.node
+    assert f"  host      : {status['node']}\n" in str(info.value)
 
 
 def _idle_job() -> Any:
