@@ -32,10 +32,25 @@ DEFAULT_ROLE = "default"
 class WorkerState(str, enum.Enum):
     """State of a :class:`WorkerGroup`; the workers of a group change state as a unit.
 
-    ``INIT`` (created, not started) -> ``HEALTHY`` (running) -> ``SUCCEEDED`` (all exited 0)
-    or ``FAILED`` (one exited non-zero and the budget is spent). ``STOPPED``: the agent
-    stopped the group to restart it (a failure or a membership change). ``UNHEALTHY``:
-    running but unhealthy. ``UNKNOWN``: the agent lost track (an error during a transition).
+    What the agent does, transition by transition:
+
+    * ``INIT`` (created, not started) -> ``HEALTHY`` (the workers run) after each
+      rendezvous and start;
+    * ``HEALTHY`` -> ``SUCCEEDED``: every worker exited 0 (final);
+    * ``HEALTHY`` -> ``FAILED``: a worker failed (exited non-zero, or hung and was
+      stopped). With restarts left this is followed by ``STOPPED`` (the group stopped)
+      and ``HEALTHY`` again (the next attempt): ``FAILED`` comes before **each**
+      restart. With the budget spent it is final;
+    * ``HEALTHY`` -> ``STOPPED`` -> ``HEALTHY``: a membership change restarted the group
+      (no restart spent);
+    * -> ``STOPPED`` (final): the run was stopped (cancelled, a terminating signal, a
+      launcher's ``job.stop()``), also before the first start;
+    * -> ``UNKNOWN`` (final): an error interrupted a transition (a rendezvous that
+      failed, workers that could not be started or reaped).
+
+    ``HEALTHY`` -> ``UNHEALTHY`` -> ``FAILED`` (final): a worker is stuck in
+    uninterruptible sleep and the agent gives up on this host (torch ends at
+    ``UNHEALTHY``; ``FAILED`` keeps a launcher from taking it for success).
     """
 
     UNKNOWN = "UNKNOWN"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from typing import Any, Literal
 
 import anyio
@@ -46,6 +47,10 @@ class EventStream(ObjectReceiveStream[Any]):
     Iteration ends once the stream is closed (:meth:`aclose`, leaving the ``async
     with`` block): what was buffered is still returned first. Cancelling a waiting
     ``receive`` loses nothing: the next call returns the next event.
+
+    ``attach``/``detach`` replace the registry as the source (called once each, with
+    the stream, where it would subscribe and unsubscribe): a stream fed by :meth:`push`
+    from elsewhere, such as a job's backlog (:meth:`aelastic.Job.events`).
     """
 
     def __init__(
@@ -54,6 +59,9 @@ class EventStream(ObjectReceiveStream[Any]):
         max_buffer: int,
         overflow: Overflow,
         run_id: str | None = None,
+        *,
+        attach: Callable[[EventStream], None] | None = None,
+        detach: Callable[[EventStream], None] | None = None,
     ) -> None:
         self.destination = destination
         self.run_id = run_id
@@ -71,12 +79,14 @@ class EventStream(ObjectReceiveStream[Any]):
         self._attached = False
         self._closed = False
         self._signal = Signal()
+        self._source_attach = _attach if attach is None else attach
+        self._source_detach = _detach if detach is None else detach
 
     def _attach(self) -> None:
         """Start the subscription (once; never after :meth:`close`)."""
         if not self._attached and not self._closed:
             self._attached = True
-            _attach(self)
+            self._source_attach(self)
 
     async def __aenter__(self) -> EventStream:
         """Start the subscription: events recorded from here on are delivered."""
@@ -129,7 +139,7 @@ class EventStream(ObjectReceiveStream[Any]):
     def close(self) -> None:
         """Unsubscribe now (synchronous :meth:`aclose`); buffered events can still be read."""
         if self._attached and not self._closed:
-            _detach(self)
+            self._source_detach(self)
         self._closed = True
         self._signal.set()
 

@@ -45,6 +45,10 @@ __all__ = (
 
 #: State transitions a :class:`Job` keeps for late readers of :meth:`Job.state_changes`.
 _HISTORY = 1_000
+#: Events a :class:`Job` keeps for late subscribers of :meth:`Job.events`.
+_EVENT_BACKLOG = 1_000
+#: The buffer of the job's own subscription, drained by its event task.
+_EVENT_BUFFER = 10_000
 
 
 class JobStoppedError(AelasticError):
@@ -157,6 +161,13 @@ class Job:
         self._changed = anyio.Event()
         self._done = anyio.Event()
         self._outcome: RunResult | BaseException | None = None
+        #: cancelled by :meth:`stop` (made now: a stop before the job's task runs counts)
+        self._run_scope = anyio.CancelScope()
+        self._stop_requested = False
+        self._events_source: EventStream | None = None  # the job's registry subscription
+        self._event_backlog: collections.deque[Any] = collections.deque(maxlen=_EVENT_BACKLOG)
+        self._event_streams: list[EventStream] = []  # subscribers fed from the backlog on
+        self._events_ended = False
         self._last_failure: FailureInfo | None = None
         #: the agent's ``last_failures`` mapping ``_last_failure`` was made from
         self._failures_seen: Mapping[int, ProcessFailure] = self._agent.last_failures
@@ -220,6 +231,17 @@ class Job:
         return self._agent.heartbeat_age_ms()
 
     @property
+    def history(self) -> tuple[StateChange, ...]:
+        """The state transitions so far, oldest first (the last 1000): a snapshot.
+
+        Readable at any time, also after the ``open_job`` block: once :attr:`done`,
+        the last item is the job's final state (``SUCCEEDED``, ``FAILED``, ``STOPPED``
+        when it was stopped or let go by the rendezvous, ``UNKNOWN`` when an error
+        ended it), which a watcher inside the block may not live to see.
+        """
+        return tuple(self._history)
+
+    @property
     def done(self) -> bool:
         """Whether the job has finished (:meth:`wait` returns or raises at once)."""
         return self._done.is_set()
@@ -269,15 +291,40 @@ class Job:
             await self._changed.wait()
 
     def events(self, *, max_buffer: int = 10_000) -> EventStream:
-        """Subscribe to this job's events only (those whose run id is :attr:`run_id`).
+        """Stream this job's events (those whose run id is :attr:`run_id`), earlier ones first.
 
-        ``async with job.events() as stream: async for event in stream: ...``; see
-        :func:`aelastic.events.subscribe`: events recorded from the moment the stream
-        is entered (or first read) on; a stream never used subscribes to nothing.
+        ``async with job.events() as stream: async for event in stream: ...``. When
+        the stream is entered (or first read) it gets the job's last 1000 events
+        recorded so far, then each new one as it comes; iteration ends once the job
+        has ended (or the ``open_job`` block is left) and the stream is drained, so a
+        subscriber entered late, even after the block, misses nothing kept. The job
+        never waits for a reader: see :class:`aelastic.events.EventStream` for
+        ``max_buffer`` and ``dropped``. A stream never used costs nothing.
         """
-        from ..events import subscribe
+        from ..events import EventStream
 
-        return subscribe(run_id=self.run_id, max_buffer=max_buffer)
+        return EventStream(
+            None,
+            max_buffer,
+            "drop_oldest",
+            self.run_id,
+            attach=self._attach_events,
+            detach=self._event_streams_remove,
+        )
+
+    async def stop(self) -> None:
+        """Stop the job and return once it has stopped; a job already done is left as is.
+
+        As when the ``open_job`` block is left: the workers get SIGTERM (SIGKILL after
+        the shutdown timeout) and the node leaves the rendezvous (bounded). Then
+        :meth:`wait` raises :class:`JobStoppedError`, :attr:`history` ends with
+        ``STOPPED``, and the health endpoint answers until the block is left.
+        Cancelling ``stop()`` only ends the waiting: the job stops all the same.
+        """
+        if not self._done.is_set():
+            self._stop_requested = True
+            self._run_scope.cancel()
+        await self._done.wait()
 
     def send_signal(self, sig: int, *, terminate: bool = True) -> None:
         """Stop the job with ``sig`` (``terminate=True``) or only forward it to the workers.
@@ -371,24 +418,62 @@ class Job:
             timestamp=time.time(),
         )
 
-    async def _watch_progress(
+    async def _watch_events(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Keep what this job's progress events say (hangs, learned timeouts) until
-        cancelled; subscribed before ``started``, so the job's first event is seen."""
+        """Take this job's events (backlog, subscribers, progress notes) until cancelled;
+        subscribed before ``started``, so the job's first event is seen."""
         from ..events import subscribe
 
-        async with subscribe(run_id=self.run_id, max_buffer=1000) as stream:
+        async with subscribe(run_id=self.run_id, max_buffer=_EVENT_BUFFER) as stream:
+            self._events_source = stream
             task_status.started()
-            async for event in stream:
-                name = getattr(event, "name", None)
-                metadata = getattr(event, "metadata", None) or {}
-                if name == "aelastic.progress.hang":
-                    self._note_hang(metadata)
-                elif name == "aelastic.progress.learned_timeouts":
-                    heartbeat = metadata.get("heartbeat")
-                    if heartbeat is not None:
-                        self.learned_heartbeat_timeout = float(heartbeat)
+            try:
+                async for event in stream:
+                    self._take_event(event)
+            finally:
+                self._end_events()
+
+    def _take_event(self, event: Any) -> None:
+        self._event_backlog.append(event)
+        for subscriber in self._event_streams:
+            subscriber.push(event, "")
+        name = getattr(event, "name", None)
+        metadata = getattr(event, "metadata", None) or {}
+        if name == "aelastic.progress.hang":
+            self._note_hang(metadata)
+        elif name == "aelastic.progress.learned_timeouts":
+            heartbeat = metadata.get("heartbeat")
+            if heartbeat is not None:
+                self.learned_heartbeat_timeout = float(heartbeat)
+
+    def _end_events(self) -> None:
+        """Take what the job's subscription holds, then end every subscriber's stream.
+
+        Called when the job is done (its events were all recorded, hence pushed, by
+        then) and when the event task ends; idempotent.
+        """
+        source = self._events_source
+        while source is not None:
+            try:
+                self._take_event(source.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                break
+        self._events_ended = True
+        for subscriber in list(self._event_streams):
+            subscriber.close()
+
+    def _attach_events(self, stream: EventStream) -> None:
+        for event in self._event_backlog:
+            stream.push(event, "")
+        if self._events_ended:
+            stream.close()  # the backlog is all there is
+        else:
+            self._event_streams.append(stream)
+
+    def _event_streams_remove(self, stream: EventStream) -> None:
+        if stream in self._event_streams:
+            self._event_streams.remove(stream)
 
     def _note_hang(self, metadata: Mapping[str, Any]) -> None:
         global_rank = metadata.get("global_rank")
@@ -412,27 +497,49 @@ class Job:
     async def _run(self) -> None:
         """Run the agent in its handler; keep the outcome for :meth:`wait`.
 
-        Cancellation (the block left) stops the workers and leaves the rendezvous
-        (the agent's shielded, bounded shutdown), then propagates.
+        Cancellation (the block left, :meth:`stop`) stops the workers and leaves the
+        rendezvous (the agent's shielded, bounded shutdown), then propagates (a
+        :meth:`stop` ends here). A job that ends before its group ever changed state
+        (stopped or failed during its first rendezvous) leaves ``INIT`` for ``STOPPED``
+        (``UNKNOWN`` after an error), so its last transition says how it ended.
         """
-        try:
-            async with self._prepared.handler:
-                self._outcome = await self._agent.run()
-        except anyio.get_cancelled_exc_class():
-            self._outcome = JobStoppedError(
-                f"job {self.run_id!r} was stopped before it finished: its open_job block "
-                "was left or cancelled"
+        with self._run_scope:
+            try:
+                async with self._prepared.handler:
+                    self._outcome = await self._agent.run()
+            except anyio.get_cancelled_exc_class():
+                how = (
+                    "job.stop() was called"
+                    if self._stop_requested
+                    else "its open_job block was left or cancelled"
+                )
+                self._outcome = JobStoppedError(
+                    f"job {self.run_id!r} was stopped before it finished: {how}"
+                )
+                raise
+            except Exception as exc:
+                self._outcome = exc
+            finally:
+                if self._outcome is None:  # a BaseException such as KeyboardInterrupt
+                    self._outcome = JobStoppedError(f"job {self.run_id!r} was interrupted")
+                self._leave_init()
+                self._agent.get_worker_group().remove_state_listener(self._on_state)
+                self._take_failures()
+                self._done.set()
+                self._changed.set()
+                self._end_events()
+
+    def _leave_init(self) -> None:
+        """Give a group that never left ``INIT`` the state it ended in (see :meth:`_run`)."""
+        from ..agent import WorkerState
+
+        group = self._agent.get_worker_group()
+        if group.state is WorkerState.INIT:
+            outcome = self._outcome
+            failed = isinstance(outcome, BaseException) and not isinstance(
+                outcome, JobStoppedError
             )
-            raise
-        except Exception as exc:
-            self._outcome = exc
-        finally:
-            if self._outcome is None:  # a BaseException such as KeyboardInterrupt
-                self._outcome = JobStoppedError(f"job {self.run_id!r} was interrupted")
-            self._agent.get_worker_group().remove_state_listener(self._on_state)
-            self._take_failures()
-            self._done.set()
-            self._changed.set()
+            group.state = WorkerState.UNKNOWN if failed else WorkerState.STOPPED
 
 
 def _result_values(result: RunResult, name: str) -> dict[int, Any]:
@@ -483,7 +590,7 @@ async def open_job(
         try:
             if config.health_port is not None:
                 job.health_address = await _start_health(tg, job, config)
-            await tg.start(job._watch_progress)
+            await tg.start(job._watch_events)
             tg.start_soon(job._run, name=f"aelastic job {job.run_id}")
             yield job
         except BaseException as exc:
