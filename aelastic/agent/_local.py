@@ -27,6 +27,7 @@ from ..workers import (
     open_worker_processes,
     parse_python_argv,
     read_callable_result,
+    remove_empty_log_dirs,
     warm_workers_enabled,
 )
 from ._api import SimpleElasticAgent, _hostname
@@ -67,8 +68,13 @@ class LocalElasticAgent(SimpleElasticAgent):
     instead (the static backend's endpoint).
 
     ``worker_env_extra`` is added to every worker's environment (e.g.
-    ``TORCHELASTIC_SIGNALS_TO_HANDLE``); the agent's own ``os.environ`` is never
-    modified. Arguments ``exit_barrier_timeout``, ``shutdown_timeout``,
+    ``TORCHELASTIC_SIGNALS_TO_HANDLE``, a job's own variables); the agent's own
+    ``os.environ`` is never modified. ``worker_cwd``: the workers' working directory
+    (None: the agent's). ``warm_workers=False`` starts every worker as a fresh
+    interpreter, with no idle pre-started ones (see :func:`aelastic.workers.open_warm_pool`;
+    ``AELASTIC_WARM_WORKERS=0`` turns them off for every agent). With ``spec.log_dir``
+    None the run's fresh temporary log tree is removed at the end of :meth:`run` as
+    far as it holds no file. Arguments ``exit_barrier_timeout``, ``shutdown_timeout``,
     ``log_line_prefix_template`` and ``uninterruptible_state_timeout`` (torch's
     opt-in D-state check, see :class:`SimpleElasticAgent`; worker states come from
     ``/proc/<pid>/stat``) override the spec's values.
@@ -84,6 +90,8 @@ class LocalElasticAgent(SimpleElasticAgent):
         worker_env_extra: Mapping[str, str] | None = None,
         start_method: str = "spawn",
         uninterruptible_state_timeout: float | None = None,
+        worker_cwd: str | None = None,
+        warm_workers: bool = True,
     ) -> None:
         super().__init__(
             spec, exit_barrier_timeout, shutdown_timeout, uninterruptible_state_timeout
@@ -95,6 +103,8 @@ class LocalElasticAgent(SimpleElasticAgent):
             )
         self._log_line_prefix_template = log_line_prefix_template or spec.log_line_prefix_template
         self._worker_env_extra = dict(worker_env_extra or {})
+        self._worker_cwd = worker_cwd
+        self._warm_workers = warm_workers
         self._procs: WorkerProcesses | None = None
         self._exits: dict[int, ProcessExit] = {}
         self._error_files: dict[int, str | None] = {}
@@ -108,6 +118,12 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._progress_dir: tempfile.TemporaryDirectory[str] | None = None
         self._file_timer: FileTimerServer | None = None
         self._log_destinations: LogDestinations | None = None
+
+    @property
+    def log_run_dir(self) -> str | None:
+        """This agent's run log directory, ``<log_dir>/<run_id>_<random>`` (None before
+        the first start, and with ``log_dir=os.devnull``)."""
+        return self._log_run_dir
 
     @property
     def log_destinations(self) -> LogDestinations | None:
@@ -204,7 +220,9 @@ class LocalElasticAgent(SimpleElasticAgent):
                 virtual_local_rank=spec.virtual_local_rank,
             )
             self._error_files[rank] = error_file
-            specs.append(dests.process_spec(rank, self._worker_args(spec, rank), env))
+            specs.append(
+                dests.process_spec(rank, self._worker_args(spec, rank), env, self._worker_cwd)
+            )
         procs = await stack.enter_async_context(
             open_worker_processes(
                 specs, shutdown_timeout=self._shutdown_timeout, warm_pool=self._warm_pool
@@ -358,7 +376,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         """Pre-start the Python workers' interpreters for the whole run (see aelastic.workers)."""
         spec = self._worker_group.spec
         entry = None
-        if isinstance(spec.entrypoint, str) and warm_workers_enabled():
+        if isinstance(spec.entrypoint, str) and self._warm_workers and warm_workers_enabled():
             entry = parse_python_argv([spec.entrypoint, *(str(a) for a in spec.args)])
         if entry is None:
             yield
@@ -400,3 +418,5 @@ class LocalElasticAgent(SimpleElasticAgent):
             if self._progress_dir is not None:
                 self._progress_dir.cleanup()
                 self._progress_dir = None
+            if self._log_run_dir is not None and self._worker_group.spec.log_dir is None:
+                remove_empty_log_dirs(self._log_run_dir)  # a few rmdir calls: bounded

@@ -160,7 +160,12 @@ def make_agent(config: LaunchConfig, spec: WorkerSpec) -> LocalElasticAgent:
 
     return LocalElasticAgent(
         spec,
-        worker_env_extra={"TORCHELASTIC_SIGNALS_TO_HANDLE": config.signals_to_handle},
+        worker_env_extra={
+            **(config.env or {}),
+            "TORCHELASTIC_SIGNALS_TO_HANDLE": config.signals_to_handle,
+        },
+        worker_cwd=None if config.cwd is None else os.path.abspath(config.cwd),
+        warm_workers=config.warm_workers,
     )
 
 

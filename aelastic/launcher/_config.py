@@ -46,6 +46,15 @@ class LaunchConfig:
     ``restart_backoff_max``, ``job_wide_restarts``) are
     :class:`~aelastic.agent.WorkerSpec`'s fields of the same names.
 
+    ``env`` is added to each worker's environment (over a copy of this process's
+    ``os.environ``, under torch's variables such as ``RANK``); ``cwd`` is the workers'
+    working directory (None: this process's; a relative path is taken from here);
+    neither changes anything in this process, and warm interpreters are still used
+    (unless ``env`` changes a variable the interpreter reads at start-up, such as
+    ``PYTHONPATH``). ``warm_workers=False`` starts every worker as a fresh interpreter
+    and keeps none idle (an 8-worker job then holds 8 processes, not 16);
+    ``AELASTIC_WARM_WORKERS=0`` turns them off for every job.
+
     ``shutdown_timeout`` of None means the environment variable
     ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, else 30 seconds; it is read when the launch
     starts, never written. Constructing a config changes nothing process-global, nor the
@@ -97,6 +106,10 @@ class LaunchConfig:
     job_wide_restarts: bool = False
     health_port: int | None = None
     health_host: str = "127.0.0.1"
+    # the workers' environment, working directory and interpreters (a service's jobs)
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    warm_workers: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.min_nodes <= self.max_nodes:
@@ -132,6 +145,21 @@ class LaunchConfig:
             raise LaunchConfigError(
                 f"health_port={self.health_port!r}: need a port in 0..65535 (0: any free port)"
                 " or None for no health endpoint"
+            )
+        if self.env is not None:
+            if not isinstance(self.env, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) and k and "=" not in k
+                for k, v in self.env.items()
+            ):
+                raise LaunchConfigError(
+                    f"env={self.env!r}: need a mapping of variable names to strings, "
+                    "such as {'NCCL_DEBUG': 'INFO'}"
+                )
+            self.env = dict(self.env)  # the caller's dict stays as it was
+        if self.cwd is not None and not os.path.isdir(self.cwd):
+            raise LaunchConfigError(
+                f"cwd={self.cwd!r}: not a directory; give the workers' working directory "
+                "(an existing one) or None for this process's"
             )
         self.rdzv_configs = dict(self.rdzv_configs)  # the caller's dict stays as it was
         if self.rdzv_timeout is not None and self.rdzv_timeout != -1:

@@ -231,6 +231,17 @@ class Job:
         return self._agent.heartbeat_age_ms()
 
     @property
+    def log_dir(self) -> str | None:
+        """This node's log directory of the job, ``<log_dir>/<run_id>_<random>``: the
+        ``attempt_<n>`` directories of the workers' output and error files.
+
+        None before the first workers start, and with ``log_dir=os.devnull``. With
+        ``config.log_dir`` None it is a fresh temporary directory, removed when the job
+        ends as far as it holds no file (nothing is left of a job that wrote nothing).
+        """
+        return self._agent.log_run_dir
+
+    @property
     def history(self) -> tuple[StateChange, ...]:
         """The state transitions so far, oldest first (the last 1000): a snapshot.
 
@@ -536,9 +547,7 @@ class Job:
         group = self._agent.get_worker_group()
         if group.state is WorkerState.INIT:
             outcome = self._outcome
-            failed = isinstance(outcome, BaseException) and not isinstance(
-                outcome, JobStoppedError
-            )
+            failed = isinstance(outcome, BaseException) and not isinstance(outcome, JobStoppedError)
             group.state = WorkerState.UNKNOWN if failed else WorkerState.STOPPED
 
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ._logs import LOG_LINE_PREFIX_ENV as LOG_LINE_PREFIX_ENV
     from ._logs import LogDestinations as LogDestinations
     from ._logs import make_run_log_dir as make_run_log_dir
+    from ._logs import remove_empty_log_dirs as remove_empty_log_dirs
     from ._logs import run_dir as run_dir
     from ._processes import DEFAULT_KILL_TIMEOUT as DEFAULT_KILL_TIMEOUT
     from ._processes import WorkerProcesses as WorkerProcesses
@@ -86,6 +87,7 @@ __all__ = (
     "prestart_warm_workers",
     "process_state",
     "read_callable_result",
+    "remove_empty_log_dirs",
     "run_dir",
     "to_map",
     "warm_workers_enabled",
@@ -106,6 +108,7 @@ _SOURCES = {
     "LOG_LINE_PREFIX_ENV": "._logs",
     "LogDestinations": "._logs",
     "make_run_log_dir": "._logs",
+    "remove_empty_log_dirs": "._logs",
     "run_dir": "._logs",
     "DEFAULT_KILL_TIMEOUT": "._processes",
     "WorkerProcesses": "._processes",

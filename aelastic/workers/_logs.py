@@ -18,6 +18,7 @@ A start that keeps the restart count (a membership change) gets
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
@@ -34,6 +35,7 @@ __all__ = (
     "LOG_LINE_PREFIX_ENV",
     "LogDestinations",
     "make_run_log_dir",
+    "remove_empty_log_dirs",
     "run_dir",
 )
 
@@ -73,6 +75,22 @@ def make_run_log_dir(log_dir: str | None, run_id: str) -> str | None:
             f"cannot create a log directory in {log_dir!r}: {exc}. Choose a writable"
             " --log-dir (a directory; it is created if missing), or /dev/null for no files."
         ) from exc
+
+
+def remove_empty_log_dirs(run_dir: str) -> None:
+    """Remove the directories of a temporary run directory that hold no file, then the
+    run directory and its fresh ``aelastic_*`` parent if they are empty.
+
+    For ``log_dir=None`` (:func:`make_run_log_dir`'s temporary tree): a job whose
+    workers wrote nothing leaves nothing behind. Files are never removed. Bounded by
+    the run's directories (attempts x local ranks); a directory that cannot be removed
+    (not empty, gone) is left as it is.
+    """
+    for path, _dirs, _files in os.walk(run_dir, topdown=False):
+        with contextlib.suppress(OSError):
+            os.rmdir(path)  # fails on a directory that still holds anything
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.dirname(run_dir))
 
 
 def _run_dir(log_dir: str | None, run_id: str) -> str | None:
@@ -239,8 +257,10 @@ class LogDestinations:
             dest.show_on_console[rank] = local_ranks_filter is None or rank in local_ranks_filter
         return dest
 
-    def process_spec(self, local_rank: int, args: list[str], env: Mapping[str, str]) -> ProcessSpec:
-        """A :class:`ProcessSpec` for ``local_rank`` with these destinations.
+    def process_spec(
+        self, local_rank: int, args: list[str], env: Mapping[str, str], cwd: str | None = None
+    ) -> ProcessSpec:
+        """A :class:`ProcessSpec` for ``local_rank`` with these destinations, run in ``cwd``.
 
         ``TORCHELASTIC_ERROR_FILE`` is set in the child's environment to the
         rank's error file (empty when files are disabled), like torch.
@@ -257,6 +277,7 @@ class LogDestinations:
             console_prefix=self.prefixes.get(local_rank, ""),
             show_on_console=self.show_on_console.get(local_rank, True),
             error_file=self.error_files.get(local_rank),
+            cwd=cwd,
             filtered_stdout_file=self.filtered_stdout,
             filtered_stderr_file=self.filtered_stderr,
             duplicate_stdout_filters=self.duplicate_stdout_filters,

@@ -7,6 +7,9 @@ worker's line, the job's end or a state transition.
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -15,9 +18,9 @@ import pytest
 from aelastic.agent import WorkerState
 from aelastic.events import RdzvEvent
 from aelastic.events._subscribe import run_id_of
-from aelastic.launcher import JobStoppedError, LaunchConfig, open_job
+from aelastic.launcher import JobStoppedError, LaunchConfig, LaunchConfigError, open_job
 
-from ._notify import workers_listener
+from ._notify import Workers, workers_listener
 
 
 def _config(nproc: int = 1, **kw: Any) -> LaunchConfig:
@@ -119,3 +122,88 @@ async def test_a_late_subscriber_gets_the_earlier_events_then_the_stream_ends() 
         assert any(isinstance(e, RdzvEvent) for e in seen)  # recorded before entering
         assert "torchelastic.worker.status.SUCCEEDED" in names
     assert [e.name for e in seen_after] == [e.name for e in seen_during]
+
+
+ENV_WORKER = str(Path(__file__).parent / "env_worker.py")
+
+
+async def _hello(w: Workers) -> list[str]:
+    while True:
+        words = await w.line()
+        if words[0] == "hello":
+            return words[1:]
+
+
+async def test_per_job_env_and_cwd_reach_the_workers_in_warm_interpreters(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    config = _config(1, max_restarts=1, env={"AELASTIC_JOB_VAR": "job-a"}, cwd=str(work))
+    cwd_before = os.getcwd()
+    async with workers_listener() as w:
+        with anyio.fail_after(60):
+            argv = (sys.executable, "-u", ENV_WORKER, str(w.port))
+            async with open_job(config, *argv) as job:
+                first = await _hello(w)
+                pool = job._agent._warm_pool  # pre-started interpreters for the restart
+                assert pool is not None
+                await pool.wait_ready()
+                await w.tell_all("exit 3")
+                second = await _hello(w)
+                await w.tell_all("exit 0")
+                assert await job.wait() == {0: None}
+    for restart, (got_restart, _pid, _warm, var, cwd) in enumerate([first, second]):
+        assert (got_restart, var, cwd) == (str(restart), "job-a", str(work))
+    assert second[2] == "1"  # the restart ran in a warm interpreter
+    assert "AELASTIC_JOB_VAR" not in os.environ and os.getcwd() == cwd_before
+
+
+async def test_warm_workers_off_for_one_job() -> None:
+    async with workers_listener() as w:
+        with anyio.fail_after(60):
+            argv = (sys.executable, "-u", ENV_WORKER, str(w.port))
+            async with open_job(_config(2, warm_workers=False), *argv) as job:
+                hellos = [await _hello(w), await _hello(w)]
+                assert job._agent._warm_pool is None  # no idle interpreter kept
+                await w.tell_all("exit 0")
+                assert await job.wait() == {0: None, 1: None}
+    assert [h[2] for h in hellos] == ["0", "0"] and [h[3] for h in hellos] == ["-", "-"]
+
+
+def test_env_and_cwd_that_cannot_work_are_named(tmp_path: Path) -> None:
+    with pytest.raises(LaunchConfigError, match=r"cwd=.*not a directory"):
+        _config(cwd=str(tmp_path / "missing"))
+    with pytest.raises(LaunchConfigError, match=r"env=.*mapping of variable names"):
+        _config(env={"A": 1})
+
+
+async def test_log_dir_and_no_empty_temporary_tree_left() -> None:
+    with anyio.fail_after(60):
+        async with open_job(_config(2), "/bin/true") as job:
+            assert await job.wait() == {0: None, 1: None}
+    assert job.log_dir is not None and os.path.basename(job.log_dir).startswith(job.run_id)
+    root = os.path.dirname(job.log_dir)
+    assert os.path.basename(root).startswith("aelastic_") and _tree(root) is None
+
+
+async def test_a_temporary_log_tree_keeps_what_the_workers_wrote() -> None:
+    config = _config(1, redirects="1")  # stdout to a file
+    with anyio.fail_after(60):
+        async with open_job(config, "/bin/sh", "-c", "echo written") as job:
+            assert await job.wait() == {0: None}
+    assert job.log_dir is not None
+    tree = _tree(job.log_dir)
+    shutil.rmtree(os.path.dirname(job.log_dir))
+    assert tree is not None
+    files, empty_dirs = tree
+    assert list(files.values()) == ["written\n"] and not empty_dirs
+
+
+def _tree(root: str) -> tuple[dict[str, str], list[str]] | None:
+    """The files under ``root`` with their text and its empty directories (None: no root)."""
+    if not os.path.exists(root):
+        return None
+    files = {str(p): p.read_text() for p in Path(root).rglob("*") if p.is_file()}
+    empty = [str(d) for d in Path(root).rglob("*") if d.is_dir() and not any(d.iterdir())]
+    return files, empty
