@@ -18,6 +18,7 @@ from ._exceptions import RendezvousClosedError as RendezvousClosedError
 from ._exceptions import RendezvousClosedException as RendezvousClosedException
 from ._exceptions import RendezvousConfigError as RendezvousConfigError
 from ._exceptions import RendezvousConnectionError as RendezvousConnectionError
+from ._exceptions import RendezvousEndpointError as RendezvousEndpointError
 from ._exceptions import RendezvousError as RendezvousError
 from ._exceptions import RendezvousGracefulExitError as RendezvousGracefulExitError
 from ._exceptions import RendezvousNonRetryableError as RendezvousNonRetryableError
@@ -50,6 +51,7 @@ __all__ = (
     "RendezvousClosedException",
     "RendezvousConfigError",
     "RendezvousConnectionError",
+    "RendezvousEndpointError",
     "RendezvousError",
     "RendezvousGracefulExitError",
     "RendezvousHandler",

@@ -33,10 +33,10 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from ..store import Store, StoreError, StoreServer, TCPStoreClient
+from ..store import NotAStoreError, Store, StoreError, StoreServer, TCPStoreClient
 from ._api import RendezvousStoreInfo
 from ._dynamic import DynamicRendezvousHandler, DynamicSettings, _open_session
-from ._exceptions import RendezvousConnectionError, RendezvousError
+from ._exceptions import RendezvousConnectionError, RendezvousEndpointError, RendezvousError
 from ._params import DEFAULT_C10D_PORT, RendezvousParameters, parse_endpoint
 
 __all__ = ("C10dRendezvousHandler", "create_c10d_handler", "is_local_address")
@@ -101,14 +101,23 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
                 self.server = server
                 _log.info("hosting the rendezvous store at %s", server.address)
                 return server.local_store
+        # Connecting waits for a store not up yet, within the join's own bound too.
         timeout = self.settings.read_timeout
-        client = TCPStoreClient(host, port, timeout=timeout, connect_timeout=timeout)
+        connect = min(timeout, self.settings.join_timeout)
+        bound = "read_timeout" if connect == timeout else "join_timeout"
+        client = TCPStoreClient(host, port, timeout=timeout, connect_timeout=connect)
         try:
             await stack.enter_async_context(client)
+        except NotAStoreError as exc:
+            raise RendezvousEndpointError(
+                f"the rendezvous endpoint {self._master_endpoint} is not a store: {exc}; give "
+                "--rdzv-endpoint the address of the host agent (or of 'python -m aelastic "
+                "store')"
+            ) from exc
         except (StoreError, OSError) as exc:
             raise RendezvousConnectionError(
                 f"cannot reach the rendezvous store at {self._master_endpoint} within "
-                f"read_timeout={timeout}s: {exc}; start the host agent first, or a store with "
+                f"{bound}={connect}s: {exc}; start the host agent first, or a store with "
                 f"'python -m aelastic store --host {host} --port {port}'"
             ) from exc
         await _open_wait_connection(client)

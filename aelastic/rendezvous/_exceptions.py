@@ -9,6 +9,7 @@ __all__ = (
     "RendezvousClosedError",
     "RendezvousTimeoutError",
     "RendezvousConnectionError",
+    "RendezvousEndpointError",
     "RendezvousStateError",
     "RendezvousGracefulExitError",
     "RendezvousNonRetryableError",
@@ -41,6 +42,11 @@ class RendezvousTimeoutError(RendezvousError, TimeoutError):
 
 class RendezvousConnectionError(RendezvousError, ConnectionError):
     """The rendezvous backend (store, etcd) could not be reached."""
+
+
+class RendezvousEndpointError(RendezvousConnectionError):
+    """Something answered at the rendezvous endpoint, but not the backend (another
+    service holds the address); the message says what answered. Never retried."""
 
 
 class RendezvousStateError(RendezvousError):

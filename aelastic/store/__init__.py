@@ -16,6 +16,7 @@ from ._api import to_bytes as to_bytes
 from ._client import TCPStoreClient as TCPStoreClient
 from ._ephemeral import EphemeralSession as EphemeralSession
 from ._ephemeral import OnCloseAction as OnCloseAction
+from ._exceptions import NotAStoreError as NotAStoreError
 from ._exceptions import ProtocolError as ProtocolError
 from ._exceptions import QueueEmptyError as QueueEmptyError
 from ._exceptions import StoreClosedError as StoreClosedError
@@ -36,6 +37,7 @@ __all__ = (
     "DEFAULT_TIMEOUT",
     "EphemeralSession",
     "LocalStore",
+    "NotAStoreError",
     "OnCloseAction",
     "PrefixStore",
     "ProtocolError",

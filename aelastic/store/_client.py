@@ -52,6 +52,7 @@ from ._api import DEFAULT_TIMEOUT, Store, Value, to_bytes
 from ._client_conn import Replies, _Conn, connect_socket
 from ._ephemeral import MAX_ON_CLOSE_ACTIONS, EphemeralSession, OnCloseAction, action_opcode
 from ._exceptions import (
+    NotAStoreError,
     QueueEmptyError,
     StoreClosedError,
     StoreConnectionError,
@@ -72,6 +73,34 @@ _CHECK_GET = ((P.Reply.U8, 0), (P.Reply.BYTES, 0))
 _POP = ((P.Reply.QUEUE_POP, 0),)
 _LIST = ((P.Reply.STRING_LIST, 0),)
 _U32 = ((P.Reply.U32, 0),)
+#: First bytes of other servers' greetings or refusals, and what they are.
+_KNOWN_HEADS = (
+    (b"HTTP/", "an HTTP server"),
+    (b"SSH-", "an SSH server"),
+    (b"\x15\x03", "a TLS server"),
+    (b"-ERR", "a Redis server"),
+)
+
+
+def _not_a_store(head: bytes, endpoint: str) -> NotAStoreError:
+    """The error of a handshake answered by ``head``: names what it looks like."""
+    what = next((name for prefix, name in _KNOWN_HEADS if head.startswith(prefix)), None)
+    looks = f"it looks like {what}" if what else "not a TCPStore server (torch >= 2.4)"
+    return NotAStoreError(
+        f"the endpoint answered the store handshake with {head[:32]!r}: {looks}; check the "
+        "address and port (another service may hold them)",
+        endpoint=endpoint,
+        head=head,
+    )
+
+
+def _describe(error: BaseException | None, connected: bool) -> str:
+    """A failed attempt's cause for the message (some backends' errors have empty text)."""
+    if isinstance(error, TimeoutError) and connected:
+        return "connected, but the server did not answer the store handshake"
+    if error is None:
+        return "none"
+    return str(error) or type(error).__name__
 
 
 class TCPStoreClient(Store):
@@ -154,6 +183,7 @@ class TCPStoreClient(Store):
         delay = 0.02
         attempts = 0
         last: BaseException | None = None
+        connected = False  # the last attempt's TCP connection was made
         while True:
             if self._closed:
                 raise StoreClosedError("the client is closed", endpoint=self.endpoint)
@@ -167,20 +197,20 @@ class TCPStoreClient(Store):
                     conn.queue(P.request_validate())
                     echoed = await conn.result(conn.request(P.request_ping(nonce), _U32))
                 if echoed != nonce:
-                    conn.close()
-                    raise StoreConnectionError(
-                        f"handshake failed: PING {nonce} answered with {echoed}; "
-                        "is this a TCPStore server (torch >= 2.4)?",
-                        endpoint=self.endpoint,
-                    )
+                    raise _not_a_store(conn.head, self.endpoint)
                 self._was_connected = True
                 return conn
+            except NotAStoreError:
+                assert conn is not None
+                conn.close()
+                raise
             except (OSError, StoreConnectionError, TimeoutError) as exc:
+                connected = conn is not None
                 if conn is not None:
                     conn.close()
+                    if conn.head:  # it answered, with bytes that are no PING reply
+                        raise _not_a_store(conn.head, self.endpoint) from None
                 last = exc
-                if isinstance(exc, StoreConnectionError) and "handshake failed" in str(exc):
-                    raise
                 if isinstance(exc, ConnectionRefusedError) and self._was_connected:
                     raise StoreConnectionError(
                         "the store server has stopped (reconnect refused); its data is gone",
@@ -194,7 +224,8 @@ class TCPStoreClient(Store):
             if remaining <= 0:
                 raise StoreConnectionError(
                     f"could not connect within {self.connect_timeout} s "
-                    f"({attempts} attempts; last error: {last}); is the store running there?",
+                    f"({attempts} attempts; last error: {_describe(last, connected)}); is the "
+                    "store running there?",
                     endpoint=self.endpoint,
                 )
             await anyio.sleep(min(delay * random.uniform(0.5, 1.0), remaining))

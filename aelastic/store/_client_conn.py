@@ -121,6 +121,8 @@ class _Conn:
         self._reading = False
         self._watch: float | None = None
         self._open = True
+        #: the first bytes the server sent (at most 64): what answered, when it is not a store
+        self.head = b""
 
     def peer_closed(self) -> bool:
         """Whether the server ended this idle connection (EOF or reset waiting unread).
@@ -282,6 +284,8 @@ class _Conn:
                 data = self.sock.recv(_RECV_SIZE)
             except (BlockingIOError, InterruptedError):
                 return
+            if not self.head:
+                self.head = data[:64]
             if not data:
                 self.close(
                     StoreConnectionError(

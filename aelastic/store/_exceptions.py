@@ -8,6 +8,7 @@ __all__ = (
     "StoreError",
     "StoreTimeoutError",
     "StoreConnectionError",
+    "NotAStoreError",
     "StoreClosedError",
     "QueueEmptyError",
     "ProtocolError",
@@ -40,6 +41,20 @@ class StoreTimeoutError(StoreError, TimeoutError):
 
 class StoreConnectionError(StoreError, ConnectionError):
     """The store could not be reached, or the connection to it was lost."""
+
+
+class NotAStoreError(StoreConnectionError):
+    """The endpoint answered the connection handshake, but not as a TCPStore server.
+
+    Another service holds the address (an HTTP server, a TLS or SSH port...), or a
+    TCPStore too old to answer ``PING`` (torch < 2.4). Raised at once, never retried:
+    a different program will not become a store. ``head`` holds the first bytes it
+    sent (at most 64); the message names the kind of server they look like.
+    """
+
+    def __init__(self, message: str, *, endpoint: str | None = None, head: bytes = b"") -> None:
+        super().__init__(message, endpoint=endpoint)
+        self.head = head
 
 
 class StoreClosedError(StoreError):
