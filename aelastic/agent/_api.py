@@ -30,7 +30,7 @@ from ..metrics import prof, put_metric
 from ..rendezvous import RendezvousGracefulExitError, RendezvousInfo
 from ..store import Store
 from ._exceptions import AgentError, SignalException
-from ._hang import Hang, RoundProgress, hang_failure, report_hang
+from ._hang import Hang, RoundProgress, hang_failures, report_hang
 from ._learned import LearnedTimeouts
 from ._policy import (
     UNINTERRUPTIBLE_STATE_TIMEOUT_ENV,
@@ -547,11 +547,12 @@ class SimpleElasticAgent(ElasticAgent):
         return await self._restart_policy.review(decision, attempt_best_step=best, round_=round_)
 
     def _hang_result(self, wg: WorkerGroup, hang: Hang) -> RunResult:
-        """FAILED, naming the hung worker (its peers were stopped on purpose)."""
-        codes = self._stopped_exit_codes(wg)
-        failure = hang_failure(hang, codes.get(hang.local_rank, -signal.SIGKILL))
+        """FAILED, naming every hung worker, the root cause first (the others were stopped
+        on purpose)."""
+        failures = hang_failures(hang, self._stopped_exit_codes(wg))
         return RunResult(
-            state=WorkerState.FAILED, failures={wg.workers[hang.local_rank].global_rank: failure}
+            state=WorkerState.FAILED,
+            failures={wg.workers[rank].global_rank: f for rank, f in failures.items()},
         )
 
     async def _abandon_host(self, wg: WorkerGroup) -> RunResult:

@@ -9,6 +9,10 @@ release), "signal"}`` written by a client that opens the FIFO non-blocking. When
 timer expires, the worker ``pid`` gets its ``signal`` (the first expired timer with a
 signal > 0, in expiration order) and all its timers are dropped, as in torch.
 
+Before a worker is signalled, ``before_kill(pid, scopes)`` (the agent's) captures the
+stacks of every local worker, as for a heartbeat hang (pytorch #122694): the
+expiry's failure then says "hung" with the timer's scope and where the stacks are.
+
 Differences from torch's ``FileTimerServer``: no watchdog thread and no 0.1 s polling
 (the FIFO is read when readable, expiries are slept to), and the agent does not
 SIGKILL itself after reaping a worker: the worker's death is a failure like any
@@ -22,7 +26,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
@@ -67,10 +71,25 @@ def parse_request(line: bytes) -> TimerRequest:
         raise ValueError(f"not a FileTimerRequest: {line[:200]!r} ({exc})") from None
 
 
+#: ``before_kill(pid, scopes)``: awaited before an expired worker is signalled; returns
+#: where that worker's stacks were written (None: not captured).
+BeforeKill = Callable[[int, list[str]], Awaitable[str | None]]
+
+
+@dataclass(frozen=True)
+class Expiry:
+    """A worker whose timers expired: signal it with ``signal`` (scopes in expiry order)."""
+
+    pid: int
+    scopes: list[str]
+    signal: int
+
+
 class FileTimerServer:
     """The timers of every local worker; fed by :meth:`feed`, expired by :meth:`run_expiry`.
 
-    ``emit(name, metadata)`` records an agent event (the agent stamps its identity).
+    ``emit(name, metadata)`` records an agent event (the agent stamps its identity);
+    ``before_kill`` (optional) is awaited before each expired worker is signalled.
     Only the current workers can be signalled: the agent sets :attr:`worker_pids` when
     it starts them, and a timer of any other pid (0 or -1 would hit the agent's process
     group or every process; another process; a worker of an earlier round) is dropped.
@@ -78,9 +97,16 @@ class FileTimerServer:
     worker, like a child of a shell entrypoint.
     """
 
-    def __init__(self, emit: Callable[[str, Mapping[str, Any]], None]) -> None:
+    def __init__(
+        self,
+        emit: Callable[[str, Mapping[str, Any]], None],
+        before_kill: BeforeKill | None = None,
+    ) -> None:
         self.timers: dict[tuple[int, str], TimerRequest] = {}
         self._emit = emit
+        self._before_kill = before_kill
+        #: ``{pid: stacks file}`` of the reaped workers whose stacks were captured.
+        self.stacks: dict[int, str] = {}
         self._changed = anyio.Event()
         self._partial = b""
         #: ``{pid: [scope_id, ...]}`` of the workers this server signalled.
@@ -115,12 +141,14 @@ class FileTimerServer:
                 self.timers[key] = request
         self._changed.set()
 
-    def expire(self, now: float) -> None:
-        """Signal every worker with an expired timer; drop its timers (torch's rules)."""
+    def take_expired(self, now: float) -> list[Expiry]:
+        """Drop the timers of every worker with an expired timer (torch's rules); return
+        the current workers to signal."""
         expired: dict[int, list[TimerRequest]] = {}
         for request in self.timers.values():
             if request.expiration_time <= now:
                 expired.setdefault(request.pid, []).append(request)
+        due = []
         for pid, requests in expired.items():
             requests.sort(key=lambda r: r.expiration_time)
             scopes = [r.scope_id for r in requests]
@@ -129,34 +157,58 @@ class FileTimerServer:
                 del self.timers[key]
             if signalled is None:
                 log.info("file timer: %s expired for pid %s (no signal: not reaped)", scopes, pid)
-                continue
-            if not self._is_worker(pid):
+            elif not self._is_worker(pid):
                 log.warning(
                     "file timer: %s expired for pid %s, which is not a current worker:"
                     " not signalled",
                     scopes,
                     pid,
                 )
-                continue
-            try:
-                os.kill(pid, signalled.signal)
-            except ProcessLookupError:
-                continue
-            except OSError as exc:
-                log.error("file timer: could not signal pid %s: %s", pid, exc)
-                continue
-            self.reaped[pid] = scopes
-            log.error(
-                "file timer: scope(s) %s of worker pid %s expired; sent signal %s",
-                scopes,
-                pid,
-                signalled.signal,
-            )
-            put_metric("file_timer.expired", 1)
-            self._emit(
-                "aelastic.file_timer.expired",
-                {"pid": pid, "scope_ids": ",".join(scopes), "signal": signalled.signal},
-            )
+            else:
+                due.append(Expiry(pid, scopes, signalled.signal))
+        return due
+
+    def expire(self, now: float) -> None:
+        """Signal every worker with an expired timer at once (no stacks captured)."""
+        for expiry in self.take_expired(now):
+            self.kill(expiry)
+
+    def kill(self, expiry: Expiry) -> None:
+        """Signal one expired worker and record it; a worker already gone is skipped."""
+        pid, scopes = expiry.pid, expiry.scopes
+        try:
+            os.kill(pid, expiry.signal)
+        except ProcessLookupError:
+            return
+        except OSError as exc:
+            log.error("file timer: could not signal pid %s: %s", pid, exc)
+            return
+        self.reaped[pid] = scopes
+        log.error(
+            "file timer: scope(s) %s of worker pid %s expired; sent signal %s",
+            scopes,
+            pid,
+            expiry.signal,
+        )
+        put_metric("file_timer.expired", 1)
+        self._emit(
+            "aelastic.file_timer.expired",
+            {
+                "pid": pid,
+                "scope_ids": ",".join(scopes),
+                "signal": expiry.signal,
+                "stacks_file": self.stacks.get(pid),
+            },
+        )
+
+    async def _expire_capturing(self, now: float) -> None:
+        """Capture the stacks (``before_kill``), then signal each expired worker."""
+        for expiry in self.take_expired(now):
+            if self._before_kill is not None:
+                stacks = await self._before_kill(expiry.pid, expiry.scopes)
+                if stacks is not None:
+                    self.stacks[expiry.pid] = stacks
+            self.kill(expiry)
 
     def _is_worker(self, pid: int) -> bool:
         if pid <= 0:
@@ -176,7 +228,7 @@ class FileTimerServer:
                 soonest = min(r.expiration_time for r in self.timers.values())
                 delay = soonest - time.time()
                 if delay <= 0:
-                    self.expire(time.time())
+                    await self._expire_capturing(time.time())
                     continue
                 with anyio.move_on_after(delay):
                     await self._changed.wait()
@@ -222,30 +274,44 @@ def _make_fifo(path: str | None) -> tuple[str, int, int]:
     return path, read_fd, write_fd
 
 
-def explain_expired(failures: Iterable[ProcessFailure], reaped: Mapping[int, list[str]]) -> None:
-    """Say "expiration timer expired" in the failures of workers this server killed.
+def explain_expired(failures: Iterable[ProcessFailure], server: FileTimerServer) -> None:
+    """Say "hung: expiration timer expired" in the failures of workers ``server`` killed.
 
-    Without it a SIGKILLed worker reads like an OOM kill. Failures with an error file
-    (the worker recorded its own error) are left as they are.
+    Without it a SIGKILLed worker reads like an OOM kill. The message names the
+    timer's scope(s) and where the worker's stacks were written. Failures with an
+    error file (the worker recorded its own error) are left as they are.
     """
     for failure in failures:
-        scopes = reaped.get(failure.pid)
+        scopes = server.reaped.get(failure.pid)
         if scopes is None or failure.error_file != NOT_AVAILABLE:
             continue
-        failure.message = (
-            f"the expiration timer(s) {', '.join(repr(s) for s in scopes)} of this worker"
-            f" (torch.distributed.elastic.timer, TORCHELASTIC_ENABLE_FILE_TIMER=1) expired;"
-            f" the agent killed it with {failure.signal_name()}"
+        path = server.stacks.get(failure.pid)
+        stacks = (
+            f"Stacks of every thread: {path}"
+            if path is not None
+            else "No stacks could be captured (no faulthandler registered, py-spy not installed)."
         )
+        failure.message = (
+            f"worker hung in scope {', '.join(repr(s) for s in scopes)}: its expiration"
+            " timer(s) (torch.distributed.elastic.timer, TORCHELASTIC_ENABLE_FILE_TIMER=1)"
+            f" expired; the agent killed it with {failure.signal_name()}. {stacks}"
+        )
+        failure.error_file_data = {
+            "message": failure.message,
+            "errorTraits": {"category": "hang", "retryability": "True"},
+        }
 
 
 @asynccontextmanager
 async def serve_file_timer(
-    emit: Callable[[str, Mapping[str, Any]], None], path: str | None = None
+    emit: Callable[[str, Mapping[str, Any]], None],
+    path: str | None = None,
+    before_kill: BeforeKill | None = None,
 ) -> AsyncIterator[FileTimerServer]:
     """Create the FIFO, serve torch's timer protocol until the block exits.
 
-    Yields the server (``server.path`` is the FIFO's path).
+    Yields the server (``server.path`` is the FIFO's path). ``before_kill``: see
+    :class:`FileTimerServer`.
 
     Cancellation-safe: leaving the block stops serving, closes the FIFO and removes it.
 
@@ -253,7 +319,7 @@ async def serve_file_timer(
         OSError: the FIFO cannot be created at ``path``.
     """
     path, read_fd, write_fd = _make_fifo(path)
-    server = FileTimerServer(emit)
+    server = FileTimerServer(emit, before_kill)
     server.path = path
     try:
         async with anyio.create_task_group() as tg:

@@ -15,9 +15,10 @@ import contextlib
 import dataclasses
 import logging
 import os
+import signal
 import tempfile
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,9 +33,13 @@ from ._stacks import STACKS_SIGNAL, capture_stacks
 __all__ = (
     "Hang",
     "RoundProgress",
-    "hang_failure",
+    "blame_grace",
+    "hang_failures",
+    "last_progress_ns",
     "progress_directory",
+    "remove_empty_files",
     "report_hang",
+    "stacks_env",
     "stacks_files",
 )
 
@@ -56,8 +61,17 @@ class Hang:
     stacks_captured: Mapping[int, str] | None = None
     #: ``time.time()`` when the agent noticed (for logs and benchmarks across processes).
     detected_at: float = 0.0
+    #: The other workers past their deadline, least advanced first (``peers`` empty).
+    #: In a collective they usually wait on this one, the root cause.
+    peers: tuple[Hang, ...] = ()
 
-    def describe(self) -> str:
+    @property
+    def workers(self) -> tuple[Hang, ...]:
+        """Every worker past its deadline, the root cause (least advanced) first."""
+        return (self, *self.peers)
+
+    def describe_worker(self) -> str:
+        """This worker alone: rank, pid, section, step, rule and lateness."""
         d = self.deadline
         where = f" in section {d.section!r}" if d.section else " outside any section"
         late = (self.detected_ns - d.at_ns) / 1e6
@@ -68,8 +82,20 @@ class Hang:
             "out-of-section": "no section entered",
         }[d.rule]
         return (
-            f"local_rank {self.local_rank} (pid {self.pid}) hung{where}: {what} for {d.timeout:g} s"
-            f" ({d.rule} timeout {d.timeout:g} s; noticed {late:.1f} ms after the deadline)"
+            f"local_rank {self.local_rank} (pid {self.pid}) hung{where} at step"
+            f" {self.snapshot.step}: {what} for {d.timeout:g} s ({d.rule} timeout"
+            f" {d.timeout:g} s; noticed {late:.1f} ms after the deadline)"
+        )
+
+    def describe(self) -> str:
+        """The root cause, then every other worker past its deadline."""
+        if not self.peers:
+            return self.describe_worker()
+        others = "; ".join(p.describe_worker() for p in self.peers)
+        return (
+            f"{self.describe_worker()}; root cause: the least advanced of"
+            f" {len(self.peers) + 1} workers past their deadline (lowest step, then oldest"
+            f" heartbeat); also past their deadline: {others}"
         )
 
 
@@ -104,8 +130,7 @@ class RoundProgress:
     def env(self, local_rank: int) -> dict[str, str]:
         return {
             _layout.FILE_ENV: self.files[local_rank].path,
-            _layout.STACKS_FILE_ENV: self.stacks_files[local_rank],
-            _layout.STACKS_SIGNAL_ENV: str(STACKS_SIGNAL),
+            **stacks_env(self.stacks_files[local_rank]),
         }
 
     def started(self, pids: Mapping[int, int]) -> None:
@@ -117,17 +142,25 @@ class RoundProgress:
         return {rank: f.snapshot() for rank, f in self.files.items()}
 
     async def wait_for_hang(self, exited: Callable[[], Collection[int]] = tuple) -> Hang:
-        """Return the first worker found past its deadline; sleeps until deadlines only.
+        """Return the workers past their deadline; sleeps until deadlines only.
 
-        ``exited()`` names the local ranks that already exited (never judged: a worker
-        that finished early is not hung). Cancellation: stops waiting at once.
+        Once a deadline passed, the workers whose own deadline follows within
+        :func:`blame_grace` of it are waited for (in a collective the peers of a hung
+        worker stop too, a moment later), then every worker past its deadline is
+        returned, the least advanced (lowest step, then oldest heartbeat) as the root
+        cause and the others as its ``peers``. ``exited()`` names the local ranks that
+        already exited (never judged: a worker that finished early is not hung).
+        Cancellation: stops waiting at once.
         """
         recheck = int(self.timeouts.shortest() * 1e9)
+        collect_until: int | None = None
         while True:
             now = time.monotonic_ns()
             wake = now + recheck
             oldest = -1
             gone = exited()
+            past: dict[int, tuple[ProgressSnapshot, ProgressDeadline]] = {}
+            ahead: list[int] = []
             for rank, progress in self.files.items():
                 if rank in gone:
                     continue
@@ -136,25 +169,71 @@ class RoundProgress:
                 if deadline is None:
                     continue
                 if deadline.at_ns <= now:
-                    stacks = self.stacks_files.get(rank)
-                    pid = self.pids.get(rank, -1)
-                    return Hang(rank, pid, deadline, snap, now, stacks, None, time.time())
+                    past[rank] = (snap, deadline)
+                    continue
+                ahead.append(deadline.at_ns)
                 if snap.beats:
                     # Lateness: how much of its heartbeat timeout the worker used up.
                     oldest = max(oldest, (now - snap.last_beat_ns) // 1_000_000)
                 wake = min(wake, deadline.at_ns)
+            if past:
+                if collect_until is None:
+                    first = min(past.values(), key=lambda p: p[1].at_ns)[1]
+                    collect_until = first.at_ns + blame_grace(first.timeout)
+                soon = [at for at in ahead if at <= collect_until]
+                if not soon:
+                    return self._hang(past, now)
+                wake = max(soon)
+            else:
+                collect_until = None  # the late worker moved on: not a hang after all
             if oldest >= 0:
                 put_metric("progress.heartbeat_age_ms", oldest)
             await anyio.sleep(max(0.0, (wake - time.monotonic_ns()) / 1e9))
+
+    def _hang(
+        self, past: Mapping[int, tuple[ProgressSnapshot, ProgressDeadline]], now: int
+    ) -> Hang:
+        at = time.time()
+        hung = [
+            Hang(rank, self.pids.get(rank, -1), d, snap, now, self.stacks_files.get(rank), None, at)
+            for rank, (snap, d) in past.items()
+        ]
+        hung.sort(key=lambda h: (h.snapshot.step, last_progress_ns(h.snapshot), h.local_rank))
+        return dataclasses.replace(hung[0], peers=tuple(hung[1:]))
 
     def close(self) -> None:
         """Unmap the files and remove the stacks files nothing was written to."""
         for progress in self.files.values():
             progress.close()
-        for path in self.stacks_files.values():
-            with contextlib.suppress(OSError):
-                if os.stat(path).st_size == 0:
-                    os.remove(path)
+        remove_empty_files(self.stacks_files.values())
+
+
+def stacks_env(path: str) -> dict[str, str]:
+    """A worker's environment asking it to dump its stacks to ``path`` on our signal."""
+    return {_layout.STACKS_FILE_ENV: path, _layout.STACKS_SIGNAL_ENV: str(STACKS_SIGNAL)}
+
+
+def remove_empty_files(paths: Iterable[str]) -> None:
+    """Remove the (stacks) files nothing was written to; never raises."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            if os.stat(path).st_size == 0:
+                os.remove(path)
+
+
+def blame_grace(timeout: float) -> int:
+    """How long (ns) after a first deadline the workers due right after it are waited for.
+
+    A quarter of the first deadline's timeout, at most 1 s: a collective's peers stop
+    within one step of the hung worker, while a healthy worker's deadline lies a
+    whole timeout ahead of its latest heartbeat.
+    """
+    return int(min(1.0, 0.25 * timeout) * 1e9)
+
+
+def last_progress_ns(snapshot: ProgressSnapshot) -> int:
+    """The latest sign of progress: heartbeat, section entry or exit (monotonic ns)."""
+    return max(snapshot.last_beat_ns, snapshot.section_ns, snapshot.section_exit_ns)
 
 
 def stacks_files(
@@ -179,26 +258,44 @@ def progress_directory() -> str:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
 
 
-def hang_failure(hang: Hang, exitcode: int) -> ProcessFailure:
-    """The :class:`ProcessFailure` of a hung worker, its message saying "hung" and where."""
-    failure = ProcessFailure(
-        local_rank=hang.local_rank,
-        pid=hang.pid,
-        exitcode=exitcode,
-        error_file=None,
-        exit_time=time.time(),
-    )
-    stacks = (
-        f"Stacks of every thread: {hang.stacks_file}"
-        if hang.stacks_captured and hang.local_rank in hang.stacks_captured
-        else "No stacks could be captured (no faulthandler registered, py-spy not installed)."
-    )
-    failure.message = f"worker {hang.describe()}; the agent stopped it. {stacks}"
-    failure.error_file_data = {
-        "message": failure.message,
-        "errorTraits": {"category": "hang", "retryability": "True"},
-    }
-    return failure
+def hang_failures(hang: Hang, exitcodes: Mapping[int, int]) -> dict[int, ProcessFailure]:
+    """``{local_rank: ProcessFailure}`` of every hung worker, each saying "hung" and where.
+
+    The root cause gets the earliest failure time (so a summary shows it as the root
+    cause), the others follow in blame order, each naming the root cause.
+    ``exitcodes``: the stopped workers' exit codes (SIGKILL when missing).
+    """
+    root = hang.local_rank
+    failures = {}
+    now = time.time()
+    for order, worker in enumerate(hang.workers):
+        failure = ProcessFailure(
+            local_rank=worker.local_rank,
+            pid=worker.pid,
+            exitcode=exitcodes.get(worker.local_rank, -signal.SIGKILL),
+            error_file=None,
+            exit_time=now + order * 1e-6,
+        )
+        stacks = (
+            f"Stacks of every thread: {worker.stacks_file}"
+            if hang.stacks_captured and worker.local_rank in hang.stacks_captured
+            else "No stacks could be captured (no faulthandler registered, py-spy not installed)."
+        )
+        blame = (
+            ""
+            if not hang.peers
+            else " Root cause: this worker, the least advanced past its deadline."
+            if worker.local_rank == root
+            else f" Probably waiting on local_rank {root}, the least advanced (root cause)."
+        )
+        stopped = f"worker {worker.describe_worker()}; the agent stopped it."
+        failure.message = f"{stopped}{blame} {stacks}"
+        failure.error_file_data = {
+            "message": failure.message,
+            "errorTraits": {"category": "hang", "retryability": "True"},
+        }
+        failures[worker.local_rank] = failure
+    return failures
 
 
 async def report_hang(
@@ -241,6 +338,7 @@ async def report_hang(
             "stacks_file": hang.stacks_file,
             "stacks_captured": len(captured),
             "step": hang.snapshot.step,
+            "hung_local_ranks": ",".join(str(w.local_rank) for w in hang.workers),
         },
     )
     log.error(

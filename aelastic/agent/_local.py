@@ -39,8 +39,15 @@ from ._file_timer import (
     explain_expired,
     serve_file_timer,
 )
-from ._hang import RoundProgress, progress_directory, stacks_files
+from ._hang import (
+    RoundProgress,
+    progress_directory,
+    remove_empty_files,
+    stacks_env,
+    stacks_files,
+)
 from ._policy import restart_count
+from ._stacks import capture_stacks
 from ._types import RunResult, WorkerGroup, WorkerSpec, WorkerState
 
 __all__ = ("LocalElasticAgent",)
@@ -117,6 +124,8 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._log_run_dir: str | None = None  # <log_dir>/<run_id>_<random>, this agent's
         self._progress_dir: tempfile.TemporaryDirectory[str] | None = None
         self._file_timer: FileTimerServer | None = None
+        # {local_rank: stacks file} of this round when the file timer is served
+        self._timer_stacks: dict[int, str] = {}
         self._log_destinations: LogDestinations | None = None
 
     @property
@@ -188,6 +197,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._log_destinations = dests
         base_env = os.environ.copy()
         progress = self._open_round_progress(dests.attempt_dir)
+        self._timer_stacks = self._open_timer_stacks(dests.attempt_dir, progress)
         self._exits = {}
         self._error_files = {}
         self._failed_before_stop = None
@@ -214,9 +224,7 @@ class LocalElasticAgent(SimpleElasticAgent):
                 run_id=run_id,
                 use_agent_store=self._use_agent_store,
                 error_file=error_file,
-                extra=self._worker_env_extra
-                if progress is None
-                else {**self._worker_env_extra, **progress.env(rank)},
+                extra={**self._worker_env_extra, **self._stacks_env(progress, rank)},
                 virtual_local_rank=spec.virtual_local_rank,
             )
             self._error_files[rank] = error_file
@@ -244,17 +252,66 @@ class LocalElasticAgent(SimpleElasticAgent):
         wanted = spec.max_no_progress_restarts is not None or spec.learn_timeouts is not None
         if not timeouts.enabled and not wanted:
             return None
-        if self._progress_dir is None:
-            self._progress_dir = tempfile.TemporaryDirectory(
-                prefix="aelastic_progress_", dir=progress_directory()
-            )
+        directory = self._progress_directory()
         ranks = list(range(spec.local_world_size))
-        stacks = stacks_files(self._progress_dir.name, self._attempt, attempt_dir, ranks)
-        progress = RoundProgress(self._progress_dir.name, self._attempt, stacks, timeouts)
+        stacks = stacks_files(directory, self._attempt, attempt_dir, ranks)
+        progress = RoundProgress(directory, self._attempt, stacks, timeouts)
         assert self._round_stack is not None
         self._round_stack.callback(self._close_round_progress, progress)
         self._progress = progress
         return progress
+
+    def _progress_directory(self) -> str:
+        if self._progress_dir is None:
+            self._progress_dir = tempfile.TemporaryDirectory(
+                prefix="aelastic_progress_", dir=progress_directory()
+            )
+        return self._progress_dir.name
+
+    def _open_timer_stacks(
+        self, attempt_dir: str | None, progress: RoundProgress | None
+    ) -> dict[int, str]:
+        """With the file timer served: each worker's stacks file (hang detection's if on)."""
+        if self._file_timer is None:
+            return {}
+        if progress is not None:
+            return progress.stacks_files
+        ranks = list(range(self._worker_group.spec.local_world_size))
+        stacks = stacks_files(self._progress_directory(), self._attempt, attempt_dir, ranks)
+        assert self._round_stack is not None
+        self._round_stack.callback(remove_empty_files, list(stacks.values()))
+        return stacks
+
+    def _stacks_env(self, progress: RoundProgress | None, rank: int) -> dict[str, str]:
+        if progress is not None:
+            return progress.env(rank)
+        path = self._timer_stacks.get(rank)
+        return {} if path is None else stacks_env(path)
+
+    async def _capture_before_timer_kill(self, pid: int, scopes: list[str]) -> str | None:
+        """A file timer expired: capture every local worker's stacks before the kill.
+
+        Returns the expired worker's stacks file when its stacks were written. Bounded
+        by the capture's timeouts; never raises for a worker that cannot be dumped.
+        """
+        procs, stacks = self._procs, self._timer_stacks
+        if procs is None or not stacks:
+            return None
+        log.error(
+            "file timer: scope(s) %s of worker pid %s expired: hung; capturing the stacks"
+            " of every local worker",
+            scopes,
+            pid,
+        )
+        alive = procs.alive
+        targets = {r: (p, stacks[r]) for r, p in alive.items() if r in stacks}
+        captured = await capture_stacks(targets)
+        try:
+            group = os.getpgid(pid)
+        except OSError:
+            group = pid
+        rank = next((r for r, p in alive.items() if p in (pid, group)), None)
+        return stacks[rank] if rank is not None and rank in captured else None
 
     def _close_round_progress(self, progress: RoundProgress) -> None:
         progress.close()
@@ -394,7 +451,9 @@ class LocalElasticAgent(SimpleElasticAgent):
         if os.environ.get(ENABLE_ENV) != "1":
             yield
             return
-        async with serve_file_timer(self._emit, os.environ.get(TIMER_FILE_ENV)) as server:
+        async with serve_file_timer(
+            self._emit, os.environ.get(TIMER_FILE_ENV), self._capture_before_timer_kill
+        ) as server:
             self._worker_env_extra[TIMER_FILE_ENV] = server.path
             self._file_timer = server
             try:
@@ -405,7 +464,7 @@ class LocalElasticAgent(SimpleElasticAgent):
 
     def _explain_failures(self, result: RunResult) -> None:
         if self._file_timer is not None:
-            explain_expired(result.failures.values(), self._file_timer.reaped)
+            explain_expired(result.failures.values(), self._file_timer)
 
     async def run(self, role: str = "default") -> RunResult:
         try:

@@ -10,12 +10,12 @@
 """
 
 from ._api import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
+from ._api import EphemeralSession as EphemeralSession
+from ._api import OnCloseAction as OnCloseAction
 from ._api import Store as Store
 from ._api import Value as Value
 from ._api import to_bytes as to_bytes
 from ._client import TCPStoreClient as TCPStoreClient
-from ._ephemeral import EphemeralSession as EphemeralSession
-from ._ephemeral import OnCloseAction as OnCloseAction
 from ._exceptions import NotAStoreError as NotAStoreError
 from ._exceptions import ProtocolError as ProtocolError
 from ._exceptions import QueueEmptyError as QueueEmptyError

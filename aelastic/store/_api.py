@@ -12,16 +12,13 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING
+from typing import Literal
 
 from anyio.abc import AsyncResource
 
 from ._exceptions import StoreUnsupportedError
 
-if TYPE_CHECKING:
-    from ._ephemeral import EphemeralSession
-
-__all__ = ("Store", "Value", "DEFAULT_TIMEOUT", "to_bytes")
+__all__ = ("DEFAULT_TIMEOUT", "EphemeralSession", "OnCloseAction", "Store", "Value", "to_bytes")
 
 #: Default timeout, in seconds, of blocking operations (torch's store default).
 DEFAULT_TIMEOUT = 300.0
@@ -32,6 +29,36 @@ Value = bytes | str
 def to_bytes(value: Value) -> bytes:
     """Return ``value`` as bytes, encoding ``str`` as UTF-8."""
     return value.encode() if isinstance(value, str) else bytes(value)
+
+
+#: The store write an on-close action performs.
+OnCloseAction = Literal["set", "add", "append", "queue_push", "delete_key"]
+
+
+class EphemeralSession(abc.ABC):
+    """Writes the store performs when this session ends (see the module docstring).
+
+    Obtained with ``async with store.ephemeral() as session``. Leaving the block
+    ends the session, which performs the actions still registered (a clean exit
+    is also an exit); :meth:`cancel` them first to leave without a trace.
+    Actions run in registration order, exactly once.
+    """
+
+    @abc.abstractmethod
+    async def on_close(self, action: OnCloseAction, key: str, value: Value = b"") -> int:
+        """Register ``action`` on ``key`` (``set``/``append``/``queue_push`` ``value``,
+        ``add`` the decimal delta ``value``, ``delete_key``); return its id.
+
+        Raises :class:`ValueError` for an unknown action or a non-integer ``add``
+        delta, :class:`~aelastic.store.StoreLimitError` beyond
+        ``MAX_ON_CLOSE_ACTIONS`` (1024) actions, and the store's connection errors.
+        When it returns, the server holds the action: a crash right after it is
+        covered.
+        """
+
+    @abc.abstractmethod
+    async def cancel(self, action_id: int | None = None) -> int:
+        """Forget action ``action_id`` (all with ``None``); return how many were removed."""
 
 
 class Store(AsyncResource):

@@ -13,14 +13,9 @@ from typing import Any
 import anyio
 
 from ._exceptions import StoreConfigError, StoreError
-from ._protocol import MAX_FRAME_SIZE, MAX_KEY_COUNT, MAX_KEY_SIZE, MAX_VALUE_SIZE
-from ._server import (
-    FRAME_TIMEOUT,
-    MAX_BUFFERED_BYTES,
-    MAX_CONNECTION_BUFFER,
-    MAX_CONNECTIONS,
-    StoreServer,
-)
+from ._limits import FRAME_TIMEOUT, MAX_BUFFERED_BYTES, MAX_CONNECTIONS
+from ._protocol import MAX_KEY_COUNT, MAX_KEY_SIZE, MAX_VALUE_SIZE
+from ._server import StoreServer
 
 __all__ = ("main",)
 
@@ -87,13 +82,14 @@ def _build_parser() -> argparse.ArgumentParser:
         help=f"most keys in one request (default {MAX_KEY_COUNT}){limit}",
     )  # fmt: skip
     p.add_argument(
-        "--max-frame-size", type=_positive, default=MAX_FRAME_SIZE, metavar="BYTES",
-        help=f"largest request, all its keys and values (default {MAX_FRAME_SIZE}){limit}",
+        "--max-frame-size", type=_positive, default=None, metavar="BYTES",
+        help=f"largest request, all its keys and values (default: no bound beyond the key,"
+        f" value and key-count limits, as torch's server){limit}",
     )  # fmt: skip
     p.add_argument(
-        "--max-connection-buffer", type=_positive, default=MAX_CONNECTION_BUFFER,
-        metavar="BYTES",
-        help=f"partial request held for one client (default {MAX_CONNECTION_BUFFER}){limit}",
+        "--max-connection-buffer", type=_positive, default=None, metavar="BYTES",
+        help=f"partial request held for one client (default: no bound; memory is bounded by"
+        f" --max-buffered-bytes){limit}",
     )  # fmt: skip
     p.add_argument(
         "--max-buffered-bytes", type=_positive, default=MAX_BUFFERED_BYTES, metavar="BYTES",

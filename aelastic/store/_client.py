@@ -48,9 +48,9 @@ from typing import Any
 import anyio
 
 from . import _protocol as P
-from ._api import DEFAULT_TIMEOUT, Store, Value, to_bytes
+from ._api import DEFAULT_TIMEOUT, EphemeralSession, OnCloseAction, Store, Value, to_bytes
 from ._client_conn import Replies, _Conn, connect_socket
-from ._ephemeral import MAX_ON_CLOSE_ACTIONS, EphemeralSession, OnCloseAction, action_opcode
+from ._ephemeral import MAX_ON_CLOSE_ACTIONS, action_opcode
 from ._exceptions import (
     NotAStoreError,
     QueueEmptyError,

@@ -20,18 +20,15 @@ from __future__ import annotations
 import logging
 import socket
 import struct
-from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
 
 from ._ephemeral import MAX_ON_CLOSE_ACTIONS
 from ._exceptions import ProtocolError
+from ._limits import ConnectionHost
 from ._protocol import AE_VERSION, Request, RequestParser, encode_bytes_list
 from ._state import Waiter
-
-if TYPE_CHECKING:
-    from ._server import StoreServer
 
 __all__ = ("RECV_SIZE", "SLICE", "_Connection")
 
@@ -75,13 +72,13 @@ class _Connection:
         "_fast",
         "_frame_t0",
         "_held",
+        "_host",
         "_key_waiters",
         "_max_key",
         "_max_value",
         "_on_close",
         "_outbox",
         "_outsize",
-        "_server",
         "_state",
         "_waiters",
         "closed",
@@ -90,21 +87,22 @@ class _Connection:
         "sock",
     )
 
-    def __init__(self, server: StoreServer, sock: socket.socket, peer: str) -> None:
-        self._server = server
-        self._state = server._state
+    def __init__(self, host: ConnectionHost, sock: socket.socket, peer: str) -> None:
+        self._host = host
+        self._state = host.state
         self.sock = sock
         self.peer = peer
+        limits = host.limits
         self.parser = RequestParser(
-            max_key_size=server.max_key_size,
-            max_value_size=server.max_value_size,
-            max_key_count=server.max_key_count,
-            max_frame_size=server.max_frame_size,
+            max_key_size=limits.max_key_size,
+            max_value_size=limits.max_value_size,
+            max_key_count=limits.max_key_count,
+            max_frame_size=limits.max_frame_size,
         )
         self._waiters: list[Waiter] = []
         self._batch: list[bytes] | None = None
-        self._max_key = server.max_key_size
-        self._max_value = server.max_value_size
+        self._max_key = limits.max_key_size
+        self._max_value = limits.max_value_size
         # the fast path applies: validated, no partial frame, no backlog
         self._fast = False
         self.closed = False
@@ -142,7 +140,7 @@ class _Connection:
             self._outbox.append(rest)
             self._outsize = len(rest)
             self._drained = anyio.Event()
-            self._server._spawn(self._drain, self)
+            self._host.spawn(self._drain, self)
 
     async def _drain(self) -> None:
         """Empty the outbox as the peer reads (a task of the server's task group)."""
@@ -182,7 +180,7 @@ class _Connection:
         self._fast = False
         if reason is not None:
             log = logger.debug if quiet else logger.warning
-            log("store %s: closing connection from %s: %s", self._server.address, self.peer, reason)
+            log("store %s: closing connection from %s: %s", self._host.address, self.peer, reason)
         self._cancel_waits()
         anyio.notify_closing(self.sock)
         self.sock.close()
@@ -197,7 +195,7 @@ class _Connection:
     def run_on_close(self) -> None:
         """Perform the AE_ON_CLOSE actions (once), unless the server is stopping."""
         actions, self._on_close = self._on_close, None
-        if not actions or self._server._closing:
+        if not actions or self._host.closing:
             return
         for op, key, value in actions.values():
             try:
@@ -205,7 +203,7 @@ class _Connection:
             except ValueError as exc:  # ADD on a non-counter: nothing to add to
                 logger.warning(
                     "store %s: on-close action of %s skipped: %s",
-                    self._server.address,
+                    self._host.address,
                     self.peer,
                     exc,
                 )
@@ -227,7 +225,6 @@ class _Connection:
 
     async def serve(self) -> None:
         """Serve until the peer closes, misbehaves or the server stops; then clean up."""
-        server = self._server
         more = False  # the last recv filled its buffer: more data is likely there
         # Waiting for readability costs far more than a recv (a reader registered
         # and removed each time). Peer requests often arrive while other
@@ -280,7 +277,6 @@ class _Connection:
         finally:
             self.close()
             self._release_budget()
-            server._connections.discard(self)
             self.run_on_close()
 
     def _try_recv(self) -> bytes | None:
@@ -295,57 +291,50 @@ class _Connection:
         if self.parser.ready or not self._held:
             await anyio.wait_readable(self.sock)
             return
-        server = self._server
-        with anyio.move_on_after(self._frame_t0 + server.frame_timeout - anyio.current_time()):
+        timeout = self._host.limits.frame_timeout
+        with anyio.move_on_after(self._frame_t0 + timeout - anyio.current_time()):
             await anyio.wait_readable(self.sock)
             return
         self.close(
-            f"request not completed within frame_timeout={server.frame_timeout} s "
+            f"request not completed within frame_timeout={timeout} s "
             f"({self.parser.buffered} bytes of it received)"
         )
         raise _Closed
 
     async def _account(self) -> None:
         """Count this connection's partial request in the per-connection and total budgets."""
-        server = self._server
+        limits = self._host.limits
+        budget = self._host.budget
         held = self.parser.buffered
-        if held > server.max_connection_buffer:
-            self.close(
-                f"a request of more than {server.max_connection_buffer} bytes held "
-                "(max_connection_buffer)"
-            )
+        limit = limits.max_connection_buffer
+        if limit is not None and held > limit:
+            self.close(f"a request of more than {limit} bytes held (max_connection_buffer)")
             raise _Closed
         if not self._held and held:
             self._frame_t0 = anyio.current_time()
-            server._partial[self] = None
-        server._buffered += held - self._held
+        budget.hold(self, self._held, held)
         self._held = held
         if not held:
-            server._partial.pop(self, None)
-            server._budget_released()
             return
         # over the budget of all connections: stop reading until others complete theirs
         # The oldest partial request completes or times out within frame_timeout,
         # so a wait of twice that is bounded yet outlasts it. The request gets a
         # fresh frame_timeout once it may read again (the pause was ours).
-        while not server._may_buffer(self) and not self.closed:
-            with anyio.move_on_after(2 * server.frame_timeout):
-                await server._budget_wait()
+        while not budget.may_buffer(self) and not self.closed:
+            with anyio.move_on_after(2 * limits.frame_timeout):
+                await budget.wait()
                 self._frame_t0 = anyio.current_time()
                 continue
             self.close(
-                f"no buffer space within 2 x frame_timeout={server.frame_timeout} s "
-                f"(waiting for it: {server._buffered} bytes held by all "
-                f"connections, max_buffered_bytes={server.max_buffered_bytes})"
+                f"no buffer space within 2 x frame_timeout={limits.frame_timeout} s "
+                f"(waiting for it: {budget.held} bytes held by all "
+                f"connections, max_buffered_bytes={budget.limit})"
             )
             raise _Closed
 
     def _release_budget(self) -> None:
-        self._server._partial.pop(self, None)
-        if self._held:
-            self._server._buffered -= self._held
-            self._held = 0
-            self._server._budget_released()
+        self._host.budget.release(self, self._held)
+        self._held = 0
 
     # -- parsing and applying -----------------------------------------------------------
 
@@ -600,7 +589,7 @@ class _Connection:
             actions = self._on_close = {}
         if len(actions) >= MAX_ON_CLOSE_ACTIONS:
             raise ValueError(f"more than {MAX_ON_CLOSE_ACTIONS} on-close actions on one connection")
-        action_id = self._server._new_action_id()
+        action_id = self._host.new_action_id()
         actions[action_id] = (op, key, value)
         return action_id
 

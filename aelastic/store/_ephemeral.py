@@ -16,20 +16,15 @@ TCPStore server, opening a session raises
 
 from __future__ import annotations
 
-import abc
 import logging
-from typing import Literal
 
-from ._api import Value, to_bytes
+from ._api import EphemeralSession, OnCloseAction, Value, to_bytes
 from ._exceptions import StoreClosedError, StoreLimitError
 from ._state import StoreState
 
-__all__ = ("EphemeralSession", "OnCloseAction", "action_opcode", "LocalEphemeralSession")
+__all__ = ("MAX_ON_CLOSE_ACTIONS", "LocalEphemeralSession", "action_opcode")
 
 logger = logging.getLogger("aelastic.store")
-
-#: The store write an on-close action performs.
-OnCloseAction = Literal["set", "add", "append", "queue_push", "delete_key"]
 
 _OPCODES: dict[str, int] = {"set": 1, "add": 4, "delete_key": 8, "append": 9, "queue_push": 14}
 
@@ -53,32 +48,6 @@ def action_opcode(action: str, value: bytes) -> int:
                 f"on_close('add', ...) needs a decimal integer delta, got {value[:32]!r}"
             ) from None
     return op
-
-
-class EphemeralSession(abc.ABC):
-    """Writes the store performs when this session ends (see the module docstring).
-
-    Obtained with ``async with store.ephemeral() as session``. Leaving the block
-    ends the session, which performs the actions still registered (a clean exit
-    is also an exit); :meth:`cancel` them first to leave without a trace.
-    Actions run in registration order, exactly once.
-    """
-
-    @abc.abstractmethod
-    async def on_close(self, action: OnCloseAction, key: str, value: Value = b"") -> int:
-        """Register ``action`` on ``key`` (``set``/``append``/``queue_push`` ``value``,
-        ``add`` the decimal delta ``value``, ``delete_key``); return its id.
-
-        Raises :class:`ValueError` for an unknown action or a non-integer ``add``
-        delta, :class:`~aelastic.store.StoreLimitError` beyond
-        ``MAX_ON_CLOSE_ACTIONS`` (1024) actions, and the store's connection errors.
-        When it returns, the server holds the action: a crash right after it is
-        covered.
-        """
-
-    @abc.abstractmethod
-    async def cancel(self, action_id: int | None = None) -> int:
-        """Forget action ``action_id`` (all with ``None``); return how many were removed."""
 
 
 class LocalEphemeralSession(EphemeralSession):

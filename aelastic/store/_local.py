@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import anyio
 
-from ._api import Store, Value, to_bytes
-from ._ephemeral import EphemeralSession, LocalEphemeralSession
+from ._api import EphemeralSession, Store, Value, to_bytes
+from ._ephemeral import LocalEphemeralSession
 from ._exceptions import QueueEmptyError, StoreClosedError, StoreError, StoreTimeoutError
 from ._state import StoreState, Waiter
 

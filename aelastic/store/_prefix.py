@@ -5,8 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 
-from ._api import Store, Value
-from ._ephemeral import EphemeralSession, OnCloseAction
+from ._api import EphemeralSession, OnCloseAction, Store, Value
 
 __all__ = ("PrefixStore",)
 

@@ -72,7 +72,6 @@ __all__ = (
     "MAX_KEY_SIZE",
     "MAX_VALUE_SIZE",
     "MAX_KEY_COUNT",
-    "MAX_FRAME_SIZE",
     "AE_VERSION",
     "AE_ON_CLOSE_ACTIONS",
     "Request",
@@ -95,8 +94,6 @@ CHECK_NOT_READY = 1
 MAX_KEY_SIZE = 8 * 1024
 MAX_VALUE_SIZE = 8 * 1024 * 1024
 MAX_KEY_COUNT = 128 * 1024
-#: Default bound on one whole request (all keys and values of a MULTI_SET).
-MAX_FRAME_SIZE = 32 * 1024 * 1024
 
 
 class Opcode(enum.IntEnum):
@@ -194,8 +191,9 @@ class RequestParser:
     done by one :meth:`feed` is proportional to the data it is given.
 
     ``max_frame_size`` bounds one whole request (a multi-key frame counts every
-    item). ``require_validate`` (default) makes anything but ``VALIDATE`` with the
-    right magic as the first request a :class:`ProtocolError`.
+    item; None, the default: only the key, value and key-count limits, as torch).
+    ``require_validate`` (default) makes anything but ``VALIDATE`` with the right
+    magic as the first request a :class:`ProtocolError`.
     """
 
     __slots__ = (
@@ -215,7 +213,7 @@ class RequestParser:
         max_key_size: int = MAX_KEY_SIZE,
         max_value_size: int = MAX_VALUE_SIZE,
         max_key_count: int = MAX_KEY_COUNT,
-        max_frame_size: int = MAX_FRAME_SIZE,
+        max_frame_size: int | None = None,
         require_validate: bool = True,
     ) -> None:
         self.max_key_size = max_key_size
@@ -283,7 +281,7 @@ class RequestParser:
         return buf[q:e], e
 
     def _frame_limit(self, size: int) -> None:
-        if size > self.max_frame_size:
+        if self.max_frame_size is not None and size > self.max_frame_size:
             raise ProtocolError(
                 f"request of at least {size} bytes exceeds the frame limit of "
                 f"{self.max_frame_size} bytes (max_frame_size)"

@@ -14,22 +14,20 @@ from anyio.abc import TaskGroup
 from .._net import is_loopback
 from ._connection import _Connection
 from ._exceptions import StoreConfigError, StoreError
+from ._limits import (
+    FRAME_TIMEOUT,
+    MAX_BUFFERED_BYTES,
+    MAX_CONNECTIONS,
+    ConnectionHost,
+    StoreLimits,
+)
 from ._local import LocalStore
-from ._protocol import MAX_FRAME_SIZE, MAX_KEY_COUNT, MAX_KEY_SIZE, MAX_VALUE_SIZE
+from ._protocol import MAX_KEY_COUNT, MAX_KEY_SIZE, MAX_VALUE_SIZE
 from ._state import StoreState
 
 __all__ = ("StoreServer",)
 
 logger = logging.getLogger("aelastic.store")
-
-#: Default maximum number of simultaneous client connections.
-MAX_CONNECTIONS = 16384
-#: Default bound on the bytes of partial requests held for one connection.
-MAX_CONNECTION_BUFFER = MAX_FRAME_SIZE
-#: Default bound on the bytes of partial requests held for all connections together.
-MAX_BUFFERED_BYTES = 48 * 1024 * 1024
-#: Default time a client has to complete a request it started sending, in seconds.
-FRAME_TIMEOUT = 30.0
 
 
 class StoreServer:
@@ -56,27 +54,30 @@ class StoreServer:
 
     A connection that sends bytes which are not a valid request (first message
     not ``VALIDATE``, unknown opcode, length above ``max_key_size`` /
-    ``max_value_size`` / ``max_key_count`` / ``max_frame_size``, ADD on a
+    ``max_value_size`` / ``max_key_count`` / ``max_frame_size`` when set, ADD on a
     non-integer, APPEND beyond ``max_value_size``, EOF mid-request) is closed with
     a warning on the ``aelastic.store`` logger naming the peer and the reason;
     other connections and the stored data are unaffected.
 
-    **Memory.** Whatever clients send, the server holds at most
-    ``max_buffered_bytes`` (48 MiB) of partial requests for all connections
-    together (plus the oldest one's, which may always progress), at most
-    ``max_connection_buffer`` (32 MiB) for one, and a request must be complete
-    ``frame_timeout`` (30 s) after its first byte, or its connection is closed.
-    A connection whose partial request would exceed the total stops being read
-    (its bytes wait in the kernel) until the older ones complete or time out
-    (at most 2 x ``frame_timeout``; it then gets a fresh ``frame_timeout``).
-    Answers a peer does not read are not buffered beyond ~4 MiB per connection
-    (it is not read meanwhile). So the
-    server's memory is its data (keys, values, queues: bounded per request by
-    ``max_frame_size`` and per value by ``max_value_size``, not in total) plus at
-    most ``max_buffered_bytes`` + ``max_connection_buffer`` + ``max_connections`` x
+    **Limits.** The defaults accept every request torch's (libuv) server accepts:
+    keys up to 8 KiB, values up to 8 MiB, 128 Ki keys per request, and no bound on
+    a whole request (``max_frame_size``) or on the partial request held for one
+    connection (``max_connection_buffer``); set those two to close a connection
+    that sends more. :attr:`limits` holds them all (a ``StoreLimits``).
+
+    **Memory.** Bounded by back-pressure, not by closing connections: the server
+    holds at most ``max_buffered_bytes`` (48 MiB) of partial requests for all
+    connections together, plus the oldest one's, which may always progress. A
+    connection whose partial request would exceed the total stops being read (its
+    bytes wait in the kernel and then in its sender) until the older ones complete
+    or time out (at most 2 x ``frame_timeout``; it then gets a fresh
+    ``frame_timeout``). A request must be complete ``frame_timeout`` (30 s) after
+    its first byte, or its connection is closed. Answers a peer does not read are
+    not buffered beyond ~4 MiB per connection (it is not read meanwhile). So the
+    server's memory is its data (keys, values, queues) plus at most
+    ``max_buffered_bytes`` + the oldest partial request + ``max_connections`` x
     (64 KiB receive + 4 MiB answers in flight, only for peers that send requests
-    without reading) + ~10 KiB per connection. Defaults let torch's own workloads through (its
-    values and requests are far smaller).
+    without reading) + ~10 KiB per connection.
 
     ``task_group``: run the connections in this (running) task group instead of
     one of the server's own, which frees the server from being entered and left
@@ -94,8 +95,8 @@ class StoreServer:
         max_key_size: int = MAX_KEY_SIZE,
         max_value_size: int = MAX_VALUE_SIZE,
         max_key_count: int = MAX_KEY_COUNT,
-        max_frame_size: int = MAX_FRAME_SIZE,
-        max_connection_buffer: int = MAX_CONNECTION_BUFFER,
+        max_frame_size: int | None = None,
+        max_connection_buffer: int | None = None,
         max_buffered_bytes: int = MAX_BUFFERED_BYTES,
         frame_timeout: float = FRAME_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
@@ -111,43 +112,28 @@ class StoreServer:
             )
         if not 0 <= port <= 65535:
             raise StoreConfigError(f"port {port} is out of range 0-65535")
-        for name, value in (
-            ("max_key_size", max_key_size),
-            ("max_value_size", max_value_size),
-            ("max_key_count", max_key_count),
-            ("max_frame_size", max_frame_size),
-            ("max_connection_buffer", max_connection_buffer),
-            ("max_buffered_bytes", max_buffered_bytes),
-            ("frame_timeout", frame_timeout),
-            ("max_connections", max_connections),
-        ):
-            if value <= 0:
-                raise StoreConfigError(f"{name} must be positive, got {value}")
+        self.limits = StoreLimits(
+            max_key_size=max_key_size,
+            max_value_size=max_value_size,
+            max_key_count=max_key_count,
+            max_frame_size=max_frame_size,
+            max_connection_buffer=max_connection_buffer,
+            max_buffered_bytes=max_buffered_bytes,
+            frame_timeout=frame_timeout,
+            max_connections=max_connections,
+        )
         self.host = "127.0.0.1" if host == "localhost" else host
         self.port = port
-        self.max_key_size = max_key_size
-        self.max_value_size = max_value_size
-        self.max_key_count = max_key_count
-        self.max_frame_size = max_frame_size
-        self.max_connection_buffer = max_connection_buffer
-        self.max_buffered_bytes = max_buffered_bytes
-        self.frame_timeout = frame_timeout
-        self.max_connections = max_connections
         self.backlog = backlog if backlog is not None else max(socket.SOMAXCONN, 4096)
         self._state = StoreState()
+        self._hub = ConnectionHost(self._state, self.limits, self._spawn)
+        self._hub.address = self.address
         self._connections: set[_Connection] = set()
         self._listener: socket.socket | None = None
         self._task_group = task_group
         self._tg: TaskGroup | None = None
         self._own_tg = True
-        self._closing = False
-        self._next_action_id = 0
-        # bytes of partial requests held for all connections; waiters for it to drop
-        self._buffered = 0
-        self._budget_event: anyio.Event | None = None
-        # connections holding a partial request, oldest first (the oldest may always read)
-        self._partial: dict[_Connection, None] = {}
-        self.local_store = LocalStore(_state=self._state, name=f"{self.host}:{port}")
+        self.local_store = LocalStore(_state=self._state, name=self.address)
 
     @property
     def address(self) -> str:
@@ -164,7 +150,7 @@ class StoreServer:
     def buffered_bytes(self) -> int:
         """Bytes of partial requests held for all connections (at most ``max_buffered_bytes``
         plus one connection's last receive)."""
-        return self._buffered
+        return self._hub.budget.held
 
     def __repr__(self) -> str:
         return f"StoreServer({self.address!r})"
@@ -235,9 +221,9 @@ class StoreServer:
         self._tg = tg
         self._own_tg = own
         self._listener = sock
-        self._closing = False
+        self._hub.closing = False
         self.port = sock.getsockname()[1]
-        self.local_store.name = self.address
+        self.local_store.name = self._hub.address = self.address
         tg.start_soon(self._accept_loop, sock)
         logger.info("store listening on %s", self.address)
 
@@ -253,7 +239,7 @@ class StoreServer:
         self._stop()
 
     def _stop(self) -> None:
-        self._closing = True
+        self._hub.closing = True
         self.local_store.close()
         listener, self._listener = self._listener, None
         if listener is not None:
@@ -263,7 +249,7 @@ class StoreServer:
         for conn in list(self._connections):
             conn.close()  # wakes its task (and its drain) with ClosedResourceError
         self._connections.clear()
-        self._budget_released()
+        self._hub.budget.wake()
 
     async def __aenter__(self) -> StoreServer:
         await self.start()
@@ -318,7 +304,7 @@ class StoreServer:
 
     def _admit(self, sock: socket.socket, addr: object) -> None:
         peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
-        if len(self._connections) >= self.max_connections or self._tg is None:
+        if len(self._connections) >= self.limits.max_connections or self._tg is None:
             logger.warning(
                 "store %s: refusing connection from %s: %d connections already open "
                 "(max_connections); raise the limit if this is expected",
@@ -334,12 +320,15 @@ class StoreServer:
         except OSError:
             sock.close()
             return
-        conn = _Connection(self, sock, peer)
+        conn = _Connection(self._hub, sock, peer)
         self._connections.add(conn)
         self._tg.start_soon(self._serve, conn)
 
     async def _serve(self, conn: _Connection) -> None:
-        await self._guarded(conn.serve, conn)
+        try:
+            await self._guarded(conn.serve, conn)
+        finally:
+            self._connections.discard(conn)
 
     async def _guarded(self, func: Callable[[], Awaitable[None]], conn: _Connection) -> None:
         # the task group encloses the host's code: a bug in one connection must not
@@ -354,31 +343,3 @@ class StoreServer:
         """Run ``func`` (a connection's outbox drain) in the server's task group."""
         if self._tg is not None:
             self._tg.start_soon(self._guarded, func, conn)
-
-    def _new_action_id(self) -> int:
-        self._next_action_id += 1
-        return self._next_action_id
-
-    async def _budget_wait(self) -> None:
-        """Wait until some connection releases buffered bytes."""
-        if self._budget_event is None:
-            self._budget_event = anyio.Event()
-        await self._budget_event.wait()
-
-    def _budget_released(self) -> None:
-        """Wake the connections waiting for buffer space (they check again)."""
-        event = self._budget_event
-        if event is not None:
-            self._budget_event = None
-            event.set()
-
-    def _may_buffer(self, conn: _Connection) -> bool:
-        """Whether ``conn`` may read more of its partial request now.
-
-        Yes while all connections together hold at most ``max_buffered_bytes``;
-        beyond, only the connection whose partial request is the oldest, so that
-        one request always progresses (it completes or times out) and frees space.
-        """
-        if self._buffered <= self.max_buffered_bytes:
-            return True
-        return next(iter(self._partial), conn) is conn

@@ -139,3 +139,28 @@ def test_a_failed_fifo_setup_leaves_nothing_behind(tmp_path: Path) -> None:
     ).stdout.split("\n")
     assert out[:2] == ["failed 24", "closed"]  # EMFILE, then no leaked end
     assert not fifo.exists()
+
+
+async def test_an_expired_timer_captures_every_workers_stacks_before_the_kill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's ``expires(after=2)`` in local rank 0: the stacks of both workers are
+    written before the kill, and the failure says "hung" with the timer's scope."""
+    from aelastic.errors import ChildFailedError
+
+    monkeypatch.setenv("TORCHELASTIC_ENABLE_FILE_TIMER", "1")
+    monkeypatch.delenv("TORCHELASTIC_TIMER_FILE", raising=False)
+    script = str(SCRIPTS / "file_timer_ddp_worker.py")
+    spec = local_spec(LocalRendezvous(), ("-u", script), tmp_path, max_restarts=0)
+    with anyio.fail_after(120):
+        result = await LocalElasticAgent(spec).run()
+    assert result.state is WorkerState.FAILED
+    (failure,) = result.failures.values()
+    assert failure.local_rank == 0 and failure.exitcode == -signal.SIGKILL
+    (run_dir,) = (tmp_path / "logs").glob("test-run_*")
+    stacks = {rank: run_dir / "attempt_0" / str(rank) / "stacks.txt" for rank in (0, 1)}
+    assert "stuck_in_collective" in stacks[0].read_text()
+    assert "healthy_peer" in stacks[1].read_text()
+    text = str(ChildFailedError("file_timer_ddp_worker.py", result.failures))
+    assert "hung in scope 'allreduce_step_7'" in text
+    assert f"Stacks of every thread: {stacks[0]}" in text

@@ -213,3 +213,46 @@ async def test_warm_workers_register_the_stacks_dump_once(
     with anyio.fail_after(60):
         result = await LocalElasticAgent(spec).run()
     assert result.state is WorkerState.SUCCEEDED
+
+
+async def test_a_ddp_hang_blames_the_least_advanced_rank_and_names_every_hung_one(
+    tmp_path: Path,
+) -> None:
+    """Rank 1 stops inside its step; rank 0 blocks in the gloo all-reduce and passes its
+    (shorter, section) deadline first. Both are named, rank 1 as the root cause."""
+    from aelastic.errors import ChildFailedError
+
+    spec = local_spec(
+        LocalRendezvous(),
+        ("-u", str(SCRIPTS / "ddp_hang_worker.py")),
+        tmp_path,
+        initial_heartbeat_timeout=60.0,
+        heartbeat_timeout=2.0,
+        section_timeouts={"allreduce": 1.8},
+        max_restarts=0,
+    )
+    agent = LocalElasticAgent(spec)
+    with anyio.fail_after(90):
+        async with subscribe() as stream, anyio.create_task_group() as tg:
+            results = start_run(tg, agent)
+            async for event in stream:
+                if event.name == "aelastic.progress.hang":
+                    break
+    (result,) = results
+    assert result.state is WorkerState.FAILED
+    assert event.metadata["local_rank"] == 1, [f.message for f in result.failures.values()]
+    assert event.metadata["hung_local_ranks"] == "1,0"
+    assert sorted(result.failures) == [0, 1]
+    error = ChildFailedError("ddp_hang_worker.py", result.failures)
+    root_rank, root = error.get_first_failure()
+    assert root_rank == 1
+    assert "hung in section 'train_step' at step 3" in root.message
+    assert "Root cause: this worker" in root.message
+    peer = result.failures[0]
+    assert "hung in section 'allreduce' at step 3" in peer.message
+    assert "Probably waiting on local_rank 1" in peer.message
+    for rank, failure in result.failures.items():
+        path = _attempt_dir(tmp_path, 0) / str(rank) / "stacks.txt"
+        assert f"Stacks of every thread: {path}" in failure.message
+    assert "all_reduce" in _stacks(tmp_path, 0, 0)
+    assert "ddp_hang_worker.py" in _stacks(tmp_path, 0, 1)

@@ -30,7 +30,7 @@ class FakeSocket:
 def connection(server: StoreServer, *, validate: bool = True) -> tuple[_Connection, FakeSocket]:
     """A connection of ``server`` on a fake socket (VALIDATE already received)."""
     sock = FakeSocket()
-    conn = _Connection(server, sock, "test")  # type: ignore[arg-type]
+    conn = _Connection(server._hub, sock, "test")  # type: ignore[arg-type]
     if validate:
         assert conn.data_received(P.request_validate()) == []
     return conn, sock
