@@ -1,6 +1,6 @@
 """A non-torch worker for job-handle tests; it talks to the test over TCP, never sleeps.
 
-    job_worker.py PORT [--fail-first] [--hang-first] [--wait]
+    job_worker.py PORT [--fail-first] [--hang-first] [--wait] [--hello]
 
 Connects to 127.0.0.1:PORT and sends ``ready <local_rank> <restart_count> <pid>``.
 ``--fail-first``: local rank 0 of the first attempt exits 5. ``--wait``: reports each
@@ -8,6 +8,8 @@ SIGUSR1 as ``usr1 <local_rank>`` and runs until the test sends ``exit <code>`` (
 closes the connection: exit 0); SIGTERM ends it as usual. ``--hang-first``: local rank
 0 of the first attempt sends one ``aelastic.progress`` heartbeat (and ``beat 0``), then
 hangs: waits for the test (exits 0 when it sends anything). Otherwise it exits 0.
+``--hello``: first sends ``hello <restart_count> <pid> <warm> <AELASTIC_JOB_VAR> <cwd>``
+(``warm``: 1 in a pre-started interpreter; the variable ``-`` when unset).
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ def main(argv: list[str]) -> int:
     rank = os.environ["LOCAL_RANK"]
     restart = os.environ["TORCHELASTIC_RESTART_COUNT"]
     conn = socket.create_connection(("127.0.0.1", port))
+    if "--hello" in argv:  # what a service gave it: environment, cwd, warm interpreter
+        with open("/proc/self/cmdline", "rb") as fp:
+            warm = int(b"_warm_boot" in fp.read())
+        var = os.environ.get("AELASTIC_JOB_VAR", "-")
+        conn.sendall(f"hello {restart} {os.getpid()} {warm} {var} {os.getcwd()}\n".encode())
     if "--wait" in argv:  # before 'ready': the test may signal as soon as it reads it
         signal.signal(signal.SIGUSR1, lambda *_: conn.sendall(f"usr1 {rank}\n".encode()))
     conn.sendall(f"ready {rank} {restart} {os.getpid()}\n".encode())

@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import ast
-import os
 import sys
 
 import anyio
 
+from ._jobs import alive as _alive
 from ._nodes import HERE
 
 EXAMPLE = str(HERE.parent.parent / "examples" / "embed_service.py")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def test_embed_service_example() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from pathlib import Path
@@ -17,34 +16,15 @@ from aelastic.events._subscribe import run_id_of
 from aelastic.launcher import (
     JobSignalError,
     JobStoppedError,
-    LaunchConfig,
     StateChange,
     open_job,
     run_job,
 )
 from aelastic.rendezvous import RendezvousTimeoutError
 
+from ._jobs import alive as _alive
+from ._jobs import job_config as _config
 from ._notify import workers_listener
-
-
-def _config(nproc: int = 2, **kw: Any) -> LaunchConfig:
-    settings: dict[str, Any] = {
-        "min_nodes": 1,
-        "max_nodes": 1,
-        "nproc_per_node": nproc,
-        "rdzv_backend": "c10d",
-        "rdzv_endpoint": "127.0.0.1:0",
-        "max_restarts": 0,
-    }
-    return LaunchConfig(**{**settings, **kw})
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def test_transitions_are_pushed_through_a_restart(tmp_path: Path) -> None:

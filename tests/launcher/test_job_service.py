@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,27 +19,13 @@ from aelastic.events import RdzvEvent
 from aelastic.events._subscribe import run_id_of
 from aelastic.launcher import JobStoppedError, LaunchConfig, LaunchConfigError, open_job
 
+from ._jobs import alive as _alive
+from ._jobs import job_config
 from ._notify import Workers, workers_listener
 
 
 def _config(nproc: int = 1, **kw: Any) -> LaunchConfig:
-    settings: dict[str, Any] = {
-        "min_nodes": 1,
-        "max_nodes": 1,
-        "nproc_per_node": nproc,
-        "rdzv_backend": "c10d",
-        "rdzv_endpoint": "127.0.0.1:0",
-        "max_restarts": 0,
-    }
-    return LaunchConfig(**{**settings, **kw})
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    return job_config(nproc, **kw)
 
 
 async def test_stop_waits_until_the_workers_are_gone_and_the_block_goes_on() -> None:
@@ -124,9 +109,6 @@ async def test_a_late_subscriber_gets_the_earlier_events_then_the_stream_ends() 
     assert [e.name for e in seen_after] == [e.name for e in seen_during]
 
 
-ENV_WORKER = str(Path(__file__).parent / "env_worker.py")
-
-
 async def _hello(w: Workers) -> list[str]:
     while True:
         words = await w.line()
@@ -143,7 +125,7 @@ async def test_per_job_env_and_cwd_reach_the_workers_in_warm_interpreters(
     cwd_before = os.getcwd()
     async with workers_listener() as w:
         with anyio.fail_after(60):
-            argv = (sys.executable, "-u", ENV_WORKER, str(w.port))
+            argv = w.argv("--hello", "--wait")
             async with open_job(config, *argv) as job:
                 first = await _hello(w)
                 pool = job._agent._warm_pool  # pre-started interpreters for the restart
@@ -162,7 +144,7 @@ async def test_per_job_env_and_cwd_reach_the_workers_in_warm_interpreters(
 async def test_warm_workers_off_for_one_job() -> None:
     async with workers_listener() as w:
         with anyio.fail_after(60):
-            argv = (sys.executable, "-u", ENV_WORKER, str(w.port))
+            argv = w.argv("--hello", "--wait")
             async with open_job(_config(2, warm_workers=False), *argv) as job:
                 hellos = [await _hello(w), await _hello(w)]
                 assert job._agent._warm_pool is None  # no idle interpreter kept

@@ -45,31 +45,31 @@ async def fake_server(reply: bytes | None) -> AsyncIterator[int]:
         tg.cancel_scope.cancel()
 
 
+async def _connect_error(reply: bytes | None, connect_timeout: float) -> StoreConnectionError:
+    """What connecting a client to a :func:`fake_server` raises (within 30 s)."""
+    async with fake_server(reply) as port:
+        client = TCPStoreClient("127.0.0.1", port, connect_timeout=connect_timeout, timeout=600)
+        with anyio.fail_after(30), pytest.raises(StoreConnectionError) as info:
+            async with client:
+                pytest.fail("connected to a server that is not a store")
+    assert f"127.0.0.1:{port}" in str(info.value)
+    return info.value
+
+
 @on_every_backend
 async def test_an_http_server_is_named_at_once_not_retried() -> None:
-    async with fake_server(HTTP_400) as port:
-        # Far longer than the test's bound: a retried failure would hit the bound.
-        client = TCPStoreClient("127.0.0.1", port, connect_timeout=600, timeout=600)
-        with anyio.fail_after(30), pytest.raises(NotAStoreError) as info:
-            async with client:
-                pytest.fail("connected to an HTTP server")
-    error = info.value
-    assert "it looks like an HTTP server" in str(error) and f"127.0.0.1:{port}" in str(error)
-    assert error.head.startswith(b"HTTP/1.1 400") and isinstance(error, StoreConnectionError)
+    # Far longer than the bound of 30 s: a retried failure would hit the bound.
+    error = await _connect_error(HTTP_400, connect_timeout=600)
+    assert isinstance(error, NotAStoreError) and "it looks like an HTTP server" in str(error)
+    assert error.head.startswith(b"HTTP/1.1 400")
 
 
 @on_every_backend
 async def test_a_silent_server_is_described_on_every_backend() -> None:
-    async with fake_server(None) as port:
-        client = TCPStoreClient("127.0.0.1", port, connect_timeout=0.5, timeout=5)
-        with anyio.fail_after(30), pytest.raises(StoreConnectionError) as info:
-            async with client:
-                pytest.fail("connected to a silent server")
+    error = await _connect_error(None, connect_timeout=0.5)
     # uvloop's and asyncio's timeouts have no text: the cause was lost ("last error: )")
-    assert "last error: connected, but the server did not answer the store handshake" in str(
-        info.value
-    )
-    assert not isinstance(info.value, NotAStoreError)
+    assert "last error: connected, but the server did not answer the store handshake" in str(error)
+    assert not isinstance(error, NotAStoreError)
 
 
 def _job_config(port: int, **rdzv: float) -> LaunchConfig:
