@@ -25,6 +25,7 @@ from .._exceptions import AelasticError
 from .._net import node_name
 from ._build import PreparedJob, prepare_job
 from ._config import LaunchConfig
+from ._preimport import JOB_MODULES, import_off_loop
 
 if TYPE_CHECKING:
     from ..agent import RunResult, WorkerGroup, WorkerState
@@ -592,6 +593,7 @@ async def open_job(
         aelastic.health.HealthPortError: the health port cannot be bound (also an
             ``OSError``); the message names the port and the fix.
     """
+    await import_off_loop(_job_modules(config))
     prepared = prepare_job(config, entrypoint, args)
     job = Job(config, prepared)
     error: BaseException | None = None  # raised after the task group, which would wrap it
@@ -608,6 +610,14 @@ async def open_job(
             tg.cancel_scope.cancel()
     if error is not None:
         raise error
+
+
+def _job_modules(config: LaunchConfig) -> tuple[str, ...]:
+    """What the job will import (imported off the loop before it starts)."""
+    extra: tuple[str, ...] = ("aelastic.health",) if config.health_port is not None else ()
+    if config.rdzv_backend.startswith("etcd"):
+        extra += ("aelastic.rendezvous.etcd",)
+    return JOB_MODULES + extra
 
 
 async def _start_health(tg: anyio.abc.TaskGroup, job: Job, config: LaunchConfig) -> tuple[str, int]:

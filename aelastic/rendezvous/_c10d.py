@@ -38,6 +38,7 @@ from ._api import RendezvousStoreInfo
 from ._dynamic import DynamicRendezvousHandler, DynamicSettings, _open_session
 from ._exceptions import RendezvousConnectionError, RendezvousEndpointError, RendezvousError
 from ._params import DEFAULT_C10D_PORT, RendezvousParameters, parse_endpoint
+from ._state import Keys
 
 __all__ = ("C10dRendezvousHandler", "create_c10d_handler", "is_local_address")
 
@@ -189,10 +190,11 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
     ) -> None:
         """Run a successor store (server or client) in the handler's task group until
         the handler is left (the task that opens a server must close it). A server
-        holds its ``epoch`` before it listens: a survivor whose client silently
-        reconnects to it learns at its next join that the store was re-hosted."""
+        marks the earlier epochs' round keys before it listens: a survivor whose client
+        silently reconnects to it learns at its next join that the store was re-hosted."""
         if isinstance(cm, StoreServer):
-            await cm.local_store.set(self._keys.epoch_key, str(epoch))
+            marks = Keys(self._run_id, epoch).moved_marks()
+            await cm.local_store.multi_set(list(marks), list(marks.values()))
         async with AsyncExitStack() as stack:
             resource = await stack.enter_async_context(cm)
             if isinstance(resource, StoreServer):

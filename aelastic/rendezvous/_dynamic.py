@@ -92,7 +92,15 @@ from ._exceptions import (
 from ._liveness import Liveness, StoreLiveness, TickClock
 from ._ops import Ops
 from ._params import RendezvousParameters
-from ._state import Keys, Message, Tick, descriptor, descriptor_addr, live_members, parse_int
+from ._state import (
+    Keys,
+    Message,
+    Tick,
+    descriptor,
+    descriptor_addr,
+    live_members,
+    moved_to_epoch,
+)
 
 __all__ = ("DynamicSettings", "DynamicRendezvousHandler")
 
@@ -428,17 +436,20 @@ class DynamicRendezvousHandler(RendezvousHandler):
             return
         raise exc
 
-    async def _sync_epoch(self) -> None:
-        """Use the keys of the store incarnation this node talks to now.
+    async def _read_round(self) -> int:
+        """The current round (``ADD round 0``), after moving to the keys of the store
+        incarnation this node talks to now.
 
-        A client may reconnect to a re-hosted store at the same address without noticing;
-        the store's ``epoch`` key tells (one CHECK per join; absent: epoch 0).
+        A client may reconnect to a re-hosted store at the same address without
+        noticing; the round key of its old epoch then reads ``-epoch`` there (see
+        :func:`moved_to_epoch`): the same one request per join tells.
         """
-        ops, key = self._ops(), self._keys.epoch_key
-        if not await ops.check(key):
-            return
-        epoch = parse_int(key, await ops.get(key))
-        if epoch != self._keys.epoch:
+        while True:
+            keys = self._keys
+            value = await self._ops().add(keys.round, 0)
+            epoch = moved_to_epoch(value)
+            if epoch is None or epoch == keys.epoch:
+                return max(value, 0)
             self._keys = Keys(self._run_id, epoch)
             self._event("epoch", f"the rendezvous store was re-hosted: epoch {epoch}")
             # The old session's connection went with the old incarnation of the store.
@@ -552,9 +563,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
         Returns ``(info, False)`` once admitted, ``(None, was_spare)`` when the round
         ended for this node and the next one must be joined.
         """
-        await self._sync_epoch()
+        round_ = await self._read_round()
         ops, keys = self._ops(), self._keys
-        round_ = await ops.add(keys.round, 0)
         # A ticket taken must be handed to a view (whose withdrawal releases it) and
         # its coordinator or watcher started: no cancellation in between, but bounded.
         with anyio.CancelScope(shield=True) as shield:

@@ -55,8 +55,11 @@ class Keys:
         self.base = f"rdzv/{run_id}/c" if epoch == 0 else f"rdzv/{run_id}/c.e{epoch}"
         self.round = f"{self.base}/round"
         self.closed = f"{self.base}/closed"
-        #: Written by a re-hosted store before it listens: the epoch it serves.
-        self.epoch_key = f"rdzv/{run_id}/epoch"
+
+    def moved_marks(self) -> dict[str, str]:
+        """What a re-hosted store of this epoch holds before it listens: the round key
+        of every earlier epoch set to ``-epoch`` (see :func:`moved_to_epoch`)."""
+        return {Keys(self.run_id, e).round: str(-self.epoch) for e in range(self.epoch)}
 
     def agent_prefix(self, round_: int) -> str:
         """Prefix of the store handed to the agent for ``round_``."""
@@ -81,6 +84,16 @@ class Keys:
 
     def inbox(self, r: int) -> str:
         return f"{self.base}/{r}/inbox"
+
+
+def moved_to_epoch(round_value: int) -> int | None:
+    """The epoch a round counter read says the store serves now, or None (no move).
+
+    Rounds count up from 0; a re-hosted store sets the round keys of the epochs
+    before its own to ``-epoch``, so the read that starts every join (``ADD round
+    0``) also tells a node whose client silently reconnected to the successor.
+    """
+    return -round_value if round_value < 0 else None
 
 
 def parse_int(key: str, raw: bytes) -> int:

@@ -116,6 +116,21 @@ def start_run(tg: anyio.abc.TaskGroup, agent: LocalElasticAgent) -> list[RunResu
     return results
 
 
+async def run_until_event(
+    agent: LocalElasticAgent, name: str, *, run_id: str | None = None
+) -> tuple[RunResult, Any]:
+    """Run ``agent`` to its end; return its result and its first event called ``name``."""
+    from aelastic.events import subscribe
+
+    async with subscribe(run_id=run_id) as stream, anyio.create_task_group() as tg:
+        results = start_run(tg, agent)
+        async for event in stream:
+            if event.name == name:
+                break
+    (result,) = results
+    return result, event
+
+
 def pid_alive(pid: int) -> bool:
     """Whether ``pid`` exists and is not a zombie (reads /proc)."""
     try:

@@ -13,9 +13,8 @@ import pytest
 
 from aelastic.agent import LocalElasticAgent, WorkerState
 from aelastic.agent._file_timer import FileTimerServer, parse_request
-from aelastic.events import subscribe
 
-from .conftest import SCRIPTS, LocalRendezvous, local_spec, start_run
+from .conftest import SCRIPTS, LocalRendezvous, local_spec, run_until_event
 
 WORKER = str(SCRIPTS / "file_timer_worker.py")
 
@@ -30,12 +29,8 @@ async def test_worker_with_an_expired_torch_timer_is_killed_and_restarted(
     )
     agent = LocalElasticAgent(spec)
     with anyio.fail_after(120):
-        async with subscribe(run_id="test-run") as stream, anyio.create_task_group() as tg:
-            results = start_run(tg, agent)
-            async for event in stream:
-                if event.name == "aelastic.file_timer.expired":
-                    break
-    (result,) = results
+        name = "aelastic.file_timer.expired"
+        result, event = await run_until_event(agent, name, run_id="test-run")
     assert result.state is WorkerState.SUCCEEDED
     assert agent.remaining_restarts == 0  # the killed worker was a failure like any other
     assert event.metadata["scope_ids"] == "stuck_in_collective"

@@ -14,7 +14,7 @@ import pytest
 from aelastic.agent import LocalElasticAgent, WorkerState
 from aelastic.events import subscribe
 
-from .conftest import SCRIPTS, LocalRendezvous, local_spec, start_run
+from .conftest import SCRIPTS, LocalRendezvous, local_spec, run_until_event, start_run
 
 WORKER = str(SCRIPTS / "hang_worker.py")
 
@@ -52,12 +52,7 @@ async def test_hung_worker_is_restarted_with_its_stacks(
     spec = _spec(tmp_path, mode, **spec_kw)
     agent = LocalElasticAgent(spec)  # type: ignore[arg-type]
     with anyio.fail_after(60):
-        async with subscribe() as stream, anyio.create_task_group() as tg:
-            results = start_run(tg, agent)
-            async for event in stream:
-                if event.name == "aelastic.progress.hang":
-                    break
-    (result,) = results
+        result, event = await run_until_event(agent, "aelastic.progress.hang")
     assert result.state is WorkerState.SUCCEEDED
     assert event.metadata["local_rank"] == 1 and event.metadata["global_rank"] == 1
     assert event.metadata["rule"] == rule
@@ -233,12 +228,7 @@ async def test_a_ddp_hang_blames_the_least_advanced_rank_and_names_every_hung_on
     )
     agent = LocalElasticAgent(spec)
     with anyio.fail_after(90):
-        async with subscribe() as stream, anyio.create_task_group() as tg:
-            results = start_run(tg, agent)
-            async for event in stream:
-                if event.name == "aelastic.progress.hang":
-                    break
-    (result,) = results
+        result, event = await run_until_event(agent, "aelastic.progress.hang")
     assert result.state is WorkerState.FAILED
     assert event.metadata["local_rank"] == 1, [f.message for f in result.failures.values()]
     assert event.metadata["hung_local_ranks"] == "1,0"

@@ -218,3 +218,39 @@ def test_is_local_address() -> None:
     assert is_local_address("::1")
     assert is_local_address(socket.gethostname())
     assert not is_local_address("192.0.2.1")  # TEST-NET-1, never assigned
+
+
+async def test_a_join_costs_six_store_requests_per_node(
+    store_server: StoreServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request count per node of a mass join stays at its earlier figure (issue 20):
+    ADD round, ADD ticket, the registration, the tick reads. No epoch CHECK: a re-hosted
+    store's epoch is read with the round."""
+    from collections import Counter
+
+    from aelastic.store import TCPStoreClient
+
+    counts: Counter[str] = Counter()
+    names = ("add", "check", "get", "set", "multi_set", "multi_get", "compare_set")
+    names += ("queue_push", "queue_pop", "delete_key", "wait")
+    for name in names:
+        original = getattr(TCPStoreClient, name)
+
+        async def counted(self: object, *a: object, _n: str = name, _f=original, **k: object):  # type: ignore[no-untyped-def]
+            counts[_n] += 1
+            return await _f(self, *a, **k)
+
+        monkeypatch.setattr(TCPStoreClient, name, counted)
+    n = 16
+    endpoint = f"127.0.0.1:{store_server.port}"
+    async with AsyncExitStack() as stack:
+        hs = [
+            await stack.enter_async_context(c10d(endpoint, n, n, is_host="false")) for _ in range(n)
+        ]
+        counts.clear()
+        with anyio.fail_after(20):
+            infos = await rendezvous_all(hs)
+        joined = Counter(counts)
+        assert sorted(i.rank for i in infos) == list(range(n))
+    assert joined["check"] <= 2, joined  # the confirmations of the last pushes only
+    assert sum(joined.values()) / n <= 6.5, joined

@@ -1,0 +1,52 @@
+"""Import what a job needs off the event loop, before the job starts.
+
+The launcher's API module imports the agent, rendezvous, store, events and workers
+lazily (a service that never opens a job does not pay for them). The first
+:func:`~aelastic.launcher.open_job` of a process would then import them on the
+service's event loop, blocking it for 70-190 ms. :func:`import_off_loop` imports
+them in a worker thread first; the loop keeps running (an import holds the GIL only
+in slices, like any Python code).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterable
+
+import anyio.to_thread
+
+__all__ = ("JOB_MODULES", "import_off_loop")
+
+#: Every module a local job imports (the agent and what it runs); the etcd backend and
+#: the health endpoint are added by the caller when the job uses them.
+JOB_MODULES = (
+    "aelastic.store",
+    "aelastic.rendezvous",
+    "aelastic.rendezvous._c10d",
+    "aelastic.rendezvous._static",
+    "aelastic.events",
+    "aelastic.errors",
+    "aelastic.agent",
+    "aelastic.agent._local",
+    "aelastic.agent._file_timer",
+    "aelastic.workers._processes",
+    "aelastic.workers._warm",
+    "aelastic.workers._callable",
+)
+
+
+def _import_all(names: list[str]) -> None:
+    for name in names:
+        importlib.import_module(name)
+
+
+async def import_off_loop(names: Iterable[str] = JOB_MODULES) -> None:
+    """Import the modules ``names`` not imported yet, in a worker thread.
+
+    Returns at once (no thread) when all are imported. Raises what an import raises.
+    Cancellation: waits for the imports under way to finish (bounded: an import).
+    """
+    missing = [name for name in names if name not in sys.modules]
+    if missing:
+        await anyio.to_thread.run_sync(_import_all, missing)

@@ -1,0 +1,44 @@
+"""Run one no-op job with ``open_job`` in a fresh interpreter; print, as JSON, the
+aelastic modules imported on the event loop's thread after the service started.
+
+``loop_imports.py BACKEND`` (asyncio, trio).
+"""
+
+import importlib.abc
+import json
+import sys
+import threading
+
+import anyio
+
+from aelastic.launcher import LaunchConfig, open_job
+
+MAIN = threading.main_thread()
+on_loop: list[str] = []
+
+
+class _Recorder(importlib.abc.MetaPathFinder):
+    """Records which aelastic modules start importing on the main thread (the loop's)."""
+
+    def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
+        if name.startswith("aelastic") and threading.current_thread() is MAIN:
+            on_loop.append(name)
+        return None  # the real finders import it
+
+
+async def main() -> None:
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=1,
+        run_id="imports",
+        rdzv_backend="c10d",
+        rdzv_endpoint="127.0.0.1:0",
+    )
+    sys.meta_path.insert(0, _Recorder())
+    async with open_job(config, "/bin/true") as job:
+        await job.wait()
+
+
+anyio.run(main, backend=sys.argv[1])
+print(json.dumps(on_loop))
