@@ -25,20 +25,9 @@ ROOT = Path(aelastic.__file__).parent
 
 #: Known violations, each with its reason; the test fails when one of them is fixed (so
 #: the list only shrinks) as well as on any new one.
-ALLOWED_CYCLES: dict[frozenset[str], str] = {
-    # Being broken on branch h/fixes (issue 20 item 6; the session interface moves beside
-    # the Store interface, a budget object replaces the server's private attributes).
-    # Empty these two once that branch is merged.
-    frozenset({"aelastic.store._api", "aelastic.store._ephemeral"}): "h/fixes",
-    frozenset({"aelastic.store._connection", "aelastic.store._server"}): "h/fixes",
-}
+ALLOWED_CYCLES: dict[frozenset[str], str] = {}
 #: (importing module, imported private module) -> why it stays for now.
-ALLOWED_PRIVATE: dict[tuple[str, str], str] = {
-    # The hang finder names the workers' progress-file variables from progress's
-    # private layout. agent/_hang.py is being reworked on another branch (issue 20
-    # item 1, hang blame); export the variable names from aelastic.progress after it.
-    ("aelastic.agent._hang", "aelastic.progress._layout"): "progress env names; after item 1",
-}
+ALLOWED_PRIVATE: dict[tuple[str, str], str] = {}
 
 
 def _layers() -> dict[str, int]:

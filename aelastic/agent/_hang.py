@@ -24,9 +24,10 @@ from typing import Any
 
 import anyio
 
+from .._stacks_dump import STACKS_FILE_ENV, STACKS_SIGNAL_ENV
 from ..errors import ProcessFailure
 from ..metrics import put_metric
-from ..progress import ProgressFile, ProgressSnapshot, ProgressTimeouts, _layout
+from ..progress import FILE_ENV, ProgressFile, ProgressSnapshot, ProgressTimeouts
 from ._policy import ProgressDeadline, progress_deadline
 from ._stacks import STACKS_SIGNAL, capture_stacks
 
@@ -129,7 +130,7 @@ class RoundProgress:
 
     def env(self, local_rank: int) -> dict[str, str]:
         return {
-            _layout.FILE_ENV: self.files[local_rank].path,
+            FILE_ENV: self.files[local_rank].path,
             **stacks_env(self.stacks_files[local_rank]),
         }
 
@@ -210,7 +211,7 @@ class RoundProgress:
 
 def stacks_env(path: str) -> dict[str, str]:
     """A worker's environment asking it to dump its stacks to ``path`` on our signal."""
-    return {_layout.STACKS_FILE_ENV: path, _layout.STACKS_SIGNAL_ENV: str(STACKS_SIGNAL)}
+    return {STACKS_FILE_ENV: path, STACKS_SIGNAL_ENV: str(STACKS_SIGNAL)}
 
 
 def remove_empty_files(paths: Iterable[str]) -> None:

@@ -16,6 +16,7 @@ imports it is never judged by the hang-detection timeouts. The agent side
 share one layout.
 """
 
+from ._layout import FILE_ENV as FILE_ENV
 from ._reader import ProgressFile as ProgressFile
 from ._reader import ProgressSnapshot as ProgressSnapshot
 from ._timeouts import ProgressTimeoutError as ProgressTimeoutError
@@ -27,6 +28,7 @@ from ._worker import section as section
 from ._worker import step as step
 
 __all__ = (
+    "FILE_ENV",
     "ProgressFile",
     "ProgressSnapshot",
     "ProgressTimeoutError",
