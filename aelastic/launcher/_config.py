@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._exceptions import AelasticError
+from ..workers._preload import parse_preload
 
 __all__ = ("DEFAULT_SIGNALS", "LaunchConfig", "LaunchConfigError")
 
@@ -44,7 +45,10 @@ class LaunchConfig:
     ``heartbeat_timeout``, ``section_timeouts``, ``out_of_section_timeout``,
     ``learn_timeouts``, ``max_no_progress_restarts``, ``restart_backoff``,
     ``restart_backoff_max``, ``job_wide_restarts``) are
-    :class:`~aelastic.agent.WorkerSpec`'s fields of the same names.
+    :class:`~aelastic.agent.WorkerSpec`'s fields of the same names, and so are
+    ``preload`` and ``preload_exclude`` (``--preload``: module names or ``"auto"``
+    that idle warm interpreters import before a restart; a comma-separated string
+    is accepted too).
 
     ``shutdown_timeout`` of None means the environment variable
     ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, else 30 seconds; it is read when the launch
@@ -97,6 +101,8 @@ class LaunchConfig:
     job_wide_restarts: bool = False
     health_port: int | None = None
     health_host: str = "127.0.0.1"
+    preload: tuple[str, ...] = ()
+    preload_exclude: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 < self.min_nodes <= self.max_nodes:
@@ -133,6 +139,13 @@ class LaunchConfig:
                 f"health_port={self.health_port!r}: need a port in 0..65535 (0: any free port)"
                 " or None for no health endpoint"
             )
+        try:
+            self.preload = parse_preload(self.preload, "LaunchConfig.preload")
+            self.preload_exclude = parse_preload(
+                self.preload_exclude, "LaunchConfig.preload_exclude"
+            )
+        except ValueError as exc:
+            raise LaunchConfigError(str(exc)) from None
         self.rdzv_configs = dict(self.rdzv_configs)  # the caller's dict stays as it was
         if self.rdzv_timeout is not None and self.rdzv_timeout != -1:
             self.rdzv_configs["timeout"] = self.rdzv_timeout

@@ -219,6 +219,10 @@ class Job:
         no running worker uses ``aelastic.progress`` heartbeats)."""
         return self._agent.heartbeat_age_ms()
 
+    def idle_interpreters(self) -> tuple[int, int]:
+        """Idle warm worker interpreters: how many, and their resident memory in bytes."""
+        return self._agent.idle_interpreters()
+
     @property
     def done(self) -> bool:
         """Whether the job has finished (:meth:`wait` returns or raises at once)."""

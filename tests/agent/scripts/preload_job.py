@@ -1,0 +1,114 @@
+"""A gloo DDP training job that crashes once and resumes: the ``--preload`` tests and benchmark.
+
+An MLP trained with AdamW; rank 0 saves model and optimizer state (``torch.save``)
+every ``--checkpoint-every`` steps; on the first attempt rank ``--crash-rank``
+records the time and leaves by ``os._exit(1)`` just before step ``--crash-at``.
+Deterministic: the same seed builds the model and step ``s`` on rank ``r`` draws
+its batch from seed ``(s, r)``, so a resumed run ends with an uninterrupted run's
+parameters.
+
+Appends JSON lines to ``--out`` (one ``O_APPEND`` write each):
+``{"event": "top", ...}`` before anything else is imported (was torch already in
+``sys.modules``? the ``--set-env`` variable is set here, before ``import torch``),
+``{"event": "crash", "t": ...}``, ``{"event": "step", ...}`` after the first
+step of each attempt (``t``: wall clock), and ``{"event": "final", ...}`` on rank 0
+(checksum of the parameters, ``torch.get_num_threads()``, the variable read back).
+"""
+
+import sys
+
+PRELOADED = "torch" in sys.modules  # first: nothing of this script imported yet
+
+import argparse  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import time  # noqa: E402
+
+
+def record(path: str, **fields: object) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        os.write(fd, (json.dumps(fields) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--checkpoint-every", type=int, default=10)
+    parser.add_argument("--crash-at", type=int, default=25)
+    parser.add_argument("--crash-rank", type=int, default=1)
+    parser.add_argument("--step-seconds", type=float, default=0.0, help="compute per step")
+    parser.add_argument("--set-env", default="", help="NAME=VALUE set before import torch")
+    opts = parser.parse_args()
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    rank = int(os.environ["RANK"])
+    record(opts.out, event="top", attempt=attempt, rank=rank, preloaded=PRELOADED)
+    name, _, value = opts.set_env.partition("=")
+    if name:
+        os.environ[name] = value
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(1234)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
+        torch.nn.Linear(64, 1),
+    )  # fmt: skip
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    start = 0
+    if os.path.exists(opts.checkpoint):
+        state = torch.load(opts.checkpoint)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start = state["step"]
+    ddp = DistributedDataParallel(model)
+    for step in range(start, opts.steps):
+        if attempt == 0 and rank == opts.crash_rank and step == opts.crash_at:
+            record(opts.out, event="crash", t=time.time())
+            os._exit(1)
+        gen = torch.Generator().manual_seed(step * 1000 + rank)
+        x = torch.randn(32, 16, generator=gen)
+        loss = torch.nn.functional.mse_loss(ddp(x), x.sum(dim=1, keepdim=True).sin())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if opts.step_seconds:
+            time.sleep(opts.step_seconds)  # stands for a real model's compute
+        if step == start:
+            record(opts.out, event="step", attempt=attempt, rank=rank, step=step, t=time.time())
+        if (step + 1) % opts.checkpoint_every == 0:
+            if rank == 0:
+                tmp = opts.checkpoint + ".tmp"
+                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+                torch.save({**state, "step": step + 1}, tmp)
+                os.replace(tmp, opts.checkpoint)
+            dist.barrier()
+    if rank == 0:
+        params = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+        record(
+            opts.out,
+            event="final",
+            attempt=attempt,
+            params=hashlib.sha256(bytes(params.view(torch.uint8).tolist())).hexdigest(),
+            threads=torch.get_num_threads(),
+            env=os.environ.get(name) if name else None,
+        )
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    # Skip interpreter finalization (gloo's threads; see ddp_worker.py).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
