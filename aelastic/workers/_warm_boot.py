@@ -29,9 +29,14 @@ import _socket
 import os
 import sys
 
+TYPE_CHECKING = False  # typing costs an import; mypy reads the name
+if TYPE_CHECKING:
+    from typing import Any
+
 _MAGIC = b"aelastic-warm-3"
 _PRELOAD_MAGIC = b"aelastic-preload-1"
 _HEADER = 8
+_HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_warm_preload.py")
 
 
 def _receive(sock: _socket.socket) -> tuple[list[int], bytes]:
@@ -121,8 +126,7 @@ class _Preload:
         argv, modules, exclude = _take(fields), _take(fields), _take(fields)
         # The worker's own world, as far as it is known before the hand-off: its
         # environment (without what differs per worker), cwd, argv and sys.path[0].
-        from aelastic.workers._warm_preload import Preloader  # threading: in the main thread
-
+        preloader = _helper()["Preloader"]  # imports threading here, in the main thread
         _set_environ(fields)
         os.chdir(cwd)
         sys.argv[:] = argv
@@ -133,7 +137,7 @@ class _Preload:
         os.dup2(null, 1)  # what modules print at import is not the worker's output
         os.dup2(null, 2)
         os.close(null)
-        self.preloader = Preloader(modules, exclude, learn_dir, report_dir, self.report_fd)
+        self.preloader = preloader(modules, exclude, learn_dir, report_dir, self.report_fd)
         self.preloader.start()
 
     def stop(self) -> None:
@@ -151,10 +155,7 @@ def _receive_activation(sock: _socket.socket) -> tuple[list[int], list[bytes]]:
         fields = message.split(b"\0")
         if preload is None and not fds and fields[0] == _PRELOAD_MAGIC:
             fields.pop(0)
-            try:
-                preload = _Preload(fields)
-            except ImportError:  # aelastic not importable here (python -S): no preload
-                preload = None
+            preload = _Preload(fields)
             continue
         if preload is not None:
             preload.stop()
@@ -196,11 +197,16 @@ def _become_worker() -> tuple[str, str]:
 
 def _record_imports(path: str) -> None:
     """``--preload auto``: record this worker's imports for the next idle interpreters."""
-    try:
-        from aelastic.workers._warm_preload import record_imports
-    except ImportError:  # aelastic not importable here (e.g. python -S): nothing learned
-        return
-    record_imports(path)
+    _helper()["record_imports"](path)
+
+
+def _helper() -> "dict[str, Any]":
+    """``_warm_preload.py`` run from source, not imported: no ``aelastic`` in sys.modules."""
+    with open(_HELPER, "rb") as f:
+        code = compile(f.read(), _HELPER, "exec", dont_inherit=True)
+    namespace: dict[str, Any] = {"__name__": "aelastic.workers._warm_preload"}
+    exec(code, namespace)
+    return namespace
 
 
 def _register_stacks_dump() -> None:

@@ -23,11 +23,15 @@ recorded like the others).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import sys
 import threading
-from collections.abc import Sequence
+
+TYPE_CHECKING = False  # run from source by _warm_boot.py: no typing import at run time
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ("Preloader", "record_imports")
 
@@ -58,6 +62,8 @@ class Preloader:
         self._learn_dir = learn_dir
         self._report_dir = report_dir
         self._report_fd = report_fd
+        self._named = set(modules)
+        self._queue = collections.deque(modules)
         self._offsets: dict[str, int] = {}
         self._tried: set[str] = set()
         self._job_dirs = {os.path.realpath(sys.path[0] or os.getcwd()), os.getcwd()}
@@ -69,38 +75,49 @@ class Preloader:
         self._thread.start()
 
     def stop(self) -> None:
-        """Finish the import in flight, then return; nothing runs in the thread after."""
+        """End the thread (after its import in flight), then import what is left, here.
+
+        Called by the main thread at hand-off: it imports the named modules and the
+        learned ones the thread did not get to yet, at the main thread's priority,
+        so a worker always starts with all of them (an early crash costs what the
+        worker would have spent importing them itself).
+        """
         self._stopping.set()
         if self._tid is not None:
             # Back to normal priority for the rest of the import: privileged only.
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, self._tid, os.getpriority(os.PRIO_PROCESS, 0))
         self._thread.join()
+        self._work(in_thread=False)
 
     def _run(self) -> None:
         self._tid = threading.get_native_id()
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, self._tid, _LOWEST_PRIORITY)
-        for name in self._modules:
-            if self._stopping.is_set():
-                return
-            self._import(name, report=True)
-        while self._learn_dir and not self._stopping.is_set():
-            for name in self._learned():
-                if self._stopping.is_set():
-                    return
-                if name not in sys.modules and not self._is_job_code(name):
-                    self._import(name, report=False)
+        while self._work(in_thread=True) and self._learn_dir:
             self._stopping.wait(LEARN_INTERVAL)
 
-    def _import(self, name: str, *, report: bool) -> None:
-        if name in self._tried or _excluded(name, self._exclude):
+    def _work(self, *, in_thread: bool) -> bool:
+        """Import the queued and newly learned names; False when the thread must end."""
+        if self._learn_dir:
+            self._queue.extend(self._learned())
+        while self._queue:
+            if in_thread and self._stopping.is_set():
+                return False
+            self._import(self._queue.popleft())
+        return not (in_thread and self._stopping.is_set())
+
+    def _import(self, name: str) -> None:
+        if name in self._tried or name in sys.modules or _excluded(name, self._exclude):
             return
         self._tried.add(name)
+        named = name in self._named
+        if not named and self._is_job_code(name):
+            return
         try:
             __import__(name)
         except BaseException as exc:
-            if report:
+            if named:
                 self._report(name, exc)
 
     def _report(self, name: str, exc: BaseException) -> None:
