@@ -8,8 +8,9 @@ its batch from seed ``(s, r)``, so a resumed run ends with an uninterrupted run'
 parameters.
 
 Appends JSON lines to ``--out`` (one ``O_APPEND`` write each):
-``{"event": "top", ...}`` before anything else is imported (was torch already in
-``sys.modules``? the ``--set-env`` variable is set here, before ``import torch``),
+``{"event": "top", ...}`` before anything else is imported (which of torch,
+colorsys and wave were already in ``sys.modules``; then the script imports the
+``--import`` modules and sets the ``--set-env`` variable, before ``import torch``),
 ``{"event": "crash", "t": ...}``, ``{"event": "step", ...}`` after the first
 step of each attempt (``t``: wall clock), and ``{"event": "final", ...}`` on rank 0
 (checksum of the parameters, ``torch.get_num_threads()``, the variable read back).
@@ -17,9 +18,11 @@ step of each attempt (``t``: wall clock), and ``{"event": "final", ...}`` on ran
 
 import sys
 
-PRELOADED = "torch" in sys.modules  # first: nothing of this script imported yet
+# First: nothing of this script imported yet. Which of these did the launcher preload?
+PRELOADED = sorted(m for m in ("colorsys", "torch", "wave") if m in sys.modules)
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
@@ -43,11 +46,15 @@ def main() -> int:
     parser.add_argument("--crash-at", type=int, default=25)
     parser.add_argument("--crash-rank", type=int, default=1)
     parser.add_argument("--step-seconds", type=float, default=0.0, help="compute per step")
+    parser.add_argument("--import", dest="imports", default="", help="modules to import")
     parser.add_argument("--set-env", default="", help="NAME=VALUE set before import torch")
     opts = parser.parse_args()
     attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     rank = int(os.environ["RANK"])
     record(opts.out, event="top", attempt=attempt, rank=rank, preloaded=PRELOADED)
+    for module in filter(None, opts.imports.split(",")):
+        with contextlib.suppress(RuntimeError):  # a module that raises on import
+            __import__(module)
     name, _, value = opts.set_env.partition("=")
     if name:
         os.environ[name] = value
@@ -72,7 +79,7 @@ def main() -> int:
     ddp = DistributedDataParallel(model)
     for step in range(start, opts.steps):
         if attempt == 0 and rank == opts.crash_rank and step == opts.crash_at:
-            record(opts.out, event="crash", t=time.time())
+            record(opts.out, event="crash", rank=rank, t=time.time())
             os._exit(1)
         gen = torch.Generator().manual_seed(step * 1000 + rank)
         x = torch.randn(32, 16, generator=gen)
