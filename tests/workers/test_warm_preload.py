@@ -83,6 +83,7 @@ async def _run_twice(
     async with open_warm_pool((PY, "-u"), 1, preload=preload, preload_exclude=exclude) as pool:
         for tag in ("first", "second"):
             await pool.wait_ready()
+            assert pool.idle_rss() > 0  # one (maybe still starting) interpreter
             spec = ProcessSpec(
                 local_rank=0,
                 args=[PY, "-u", script, "arg"],
