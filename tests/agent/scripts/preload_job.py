@@ -46,12 +46,14 @@ def main() -> int:
     parser.add_argument("--crash-at", type=int, default=25)
     parser.add_argument("--crash-rank", type=int, default=1)
     parser.add_argument("--step-seconds", type=float, default=0.0, help="compute per step")
+    parser.add_argument("--spin", action="store_true", help="compute busies the CPU")
     parser.add_argument("--import", dest="imports", default="", help="modules to import")
     parser.add_argument("--set-env", default="", help="NAME=VALUE set before import torch")
     opts = parser.parse_args()
     attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     rank = int(os.environ["RANK"])
-    record(opts.out, event="top", attempt=attempt, rank=rank, preloaded=PRELOADED)
+    top = {"attempt": attempt, "rank": rank, "pid": os.getpid(), "preloaded": PRELOADED}
+    record(opts.out, event="top", t=time.time(), **top)
     for module in filter(None, opts.imports.split(",")):
         with contextlib.suppress(RuntimeError):  # a module that raises on import
             __import__(module)
@@ -64,6 +66,7 @@ def main() -> int:
     from torch.nn.parallel import DistributedDataParallel
 
     dist.init_process_group("gloo")
+    record(opts.out, event="init", attempt=attempt, rank=rank, t=time.time())
     torch.manual_seed(1234)
     model = torch.nn.Sequential(
         torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
@@ -87,10 +90,15 @@ def main() -> int:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        if opts.step_seconds:
-            time.sleep(opts.step_seconds)  # stands for a real model's compute
-        if step == start:
+        if step == start:  # the first step of this attempt (before the simulated compute)
             record(opts.out, event="step", attempt=attempt, rank=rank, step=step, t=time.time())
+        if opts.step_seconds:  # stands for a real model's compute
+            if opts.spin:
+                until = time.monotonic() + opts.step_seconds
+                while time.monotonic() < until:
+                    pass
+            else:
+                time.sleep(opts.step_seconds)
         if (step + 1) % opts.checkpoint_every == 0:
             if rank == 0:
                 tmp = opts.checkpoint + ".tmp"
