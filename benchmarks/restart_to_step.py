@@ -1,7 +1,7 @@
 """Goodput per fault: crash to the first training step after the restart, 2-worker gloo DDP.
 
     python benchmarks/restart_to_step.py [--repeats 3] [--step-seconds 0.2] [--spin]
-                                         [--only NAME ...]
+                                         [--lightning] [--only NAME ...]
 
 The job (``tests/agent/scripts/preload_job.py``): an MLP trained with AdamW, rank 0
 ``torch.save``s model and optimizer every 10 steps, rank 1 leaves by ``os._exit(1)``
@@ -19,6 +19,9 @@ interleaved so they share the machine's load (all with ``--standalone
     torchrun-noshare   TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 python -m torch.distributed.run ...
     torchrun           python -m torch.distributed.run ...
 
+``--lightning`` runs the same job as a Lightning ``Trainer`` (``_lightning_job.py``;
+needs ``pip install lightning``, which leaves torch as it is).
+
 Also: whether each restarted worker found torch already imported, and the resident
 memory of aelastic's idle warm interpreters after the restart (``/proc``: the
 launcher's ``_warm_boot.py`` descendants that are not workers, sampled every 0.5 s
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -39,6 +43,7 @@ import time
 PY = sys.executable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOB = os.path.join(ROOT, "tests", "agent", "scripts", "preload_job.py")
+LIGHTNING_JOB = os.path.join(ROOT, "benchmarks", "_lightning_job.py")
 COMMON = ["--standalone", "--nproc-per-node", "2", "--max-restarts", "1"]
 LAUNCHERS: dict[str, tuple[list[str], dict[str, str]]] = {
     "aelastic-preload": ([PY, "-m", "aelastic", "run", *COMMON, "--preload", "auto"], {}),
@@ -96,24 +101,40 @@ def _idle_rss_mib(launcher_pid: int, workers: set[int]) -> list[float]:
     return sizes
 
 
-def run_once(name: str, step_seconds: float, spin: bool) -> dict[str, object]:
+def run_once(
+    name: str, script: str, step_seconds: float, spin: bool, hang_after: float
+) -> dict[str, object]:
     argv, extra_env = LAUNCHERS[name]
     with tempfile.TemporaryDirectory(prefix="restart_to_step_") as d:
         out = os.path.join(d, "out.jsonl")
-        job = [JOB, "--out", out, "--checkpoint", os.path.join(d, "ckpt.pt")]
+        job = [script, "--out", out, "--checkpoint", os.path.join(d, "ckpt")]
         job += ["--steps", "40", "--checkpoint-every", "10", "--crash-at", "25"]
         job += ["--step-seconds", str(step_seconds)] + (["--spin"] if spin else [])
         env = {**os.environ, **extra_env}
         env.pop("OMP_NUM_THREADS", None)
         t0 = time.monotonic()
-        proc = subprocess.Popen(
-            [*argv, *job], env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
+        err_path = os.path.join(d, "stderr.log")
+        with open(err_path, "wb") as err_file:
+            proc = subprocess.Popen(
+                [*argv, *job],
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=err_file,
+                start_new_session=True,
+            )
         rss: list[float] = []
         next_sample = 0.0
+        crashed_at = None
+        hung = False
         while proc.poll() is None and time.monotonic() - t0 < 300:
             events = _events(out)
             steps = [e for e in events if e["event"] == "step" and e["attempt"] == 1]
+            if crashed_at is None and any(e["event"] == "crash" for e in events):
+                crashed_at = time.monotonic()
+            if crashed_at is not None and not steps and time.monotonic() - crashed_at > hang_after:
+                hung = True  # torchrun's restart without a training step (#135712)
+                break
             if len(steps) == 2 and time.monotonic() >= next_sample:
                 workers = {int(e["pid"]) for e in events if e["event"] == "top"}  # type: ignore[call-overload]
                 sample = _idle_rss_mib(proc.pid, workers)
@@ -122,15 +143,18 @@ def run_once(name: str, step_seconds: float, spin: bool) -> dict[str, object]:
                 next_sample = time.monotonic() + 0.5
             time.sleep(0.05)
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)  # the launcher and its workers
         proc.wait()
-        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        with open(err_path, "rb") as f:
+            err = f.read().decode(errors="replace")
         events = _events(out)
     crash = [float(e["t"]) for e in events if e["event"] == "crash"]  # type: ignore[arg-type]
     firsts = [float(e["t"]) for e in events if e["event"] == "step" and e["attempt"] == 1]  # type: ignore[arg-type]
     tops = [e for e in events if e["event"] == "top" and e["attempt"] == 1]
     finished = any(e["event"] == "final" for e in events) and proc.returncode == 0
     result: dict[str, object] = {"ok": finished, "code": proc.returncode, "rss": rss}
+    if hung:
+        result["hung"] = f"no training step {hang_after:.0f} s after the crash; killed"
     if crash and len(firsts) == 2:
         result["seconds"] = max(firsts) - crash[0]
     result["torch_preloaded"] = [("torch" in e["preloaded"]) for e in tops]  # type: ignore[operator]
@@ -144,12 +168,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--step-seconds", type=float, default=0.2)
     parser.add_argument("--spin", action="store_true", help="steps busy the CPU (not sleep)")
+    parser.add_argument(
+        "--lightning", action="store_true", help="the same job as a Lightning Trainer"
+    )
+    parser.add_argument("--hang-after", type=float, default=30.0, help="seconds; then killed")
     parser.add_argument("--only", nargs="*", default=list(LAUNCHERS), choices=list(LAUNCHERS))
     opts = parser.parse_args()
     results: dict[str, list[dict[str, object]]] = {n: [] for n in opts.only}
     for i in range(opts.repeats):
         for name in opts.only:
-            r = run_once(name, opts.step_seconds, opts.spin)
+            script = LIGHTNING_JOB if opts.lightning else JOB
+            r = run_once(name, script, opts.step_seconds, opts.spin, opts.hang_after)
             results[name].append(r)
             print(f"run {i} {name}: {r}", flush=True)
     print(f"\nload average: {os.getloadavg()}")

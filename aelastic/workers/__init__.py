@@ -7,7 +7,8 @@ block, also on cancellation. :class:`LogDestinations` lays out the per-attempt
 log directory; :func:`callable_process_args` runs a Python callable in a
 spawned interpreter with JSON arguments and result; :func:`open_warm_pool`
 keeps Python worker interpreters pre-started so a (re)start skips their
-start-up (``AELASTIC_WARM_WORKERS=0`` turns it off). Never imports torch.
+start-up (``AELASTIC_WARM_WORKERS=0`` turns it off) and, with ``preload``, has
+them import the job's modules while idle (``--preload``). Never imports torch.
 
 Submodules load on first use (PEP 562), so ``aelastic run`` can pre-start the
 workers' interpreters (:func:`prestart_warm_workers`) before asyncio and the rest

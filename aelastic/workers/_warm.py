@@ -23,6 +23,9 @@ runs before the worker's environment exists, and ``/proc/<pid>/cmdline`` and
 ``/proc/<pid>/environ`` show the bootstrap's. ``AELASTIC_WARM_WORKERS=0``
 turns the pool off. A launcher can start the first set even earlier, before
 its own imports, with :func:`prestart_warm_workers`; the pool adopts them.
+
+With ``preload`` (``--preload``) the interpreters started after the first hand-off
+also import modules while idle (:mod:`aelastic.workers._preload`).
 """
 
 from __future__ import annotations

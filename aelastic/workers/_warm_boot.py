@@ -3,8 +3,9 @@
 Started as ``python <flags> _warm_boot.py <control fd>`` exactly like a worker
 (own session, parent-death signal). It blocks reading the control socket; the
 agent sends the worker's stdout/stderr descriptors (SCM_RIGHTS) and one message
-of NUL-separated fields: ``aelastic-warm-2``, cwd, kind (``script`` or
-``module``), target, the signals the agent ignores and the signals its thread
+of NUL-separated fields: ``aelastic-warm-3``, cwd, kind (``script`` or
+``module``), target, the file where the worker records its imports (``--preload
+auto``; empty: none), the signals the agent ignores and the signals its thread
 blocks (comma-separated numbers), the target's full argv (count, items),
 ``sys.argv`` (count, items), then the environment as ``NAME=value`` items.
 The interpreter then becomes that worker: the signal dispositions and mask a
@@ -18,9 +19,18 @@ descriptors on 1 and 2, ``os.environ`` equal to the target environment, cwd,
 exceptions behave as for a fresh interpreter. End of stream before a message
 (the pool closed) exits 0 without running anything.
 
+Before the activation the agent may send a preload message (``aelastic-preload-1``,
+no descriptors; :mod:`aelastic.workers._preload`): the interpreter then takes on the
+workers' common environment, cwd, argv and ``sys.path[0]``, silences its stdout and
+stderr, and imports the modules in a low-priority thread (``_warm_preload.py``, run
+from source) until the activation, which first stops that thread (see
+:meth:`Preloader.stop <aelastic.workers._warm_preload.Preloader.stop>`) and restores
+``sys.path``.
+
 Deliberately imports nothing but ``os``, ``sys``, ``_signal`` and ``_socket``
-(``runpy`` only for ``-m``, as ``python -m`` does), and no aelastic module except the
-standard-library-only ``aelastic._stacks_dump`` when hang detection asks for stacks:
+(``runpy`` only for ``-m``, as ``python -m`` does; ``threading`` and a few standard
+modules when a preload or ``auto`` learning is asked for), and no aelastic module except
+the standard-library-only ``aelastic._stacks_dump`` when hang detection asks for stacks:
 user code should find a near-pristine interpreter.
 """
 
