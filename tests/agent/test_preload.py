@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aelastic.agent import LocalElasticAgent, WorkerSpec, WorkerState
+from aelastic.agent import AgentConfigError, LocalElasticAgent, WorkerSpec, WorkerState
 
 from .conftest import PYTHON, SCRIPTS, LocalRendezvous
 
@@ -79,3 +79,27 @@ async def test_auto_preload_restarts_with_torch_imported(
     assert final["params"] == expected["params"]
     assert final["threads"] == expected["threads"] == 2
     assert final["env"] == expected["env"] == "set-before-import-torch"
+
+
+async def test_preload_without_python_workers_says_it_has_no_effect(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = WorkerSpec(
+        role="trainer",
+        local_world_size=1,
+        rdzv_handler=LocalRendezvous(),
+        entrypoint="/bin/true",
+        max_restarts=0,
+        log_dir=str(tmp_path / "logs"),
+        preload=("torch",),
+    )
+    with anyio.fail_after(30):
+        result = await LocalElasticAgent(spec).run()
+    assert result.state is WorkerState.SUCCEEDED
+    assert "--preload has no effect here" in caplog.text
+
+
+def test_bad_preload_names_are_refused() -> None:
+    with pytest.raises(AgentConfigError, match=r"WorkerSpec\.preload_exclude: 'a b' is not"):
+        WorkerSpec(role="r", local_world_size=1, rdzv_handler=LocalRendezvous(),
+                   entrypoint="/bin/true", preload_exclude=("a b",))  # fmt: skip
