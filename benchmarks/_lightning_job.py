@@ -4,43 +4,25 @@ Same shape as ``tests/agent/scripts/preload_job.py``: an MLP with AdamW, 2 CPU
 processes (gloo DDP; Lightning takes ranks from the launcher's torchelastic
 environment), a checkpoint every 10 steps, rank 1 leaves by ``os._exit(1)`` just
 before step 25 on the first attempt, the restart resumes from the last checkpoint.
-Records the same ``top``/``crash``/``step``/``final`` JSON lines to ``--out``.
+Records the same ``top``/``crash``/``step``/``final`` JSON lines to ``--out``, with
+the options and helpers of ``preload_job.py`` (``--import``/``--set-env`` unused).
 """
 
 import sys
 
 PRELOADED = sorted(m for m in ("colorsys", "torch", "wave") if m in sys.modules)
 
-import argparse  # noqa: E402
-import json  # noqa: E402
 import os  # noqa: E402
 import time  # noqa: E402
 
-
-def record(path: str, **fields: object) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        os.write(fd, (json.dumps(fields) + "\n").encode())
-    finally:
-        os.close(fd)
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "agent", "scripts")
+)
+from preload_job import begin, record, simulate_compute  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--checkpoint", required=True, help="checkpoint directory")
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--checkpoint-every", type=int, default=10)
-    parser.add_argument("--crash-at", type=int, default=25)
-    parser.add_argument("--crash-rank", type=int, default=1)
-    parser.add_argument("--step-seconds", type=float, default=0.0)
-    parser.add_argument("--spin", action="store_true")
-    opts = parser.parse_args()
-    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-    rank = int(os.environ["RANK"])
-    top = {"attempt": attempt, "rank": rank, "pid": os.getpid(), "preloaded": PRELOADED}
-    record(opts.out, event="top", t=time.time(), **top)
-
+    opts, attempt, rank = begin(PRELOADED)
     import lightning as L
     import torch
     from torch.utils.data import DataLoader, TensorDataset
@@ -65,12 +47,7 @@ def main() -> int:
             if self.first:
                 self.first = False
                 record(opts.out, event="step", attempt=attempt, rank=rank, t=time.time())
-            if opts.step_seconds:
-                until = time.monotonic() + opts.step_seconds
-                while opts.spin and time.monotonic() < until:
-                    pass
-                if not opts.spin:
-                    time.sleep(opts.step_seconds)
+            simulate_compute(opts)
 
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.AdamW(self.parameters(), lr=1e-3)

@@ -37,7 +37,8 @@ def record(path: str, **fields: object) -> None:
         os.close(fd)
 
 
-def main() -> int:
+def begin(preloaded: list[str]) -> tuple[argparse.Namespace, int, int]:
+    """Parse the options, record the ``top`` event: ``(options, attempt, rank)``."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--checkpoint", required=True)
@@ -54,6 +55,21 @@ def main() -> int:
     rank = int(os.environ["RANK"])
     top = {"attempt": attempt, "rank": rank, "pid": os.getpid(), "preloaded": PRELOADED}
     record(opts.out, event="top", t=time.time(), **top)
+    return opts, attempt, rank
+
+
+def simulate_compute(opts: argparse.Namespace) -> None:
+    """``--step-seconds`` of a real model's compute: sleep, or with ``--spin`` a busy loop."""
+    if opts.spin:
+        until = time.monotonic() + opts.step_seconds
+        while time.monotonic() < until:
+            pass
+    elif opts.step_seconds:
+        time.sleep(opts.step_seconds)
+
+
+def main() -> int:
+    opts, attempt, rank = begin(PRELOADED)
     for module in filter(None, opts.imports.split(",")):
         with contextlib.suppress(RuntimeError):  # a module that raises on import
             __import__(module)
@@ -92,13 +108,7 @@ def main() -> int:
         optimizer.step()
         if step == start:  # the first step of this attempt (before the simulated compute)
             record(opts.out, event="step", attempt=attempt, rank=rank, step=step, t=time.time())
-        if opts.step_seconds:  # stands for a real model's compute
-            if opts.spin:
-                until = time.monotonic() + opts.step_seconds
-                while time.monotonic() < until:
-                    pass
-            else:
-                time.sleep(opts.step_seconds)
+        simulate_compute(opts)
         if (step + 1) % opts.checkpoint_every == 0:
             if rank == 0:
                 tmp = opts.checkpoint + ".tmp"
