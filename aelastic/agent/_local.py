@@ -428,6 +428,14 @@ class LocalElasticAgent(SimpleElasticAgent):
             self._result_dir.cleanup()
             self._result_dir = None
 
+    def idle_interpreters(self) -> tuple[int, int]:
+        """How many warm interpreters are idle and their resident memory in bytes.
+
+        ``(0, 0)`` without a warm pool. A few tiny ``/proc`` reads; never blocks.
+        """
+        pool = self._warm_pool
+        return (0, 0) if pool is None else (len(pool.idle_pids), pool.idle_rss())
+
     @asynccontextmanager
     async def _open_warm_pool(self) -> AsyncIterator[None]:
         """Pre-start the Python workers' interpreters for the whole run (see aelastic.workers)."""
@@ -436,9 +444,21 @@ class LocalElasticAgent(SimpleElasticAgent):
         if isinstance(spec.entrypoint, str) and self._warm_workers and warm_workers_enabled():
             entry = parse_python_argv([spec.entrypoint, *(str(a) for a in spec.args)])
         if entry is None:
+            if spec.preload:
+                log.warning(
+                    "--preload has no effect here: only Python script and -m workers run in"
+                    " warm interpreters (not callables, --no-python binaries, another"
+                    " interpreter, or AELASTIC_WARM_WORKERS=0)"
+                )
             yield
             return
-        async with open_warm_pool(entry.prefix, spec.local_world_size) as pool:
+        pool_cm = open_warm_pool(
+            entry.prefix,
+            spec.local_world_size,
+            preload=spec.preload,
+            preload_exclude=spec.preload_exclude,
+        )
+        async with pool_cm as pool:
             self._warm_pool = pool
             try:
                 yield

@@ -137,6 +137,10 @@ class WorkerSpec:
             proposes heartbeat/section timeouts of that many times the longest interval
             observed, persists them (log dir and store) and uses them from the next
             restart on. None: off.
+        preload: module names (``"auto"``: learn them from the workers) that the idle
+            warm interpreters import ahead of the next restart (Python script and
+            ``-m`` workers only; see :mod:`aelastic.workers`). Empty: off.
+        preload_exclude: modules (and their submodules) never preloaded.
 
     String entrypoints' ``args`` go through torch's ``${local_rank}`` macro per worker.
     """
@@ -173,8 +177,17 @@ class WorkerSpec:
     restart_backoff_max: float = 300.0
     job_wide_restarts: bool = False
     learn_timeouts: float | None = None
+    preload: tuple[str, ...] = ()
+    preload_exclude: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        from ..workers import parse_preload
+
+        try:
+            self.preload = parse_preload(self.preload, "WorkerSpec.preload")
+            self.preload_exclude = parse_preload(self.preload_exclude, "WorkerSpec.preload_exclude")
+        except ValueError as exc:
+            raise AgentConfigError(str(exc)) from None
         if self.fn is not None:
             if self.entrypoint is not None:
                 raise AgentConfigError("WorkerSpec: pass entrypoint or fn (deprecated), not both")

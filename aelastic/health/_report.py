@@ -23,8 +23,13 @@ def is_ready(job: JobView) -> bool:
 
 
 def status(job: JobView) -> dict[str, Any]:
-    """The ``/status`` document: node, role, run id, round, state, restarts, workers, failure."""
+    """The ``/status`` document: node, role, run id, round, state, restarts, workers, failure.
+
+    ``idle_interpreters``: the warm pool's idle interpreters and their resident memory
+    (what ``--preload`` costs).
+    """
     failure, hang = job.last_failure, job.last_hang
+    idle, idle_rss = job.idle_interpreters()
     return {
         "node": job.node,
         "role": job.role,
@@ -40,6 +45,7 @@ def status(job: JobView) -> dict[str, Any]:
         "last_failure": None if failure is None else dataclasses.asdict(failure),
         "hangs": job.hang_count,
         "last_hang": None if hang is None else dataclasses.asdict(hang),
+        "idle_interpreters": {"count": idle, "rss_bytes": idle_rss},
         "time": time.time(),
     }
 

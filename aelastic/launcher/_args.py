@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from .._ids import random_uuid4
+from ..workers import parse_preload
 from . import _progress_args
 from ._config import DEFAULT_SIGNALS, LaunchConfig, LaunchConfigError
 from ._exceptions import UsageError as UsageError
@@ -283,6 +284,21 @@ _OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
         "every worker gets LOCAL_RANK=0 and its own CUDA_VISIBLE_DEVICES",
     ),
     *_progress_args.OPTIONS,  # hang detection and restart policy (aelastic.progress)
+    (
+        ("--preload",),
+        "preload",
+        "str",
+        None,
+        "modules the idle worker interpreters import before a restart (comma-separated),"
+        " or auto: the modules the workers imported (Python script/-m workers only)",
+    ),
+    (
+        ("--preload-exclude", "--preload_exclude"),
+        "preload_exclude",
+        "str",
+        None,
+        "modules (and their submodules) never preloaded, comma-separated",
+    ),
     (
         ("--health-port", "--health_port"),
         "health_port",
@@ -652,6 +668,13 @@ def parse_run_args(
     ranks_filter = parse_ranks_filter(v.str_("local_ranks_filter"), v.source("local_ranks_filter"))
     signals = parse_signals(v.str_("signals_to_handle"), v.source("signals_to_handle"))
     rdzv_conf = parse_rdzv_conf(v.str_("rdzv_conf"), v.source("rdzv_conf"))
+    try:
+        preload = parse_preload(v.str_("preload"), v.source("preload"))
+        preload_exclude = parse_preload(v.str_("preload_exclude"), v.source("preload_exclude"))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if preload and no_python and not run_path:
+        warnings.append("--preload has no effect with --no-python: nothing runs in Python")
 
     backend: str = v.str_("rdzv_backend")
     endpoint: str = v.str_("rdzv_endpoint")
@@ -727,6 +750,8 @@ def parse_run_args(
             **_progress_args.config_fields(v),
             health_port=health_port,
             health_host=v.str_("health_host"),
+            preload=preload,
+            preload_exclude=preload_exclude,
         )
     except LaunchConfigError as exc:  # pragma: no cover - the checks above come first
         raise UsageError(str(exc)) from None

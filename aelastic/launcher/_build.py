@@ -141,7 +141,8 @@ def make_spec(
     )
 
 
-#: LaunchConfig fields passed to WorkerSpec as they are (hang detection, restart policy).
+#: LaunchConfig fields passed to WorkerSpec as they are (hang detection, restart policy,
+#: preload).
 _PROGRESS_FIELDS = (
     "initial_heartbeat_timeout",
     "heartbeat_timeout",
@@ -152,6 +153,8 @@ _PROGRESS_FIELDS = (
     "restart_backoff",
     "restart_backoff_max",
     "job_wide_restarts",
+    "preload",
+    "preload_exclude",
 )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._exceptions import AelasticError
+from ..workers import parse_preload
 
 __all__ = ("DEFAULT_SIGNALS", "LaunchConfig", "LaunchConfigError")
 
@@ -44,7 +45,10 @@ class LaunchConfig:
     ``heartbeat_timeout``, ``section_timeouts``, ``out_of_section_timeout``,
     ``learn_timeouts``, ``max_no_progress_restarts``, ``restart_backoff``,
     ``restart_backoff_max``, ``job_wide_restarts``) are
-    :class:`~aelastic.agent.WorkerSpec`'s fields of the same names.
+    :class:`~aelastic.agent.WorkerSpec`'s fields of the same names, and so are
+    ``preload`` and ``preload_exclude`` (``--preload``: module names or ``"auto"``
+    that idle warm interpreters import before a restart; a comma-separated string
+    is accepted too).
 
     ``env`` is added to each worker's environment (over a copy of this process's
     ``os.environ``, under torch's variables such as ``RANK``); ``cwd`` is the workers'
@@ -111,6 +115,9 @@ class LaunchConfig:
     cwd: str | None = None
     warm_workers: bool = True
 
+    preload: tuple[str, ...] = ()
+    preload_exclude: tuple[str, ...] = ()
+
     def __post_init__(self) -> None:
         if not 0 < self.min_nodes <= self.max_nodes:
             raise LaunchConfigError(
@@ -161,6 +168,14 @@ class LaunchConfig:
                 f"cwd={self.cwd!r}: not a directory; give the workers' working directory "
                 "(an existing one) or None for this process's"
             )
+
+        try:
+            self.preload = parse_preload(self.preload, "LaunchConfig.preload")
+            self.preload_exclude = parse_preload(
+                self.preload_exclude, "LaunchConfig.preload_exclude"
+            )
+        except ValueError as exc:
+            raise LaunchConfigError(str(exc)) from None
         self.rdzv_configs = dict(self.rdzv_configs)  # the caller's dict stays as it was
         if self.rdzv_timeout is not None and self.rdzv_timeout != -1:
             self.rdzv_configs["timeout"] = self.rdzv_timeout

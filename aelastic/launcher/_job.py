@@ -231,6 +231,10 @@ class Job:
         no running worker uses ``aelastic.progress`` heartbeats)."""
         return self._agent.heartbeat_age_ms()
 
+    def idle_interpreters(self) -> tuple[int, int]:
+        """Idle warm worker interpreters: how many, and their resident memory in bytes."""
+        return self._agent.idle_interpreters()
+
     @property
     def log_dir(self) -> str | None:
         """This node's log directory of the job, ``<log_dir>/<run_id>_<random>``: the

@@ -7,7 +7,8 @@ block, also on cancellation. :class:`LogDestinations` lays out the per-attempt
 log directory; :func:`callable_process_args` runs a Python callable in a
 spawned interpreter with JSON arguments and result; :func:`open_warm_pool`
 keeps Python worker interpreters pre-started so a (re)start skips their
-start-up (``AELASTIC_WARM_WORKERS=0`` turns it off). Never imports torch.
+start-up (``AELASTIC_WARM_WORKERS=0`` turns it off) and, with ``preload``, has
+them import the job's modules while idle (``--preload``). Never imports torch.
 
 Submodules load on first use (PEP 562), so ``aelastic run`` can pre-start the
 workers' interpreters (:func:`prestart_warm_workers`) before asyncio and the rest
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from ._logs import make_run_log_dir as make_run_log_dir
     from ._logs import remove_empty_log_dirs as remove_empty_log_dirs
     from ._logs import run_dir as run_dir
+    from ._preload import parse_preload as parse_preload
     from ._processes import DEFAULT_KILL_TIMEOUT as DEFAULT_KILL_TIMEOUT
     from ._processes import WorkerProcesses as WorkerProcesses
     from ._processes import open_worker_processes as open_worker_processes
@@ -81,6 +83,7 @@ __all__ = (
     "open_signal_forwarder",
     "open_warm_pool",
     "open_worker_processes",
+    "parse_preload",
     "parse_python_argv",
     "parse_signals",
     "parse_std_spec",
@@ -113,6 +116,7 @@ _SOURCES = {
     "DEFAULT_KILL_TIMEOUT": "._processes",
     "WorkerProcesses": "._processes",
     "open_worker_processes": "._processes",
+    "parse_preload": "._preload",
     "process_state": "._procfs",
     "DEFAULT_SIGNALS_TO_HANDLE": "._signals",
     "open_signal_forwarder": "._signals",

@@ -387,7 +387,8 @@ class WorkerProcesses:
                 else:
                     send.append(target)
             cwd = spec.cwd if spec.cwd is not None else os.getcwd()
-            warm.activate(entry, spec.args, env, os.path.abspath(cwd), send[0], send[1])
+            learn = pool.learn_path(spec.local_rank)
+            warm.activate(entry, spec.args, env, os.path.abspath(cwd), send[0], send[1], learn)
         except OSError as exc:
             log.debug("warm interpreter %s unusable (%s); fresh spawn", warm.pid, exc)
             pool.discard(warm)

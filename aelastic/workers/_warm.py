@@ -23,6 +23,9 @@ runs before the worker's environment exists, and ``/proc/<pid>/cmdline`` and
 ``/proc/<pid>/environ`` show the bootstrap's. ``AELASTIC_WARM_WORKERS=0``
 turns the pool off. A launcher can start the first set even earlier, before
 its own imports, with :func:`prestart_warm_workers`; the pool adopts them.
+
+With ``preload`` (``--preload``) the interpreters started after the first hand-off
+also import modules while idle (:mod:`aelastic.workers._preload`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from ._dispositions import spawn_signals
 from ._pdeathsig import wrap_argv
+from ._preload import PreloadPlan
 
 if TYPE_CHECKING:
     import anyio
@@ -62,7 +66,7 @@ WARM_WORKERS_ENV = "AELASTIC_WARM_WORKERS"
 #: Seconds between an activation and the start of its replacements.
 DEFAULT_REPLENISH_DELAY = 0.25
 _BOOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_warm_boot.py")
-_MAGIC = b"aelastic-warm-2"
+_MAGIC = b"aelastic-warm-3"
 _NO_ARG_FLAGS = frozenset({"-u", "-B", "-O", "-OO", "-b", "-bb", "-s", "-S", "-q", "-E", "-R"})
 _STARTUP_PREFIXES = ("PYTHON", "LC_")
 _STARTUP_NAMES = frozenset({"LANG", "HOME"})
@@ -89,6 +93,11 @@ class PythonEntry:
     def prefix(self) -> tuple[str, ...]:
         """``(executable, *flags)``: what the interpreter was started with."""
         return (self.executable, *self.flags)
+
+    @property
+    def sys_argv(self) -> list[str]:
+        """``sys.argv`` when the target starts (runpy replaces ``-m`` with the module's path)."""
+        return [self.target, *self.args] if self.kind == "script" else ["-m", *self.args]
 
 
 def _same_python(executable: str) -> bool:
@@ -157,6 +166,27 @@ class WarmProcess:
     def __init__(self, popen: subprocess.Popen[bytes], control: socket.socket) -> None:
         self.popen = popen
         self.control = control
+        #: The environment it preloads modules in (None: no preload).
+        self.preloaded_env: dict[str, str] | None = None
+
+    def preload(self, message: bytes, env: dict[str, str]) -> bool:
+        """Send a preload message (before the activation); False if it does not fit at once.
+
+        Never blocks: a fresh socket's buffer takes a few kilobytes; a larger
+        message is not sent (no preload for this interpreter).
+        """
+        data = len(message).to_bytes(8, "big") + message
+        if len(data) > self.control.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 2:
+            return False
+        try:
+            sent = self.control.send(data, socket.MSG_DONTWAIT)
+        except OSError:
+            return False
+        if sent != len(data):  # cannot happen below half the buffer; make it fail loudly
+            self.control.close()
+            return False
+        self.preloaded_env = env
+        return True
 
     @property
     def pid(self) -> int:
@@ -170,16 +200,21 @@ class WarmProcess:
         cwd: str,
         stdout_fd: int,
         stderr_fd: int,
+        learn: str = "",
     ) -> None:
         """Turn the interpreter into the worker; raises OSError when it cannot be reached.
+
+        ``learn``: a file where the worker records the modules it imports (``--preload
+        auto``); empty for none.
 
         The worker starts with the signal dispositions and mask a fresh spawn
         from this thread would have now (:func:`spawn_signals`), whatever they
         were when the interpreter was pre-started. Closes the control socket
         either way; the caller owns the process after.
         """
-        sys_argv = [entry.target, *entry.args] if entry.kind == "script" else ["-m", *entry.args]
+        sys_argv = entry.sys_argv
         fields = [_MAGIC, os.fsencode(cwd), entry.kind.encode(), os.fsencode(entry.target)]
+        fields.append(os.fsencode(learn))
         fields += spawn_signals().encode()
         for items in (list(argv), sys_argv):
             fields.append(str(len(items)).encode())
@@ -197,10 +232,17 @@ class WarmProcess:
 class WarmPool:
     """Idle warm interpreters for one Python entry point; see :func:`open_warm_pool`."""
 
-    def __init__(self, prefix: Sequence[str], size: int, replenish_delay: float) -> None:
+    def __init__(
+        self,
+        prefix: Sequence[str],
+        size: int,
+        replenish_delay: float,
+        preload: PreloadPlan | None = None,
+    ) -> None:
         if size < 1:
             raise ValueError(f"a warm pool needs size >= 1, got {size}")
         self.prefix = tuple(prefix)
+        self.preload = preload
         self.size = size
         self.replenish_delay = replenish_delay
         self.start_env = dict(os.environ)
@@ -227,6 +269,25 @@ class WarmPool:
     def idle_pids(self) -> list[int]:
         """Pids of the idle warm interpreters (for tests and logs)."""
         return [w.pid for w in self._idle]
+
+    def idle_rss(self) -> int:
+        """Resident memory of the idle interpreters, in bytes (``/proc/<pid>/statm``).
+
+        A few tiny procfs reads: cheap enough for a status probe on the event loop.
+        """
+        total = 0
+        page = os.sysconf("SC_PAGE_SIZE")
+        for pid in self.idle_pids:
+            try:
+                with open(f"/proc/{pid}/statm", "rb") as f:
+                    total += int(f.read().split()[1]) * page
+            except (OSError, IndexError, ValueError):
+                continue
+        return total
+
+    def learn_path(self, local_rank: int) -> str:
+        """Where the worker of ``local_rank`` records its imports ("" when nothing learns)."""
+        return "" if self.preload is None else self.preload.learn_path(local_rank)
 
     def take(
         self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None
@@ -255,13 +316,22 @@ class WarmPool:
         ):
             log.debug("warm pool: %r is not a plain source file; fresh spawn", entry.target)
             return None
+        if self.preload is not None:
+            where = os.path.abspath(cwd or os.getcwd())
+            self.preload.observe(entry.kind, entry.target, entry.sys_argv, env, where)
         while self._idle:
             warm = self._idle.pop(0)
-            if warm.popen.poll() is None:
+            if warm.popen.poll() is not None:
+                log.debug(
+                    "warm pool: idle interpreter %s exited (%s)", warm.pid, warm.popen.returncode
+                )
+                warm.control.close()
+            elif self.preload is not None and not self.preload.fits(warm.preloaded_env, env):
+                log.debug("warm pool: %s preloaded in another environment; killed", warm.pid)
+                self.discard(warm)
+            else:
                 self._schedule_replenish()
                 return warm, entry
-            log.debug("warm pool: idle interpreter %s exited (%s)", warm.pid, warm.popen.returncode)
-            warm.control.close()
         self._schedule_replenish()
         return None
 
@@ -343,7 +413,11 @@ class WarmPool:
         finally:
             theirs.close()
         log.debug("warm pool: pre-started interpreter pid %s", popen.pid)
-        return WarmProcess(popen, ours)
+        warm = WarmProcess(popen, ours)
+        message = None if self.preload is None else self.preload.message()
+        if message is not None:
+            warm.preload(*message)
+        return warm
 
     async def aclose(self) -> None:
         """Kill and reap every idle interpreter; bounded, shielded from cancellation."""
@@ -441,7 +515,12 @@ def _wait_quietly(popen: subprocess.Popen[bytes]) -> None:
 
 @contextlib.asynccontextmanager
 async def open_warm_pool(
-    prefix: Sequence[str], size: int, *, replenish_delay: float = DEFAULT_REPLENISH_DELAY
+    prefix: Sequence[str],
+    size: int,
+    *,
+    replenish_delay: float = DEFAULT_REPLENISH_DELAY,
+    preload: Sequence[str] = (),
+    preload_exclude: Sequence[str] = (),
 ) -> AsyncIterator[WarmPool]:
     """Pre-start ``size`` interpreters as ``[*prefix, _warm_boot.py, fd]``; kill them on exit.
 
@@ -454,12 +533,17 @@ async def open_warm_pool(
     missing ones, before the block runs; then replacements in a background
     task after each activation), so the pool never stalls the loop for more
     than one fork. Runs on every anyio backend.
+
+    ``preload``: module names (or ``"auto"``) that the interpreters started after
+    the first hand-off import while idle, in the workers' environment, skipping
+    ``preload_exclude`` (see :mod:`aelastic.workers._preload`).
     """
     import anyio
 
     from ._background import background_tasks  # not at the top: prestart needs no anyio
 
-    pool = WarmPool(prefix, size, replenish_delay)
+    plan = PreloadPlan(preload, preload_exclude) if preload else None
+    pool = WarmPool(prefix, size, replenish_delay, plan)
     pool._wanted = anyio.Event()
     try:
         for extra in _adopt(pool):
@@ -470,3 +554,8 @@ async def open_warm_pool(
             yield pool
     finally:
         await pool.aclose()
+        if plan is not None:
+            import anyio.to_thread
+
+            with anyio.CancelScope(shield=True):  # a few small files; off the loop
+                await anyio.to_thread.run_sync(plan.close)

@@ -3,8 +3,9 @@
 Started as ``python <flags> _warm_boot.py <control fd>`` exactly like a worker
 (own session, parent-death signal). It blocks reading the control socket; the
 agent sends the worker's stdout/stderr descriptors (SCM_RIGHTS) and one message
-of NUL-separated fields: ``aelastic-warm-2``, cwd, kind (``script`` or
-``module``), target, the signals the agent ignores and the signals its thread
+of NUL-separated fields: ``aelastic-warm-3``, cwd, kind (``script`` or
+``module``), target, the file where the worker records its imports (``--preload
+auto``; empty: none), the signals the agent ignores and the signals its thread
 blocks (comma-separated numbers), the target's full argv (count, items),
 ``sys.argv`` (count, items), then the environment as ``NAME=value`` items.
 The interpreter then becomes that worker: the signal dispositions and mask a
@@ -18,9 +19,18 @@ descriptors on 1 and 2, ``os.environ`` equal to the target environment, cwd,
 exceptions behave as for a fresh interpreter. End of stream before a message
 (the pool closed) exits 0 without running anything.
 
+Before the activation the agent may send a preload message (``aelastic-preload-1``,
+no descriptors; :mod:`aelastic.workers._preload`): the interpreter then takes on the
+workers' common environment, cwd, argv and ``sys.path[0]``, silences its stdout and
+stderr, and imports the modules in a low-priority thread (``_warm_preload.py``, run
+from source) until the activation, which first stops that thread (see
+:meth:`Preloader.stop <aelastic.workers._warm_preload.Preloader.stop>`) and restores
+``sys.path``.
+
 Deliberately imports nothing but ``os``, ``sys``, ``_signal`` and ``_socket``
-(``runpy`` only for ``-m``, as ``python -m`` does), and no aelastic module except the
-standard-library-only ``aelastic._stacks_dump`` when hang detection asks for stacks:
+(``runpy`` only for ``-m``, as ``python -m`` does; ``threading`` and a few standard
+modules when a preload or ``auto`` learning is asked for), and no aelastic module except
+the standard-library-only ``aelastic._stacks_dump`` when hang detection asks for stacks:
 user code should find a near-pristine interpreter.
 """
 
@@ -29,40 +39,40 @@ import _socket
 import os
 import sys
 
-_MAGIC = b"aelastic-warm-2"
+TYPE_CHECKING = False  # typing costs an import; mypy reads the name
+if TYPE_CHECKING:
+    from typing import Any
+
+_MAGIC = b"aelastic-warm-3"
+_PRELOAD_MAGIC = b"aelastic-preload-1"
 _HEADER = 8
+_HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_warm_preload.py")
 
 
-def _receive(fd: int) -> tuple[list[int], bytes]:
-    sock = _socket.socket(fileno=fd)
-    try:
-        fds: list[int] = []
-        head = b""
-        while len(head) < _HEADER:
-            data, ancdata, _flags, _addr = sock.recvmsg(
-                _HEADER - len(head), _socket.CMSG_SPACE(4 * 4)
-            )
-            for level, kind, payload in ancdata:
-                if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-                    usable = len(payload) - len(payload) % 4
-                    fds.extend(
-                        int.from_bytes(payload[i : i + 4], sys.byteorder, signed=True)
-                        for i in range(0, usable, 4)
-                    )
-            if not data:
-                os._exit(0)  # the pool closed before using this interpreter
-            head += data
-        size = int.from_bytes(head, "big")
-        chunks = []
-        while size > 0:
-            data = sock.recv(min(size, 1 << 20))
-            if not data:
-                os._exit(0)
-            chunks.append(data)
-            size -= len(data)
-        return fds, b"".join(chunks)
-    finally:
-        sock.close()
+def _receive(sock: _socket.socket) -> tuple[list[int], bytes]:
+    fds: list[int] = []
+    head = b""
+    while len(head) < _HEADER:
+        data, ancdata, _flags, _addr = sock.recvmsg(_HEADER - len(head), _socket.CMSG_SPACE(4 * 4))
+        for level, kind, payload in ancdata:
+            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+                usable = len(payload) - len(payload) % 4
+                fds.extend(
+                    int.from_bytes(payload[i : i + 4], sys.byteorder, signed=True)
+                    for i in range(0, usable, 4)
+                )
+        if not data:
+            os._exit(0)  # the pool closed before using this interpreter
+        head += data
+    size = int.from_bytes(head, "big")
+    chunks = []
+    while size > 0:
+        data = sock.recv(min(size, 1 << 20))
+        if not data:
+            os._exit(0)
+        chunks.append(data)
+        size -= len(data)
+    return fds, b"".join(chunks)
 
 
 def _take(fields: list[bytes]) -> list[str]:
@@ -102,9 +112,72 @@ def _fresh_main() -> object:
     return main
 
 
+def _set_environ(items: list[bytes]) -> None:
+    environ = os.environb
+    environ.clear()
+    for item in items:
+        name, _, value = item.partition(b"=")
+        environ[name] = value
+
+
+def _set_path0(kind: str, target: str) -> None:
+    if kind == "module":
+        sys.path[0] = os.getcwd()
+    else:
+        sys.path[0] = os.path.dirname(os.path.realpath(target))
+
+
+class _Preload:
+    """A running preload (``--preload``): what the hand-off must stop and restore."""
+
+    def __init__(self, fields: list[bytes]) -> None:
+        cwd, kind, target, learn_dir, report_dir = (os.fsdecode(f) for f in fields[:5])
+        del fields[:5]
+        argv, modules, exclude = _take(fields), _take(fields), _take(fields)
+        # The worker's own world, as far as it is known before the hand-off: its
+        # environment (without what differs per worker), cwd, argv and sys.path[0].
+        preloader = _helper()["Preloader"]  # imports threading here, in the main thread
+        _set_environ(fields)
+        os.chdir(cwd)
+        sys.argv[:] = argv
+        self.path = list(sys.path)
+        _set_path0(kind, target)
+        self.report_fd = os.dup(2)  # failures reach the agent's stderr
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)  # what modules print at import is not the worker's output
+        os.dup2(null, 2)
+        os.close(null)
+        self.preloader = preloader(modules, exclude, learn_dir, report_dir, self.report_fd)
+        self.preloader.start()
+
+    def stop(self) -> None:
+        """Let the import in flight finish, end the thread, give sys.path back."""
+        self.preloader.stop()
+        sys.path[:] = self.path
+        os.close(self.report_fd)
+
+
+def _receive_activation(sock: _socket.socket) -> tuple[list[int], list[bytes]]:
+    """Wait for the activation; start a preload if the agent sends one first."""
+    preload = None
+    while True:
+        fds, message = _receive(sock)
+        fields = message.split(b"\0")
+        if preload is None and not fds and fields[0] == _PRELOAD_MAGIC:
+            fields.pop(0)
+            preload = _Preload(fields)
+            continue
+        if preload is not None:
+            preload.stop()
+        return fds, fields
+
+
 def _become_worker() -> tuple[str, str]:
-    fds, message = _receive(int(sys.argv[1]))
-    fields = message.split(b"\0")
+    sock = _socket.socket(fileno=int(sys.argv[1]))
+    try:
+        fds, fields = _receive_activation(sock)
+    finally:
+        sock.close()
     if len(fds) != 2 or fields.pop(0) != _MAGIC:
         os.write(2, b"aelastic warm worker: malformed activation message\n")
         os._exit(70)
@@ -116,24 +189,34 @@ def _become_worker() -> tuple[str, str]:
     cwd = os.fsdecode(fields.pop(0))
     kind = fields.pop(0).decode()
     target = os.fsdecode(fields.pop(0))
+    learn = os.fsdecode(fields.pop(0))
     ignored = _numbers(fields.pop(0))
     _signals_like_a_fresh_spawn(ignored, _numbers(fields.pop(0)))
     orig_argv = _take(fields)
     argv = _take(fields)
     os.chdir(cwd)
-    environ = os.environb
-    environ.clear()
-    for item in fields:
-        name, _, value = item.partition(b"=")
-        environ[name] = value
+    _set_environ(fields)
     sys.orig_argv[:] = orig_argv
     sys.argv[:] = argv
     _register_stacks_dump()
-    if kind == "module":
-        sys.path[0] = os.getcwd()
-    else:
-        sys.path[0] = os.path.dirname(os.path.realpath(target))
+    _set_path0(kind, target)
+    if learn:
+        _record_imports(learn)
     return kind, target
+
+
+def _record_imports(path: str) -> None:
+    """``--preload auto``: record this worker's imports for the next idle interpreters."""
+    _helper()["record_imports"](path)
+
+
+def _helper() -> "dict[str, Any]":
+    """``_warm_preload.py`` run from source, not imported: no ``aelastic`` in sys.modules."""
+    with open(_HELPER, "rb") as f:
+        code = compile(f.read(), _HELPER, "exec", dont_inherit=True)
+    namespace: dict[str, Any] = {"__name__": "aelastic.workers._warm_preload"}
+    exec(code, namespace)
+    return namespace
 
 
 def _register_stacks_dump() -> None:

@@ -208,3 +208,16 @@ def test_launch_config_torch_defaults_and_validation() -> None:
         LaunchConfig(1, 1, 1, max_restarts=-1)
     with pytest.raises(LaunchConfigError, match="TORCH_ELASTIC_SHUTDOWN_TIMEOUT"):
         c.resolved_shutdown_timeout({"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "x"})
+
+
+def test_preload_flags() -> None:
+    c = parse("--preload", "auto,torch", "--preload-exclude", "deepspeed", "train.py").config
+    assert c.preload == ("auto", "torch") and c.preload_exclude == ("deepspeed",)
+    assert parse("train.py").config.preload == ()
+    assert parse("train.py", PET_PRELOAD="auto").config.preload == ("auto",)
+    with pytest.raises(UsageError, match="--preload: 'torch optim' is not a module name"):
+        parse("--preload", "torch optim", "train.py")
+    r = parse("--no-python", "--preload", "torch", "/bin/true")
+    assert any("--preload has no effect with --no-python" in w for w in r.warnings)
+    with pytest.raises(LaunchConfigError, match=r"LaunchConfig\.preload: '1x' is not"):
+        LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1, preload=("1x",))

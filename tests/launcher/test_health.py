@@ -88,6 +88,10 @@ async def test_status_readiness_and_metrics_of_a_running_job() -> None:
                 assert {x["local_rank"]: x["pid"] for x in status["workers"]} == pids
                 assert sorted(x["global_rank"] for x in status["workers"]) == [0, 1]
                 assert status["last_failure"] is None and status["restart_count"] == 0
+                idle = status["idle_interpreters"]  # the warm pool: refilling or full
+                assert idle["count"] in (0, 1, 2) and (idle["count"] == 0) == (
+                    idle["rss_bytes"] == 0
+                )
                 code, kind, text = await get(address, "/metrics")
                 assert code == 200 and kind.startswith("text/plain; version=0.0.4")
                 labels = f'run_id="{job.run_id}",role="default_role"'

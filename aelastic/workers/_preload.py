@@ -1,0 +1,163 @@
+"""``--preload``: the agent's half of importing modules in idle warm interpreters.
+
+A :class:`PreloadPlan` belongs to one :class:`~aelastic.workers.WarmPool`. It
+learns the workers' common world from each hand-off (:meth:`PreloadPlan.observe`:
+the environment without the variables that differ between workers or attempts,
+argv, cwd, entry point) and turns it into the preload message that each new idle
+interpreter gets right after it is spawned; the interpreter then imports the
+modules in a low-priority thread (``_warm_preload.py``) while it waits. An
+interpreter preloaded under another environment than a worker's is not handed
+that worker (it is killed; a fresh one replaces it): torch reads variables such
+as ``OMP_NUM_THREADS`` when it is imported.
+
+``auto`` makes every worker record the modules it imports (:func:`record_imports
+<aelastic.workers._warm_preload.record_imports>`) in ``<dir>/learned-<local
+rank>``, which the idle interpreters read every second. Nothing here blocks: the
+agent only builds and sends a message of a few kilobytes into a fresh socket.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = ("AUTO", "PreloadPlan", "parse_preload")
+
+#: ``--preload auto``: learn the modules from the job's workers.
+AUTO = "auto"
+PRELOAD_MAGIC = b"aelastic-preload-1"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+#: Set by the agent per worker or per attempt (aelastic.agent._env.worker_env).
+_PER_WORKER = frozenset(
+    {
+        "LOCAL_RANK",
+        "RANK",
+        "GROUP_RANK",
+        "ROLE_RANK",
+        "ROLE_NAME",
+        "LOCAL_WORLD_SIZE",
+        "WORLD_SIZE",
+        "GROUP_WORLD_SIZE",
+        "ROLE_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCHELASTIC_RESTART_COUNT",
+        "TORCHELASTIC_MAX_RESTARTS",
+        "TORCHELASTIC_RUN_ID",
+        "TORCHELASTIC_USE_AGENT_STORE",
+        "TORCHELASTIC_ERROR_FILE",
+    }
+)
+
+
+def parse_preload(value: str | Iterable[str] | None, what: str = "--preload") -> tuple[str, ...]:
+    """``"torch,numpy"`` or ``["torch", "auto"]`` as a tuple of names; raises ValueError.
+
+    ``auto`` may appear among module names; empty items are dropped.
+    """
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = tuple(dict.fromkeys(n.strip() for n in items if n.strip()))
+    for name in names:
+        if not _NAME.match(name):
+            raise ValueError(
+                f"{what}: {name!r} is not a module name; give dotted module names"
+                " separated by commas (for example torch,torch.optim), or auto"
+            )
+    return names
+
+
+def _fields(items: Sequence[str]) -> list[bytes]:
+    return [str(len(items)).encode(), *(os.fsencode(i) for i in items)]
+
+
+@dataclass
+class _World:
+    """What every worker of the job shares: the preload happens in it."""
+
+    env: dict[str, str]
+    cwd: str
+    kind: str
+    target: str
+    argv: tuple[str, ...]
+
+
+class PreloadPlan:
+    """What idle interpreters import, and in which world; see the module docstring.
+
+    ``modules`` may contain :data:`AUTO`; ``exclude`` names modules (and their
+    submodules) never preloaded. Owns a temporary directory (learned modules,
+    failure reports): :meth:`close` removes it.
+    """
+
+    def __init__(self, modules: Sequence[str], exclude: Sequence[str] = ()) -> None:
+        self.auto = AUTO in modules
+        self.modules = tuple(m for m in modules if m != AUTO)
+        self.exclude = tuple(exclude)
+        import tempfile  # not at the top: the launcher imports parse_preload early
+
+        self.dir = tempfile.mkdtemp(prefix="aelastic-preload-")
+        self._learn_dir = os.path.join(self.dir, "learned")
+        self._report_dir = os.path.join(self.dir, "reported")
+        os.mkdir(self._learn_dir)
+        os.mkdir(self._report_dir)
+        self._world: _World | None = None
+        self._volatile: set[str] = set(_PER_WORKER)
+
+    def close(self) -> None:
+        """Remove the directory (blocking file I/O: call it off the event loop)."""
+        import shutil
+
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def learn_path(self, local_rank: int) -> str:
+        """Where the worker of ``local_rank`` records its imports ("" without ``auto``)."""
+        return os.path.join(self._learn_dir, f"learned-{local_rank}") if self.auto else ""
+
+    def _common(self, env: Mapping[str, str]) -> dict[str, str]:
+        return {k: v for k, v in env.items() if k not in self._volatile}
+
+    def observe(
+        self, kind: str, target: str, argv: Sequence[str], env: Mapping[str, str], cwd: str
+    ) -> None:
+        """Note a hand-off: variables that differ from the last one's are per worker."""
+        world = self._world
+        if world is not None:
+            for name in set(world.env) ^ set(env):
+                self._volatile.add(name)
+            self._volatile.update(k for k, v in world.env.items() if env.get(k, v) != v)
+        self._world = _World(self._common(env), cwd, kind, target, tuple(argv))
+
+    def fits(self, preloaded_env: Mapping[str, str] | None, env: Mapping[str, str]) -> bool:
+        """Whether an interpreter preloaded under ``preloaded_env`` may become this worker."""
+        if preloaded_env is None:
+            return True
+        return self._common(preloaded_env) == self._common(env)
+
+    def message(self) -> tuple[bytes, dict[str, str]] | None:
+        """The preload message for a new idle interpreter and its environment (None: not yet).
+
+        Fields (NUL-separated, after the magic): cwd, kind, target, learn dir
+        (empty without ``auto``), report dir, ``sys.argv`` (count, items), modules
+        (count, items), excluded (count, items), then ``NAME=value`` items.
+        """
+        world = self._world
+        if world is None or not (self.modules or self.auto):
+            return None
+        env = self._common(world.env)
+        fields = [
+            PRELOAD_MAGIC,
+            os.fsencode(world.cwd),
+            world.kind.encode(),
+            os.fsencode(world.target),
+            os.fsencode(self._learn_dir if self.auto else ""),
+            os.fsencode(self._report_dir),
+            *_fields(world.argv),
+            *_fields(self.modules),
+            *_fields(self.exclude),
+            *(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()),
+        ]
+        return b"\0".join(fields), env
