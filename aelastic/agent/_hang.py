@@ -82,9 +82,10 @@ class Hang:
             "section": "stuck",
             "out-of-section": "no section entered",
         }[d.rule]
+        step = f" at step {self.snapshot.step}" if self.snapshot.step >= 0 else ""
         return (
-            f"local_rank {self.local_rank} (pid {self.pid}) hung{where} at step"
-            f" {self.snapshot.step}: {what} for {d.timeout:g} s ({d.rule} timeout"
+            f"local_rank {self.local_rank} (pid {self.pid}) hung{where}{step}:"
+            f" {what} for {d.timeout:g} s ({d.rule} timeout"
             f" {d.timeout:g} s; noticed {late:.1f} ms after the deadline)"
         )
 
