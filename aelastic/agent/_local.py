@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 
 from .._net import is_loopback
+from ..checkpoint import Checkpoints, open_checkpoints
 from ..errors import ProcessFailure
 from ..metrics import prof
 from ..store import StoreServer
@@ -72,6 +73,12 @@ class LocalElasticAgent(SimpleElasticAgent):
     ``log_line_prefix_template`` and ``uninterruptible_state_timeout`` (torch's
     opt-in D-state check, see :class:`SimpleElasticAgent`; worker states come from
     ``/proc/<pid>/stat``) override the spec's values.
+
+    Checkpoints (:mod:`aelastic.checkpoint`): the agent creates a directory in
+    ``/dev/shm`` for the run that workers ``save()`` into, decides at each start the
+    step they resume from (complete on every node), and frees it when ``run()`` ends.
+    With ``checkpoint_dir`` it also writes the newest complete step there every
+    ``checkpoint_persist_interval`` seconds and before ``run()`` returns or raises.
     """
 
     def __init__(
@@ -84,6 +91,8 @@ class LocalElasticAgent(SimpleElasticAgent):
         worker_env_extra: Mapping[str, str] | None = None,
         start_method: str = "spawn",
         uninterruptible_state_timeout: float | None = None,
+        checkpoint_dir: str | None = None,
+        checkpoint_persist_interval: float = 300.0,
     ) -> None:
         super().__init__(
             spec, exit_barrier_timeout, shutdown_timeout, uninterruptible_state_timeout
@@ -108,6 +117,14 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._progress_dir: tempfile.TemporaryDirectory[str] | None = None
         self._file_timer: FileTimerServer | None = None
         self._log_destinations: LogDestinations | None = None
+        self._checkpoint_dir = checkpoint_dir
+        self._checkpoint_persist_interval = checkpoint_persist_interval
+        self._checkpoints: Checkpoints | None = None
+
+    @property
+    def checkpoints(self) -> Checkpoints | None:
+        """This run's checkpoints on this node (None outside ``run()``)."""
+        return self._checkpoints
 
     @property
     def log_destinations(self) -> LogDestinations | None:
@@ -172,6 +189,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._log_destinations = dests
         base_env = os.environ.copy()
         progress = self._open_round_progress(dests.attempt_dir)
+        extra = {**self._worker_env_extra, **await self._checkpoint_env(worker_group)}
         self._exits = {}
         self._error_files = {}
         self._failed_before_stop = None
@@ -198,9 +216,7 @@ class LocalElasticAgent(SimpleElasticAgent):
                 run_id=run_id,
                 use_agent_store=self._use_agent_store,
                 error_file=error_file,
-                extra=self._worker_env_extra
-                if progress is None
-                else {**self._worker_env_extra, **progress.env(rank)},
+                extra=extra if progress is None else {**extra, **progress.env(rank)},
                 virtual_local_rank=spec.virtual_local_rank,
             )
             self._error_files[rank] = error_file
@@ -218,6 +234,33 @@ class LocalElasticAgent(SimpleElasticAgent):
         # LIFO: runs before the processes' own exit, so a forwarded signal reaches them.
         stack.push_async_callback(self._stop_on_round_exit)
         return dict(procs.pids)
+
+    async def _checkpoint_env(self, worker_group: WorkerGroup) -> dict[str, str]:
+        """The checkpoint variables of this round's workers (the step to resume from)."""
+        checkpoints = self._checkpoints
+        if checkpoints is None:
+            return {}
+        assert worker_group.group_rank is not None and worker_group.group_world_size is not None
+        resume = await checkpoints.resume_env(
+            [w.global_rank for w in worker_group.workers],
+            worker_group.store,
+            worker_group.group_rank,
+            worker_group.group_world_size,
+        )
+        return {**checkpoints.env(), **resume}
+
+    @asynccontextmanager
+    async def _open_checkpoints(self) -> AsyncIterator[None]:
+        """This run's checkpoint memory (aelastic.checkpoint): copied to disk, freed on exit."""
+        run_id = self._worker_group.spec.rdzv_handler.get_run_id()
+        async with open_checkpoints(
+            run_id, self._checkpoint_dir, self._checkpoint_persist_interval, self._emit
+        ) as checkpoints:
+            self._checkpoints = checkpoints
+            try:
+                yield
+            finally:
+                self._checkpoints = None
 
     def _open_round_progress(self, attempt_dir: str | None) -> RoundProgress | None:
         """This round's progress files when hang detection is on (closed with the round)."""
@@ -391,7 +434,7 @@ class LocalElasticAgent(SimpleElasticAgent):
 
     async def run(self, role: str = "default") -> RunResult:
         try:
-            async with self._open_warm_pool(), self._open_file_timer():
+            async with self._open_warm_pool(), self._open_file_timer(), self._open_checkpoints():
                 return await super().run(role)
         finally:
             if self._result_dir is not None:

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 from .._exceptions import AelasticError
 from .._ids import random_uuid4
+from ..checkpoint import _options as _checkpoint_options
 from ..progress import _options as _progress_options
 from ._config import DEFAULT_SIGNALS, LaunchConfig, LaunchConfigError
 
@@ -287,6 +288,7 @@ _OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
         "every worker gets LOCAL_RANK=0 and its own CUDA_VISIBLE_DEVICES",
     ),
     *_progress_options.OPTIONS,  # hang detection and restart policy (aelastic.progress)
+    *_checkpoint_options.OPTIONS,  # aelastic.checkpoint's disk copy
     (
         ("--health-port", "--health_port"),
         "health_port",
@@ -729,6 +731,7 @@ def parse_run_args(
             tee=tee,
             local_ranks_filter=ranks_filter,
             **_progress_options.config_fields(v),
+            **_checkpoint_options.config_fields(v),
             health_port=health_port,
             health_host=v.str_("health_host"),
         )

@@ -162,6 +162,8 @@ def make_agent(config: LaunchConfig, spec: WorkerSpec) -> LocalElasticAgent:
     return LocalElasticAgent(
         spec,
         worker_env_extra={"TORCHELASTIC_SIGNALS_TO_HANDLE": config.signals_to_handle},
+        checkpoint_dir=config.checkpoint_dir,
+        checkpoint_persist_interval=config.checkpoint_persist_interval,
     )
 
 

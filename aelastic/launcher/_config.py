@@ -46,6 +46,10 @@ class LaunchConfig:
     ``restart_backoff_max``, ``job_wide_restarts``) are
     :class:`~aelastic.agent.WorkerSpec`'s fields of the same names.
 
+    ``checkpoint_dir`` and ``checkpoint_persist_interval`` (seconds) are where and how
+    often the agent writes the newest :mod:`aelastic.checkpoint` step to disk (None: in
+    memory only); see :class:`~aelastic.agent.LocalElasticAgent`.
+
     ``shutdown_timeout`` of None means the environment variable
     ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, else 30 seconds; it is read when the launch
     starts, never written. Constructing a config changes nothing process-global, nor the
@@ -95,6 +99,9 @@ class LaunchConfig:
     restart_backoff: float = 0.0
     restart_backoff_max: float = 300.0
     job_wide_restarts: bool = False
+    # aelastic.checkpoint: see LocalElasticAgent
+    checkpoint_dir: str | None = None
+    checkpoint_persist_interval: float = 300.0
     health_port: int | None = None
     health_host: str = "127.0.0.1"
 

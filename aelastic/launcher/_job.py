@@ -219,6 +219,13 @@ class Job:
         no running worker uses ``aelastic.progress`` heartbeats)."""
         return self._agent.heartbeat_age_ms()
 
+    def checkpoint_status(self) -> dict[str, Any] | None:
+        """This node's :mod:`aelastic.checkpoint` state: memory directory, bytes held,
+        the step the workers resumed from, the last step written to ``checkpoint_dir``
+        (None outside the run). A listing and a few ``stat`` calls in ``/dev/shm``."""
+        checkpoints = self._agent.checkpoints
+        return None if checkpoints is None else checkpoints.status()
+
     @property
     def done(self) -> bool:
         """Whether the job has finished (:meth:`wait` returns or raises at once)."""
