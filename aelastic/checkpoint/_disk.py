@@ -34,7 +34,7 @@ def check_writable(directory: str) -> None:
         os.unlink(probe)
     except OSError as exc:
         raise CheckpointError(
-            f"--checkpoint-dir {directory}: not a writable directory ({exc.strerror}); "
+            f"{directory}: not a writable directory ({exc.strerror}); "
             "pass a directory this user can create files in"
         ) from None
 

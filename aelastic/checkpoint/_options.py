@@ -53,7 +53,7 @@ def config_fields(v: _Values) -> dict[str, Any]:
         try:
             check_writable(directory)
         except CheckpointError as exc:
-            raise UsageError(f"{v.source('checkpoint_dir')}: {exc}") from None
+            raise UsageError(f"{v.source('checkpoint_dir')} {exc}") from None
     interval = v.float_("checkpoint_persist_interval", minimum=0.0, strict=True)
     return {
         "checkpoint_dir": directory,

@@ -65,16 +65,25 @@ def _tensor_bytes(obj: Any) -> int:
     return total
 
 
-def _mib(n: int) -> str:
+def _size(n: int) -> str:
+    for unit, shift in (("TiB", 40), ("GiB", 30)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
     return f"{n / (1 << 20):.1f} MiB"
 
 
 def _check_memory(root: str, needed: int) -> None:
-    free = shutil.disk_usage(root).free
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError as exc:
+        raise CheckpointError(
+            f"aelastic.checkpoint.save: cannot use the checkpoint directory {root}: "
+            f"{exc.strerror}; it must be a directory the worker can write (the agent creates it)"
+        ) from None
     if needed > free:
         raise CheckpointError(
             f"aelastic.checkpoint.save: not enough memory for this checkpoint: it needs about "
-            f"{_mib(needed)}, {_mib(free)} is free in {root}; free memory, grow /dev/shm "
+            f"{_size(needed)}, {_size(free)} is free in {root}; free memory, grow /dev/shm "
             "(e.g. docker --shm-size) or save less state; the previous step is intact"
         )
 

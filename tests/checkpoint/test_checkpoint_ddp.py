@@ -9,18 +9,21 @@ from pathlib import Path
 
 import anyio
 import pytest
+from agent._shared import LocalRendezvous  # tests/ is on sys.path
 
 from aelastic.agent import LocalElasticAgent, RunResult, WorkerSpec, WorkerState
-
-from agent._shared import LocalRendezvous  # tests/ is on sys.path
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "ckpt_ddp.py")
 
 
 async def run_job(
-    tmp_path: Path, *args: str, max_restarts: int = 1, checkpoint_dir: Path | None = None
+    tmp_path: Path,
+    *args: str,
+    max_restarts: int = 1,
+    checkpoint_dir: Path | None = None,
+    name: str = "out",
 ) -> tuple[RunResult, list[dict[str, object]]]:
-    out = tmp_path / f"out_{len(list(tmp_path.glob('out_*')))}.jsonl"
+    out = tmp_path / f"{name}.jsonl"
     spec = WorkerSpec(
         role="trainer",
         local_world_size=2,
@@ -80,7 +83,7 @@ async def test_failed_job_leaves_its_step_on_disk_and_a_fresh_launch_resumes(
     assert all((disk / f).is_file() for f in manifest["files"].values())
     assert sorted(os.listdir(disk)) == ["manifest.json", "step_000000000008"]  # older removed
 
-    result, lines = await run_job(tmp_path, checkpoint_dir=disk)
+    result, lines = await run_job(tmp_path, checkpoint_dir=disk, name="relaunch")
     assert result.state is WorkerState.SUCCEEDED, result
     assert lines == [{"start": 8, "attempt": 0, "checksum": uninterrupted}]
     assert json.loads((disk / "manifest.json").read_text())["step"] == 12
