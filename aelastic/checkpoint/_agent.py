@@ -219,14 +219,21 @@ async def open_checkpoints(
     """
     memory_dir = tempfile.mkdtemp(prefix=f"aelastic_ckpt_{_safe(run_id)}_", dir=memory_root())
     checkpoints = Checkpoints(memory_dir, persist_dir, emit)
+    # The body's own error leaves unwrapped (the launcher maps SignalException,
+    # ChildFailedError... to exit codes), not in the task group's ExceptionGroup.
+    raised: BaseException | None = None
     try:
         async with anyio.create_task_group() as tg:
             if persist_dir is not None:
                 tg.start_soon(checkpoints._persist_every, persist_interval)
             try:
                 yield checkpoints
+            except BaseException as exc:
+                raised = exc
             finally:
                 tg.cancel_scope.cancel()
+        if raised is not None:
+            raise raised
     finally:
         with anyio.CancelScope(shield=True):
             await checkpoints.persist()

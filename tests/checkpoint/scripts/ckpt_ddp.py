@@ -49,6 +49,7 @@ def main() -> int:
     parser.add_argument("--crash-at-step", type=int, default=-1)
     parser.add_argument("--crash-in-save", type=int, default=-1)
     parser.add_argument("--fail-at-step", type=int, default=-1)
+    parser.add_argument("--print-saves", action="store_true", help="rank 0: SAVED <step>")
     opts = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -60,6 +61,8 @@ def main() -> int:
     ddp = DistributedDataParallel(model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
 
+    if opts.print_saves and rank == 0:
+        print("DIR", os.environ["AELASTIC_CHECKPOINT_DIR"], flush=True)
     start = 0
     resumed = checkpoint.load()
     if resumed is not None:
@@ -88,6 +91,8 @@ def main() -> int:
                 state["boom"] = DieWhilePickled()
             checkpoint.save(state, step=done)
             dist.barrier()
+            if opts.print_saves and rank == 0:
+                print("SAVED", done, flush=True)
 
     vec = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
     digest = hashlib.sha256(bytes(vec.view(torch.uint8).tolist())).hexdigest()[:16]
