@@ -47,8 +47,17 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _copy(src_fd: int, dest: str) -> int:
-    """Write ``src_fd``'s bytes to ``dest`` atomically (temporary file, fsync, rename)."""
+class _Reused(Exception):
+    """A worker took the source file over for a newer save while it was copied."""
+
+
+def _copy(src_fd: int, src: str, dest: str) -> int:
+    """Write ``src_fd``'s bytes to ``dest`` atomically (temporary file, fsync, rename).
+
+    Raises :class:`_Reused` (and writes nothing) when ``src`` no longer names the
+    file copied: a worker's ``save`` renames its oldest step's file away before it
+    overwrites it, so a name still in place after the copy means the bytes were whole.
+    """
     tmp = os.path.join(os.path.dirname(dest), f".{os.path.basename(dest)}.{os.getpid()}.tmp")
     size = os.fstat(src_fd).st_size
     out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -60,6 +69,12 @@ def _copy(src_fd: int, dest: str) -> int:
                 break
             offset += sent
         os.fsync(out)
+        try:
+            same = os.stat(src).st_ino == os.fstat(src_fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            raise _Reused(src)
     except BaseException:
         os.close(out)
         os.unlink(tmp)
@@ -71,7 +86,8 @@ def _copy(src_fd: int, dest: str) -> int:
 
 def write_step(memory_dir: str, disk_dir: str, step: int, world: int, ranks: list[int]) -> int:
     """Copy ``ranks``' files of ``step`` to ``disk_dir``; return the bytes written (0: the
-    step was pruned from memory meanwhile, nothing written).
+    workers pruned or reused the step meanwhile; its files written so far stay, whole,
+    but it is not committed).
 
     Raises:
         CheckpointError: the disk refused a write (full, read-only); whatever step
@@ -90,10 +106,17 @@ def write_step(memory_dir: str, disk_dir: str, step: int, world: int, ranks: lis
         directory = L.step_dir(disk_dir, step)
         os.makedirs(directory, exist_ok=True)
         total = sum(
-            _copy(fd, L.rank_file(disk_dir, step, rank, world)) for rank, fd in sources.items()
+            _copy(
+                fd,
+                L.rank_file(memory_dir, step, rank, world),
+                L.rank_file(disk_dir, step, rank, world),
+            )
+            for rank, fd in sources.items()
         )
         _fsync_dir(directory)
         _commit(disk_dir, step, ranks)
+    except _Reused:
+        return 0  # the workers moved on meanwhile: the next copy takes a newer step
     except OSError as exc:
         raise CheckpointError(
             f"cannot write step {step} to --checkpoint-dir {disk_dir}: {exc}; the step it "
