@@ -3,7 +3,8 @@
 Importing aelastic never imports torch. Subpackages: ``aelastic.store``,
 ``aelastic.rendezvous``, ``aelastic.agent``, ``aelastic.workers``,
 ``aelastic.errors``, ``aelastic.events``, ``aelastic.metrics``, ``aelastic.progress``
-(the workers' progress reporting for hang detection), ``aelastic.health``; the launch API
+(the workers' progress reporting for hang detection), ``aelastic.checkpoint`` (checkpoints
+in memory the agent owns), ``aelastic.health``; the launch API
 (``LaunchConfig``, ``launch``, ``open_job``, ``elastic_launch``) is in ``aelastic.launcher``.
 """
 

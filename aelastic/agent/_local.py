@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 
 from .._net import is_loopback
-from ..checkpoint import Checkpoints, open_checkpoints
+from ..checkpoint._agent import Checkpoints, open_checkpoints
 from ..errors import ProcessFailure
 from ..metrics import prof
 from ..store import StoreServer

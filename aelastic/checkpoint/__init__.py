@@ -21,14 +21,24 @@ In a worker (``python -m aelastic run ...``)::
 the agent also writes the newest step to disk (every ``--checkpoint-persist-interval``
 seconds and before it exits) and a fresh launch resumes from there.
 
-Importing this package does not import torch (the agent imports it); :func:`save` and
-:func:`load` import torch when first called.
+Importing this package imports neither torch nor anyio (the agent's side, ``Checkpoints``
+and ``open_checkpoints``, loads on first use); :func:`save` and :func:`load` import torch
+when first called.
 """
 
-from ._agent import Checkpoints as Checkpoints
-from ._agent import open_checkpoints as open_checkpoints
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 from ._errors import CheckpointError as CheckpointError
 from ._worker import load as load
 from ._worker import save as save
 
+if TYPE_CHECKING:
+    from ._agent import Checkpoints as Checkpoints
+    from ._agent import open_checkpoints as open_checkpoints
+
 __all__ = ("CheckpointError", "Checkpoints", "load", "open_checkpoints", "save")
+
+__getattr__, __dir__ = lazy_exports(
+    __name__, globals(), {"Checkpoints": "._agent", "open_checkpoints": "._agent"}, __all__
+)
