@@ -12,6 +12,7 @@ directory always holds a whole step, readable without aelastic::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -115,8 +116,10 @@ def write_step(memory_dir: str, disk_dir: str, step: int, world: int, ranks: lis
         )
         _fsync_dir(directory)
         _commit(disk_dir, step, ranks)
-    except _Reused:
-        return 0  # the workers moved on meanwhile: the next copy takes a newer step
+    except _Reused:  # the workers moved on meanwhile: the next copy takes a newer step
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)  # if this was its only file
+        return 0
     except OSError as exc:
         raise CheckpointError(
             f"cannot write step {step} to --checkpoint-dir {disk_dir}: {exc}; the step it "
