@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 
+from .._tasks import background_tasks
 from . import _layout as L
 from ._disk import write_step
 from ._errors import CheckpointError
@@ -219,21 +220,11 @@ async def open_checkpoints(
     """
     memory_dir = tempfile.mkdtemp(prefix=f"aelastic_ckpt_{_safe(run_id)}_", dir=memory_root())
     checkpoints = Checkpoints(memory_dir, persist_dir, emit)
-    # The body's own error leaves unwrapped (the launcher maps SignalException,
-    # ChildFailedError... to exit codes), not in the task group's ExceptionGroup.
-    raised: BaseException | None = None
     try:
-        async with anyio.create_task_group() as tg:
+        async with background_tasks() as tg:
             if persist_dir is not None:
                 tg.start_soon(checkpoints._persist_every, persist_interval)
-            try:
-                yield checkpoints
-            except BaseException as exc:
-                raised = exc
-            finally:
-                tg.cancel_scope.cancel()
-        if raised is not None:
-            raise raised
+            yield checkpoints
     finally:
         with anyio.CancelScope(shield=True):
             await checkpoints.persist()

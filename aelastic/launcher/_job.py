@@ -23,6 +23,7 @@ import anyio
 import anyio.abc
 
 from .._exceptions import AelasticError
+from .._tasks import background_tasks
 from ._build import PreparedJob, prepare_job
 from ._config import LaunchConfig
 
@@ -484,20 +485,12 @@ async def open_job(
     """
     prepared = prepare_job(config, entrypoint, args)
     job = Job(config, prepared)
-    error: BaseException | None = None  # raised after the task group, which would wrap it
-    async with anyio.create_task_group() as tg:
-        try:
-            if config.health_port is not None:
-                job.health_address = await _start_health(tg, job, config)
-            await tg.start(job._watch_progress)
-            tg.start_soon(job._run, name=f"aelastic job {job.run_id}")
-            yield job
-        except BaseException as exc:
-            error = exc
-        finally:
-            tg.cancel_scope.cancel()
-    if error is not None:
-        raise error
+    async with background_tasks() as tg:
+        if config.health_port is not None:
+            job.health_address = await _start_health(tg, job, config)
+        await tg.start(job._watch_progress)
+        tg.start_soon(job._run, name=f"aelastic job {job.run_id}")
+        yield job
 
 
 async def _start_health(tg: anyio.abc.TaskGroup, job: Job, config: LaunchConfig) -> tuple[str, int]:

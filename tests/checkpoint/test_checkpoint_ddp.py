@@ -52,20 +52,19 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(lines[-1]["checksum"])
 
 
-async def test_crash_resumes_from_memory_with_equal_params(
-    tmp_path: Path, uninterrupted: str
+@pytest.mark.parametrize(
+    "fault",
+    [
+        ("--crash-at-step", "7"),  # rank 0 exits before step 7: step 6 is the newest
+        ("--crash-in-save", "8"),  # rank 0 dies writing step 8, which rank 1 completed
+    ],
+    ids=["crash", "crash-inside-save"],
+)
+async def test_crash_resumes_from_the_newest_complete_step_with_equal_params(
+    tmp_path: Path, uninterrupted: str, fault: tuple[str, str]
 ) -> None:
-    result, lines = await run_job(tmp_path, "--crash-at-step", "7")
+    result, lines = await run_job(tmp_path, *fault)
     assert result.state is WorkerState.SUCCEEDED, result
-    assert lines == [{"start": 6, "attempt": 1, "checksum": uninterrupted}]
-
-
-async def test_crash_inside_save_resumes_from_the_step_before(
-    tmp_path: Path, uninterrupted: str
-) -> None:
-    result, lines = await run_job(tmp_path, "--crash-in-save", "8")
-    assert result.state is WorkerState.SUCCEEDED, result
-    # rank 1 completed step 8, rank 0 died writing it: step 6 is the newest complete one
     assert lines == [{"start": 6, "attempt": 1, "checksum": uninterrupted}]
 
 
