@@ -50,7 +50,8 @@ async def test_nodes_agree_on_the_newest_step_every_node_completed(tmp_path: Pat
     commit(b, 4, 2, 4)  # node b (ranks 2, 3): rank 3 died writing step 6
     commit(b, 4, 3, 4)
     commit(b, 6, 2, 4)
-    nodes = [Checkpoints(str(d), None, Events()) for d in (a, b)]
+    events = [Events(), Events()]
+    nodes = [Checkpoints(str(d), None, e) for d, e in zip((a, b), events, strict=True)]
     store = LocalStore()
     envs: dict[int, dict[str, str]] = {}
 
@@ -62,6 +63,9 @@ async def test_nodes_agree_on_the_newest_step_every_node_completed(tmp_path: Pat
             tg.start_soon(start, 0, [0, 1])
             tg.start_soon(start, 1, [2, 3])
     assert envs[0] == envs[1] == {L.STEP_ENV: "4", L.WORLD_ENV: "4"}
+    assert events[0].seen == [
+        ("aelastic.checkpoint.resume", {"step": 4, "world_size": 4, "bytes_held": 200})
+    ]
     # the incomplete step 6 is gone from both nodes: the workers save it again
     assert sorted(L.scan(str(a))) == sorted(L.scan(str(b))) == [4]
 

@@ -70,6 +70,9 @@ def main() -> int:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         assert state["rank"] == rank and state["step"] == start, (state["rank"], state["step"])
+        peer = (rank + 1) % dist.get_world_size()  # load(rank=): another rank's object
+        other = checkpoint.load(rank=peer)
+        assert other is not None and other[0] == start and other[1]["rank"] == peer, other
 
     for step in range(start, opts.steps):
         if (step == opts.crash_at_step and first) or (step == opts.fail_at_step and rank == 0):
