@@ -27,6 +27,7 @@ from .._tasks import background_tasks
 from . import _layout as L
 from ._disk import write_step
 from ._errors import CheckpointError
+from ._owner import claim, sweep_abandoned
 
 __all__ = ("Checkpoints", "open_checkpoints")
 
@@ -215,10 +216,16 @@ async def open_checkpoints(
 ) -> AsyncIterator[Checkpoints]:
     """This run's checkpoint memory on this node; freed (after a last disk copy) on exit.
 
+    First frees what agents killed earlier left in ``/dev/shm`` (see ``_owner``).
+
     Cleanup survives cancellation (shielded): the last copy to ``persist_dir`` takes as
     long as the newest step takes to write, then the memory is freed.
     """
-    memory_dir = tempfile.mkdtemp(prefix=f"aelastic_ckpt_{_safe(run_id)}_", dir=memory_root())
+    root = memory_root()
+    freed = await anyio.to_thread.run_sync(sweep_abandoned, root)
+    if freed:
+        log.warning("freed checkpoint memory that killed agents left behind: %s", freed)
+    memory_dir, lock = await anyio.to_thread.run_sync(claim, root, _safe(run_id))
     checkpoints = Checkpoints(memory_dir, persist_dir, emit)
     try:
         async with background_tasks() as tg:
@@ -230,4 +237,5 @@ async def open_checkpoints(
             await checkpoints.persist()
             held = checkpoints.held_bytes()
             await anyio.to_thread.run_sync(shutil.rmtree, memory_dir, True)
+            os.close(lock)
             emit("aelastic.checkpoint.freed", {"bytes": held})

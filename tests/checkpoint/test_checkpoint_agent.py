@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import pytest
 from aelastic.checkpoint import _layout as L
 from aelastic.checkpoint._agent import Checkpoints, open_checkpoints
 from aelastic.checkpoint._disk import write_step
+from aelastic.checkpoint._owner import claim, sweep_abandoned
 from aelastic.store import LocalStore
 
 
@@ -126,3 +129,32 @@ def test_disk_step_not_whole_keeps_the_older_whole_one(tmp_path: Path) -> None:
     write_step(str(memory), str(disk), 4, 2, [0])
     assert json.loads((disk / "manifest.json").read_text())["step"] == 2
     assert L.complete_steps(L.scan(str(disk)), (), whole_world=True) == {2: 2}
+
+
+def test_memory_a_dead_agent_left_is_freed_and_a_live_ones_is_not(tmp_path: Path) -> None:
+    dead = subprocess.run(
+        [sys.executable, "-c", CLAIM_AND_DIE, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
+    commit(Path(dead), 2, 0, 1)
+    live, lock = claim(str(tmp_path), "job")
+    try:
+        unrelated = tmp_path / "aelastic_ckpt_not_an_agents"  # no owner file: left alone
+        unrelated.mkdir()
+        assert sweep_abandoned(str(tmp_path)) == [dead]
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            [Path(live).name, unrelated.name]
+        )
+    finally:
+        os.close(lock)
+
+
+CLAIM_AND_DIE = """\
+import os, sys
+from aelastic.checkpoint._owner import claim
+print(claim(sys.argv[1], "job")[0], flush=True)
+os._exit(0)  # as if SIGKILLed: nothing cleaned up
+"""
