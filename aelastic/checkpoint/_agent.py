@@ -132,14 +132,16 @@ class Checkpoints:
         async with self._limiter:
             await anyio.to_thread.run_sync(self._drop_newer, step)
         self.resumed_step = step
-        self._emit(
-            "aelastic.checkpoint.resume",
-            {
-                "step": step,
-                "world_size": found.get(step) if step is not None else None,
-                "bytes_held": self.held_bytes(),
-            },
-        )
+        held = self.held_bytes()
+        if step is not None or held:  # a job that never saves hears nothing of checkpoints
+            self._emit(
+                "aelastic.checkpoint.resume",
+                {
+                    "step": step,
+                    "world_size": None if step is None else found[step],
+                    "bytes_held": held,
+                },
+            )
         if step is None:
             return {L.STEP_ENV: ""}
         return {L.STEP_ENV: str(step), L.WORLD_ENV: str(found[step])}
@@ -238,4 +240,5 @@ async def open_checkpoints(
             held = checkpoints.held_bytes()
             await anyio.to_thread.run_sync(shutil.rmtree, memory_dir, True)
             os.close(lock)
-            emit("aelastic.checkpoint.freed", {"bytes": held})
+            if held:
+                emit("aelastic.checkpoint.freed", {"bytes": held})

@@ -54,3 +54,16 @@ def test_checkpoint_flags_reach_the_config_or_exit_2(tmp_path: Path) -> None:
         parse_run_args(["--checkpoint-dir", str(tmp_path / "file" / "d"), "x.py"], {})
     with pytest.raises(UsageError, match="--checkpoint-persist-interval 0: must be > 0"):
         parse_run_args(["--checkpoint-persist-interval", "0", "x.py"], {})
+
+
+def test_script_options_that_look_like_launcher_options_stay_the_scripts() -> None:
+    parsed = parse_run_args(
+        ["--nproc-per-node", "2", "--max-restarts=1", "-r", "3", "train.py", "--checkpoint",
+         "c.bin", "--checkpoint-dir", "d", "--nnodes", "4"],
+        {},
+    )  # fmt: skip
+    assert parsed.config.nproc_per_node == 2 and parsed.config.max_restarts == 1
+    assert parsed.config.checkpoint_dir is None and parsed.config.max_nodes == 1
+    assert parsed.script == "train.py"
+    script_args = ["--checkpoint", "c.bin", "--checkpoint-dir", "d", "--nnodes", "4"]
+    assert parsed.args[-7:] == ["train.py", *script_args]
