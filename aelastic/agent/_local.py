@@ -246,6 +246,7 @@ class LocalElasticAgent(SimpleElasticAgent):
             worker_group.store,
             worker_group.group_rank,
             worker_group.group_world_size,
+            worker_group.spec.rdzv_handler.wait_for_membership_change,
         )
         return {**checkpoints.env(), **resume}
 

@@ -18,7 +18,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -114,23 +114,36 @@ class Checkpoints:
                 L.remove_ranks(self.memory_dir, found)
 
     async def resume_env(
-        self, ranks: Sequence[int], store: Any, group_rank: int, group_world_size: int
+        self,
+        ranks: Sequence[int],
+        store: Any,
+        group_rank: int,
+        group_world_size: int,
+        membership_changed: Callable[[], Awaitable[None]] | None = None,
     ) -> dict[str, str]:
         """Decide the step this round's workers resume from; their environment for it.
 
         The newest step complete for this node's ``ranks`` (in memory or on disk) that
         every other node of the round also has complete for its ranks, agreed through
-        the round's ``store`` (one ``set`` and one ``multi_get`` per agent). Only call
-        between rounds (no worker running). Cancellation: stops waiting for the peers.
+        the round's ``store`` (one ``set`` and one ``multi_get`` per agent; an agent
+        with nothing to offer does not wait). Waiting for the peers ends early when
+        ``membership_changed()`` returns (no step then, and nothing is dropped: the
+        round is over anyway, the next one decides). Only
+        call between rounds (no worker running). Cancellation: stops waiting.
         """
         self.local_ranks = tuple(ranks)
         async with self._limiter:
             found = await anyio.to_thread.run_sync(self._candidates, list(ranks))
+        agreed: dict[int, int] | None = found
         if group_world_size > 1:
-            found = await self._agree(found, store, group_rank, group_world_size)
+            agreed = await self._agree(
+                found, store, group_rank, group_world_size, membership_changed
+            )
+        found = agreed or {}
         step = max(found, default=None)
-        async with self._limiter:
-            await anyio.to_thread.run_sync(self._drop_newer, step)
+        if agreed is not None:  # None: cut short, the next round decides
+            async with self._limiter:
+                await anyio.to_thread.run_sync(self._drop_newer, step)
         self.resumed_step = step
         held = self.held_bytes()
         if step is not None or held:  # a job that never saves hears nothing of checkpoints
@@ -147,23 +160,49 @@ class Checkpoints:
         return {L.STEP_ENV: str(step), L.WORLD_ENV: str(found[step])}
 
     async def _agree(
-        self, found: dict[int, int], store: Any, group_rank: int, group_world_size: int
-    ) -> dict[int, int]:
+        self,
+        found: dict[int, int],
+        store: Any,
+        group_rank: int,
+        group_world_size: int,
+        membership_changed: Callable[[], Awaitable[None]] | None,
+    ) -> dict[int, int] | None:
+        """The steps every node has complete; None when the wait for them was cut short."""
         await store.set(f"{_KEY}/{group_rank}", json.dumps(found))
+        if not found:
+            return {}  # nothing in common whatever the others hold: no need to wait
         keys = [f"{_KEY}/{r}" for r in range(group_world_size)]
-        with anyio.move_on_after(_AGREE_TIMEOUT):
-            values = await store.multi_get(keys)
-            common = dict(found)
-            for raw in values:
-                theirs = {int(k): int(v) for k, v in json.loads(raw).items()}
-                common = {s: w for s, w in common.items() if theirs.get(s) == w}
-            return common
-        log.warning(
-            "the other agents did not publish their checkpoint steps within %.0f s; "
-            "the workers start without a checkpoint",
-            _AGREE_TIMEOUT,
-        )
-        return {}
+        common: dict[int, int] = {}
+        interrupted: list[str] = []
+        # A peer that died before publishing must not hold the round up: the round
+        # ends with the membership change, or the wait with the timeout.
+        with anyio.move_on_after(_AGREE_TIMEOUT) as scope:
+            async with anyio.create_task_group() as tg:
+
+                async def gather() -> None:
+                    common.update(found)
+                    for raw in await store.multi_get(keys):
+                        theirs = {int(k): int(v) for k, v in json.loads(raw).items()}
+                        for step in [s for s, w in common.items() if theirs.get(s) != w]:
+                            del common[step]
+                    tg.cancel_scope.cancel()
+
+                async def watch() -> None:
+                    if membership_changed is not None:
+                        await membership_changed()
+                        interrupted.append("membership")
+                        tg.cancel_scope.cancel()
+
+                tg.start_soon(gather)
+                tg.start_soon(watch)
+        if scope.cancelled_caught:
+            log.warning(
+                "the other agents did not publish their checkpoint steps within %.0f s; "
+                "the workers start without a checkpoint",
+                _AGREE_TIMEOUT,
+            )
+            return None
+        return None if interrupted else common
 
     # -- disk -----------------------------------------------------------------------------
 

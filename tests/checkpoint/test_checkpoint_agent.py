@@ -158,3 +158,14 @@ from aelastic.checkpoint._owner import claim
 print(claim(sys.argv[1], "job")[0], flush=True)
 os._exit(0)  # as if SIGKILLed: nothing cleaned up
 """
+
+
+async def test_a_peer_that_never_publishes_does_not_hold_the_round(tmp_path: Path) -> None:
+    commit(tmp_path, 4, 0, 2)
+    node = Checkpoints(str(tmp_path), None, Events())
+    changed = anyio.Event()
+    changed.set()  # the peer died: the rendezvous saw its membership change
+    with anyio.fail_after(10):
+        env = await node.resume_env([0], LocalStore(), 0, 2, changed.wait)
+    assert env == {L.STEP_ENV: ""}
+    assert sorted(L.scan(str(tmp_path))) == [4]  # kept for the next round to decide
