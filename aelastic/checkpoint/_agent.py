@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 
 from .._tasks import background_tasks
+from ..store import StoreError
 from . import _layout as L
 from ._disk import write_step
 from ._errors import CheckpointError
@@ -136,9 +137,13 @@ class Checkpoints:
             found = await anyio.to_thread.run_sync(self._candidates, list(ranks))
         agreed: dict[int, int] | None = found
         if group_world_size > 1:
-            agreed = await self._agree(
-                found, store, group_rank, group_world_size, membership_changed
-            )
+            try:
+                agreed = await self._agree(
+                    found, store, group_rank, group_world_size, membership_changed
+                )
+            except StoreError as exc:  # the round's store is gone: so is the round
+                log.warning("cannot agree on a checkpoint step with the other agents: %s", exc)
+                agreed = None
         found = agreed or {}
         step = max(found, default=None)
         if agreed is not None:  # None: cut short, the next round decides

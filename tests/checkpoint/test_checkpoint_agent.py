@@ -160,12 +160,18 @@ os._exit(0)  # as if SIGKILLed: nothing cleaned up
 """
 
 
-async def test_a_peer_that_never_publishes_does_not_hold_the_round(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cut", ["membership change", "store closed"])
+async def test_a_peer_that_never_publishes_does_not_hold_the_round(
+    tmp_path: Path, cut: str
+) -> None:
     commit(tmp_path, 4, 0, 2)
     node = Checkpoints(str(tmp_path), None, Events())
-    changed = anyio.Event()
-    changed.set()  # the peer died: the rendezvous saw its membership change
+    changed, store = anyio.Event(), LocalStore()
+    if cut == "membership change":
+        changed.set()  # the peer died: the rendezvous saw its membership change
+    else:
+        store.close()  # the round's store went with its host
     with anyio.fail_after(10):
-        env = await node.resume_env([0], LocalStore(), 0, 2, changed.wait)
+        env = await node.resume_env([0], store, 0, 2, changed.wait)
     assert env == {L.STEP_ENV: ""}
     assert sorted(L.scan(str(tmp_path))) == [4]  # kept for the next round to decide
