@@ -241,6 +241,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         if checkpoints is None:
             return {}
         assert worker_group.group_rank is not None and worker_group.group_world_size is not None
+        assert worker_group.store is not None  # set by the rendezvous before any start
         resume = await checkpoints.resume_env(
             [w.global_rank for w in worker_group.workers],
             worker_group.store,

@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 
 from .._tasks import background_tasks
-from ..store import StoreError
+from ..store import Store, StoreError
 from . import _layout as L
 from ._disk import write_step
 from ._errors import CheckpointError
@@ -117,7 +117,7 @@ class Checkpoints:
     async def resume_env(
         self,
         ranks: Sequence[int],
-        store: Any,
+        store: Store,
         group_rank: int,
         group_world_size: int,
         membership_changed: Callable[[], Awaitable[None]] | None = None,
@@ -167,7 +167,7 @@ class Checkpoints:
     async def _agree(
         self,
         found: dict[int, int],
-        store: Any,
+        store: Store,
         group_rank: int,
         group_world_size: int,
         membership_changed: Callable[[], Awaitable[None]] | None,
