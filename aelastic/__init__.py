@@ -3,7 +3,8 @@
 Importing aelastic never imports torch. Subpackages: ``aelastic.store``,
 ``aelastic.rendezvous``, ``aelastic.agent``, ``aelastic.workers``,
 ``aelastic.errors``, ``aelastic.events``, ``aelastic.metrics``, ``aelastic.progress``
-(the workers' progress reporting for hang detection), ``aelastic.health``; the launch API
+(the workers' progress reporting for hang detection), ``aelastic.checkpoint`` (checkpoints
+in memory the agent owns), ``aelastic.health``; the launch API
 (``LaunchConfig``, ``launch``, ``open_job``, ``elastic_launch``) is in ``aelastic.launcher``.
 
 Layers, lowest first. A module imports from its own package, from a lower layer, and
@@ -11,10 +12,10 @@ from another package only what that package's ``__init__`` exports (never one of
 ``_private`` modules); the base helpers are shared by all (``tests/test_layers.py``
 enforces this, and that no two modules import each other)::
 
-    0. base helpers: _exceptions _ids _lazy _net _stacks_dump
+    0. base helpers: _exceptions _ids _lazy _net _stacks_dump _tasks
     1. store errors metrics progress
     2. events
-    3. workers rendezvous
+    3. workers rendezvous checkpoint
     4. agent
     5. health
     6. launcher

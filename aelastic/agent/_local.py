@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 
 from .._net import is_loopback
+from ..checkpoint import Checkpoints, open_checkpoints
 from ..errors import ProcessFailure
 from ..metrics import prof
 from ..store import StoreServer
@@ -85,6 +86,12 @@ class LocalElasticAgent(SimpleElasticAgent):
     ``log_line_prefix_template`` and ``uninterruptible_state_timeout`` (torch's
     opt-in D-state check, see :class:`SimpleElasticAgent`; worker states come from
     ``/proc/<pid>/stat``) override the spec's values.
+
+    Checkpoints (:mod:`aelastic.checkpoint`): the agent creates a directory in
+    ``/dev/shm`` for the run that workers ``save()`` into, decides at each start the
+    step they resume from (complete on every node), and frees it when ``run()`` ends.
+    With ``checkpoint_dir`` it also writes the newest complete step there every
+    ``checkpoint_persist_interval`` seconds and before ``run()`` returns or raises.
     """
 
     def __init__(
@@ -99,6 +106,8 @@ class LocalElasticAgent(SimpleElasticAgent):
         uninterruptible_state_timeout: float | None = None,
         worker_cwd: str | None = None,
         warm_workers: bool = True,
+        checkpoint_dir: str | None = None,
+        checkpoint_persist_interval: float = 300.0,
     ) -> None:
         super().__init__(
             spec, exit_barrier_timeout, shutdown_timeout, uninterruptible_state_timeout
@@ -127,6 +136,14 @@ class LocalElasticAgent(SimpleElasticAgent):
         # {local_rank: stacks file} of this round when the file timer is served
         self._timer_stacks: dict[int, str] = {}
         self._log_destinations: LogDestinations | None = None
+        self._checkpoint_dir = checkpoint_dir
+        self._checkpoint_persist_interval = checkpoint_persist_interval
+        self._checkpoints: Checkpoints | None = None
+
+    @property
+    def checkpoints(self) -> Checkpoints | None:
+        """This run's checkpoints on this node (None outside ``run()``)."""
+        return self._checkpoints
 
     @property
     def log_run_dir(self) -> str | None:
@@ -198,6 +215,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         base_env = os.environ.copy()
         progress = self._open_round_progress(dests.attempt_dir)
         self._timer_stacks = self._open_timer_stacks(dests.attempt_dir, progress)
+        extra = {**self._worker_env_extra, **await self._checkpoint_env(worker_group)}
         self._exits = {}
         self._error_files = {}
         self._failed_before_stop = None
@@ -224,7 +242,7 @@ class LocalElasticAgent(SimpleElasticAgent):
                 run_id=run_id,
                 use_agent_store=self._use_agent_store,
                 error_file=error_file,
-                extra={**self._worker_env_extra, **self._stacks_env(progress, rank)},
+                extra={**extra, **self._stacks_env(progress, rank)},
                 virtual_local_rank=spec.virtual_local_rank,
             )
             self._error_files[rank] = error_file
@@ -244,6 +262,35 @@ class LocalElasticAgent(SimpleElasticAgent):
         # LIFO: runs before the processes' own exit, so a forwarded signal reaches them.
         stack.push_async_callback(self._stop_on_round_exit)
         return dict(procs.pids)
+
+    async def _checkpoint_env(self, worker_group: WorkerGroup) -> dict[str, str]:
+        """The checkpoint variables of this round's workers (the step to resume from)."""
+        checkpoints = self._checkpoints
+        if checkpoints is None:
+            return {}
+        assert worker_group.group_rank is not None and worker_group.group_world_size is not None
+        assert worker_group.store is not None  # set by the rendezvous before any start
+        resume = await checkpoints.resume_env(
+            [w.global_rank for w in worker_group.workers],
+            worker_group.store,
+            worker_group.group_rank,
+            worker_group.group_world_size,
+            worker_group.spec.rdzv_handler.wait_for_membership_change,
+        )
+        return {**checkpoints.env(), **resume}
+
+    @asynccontextmanager
+    async def _open_checkpoints(self) -> AsyncIterator[None]:
+        """This run's checkpoint memory (aelastic.checkpoint): copied to disk, freed on exit."""
+        run_id = self._worker_group.spec.rdzv_handler.get_run_id()
+        async with open_checkpoints(
+            run_id, self._checkpoint_dir, self._checkpoint_persist_interval, self._emit
+        ) as checkpoints:
+            self._checkpoints = checkpoints
+            try:
+                yield
+            finally:
+                self._checkpoints = None
 
     def _open_round_progress(self, attempt_dir: str | None) -> RoundProgress | None:
         """This round's progress files when hang detection is on (closed with the round)."""
@@ -488,7 +535,7 @@ class LocalElasticAgent(SimpleElasticAgent):
 
     async def run(self, role: str = "default") -> RunResult:
         try:
-            async with self._open_warm_pool(), self._open_file_timer():
+            async with self._open_warm_pool(), self._open_file_timer(), self._open_checkpoints():
                 return await super().run(role)
         finally:
             if self._result_dir is not None:

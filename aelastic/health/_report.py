@@ -46,6 +46,7 @@ def status(job: JobView) -> dict[str, Any]:
         "hangs": job.hang_count,
         "last_hang": None if hang is None else dataclasses.asdict(hang),
         "idle_interpreters": {"count": idle, "rss_bytes": idle_rss},
+        "checkpoint": job.checkpoint_status(),
         "time": time.time(),
     }
 

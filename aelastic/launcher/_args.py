@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from .._ids import random_uuid4
 from ..workers import parse_preload
-from . import _progress_args
+from . import _checkpoint_args, _progress_args
 from ._config import DEFAULT_SIGNALS, LaunchConfig, LaunchConfigError
 from ._exceptions import UsageError as UsageError
 
@@ -299,6 +299,7 @@ _OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
         None,
         "modules (and their submodules) never preloaded, comma-separated",
     ),
+    *_checkpoint_args.OPTIONS,  # aelastic.checkpoint's disk copy
     (
         ("--health-port", "--health_port"),
         "health_port",
@@ -588,6 +589,31 @@ def check_std_spec(value: str, source: str, local_world_size: int) -> str:
     return value.strip()
 
 
+def _split_at_script(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``(launcher argv up to and with the script, the script's own arguments)``.
+
+    argparse matches every ``--word`` against the launcher's options, even after the
+    script, so a script's ``--checkpoint`` would be taken as an abbreviation of
+    ``--checkpoint-dir`` (or refused as ambiguous). The script is the first word that is
+    neither an option nor an option's value; what follows is the script's, untouched.
+    ``--`` leaves the rest to argparse as before.
+    """
+    takes_value = {f for flags, _, kind, _, _ in _OPTIONS if kind != "flag" for f in flags}
+    every = [f for flags, *_ in _OPTIONS for f in flags] + ["--help", "-h"]
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return argv, []
+        if not word.startswith("-") or word == "-":
+            return argv[: i + 1], argv[i + 1 :]
+        name = word.split("=", 1)[0]
+        matches = [name] if name in every else [f for f in every if f.startswith(name)]
+        needs_value = "=" not in word and len(matches) == 1 and matches[0] in takes_value
+        i += 2 if needs_value else 1
+    return argv, []
+
+
 def parse_run_args(
     argv: Sequence[str],
     environ: Mapping[str, str] | None = None,
@@ -604,7 +630,9 @@ def parse_run_args(
         UsageError: a flag or value is wrong; the message is one line naming it and the fix.
     """
     env = os.environ if environ is None else environ
-    ns = build_parser().parse_args(list(argv))
+    ours, script_args = _split_at_script(list(argv))
+    ns = build_parser().parse_args(ours)
+    ns.training_script_args = [*ns.training_script_args, *script_args]
     v = _Values(ns, env)
     warnings: list[str] = []
 
@@ -748,6 +776,7 @@ def parse_run_args(
             tee=tee,
             local_ranks_filter=ranks_filter,
             **_progress_args.config_fields(v),
+            **_checkpoint_args.config_fields(v),
             health_port=health_port,
             health_host=v.str_("health_host"),
             preload=preload,

@@ -169,6 +169,8 @@ def make_agent(config: LaunchConfig, spec: WorkerSpec) -> LocalElasticAgent:
         },
         worker_cwd=None if config.cwd is None else os.path.abspath(config.cwd),
         warm_workers=config.warm_workers,
+        checkpoint_dir=config.checkpoint_dir,
+        checkpoint_persist_interval=config.checkpoint_persist_interval,
     )
 
 

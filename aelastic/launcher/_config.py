@@ -59,6 +59,10 @@ class LaunchConfig:
     and keeps none idle (an 8-worker job then holds 8 processes, not 16);
     ``AELASTIC_WARM_WORKERS=0`` turns them off for every job.
 
+    ``checkpoint_dir`` and ``checkpoint_persist_interval`` (seconds) are where and how
+    often the agent writes the newest :mod:`aelastic.checkpoint` step to disk (None: in
+    memory only); see :class:`~aelastic.agent.LocalElasticAgent`.
+
     ``shutdown_timeout`` of None means the environment variable
     ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, else 30 seconds; it is read when the launch
     starts, never written. Constructing a config changes nothing process-global, nor the
@@ -108,6 +112,9 @@ class LaunchConfig:
     restart_backoff: float = 0.0
     restart_backoff_max: float = 300.0
     job_wide_restarts: bool = False
+    # aelastic.checkpoint: see LocalElasticAgent
+    checkpoint_dir: str | None = None
+    checkpoint_persist_interval: float = 300.0
     health_port: int | None = None
     health_host: str = "127.0.0.1"
     # the workers' environment, working directory and interpreters (a service's jobs)

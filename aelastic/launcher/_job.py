@@ -23,6 +23,7 @@ import anyio.abc
 
 from .._exceptions import AelasticError
 from .._net import node_name
+from .._tasks import background_tasks
 from ._build import PreparedJob, prepare_job
 from ._config import LaunchConfig
 from ._preimport import JOB_MODULES, import_off_loop
@@ -256,6 +257,13 @@ class Job:
         ended it), which a watcher inside the block may not live to see.
         """
         return tuple(self._history)
+
+    def checkpoint_status(self) -> dict[str, Any] | None:
+        """This node's :mod:`aelastic.checkpoint` state: memory directory, bytes held,
+        the step the workers resumed from, the last step written to ``checkpoint_dir``
+        (None outside the run). A listing and a few ``stat`` calls in ``/dev/shm``."""
+        checkpoints = self._agent.checkpoints
+        return None if checkpoints is None else checkpoints.status()
 
     @property
     def done(self) -> bool:
@@ -600,20 +608,12 @@ async def open_job(
     await import_off_loop(_job_modules(config))
     prepared = prepare_job(config, entrypoint, args)
     job = Job(config, prepared)
-    error: BaseException | None = None  # raised after the task group, which would wrap it
-    async with anyio.create_task_group() as tg:
-        try:
-            if config.health_port is not None:
-                job.health_address = await _start_health(tg, job, config)
-            await tg.start(job._watch_events)
-            tg.start_soon(job._run, name=f"aelastic job {job.run_id}")
-            yield job
-        except BaseException as exc:
-            error = exc
-        finally:
-            tg.cancel_scope.cancel()
-    if error is not None:
-        raise error
+    async with background_tasks() as tg:
+        if config.health_port is not None:
+            job.health_address = await _start_health(tg, job, config)
+        await tg.start(job._watch_events)
+        tg.start_soon(job._run, name=f"aelastic job {job.run_id}")
+        yield job
 
 
 def _job_modules(config: LaunchConfig) -> tuple[str, ...]:

@@ -63,7 +63,14 @@ ALLOWED: dict[tuple[str, str], str] = {
         "--run-path: the failure summary names the script; torchrun names its internal "
         "run_script_path function"
     ),
+    ("*", "checkpoint env"): (
+        "aelastic.checkpoint: AELASTIC_CHECKPOINT_* tell save() and load() where the agent's "
+        "memory is and which step to resume from (torchrun has no such service)"
+    ),
 }
+
+#: The variables of aelastic's own worker services, compared as "checkpoint env".
+_CHECKPOINT_ENV = "AELASTIC_CHECKPOINT_"
 
 
 @dataclass(frozen=True)
@@ -272,6 +279,9 @@ def _env_pairs(theirs: Run, ours: Run) -> dict[str, tuple[Any, Any]]:
     pairs: dict[str, tuple[Any, Any]] = {}
     for rank in ("0", "1"):
         a, b = _env(theirs, rank), _env(ours, rank)
+        mine = [name for name in b if name.startswith(_CHECKPOINT_ENV)]
+        pairs[f"checkpoint env (rank {rank})"] = ([], mine)
+        b = {k: v for k, v in b.items() if k not in mine}
         pairs[f"env names (rank {rank})"] = (sorted(a), sorted(b))
         for name in sorted(set(a) & set(b)):
             pairs[f"env {name} (rank {rank})"] = (a[name], b[name])

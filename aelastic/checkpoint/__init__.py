@@ -1,0 +1,52 @@
+"""Checkpoints in memory the node's agent owns: they survive worker restarts, reach disk
+in the background.
+
+In a worker (``python -m aelastic run ...``)::
+
+    from aelastic import checkpoint
+
+    resumed = checkpoint.load()             # (step, obj) or None
+    start = 0
+    if resumed is not None:
+        start, state = resumed
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    for step in range(start, steps):
+        ...
+        checkpoint.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()},
+                        step=step + 1)
+
+``save`` blocks for about one memory copy (``torch.save`` into ``/dev/shm``);
+``load`` returns the newest step that every rank completed. With ``--checkpoint-dir``
+the agent also writes the newest step to disk (every ``--checkpoint-persist-interval``
+seconds and before it exits) and a fresh launch resumes from there.
+
+Importing this package imports neither torch nor anyio (the agent's side, ``Checkpoints``
+and ``open_checkpoints``, loads on first use); :func:`save` and :func:`load` import torch
+when first called.
+"""
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+from ._disk import check_writable as check_writable
+from ._exceptions import CheckpointError as CheckpointError
+from ._worker import load as load
+from ._worker import save as save
+
+if TYPE_CHECKING:
+    from ._agent import Checkpoints as Checkpoints
+    from ._agent import open_checkpoints as open_checkpoints
+
+__all__ = (
+    "CheckpointError",
+    "Checkpoints",
+    "check_writable",
+    "load",
+    "open_checkpoints",
+    "save",
+)
+
+__getattr__, __dir__ = lazy_exports(
+    __name__, globals(), {"Checkpoints": "._agent", "open_checkpoints": "._agent"}, __all__
+)

@@ -1,0 +1,288 @@
+"""The agent side: the node's checkpoint memory, the step workers resume from, disk copies.
+
+:func:`open_checkpoints` creates this run's directory in shared memory (``/dev/shm``;
+the agent owns it, so what a worker committed there outlives the worker), runs the
+periodic disk copy when ``--checkpoint-dir`` is set, and on exit (success, failure,
+cancellation) copies the newest complete step to disk once more and frees the memory.
+Everything that touches a file runs in a worker thread, one at a time: the event
+loop never waits on a disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import anyio
+
+from .._tasks import background_tasks
+from ..store import Store, StoreError
+from . import _layout as L
+from ._disk import write_step
+from ._exceptions import CheckpointError
+from ._owner import claim, sweep_abandoned
+
+__all__ = ("Checkpoints", "open_checkpoints")
+
+log = logging.getLogger("aelastic.checkpoint")
+
+#: How long the agents of a round wait for each other's checkpoint steps.
+_AGREE_TIMEOUT = 60.0
+_KEY = "aelastic/checkpoint"
+
+Emit = Callable[[str, Mapping[str, Any]], None]
+
+
+def memory_root() -> str:
+    """``/dev/shm`` when usable (memory), else the temp directory."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+
+
+class Checkpoints:
+    """One node's checkpoints for one run: see :func:`open_checkpoints`."""
+
+    def __init__(self, memory_dir: str, persist_dir: str | None, emit: Emit) -> None:
+        self.memory_dir = memory_dir
+        self.persist_dir = persist_dir
+        self._emit = emit
+        #: the global ranks of the current round's workers on this node
+        self.local_ranks: tuple[int, ...] = ()
+        #: the step the current workers resume from (None: none)
+        self.resumed_step: int | None = None
+        #: the newest step written to ``persist_dir`` by this agent
+        self.persisted_step: int | None = None
+        self._limiter = anyio.CapacityLimiter(1)
+
+    def env(self) -> dict[str, str]:
+        """What every worker needs in its environment to save and load."""
+        env = {L.DIR_ENV: self.memory_dir}
+        if self.persist_dir is not None:
+            env[L.PERSIST_DIR_ENV] = self.persist_dir
+        return env
+
+    def held_bytes(self) -> int:
+        """Bytes of committed steps in memory: a listing and a stat per rank file of the
+        (at most two) steps kept in memory, so cheap enough for ``/status``."""
+        return sum(
+            size
+            for step in L.scan(self.memory_dir).values()
+            for files in step.ranks.values()
+            for size in files.values()
+        )
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "memory_dir": self.memory_dir,
+            "bytes_held": self.held_bytes(),
+            "resumed_step": self.resumed_step,
+            "persist_dir": self.persist_dir,
+            "persisted_step": self.persisted_step,
+        }
+
+    # -- the step to resume from ----------------------------------------------------------
+
+    def _candidates(self, ranks: Sequence[int]) -> dict[int, int]:
+        """``{step: world}`` complete for ``ranks`` in memory or on disk (blocking)."""
+        found = {}
+        if self.persist_dir is not None:
+            found.update(L.complete_steps(L.scan(self.persist_dir), ranks))
+        found.update(L.complete_steps(L.scan(self.memory_dir), ranks))
+        return found
+
+    def _drop_newer(self, step: int | None) -> None:
+        """Delete the memory steps newer than ``step`` and interrupted saves (blocking).
+
+        Run while no worker runs: a step newer than the one resumed from was not
+        complete everywhere, and the workers will save that number again.
+        """
+        for name in os.listdir(self.memory_dir):
+            path = os.path.join(self.memory_dir, name)
+            for tmp in os.listdir(path) if os.path.isdir(path) else ():
+                if tmp.endswith(".tmp"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(path, tmp))
+        for found in L.scan(self.memory_dir).values():
+            if step is None or found.step > step:
+                L.remove_ranks(self.memory_dir, found)
+
+    async def resume_env(
+        self,
+        ranks: Sequence[int],
+        store: Store,
+        group_rank: int,
+        group_world_size: int,
+        membership_changed: Callable[[], Awaitable[None]] | None = None,
+    ) -> dict[str, str]:
+        """Decide the step this round's workers resume from; their environment for it.
+
+        The newest step complete for this node's ``ranks`` (in memory or on disk) that
+        every other node of the round also has complete for its ranks, agreed through
+        the round's ``store`` (one ``set`` and one ``multi_get`` per agent; an agent
+        with nothing to offer does not wait). Waiting for the peers ends early when
+        ``membership_changed()`` returns (no step then, and nothing is dropped: the
+        round is over anyway, the next one decides). Only
+        call between rounds (no worker running). Cancellation: stops waiting.
+        """
+        self.local_ranks = tuple(ranks)
+        async with self._limiter:
+            found = await anyio.to_thread.run_sync(self._candidates, list(ranks))
+        agreed: dict[int, int] | None = found
+        if group_world_size > 1:
+            try:
+                agreed = await self._agree(
+                    found, store, group_rank, group_world_size, membership_changed
+                )
+            except StoreError as exc:  # the round's store is gone: so is the round
+                log.warning("cannot agree on a checkpoint step with the other agents: %s", exc)
+                agreed = None
+        found = agreed or {}
+        step = max(found, default=None)
+        if agreed is not None:  # None: cut short, the next round decides
+            async with self._limiter:
+                await anyio.to_thread.run_sync(self._drop_newer, step)
+        self.resumed_step = step
+        held = self.held_bytes()
+        if step is not None or held:  # a job that never saves hears nothing of checkpoints
+            self._emit(
+                "aelastic.checkpoint.resume",
+                {
+                    "step": step,
+                    "world_size": None if step is None else found[step],
+                    "bytes_held": held,
+                },
+            )
+        if step is None:
+            return {L.STEP_ENV: ""}
+        return {L.STEP_ENV: str(step), L.WORLD_ENV: str(found[step])}
+
+    async def _agree(
+        self,
+        found: dict[int, int],
+        store: Store,
+        group_rank: int,
+        group_world_size: int,
+        membership_changed: Callable[[], Awaitable[None]] | None,
+    ) -> dict[int, int] | None:
+        """The steps every node has complete; None when the wait for them was cut short."""
+        await store.set(f"{_KEY}/{group_rank}", json.dumps(found))
+        if not found:
+            return {}  # nothing in common whatever the others hold: no need to wait
+        keys = [f"{_KEY}/{r}" for r in range(group_world_size)]
+        common: dict[int, int] = {}
+        interrupted: list[str] = []
+        # A peer that died before publishing must not hold the round up: the round
+        # ends with the membership change, or the wait with the timeout.
+        with anyio.move_on_after(_AGREE_TIMEOUT) as scope:
+            async with anyio.create_task_group() as tg:
+
+                async def gather() -> None:
+                    common.update(found)
+                    for raw in await store.multi_get(keys):
+                        theirs = {int(k): int(v) for k, v in json.loads(raw).items()}
+                        for step in [s for s, w in common.items() if theirs.get(s) != w]:
+                            del common[step]
+                    tg.cancel_scope.cancel()
+
+                async def watch() -> None:
+                    if membership_changed is not None:
+                        await membership_changed()
+                        interrupted.append("membership")
+                        tg.cancel_scope.cancel()
+
+                tg.start_soon(gather)
+                tg.start_soon(watch)
+        if scope.cancelled_caught:
+            log.warning(
+                "the other agents did not publish their checkpoint steps within %.0f s; "
+                "the workers start without a checkpoint",
+                _AGREE_TIMEOUT,
+            )
+            return None
+        return None if interrupted else common
+
+    # -- disk -----------------------------------------------------------------------------
+
+    async def persist(self) -> None:
+        """Copy the newest step complete for this node's ranks to ``persist_dir`` (if newer
+        than the last copied), in a worker thread. Errors are logged and reported as the
+        ``aelastic.checkpoint.persist_failed`` event, never raised: training goes on.
+        Cancellation: waits for a copy in progress (bounded by its size) to finish."""
+        if self.persist_dir is None or not self.local_ranks:
+            return
+        disk, ranks = self.persist_dir, list(self.local_ranks)
+        async with self._limiter:
+            complete = await anyio.to_thread.run_sync(
+                lambda: L.complete_steps(L.scan(self.memory_dir), ranks)
+            )
+            step = max(complete, default=None)
+            if step is None or (self.persisted_step is not None and step <= self.persisted_step):
+                return
+            started = time.monotonic()
+            try:
+                size = await anyio.to_thread.run_sync(
+                    write_step, self.memory_dir, disk, step, complete[step], ranks
+                )
+            except CheckpointError as exc:
+                log.error("%s", exc)
+                self._emit("aelastic.checkpoint.persist_failed", {"step": step, "error": str(exc)})
+                return
+        if size:
+            self.persisted_step = step
+            seconds = time.monotonic() - started
+            log.info(
+                "checkpoint step %d written to %s (%d bytes, %.2f s)", step, disk, size, seconds
+            )
+            self._emit(
+                "aelastic.checkpoint.persisted",
+                {"step": step, "bytes": size, "duration_ms": round(seconds * 1000), "dir": disk},
+            )
+
+    async def _persist_every(self, interval: float) -> None:
+        while True:
+            await anyio.sleep(interval)
+            await self.persist()
+
+
+def _safe(run_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:64]
+
+
+@contextlib.asynccontextmanager
+async def open_checkpoints(
+    run_id: str, persist_dir: str | None, persist_interval: float, emit: Emit
+) -> AsyncIterator[Checkpoints]:
+    """This run's checkpoint memory on this node; freed (after a last disk copy) on exit.
+
+    First frees what agents killed earlier left in ``/dev/shm`` (see ``_owner``).
+
+    Cleanup survives cancellation (shielded): the last copy to ``persist_dir`` takes as
+    long as the newest step takes to write, then the memory is freed.
+    """
+    root = memory_root()
+    freed = await anyio.to_thread.run_sync(sweep_abandoned, root)
+    if freed:
+        log.warning("freed checkpoint memory that killed agents left behind: %s", freed)
+    memory_dir, lock = await anyio.to_thread.run_sync(claim, root, _safe(run_id))
+    checkpoints = Checkpoints(memory_dir, persist_dir, emit)
+    try:
+        async with background_tasks() as tg:
+            if persist_dir is not None:
+                tg.start_soon(checkpoints._persist_every, persist_interval)
+            yield checkpoints
+    finally:
+        with anyio.CancelScope(shield=True):
+            await checkpoints.persist()
+            held = checkpoints.held_bytes()
+            await anyio.to_thread.run_sync(shutil.rmtree, memory_dir, True)
+            os.close(lock)
+            if held:
+                emit("aelastic.checkpoint.freed", {"bytes": held})

@@ -1,0 +1,59 @@
+"""The ``run`` flags of checkpoints (``--checkpoint-dir``, ``--checkpoint-persist-interval``).
+
+Kept here so the launcher's argument module only appends :data:`OPTIONS` to its
+table and passes :func:`config_fields` to ``LaunchConfig``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..checkpoint import CheckpointError, check_writable
+from ._exceptions import UsageError
+
+__all__ = ("OPTIONS", "config_fields")
+
+
+class _Values(Protocol):
+    def source(self, dest: str) -> str: ...
+    def str_(self, dest: str) -> Any: ...
+    def float_(self, dest: str, *, minimum: float, strict: bool = False) -> float | None: ...
+
+
+#: (flags, dest, kind, default, help), the launcher's option table format.
+OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
+    (
+        ("--checkpoint-dir",),
+        "checkpoint_dir",
+        "str",
+        None,
+        "aelastic.checkpoint: write the newest complete step here in the background and "
+        "before exiting; a fresh launch resumes from it",
+    ),
+    (
+        ("--checkpoint-persist-interval",),
+        "checkpoint_persist_interval",
+        "str",
+        "300",
+        "seconds between two background writes to --checkpoint-dir",
+    ),
+)
+
+
+def config_fields(v: _Values) -> dict[str, Any]:
+    """The ``LaunchConfig`` fields of these flags, checked (the directory is created).
+
+    Raises:
+        UsageError: the directory is not writable, or the interval is not > 0 seconds.
+    """
+    directory = v.str_("checkpoint_dir") or None
+    if directory is not None:
+        try:
+            check_writable(directory)
+        except CheckpointError as exc:
+            raise UsageError(f"{v.source('checkpoint_dir')} {exc}") from None
+    interval = v.float_("checkpoint_persist_interval", minimum=0.0, strict=True)
+    return {
+        "checkpoint_dir": directory,
+        "checkpoint_persist_interval": 300.0 if interval is None else interval,
+    }

@@ -1,0 +1,88 @@
+"""Real DDP jobs (gloo) that checkpoint with aelastic.checkpoint and resume after faults."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from agent._shared import LocalRendezvous  # tests/ is on sys.path
+
+from aelastic.agent import LocalElasticAgent, RunResult, WorkerSpec, WorkerState
+
+SCRIPT = str(Path(__file__).parent / "scripts" / "ckpt_ddp.py")
+
+
+async def run_job(
+    tmp_path: Path,
+    *args: str,
+    max_restarts: int = 1,
+    checkpoint_dir: Path | None = None,
+    name: str = "out",
+) -> tuple[RunResult, list[dict[str, object]]]:
+    out = tmp_path / f"{name}.jsonl"
+    spec = WorkerSpec(
+        role="trainer",
+        local_world_size=2,
+        rdzv_handler=LocalRendezvous(),
+        entrypoint=sys.executable,
+        args=("-u", SCRIPT, "--out", str(out), *args),
+        max_restarts=max_restarts,
+        shutdown_timeout=5.0,
+    )
+    agent = LocalElasticAgent(
+        spec, checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir)
+    )
+    with anyio.fail_after(100):
+        result = await agent.run()
+    lines = out.read_text().splitlines() if out.exists() else []
+    return result, [json.loads(line) for line in lines]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The checksum of the parameters after a run without faults."""
+    tmp = tmp_path_factory.mktemp("reference")
+    result, lines = anyio.run(run_job, tmp)
+    assert result.state is WorkerState.SUCCEEDED, result
+    assert lines[-1]["start"] == 0
+    return str(lines[-1]["checksum"])
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        ("--crash-at-step", "7"),  # rank 0 exits before step 7: step 6 is the newest
+        ("--crash-in-save", "8"),  # rank 0 dies writing step 8, which rank 1 completed
+    ],
+    ids=["crash", "crash-inside-save"],
+)
+async def test_crash_resumes_from_the_newest_complete_step_with_equal_params(
+    tmp_path: Path, uninterrupted: str, fault: tuple[str, str]
+) -> None:
+    result, lines = await run_job(tmp_path, *fault)
+    assert result.state is WorkerState.SUCCEEDED, result
+    assert lines == [{"start": 6, "attempt": 1, "checksum": uninterrupted}]
+
+
+async def test_failed_job_leaves_its_step_on_disk_and_a_fresh_launch_resumes(
+    tmp_path: Path, uninterrupted: str
+) -> None:
+    disk = tmp_path / "ckpt"
+    result, lines = await run_job(
+        tmp_path, "--fail-at-step", "9", max_restarts=0, checkpoint_dir=disk
+    )
+    assert result.state is WorkerState.FAILED and lines == []
+    manifest = json.loads((disk / "manifest.json").read_text())
+    assert manifest["step"] == 8 and manifest["world_size"] == 2
+    assert sorted(manifest["files"]) == ["0", "1"]
+    assert all((disk / f).is_file() for f in manifest["files"].values())
+    assert sorted(os.listdir(disk)) == ["manifest.json", "step_000000000008"]  # older removed
+
+    result, lines = await run_job(tmp_path, checkpoint_dir=disk, name="relaunch")
+    assert result.state is WorkerState.SUCCEEDED, result
+    assert lines == [{"start": 8, "attempt": 0, "checksum": uninterrupted}]
+    assert json.loads((disk / "manifest.json").read_text())["step"] == 12

@@ -1,0 +1,69 @@
+"""Bad input to aelastic.checkpoint: one clear error each, the previous step intact."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aelastic.checkpoint import CheckpointError
+from aelastic.checkpoint._disk import check_writable
+from aelastic.launcher._args import UsageError, parse_run_args
+
+SCRIPT = str(Path(__file__).parent / "scripts" / "bad_input.py")
+
+
+def test_bad_input_raises_one_clear_error_and_keeps_the_last_step(tmp_path: Path) -> None:
+    env = {**os.environ, "AELASTIC_CHECKPOINT_DIR": str(tmp_path), "RANK": "0", "WORLD_SIZE": "1"}
+    done = subprocess.run(
+        [sys.executable, SCRIPT], env=env, capture_output=True, text=True, timeout=60, check=True
+    )
+    out = json.loads(done.stdout)
+    assert "cannot serialize rank 0's object of step 6" in out["unpicklable"]
+    assert "step 4 is lower than step 5" in out["lower"]
+    assert "needs about 1024.0 TiB" in out["memory"] and "is free in" in out["memory"]
+    assert "step=-1" in out["bad_step"]
+    assert "Not a directory" in out["not_writable"]
+    assert "aelastic run" in out["outside"]
+    assert out["load_outside"] is None
+    assert out["intact"] and out["intact_after_all"]
+    assert out["saved"] == [[0.0, 1.0, 2.0, 3.0], "ok"]
+
+
+def test_checkpoint_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(CheckpointError, match="ckpt: not a writable directory"):
+        check_writable(str(blocker / "ckpt"))
+
+
+def test_checkpoint_flags_reach_the_config_or_exit_2(tmp_path: Path) -> None:
+    disk = tmp_path / "ckpt"
+    config = parse_run_args(
+        ["--checkpoint-dir", str(disk), "--checkpoint-persist-interval", "30", "x.py"], {}
+    ).config
+    assert (config.checkpoint_dir, config.checkpoint_persist_interval) == (str(disk), 30.0)
+    assert disk.is_dir()
+    assert parse_run_args(["x.py"], {}).config.checkpoint_persist_interval == 300.0
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match=r"^--checkpoint-dir .*not a writable directory"):
+        parse_run_args(["--checkpoint-dir", str(tmp_path / "file" / "d"), "x.py"], {})
+    with pytest.raises(UsageError, match="--checkpoint-persist-interval 0: must be > 0"):
+        parse_run_args(["--checkpoint-persist-interval", "0", "x.py"], {})
+
+
+def test_script_options_that_look_like_launcher_options_stay_the_scripts() -> None:
+    parsed = parse_run_args(
+        ["--nproc-per-node", "2", "--max-restarts=1", "-r", "3", "train.py", "--checkpoint",
+         "c.bin", "--checkpoint-dir", "d", "--nnodes", "4"],
+        {},
+    )  # fmt: skip
+    assert parsed.config.nproc_per_node == 2 and parsed.config.max_restarts == 1
+    assert parsed.config.checkpoint_dir is None and parsed.config.max_nodes == 1
+    assert parsed.script == "train.py"
+    script_args = ["--checkpoint", "c.bin", "--checkpoint-dir", "d", "--nnodes", "4"]
+    assert parsed.args[-7:] == ["train.py", *script_args]
