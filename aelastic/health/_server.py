@@ -1,8 +1,9 @@
 """``serve_health``: the job's health endpoint, on an anyio TCP listener (any backend).
 
 Routes: ``GET /healthz`` (200 once this event loop answers: the agent's loop is alive),
-``/readyz`` (200 while the workers run, else 503), ``/status`` (JSON) and ``/metrics``
-(Prometheus text). Each connection carries one request and is closed; a connection
+``/readyz`` (200 while the workers run, else 503), ``/status`` (JSON), ``/metrics``
+(Prometheus text), and the whole job's live page ``/`` with its JSON ``/view.json``
+(:mod:`aelastic.jobview`). Each connection carries one request and is closed; a connection
 that does not complete its request within 5 s is dropped, and at most 32 are served
 at a time (more are closed at once: a probe storm cannot pile up tasks on the agent's
 loop). A host name that resolves to several addresses (``localhost`` as 127.0.0.1 and
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -20,13 +22,14 @@ import anyio.abc
 from anyio.abc import Listener, SocketAttribute, SocketStream
 from anyio.streams.stapled import MultiListener
 
-from ._http import Response, serve_one
+from ..jobview._http import JOBVIEW_PATHS, jobview_route
+from ._http import Response, Route, serve_one
 from ._report import is_ready, metrics_text, status
 
 if TYPE_CHECKING:
     from ..launcher import Job
 
-__all__ = ("serve_health",)
+__all__ = ("serve_health", "serve_routes")
 
 #: How long one connection may take to send its request and get the answer.
 _CONNECTION_TIMEOUT = 5.0
@@ -37,7 +40,9 @@ _PORT_TRIES = 5
 _TEXT = "text/plain; charset=utf-8"
 
 
-def _route(job: Job, method: str, path: str) -> Response:
+def _route(job: Job, method: str, path: str) -> Response | Awaitable[Response]:
+    if path in JOBVIEW_PATHS:  # the whole job's live page and its JSON (aelastic.jobview)
+        return jobview_route(job.status_publisher, path)
     if path == "/healthz":
         return Response(200, _TEXT, b"ok\n")
     if path == "/readyz":
@@ -49,7 +54,8 @@ def _route(job: Job, method: str, path: str) -> Response:
         return Response(200, "application/json", body)
     if path == "/metrics":
         return Response(200, "text/plain; version=0.0.4; charset=utf-8", metrics_text(job).encode())
-    return Response(404, _TEXT, f"no page {path}: try /healthz /readyz /status /metrics\n".encode())
+    routes = "/ /healthz /readyz /status /metrics"
+    return Response(404, _TEXT, f"no page {path}: try {routes}\n".encode())
 
 
 async def _addresses(host: str, port: int) -> list[str]:
@@ -108,6 +114,24 @@ async def serve_health(
     Raises:
         OSError: ``host:port`` cannot be bound (in use, not a local address).
     """
+    await serve_routes(
+        lambda method, path: _route(job, method, path),
+        host,
+        port,
+        max_connections=max_connections,
+        task_status=task_status,
+    )
+
+
+async def serve_routes(
+    route: Route,
+    host: str,
+    port: int,
+    *,
+    max_connections: int = _MAX_CONNECTIONS,
+    task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``route`` over HTTP on ``host:port`` until cancelled (as :func:`serve_health`)."""
     listener = await _bind_all(await _addresses(host, port), port)
     limiter = anyio.CapacityLimiter(max_connections)
     async with listener:
@@ -122,7 +146,7 @@ async def serve_health(
                     return  # over the limit: closed at once
                 try:
                     with anyio.move_on_after(_CONNECTION_TIMEOUT):
-                        await serve_one(stream, lambda method, path: _route(job, method, path))
+                        await serve_one(stream, route)
                 finally:
                     limiter.release()
 

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from ..agent import RunResult, WorkerGroup, WorkerState
     from ..errors import ProcessFailure
     from ..events import EventStream
+    from ..jobview import StatusPublisher
+    from ..progress import ProgressSnapshot
 
 __all__ = (
     "FailureInfo",
@@ -166,6 +168,8 @@ class Job:
         self.stacks_captured = 0
         #: the heartbeat timeout ``learn_timeouts`` learned, in seconds (None: none yet)
         self.learned_heartbeat_timeout: float | None = None
+        #: publishes this node's status into the rendezvous store (``aelastic.jobview``)
+        self.status_publisher: StatusPublisher | None = None
         group = self._agent.get_worker_group()
         self._push(group.state, None)
         group.add_state_listener(self._on_state)
@@ -218,6 +222,16 @@ class Job:
         """Milliseconds since the stalest last heartbeat of the running workers (None:
         no running worker uses ``aelastic.progress`` heartbeats)."""
         return self._agent.heartbeat_age_ms()
+
+    @property
+    def group_rank(self) -> int | None:
+        """This node's rank among the nodes of the current round (None before the first)."""
+        return self._agent.get_worker_group().group_rank
+
+    def progress(self) -> dict[int, ProgressSnapshot]:
+        """``{local_rank: ProgressSnapshot}`` of the running workers' ``aelastic.progress``
+        reports (empty when the round has no progress files: hang detection off)."""
+        return self._agent.progress_snapshots()
 
     @property
     def done(self) -> bool:
@@ -483,6 +497,7 @@ async def open_job(
             if config.health_port is not None:
                 job.health_address = await _start_health(tg, job, config)
             await tg.start(job._watch_progress)
+            await _start_status(tg, job, prepared)
             tg.start_soon(job._run, name=f"aelastic job {job.run_id}")
             yield job
         except BaseException as exc:
@@ -491,6 +506,14 @@ async def open_job(
             tg.cancel_scope.cancel()
     if error is not None:
         raise error
+
+
+async def _start_status(tg: anyio.abc.TaskGroup, job: Job, prepared: PreparedJob) -> None:
+    """Publish this node's status into the rendezvous store (``aelastic status``)."""
+    from ..jobview import StatusPublisher
+
+    job.status_publisher = StatusPublisher(job, prepared.handler)
+    await tg.start(job.status_publisher.run)
 
 
 async def _start_health(tg: anyio.abc.TaskGroup, job: Job, config: LaunchConfig) -> tuple[str, int]:
