@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from launcher._notify import Workers, workers_listener
 
 from aelastic.launcher import Job, LaunchConfig, open_job
 from aelastic.store import Store
-
-from launcher._notify import Workers, workers_listener
 
 STEP_WORKER = str(Path(__file__).parent / "step_worker.py")
 STATUS = [sys.executable, "-m", "aelastic", "status"]

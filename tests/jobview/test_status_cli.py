@@ -6,10 +6,10 @@ import time
 from pathlib import Path
 
 import anyio
+from launcher._nodes import free_port
 
 from aelastic.jobview import status_store
 
-from launcher._nodes import free_port
 from ._live import publish, status, status_json, two_nodes, write_stale_node
 
 
