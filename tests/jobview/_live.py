@@ -46,11 +46,7 @@ async def two_nodes(tmp: Path, **config: Any) -> AsyncIterator[tuple[Workers, li
         ]
         for job in jobs:
             await _second_round(job)
-        pids = {str(worker.pid) for job in jobs for worker in job.workers()}
-        while pids:
-            words = await w.line()
-            if words[0] == "stepped":
-                pids.discard(words[3])
+        await stepped(w, jobs)
         yield w, jobs
         await w.tell_all("exit 0")
         for job in jobs:
@@ -67,6 +63,15 @@ async def _second_round(job: Job) -> None:
             first = change.round
         elif change.round != first:
             return
+
+
+async def stepped(w: Workers, jobs: list[Job]) -> None:
+    """Return once every current worker of ``jobs`` sent a ``stepped`` line from now on."""
+    pids = {str(worker.pid) for job in jobs for worker in job.workers()}
+    while pids:
+        words = await w.line()
+        if words[0] == "stepped":
+            pids.discard(words[3])
 
 
 async def publish(jobs: list[Job]) -> None:

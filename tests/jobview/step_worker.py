@@ -2,8 +2,8 @@
 
     step_worker.py PORT [--fail-once FILE]
 
-Connects to 127.0.0.1:PORT, makes 5 steps (one every 20 ms), sends
-``stepped <global_rank> <restart_count> <pid>``, then keeps stepping until the test sends
+Connects to 127.0.0.1:PORT and makes a step every 20 ms, sending
+``stepped <global_rank> <restart_count> <pid>`` after every 5th, until the test sends
 ``exit <code>`` (or closes the connection: exit 0). ``--fail-once FILE``: the first
 worker of global rank 1 to create FILE exits 3 once it has sent ``stepped`` (so the
 job fails once, whichever node holds rank 1 after the restart).
@@ -39,9 +39,9 @@ def main(argv: list[str]) -> int:
         except TimeoutError:
             steps += 1
             step(steps)
-            if steps == 5:
+            if steps % 5 == 0:
                 conn.sendall(f"stepped {rank} {restart} {os.getpid()}\n".encode())
-                if "--fail-once" in argv and rank == "1" and _first(argv[-1]):
+                if steps == 5 and "--fail-once" in argv and rank == "1" and _first(argv[-1]):
                     return 3
             continue
         if not chunk:
