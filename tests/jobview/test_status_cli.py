@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import json
+import signal
+import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 from launcher._nodes import free_port
 
 from aelastic.jobview import status_store
 
 from ._live import publish, status, status_json, two_nodes, write_stale_node
+
+DASHBOARD = [sys.executable, "-m", "aelastic", "dashboard"]
+
+
+def _read(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        body: bytes = response.read()
+        return body
 
 
 async def test_status_of_a_live_two_node_job_with_one_restart(tmp_path: Path) -> None:
@@ -59,6 +72,20 @@ async def test_status_of_a_live_two_node_job_with_one_restart(tmp_path: Path) ->
             assert lines[1].split()[:3] == ["NODE", "STATE", "ROUND"]
             assert any("HEALTHY (stale 1" in line and "gone-host:1" in line for line in lines)
             assert any("rank " in line and "exited 3" in line for line in lines)
+
+            # The dashboard command serves the same view, on loopback, until SIGTERM.
+            dashboard = await anyio.open_process([*DASHBOARD, *flags, "--port", "0"])
+            async with dashboard:
+                assert dashboard.stdout is not None
+                line = (await dashboard.stdout.receive()).decode()
+                assert line.startswith("aelastic dashboard: serving http://127.0.0.1:")
+                url = line.split()[-1] + "view.json"
+                served = json.loads(await anyio.to_thread.run_sync(_read, url))
+                assert sorted(n["node"] for n in served["nodes"]) == sorted(
+                    n["node"] for n in view["nodes"]
+                )
+                dashboard.send_signal(signal.SIGTERM)
+                assert await dashboard.wait() == 0
 
 
 async def test_a_wrong_run_id_or_endpoint_is_one_line_and_exit_2(tmp_path: Path) -> None:
