@@ -18,9 +18,9 @@ __all__ = ("MARK_KINDS", "History")
 MARK_KINDS = ("restart", "hang", "node_lost", "membership", "store_moved", "failed")
 
 #: Step samples kept per node (each ``[time, step of local rank 0, 1, ...]``).
-MAX_SAMPLES = 48
+MAX_SAMPLES = 32
 #: Marks kept per node (each ``[time, kind, detail]``).
-MAX_MARKS = 16
+MAX_MARKS = 12
 #: Longest detail text kept in a mark.
 MAX_DETAIL = 160
 

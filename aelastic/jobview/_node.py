@@ -125,6 +125,6 @@ def node_status(
         "hangs": job.hang_count,
         "last_hang": _hang(job),
         "history": history.to_json(),
-        "interval": interval,
+        "interval": interval,  # the reader's staleness bound is 3 of them
         "time": round(wall, 2),
     }

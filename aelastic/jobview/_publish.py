@@ -1,7 +1,8 @@
 """The status publisher: one task per agent writing its node's status into the store.
 
 It writes on each state change of the worker group (at most one write per
-``min_gap`` seconds, terminal states at once) and every ``interval`` seconds: one
+``min_gap`` seconds, terminal states at once) and every ``interval`` seconds (longer
+in runs of more than 500 nodes: see :func:`period`): one
 ``set`` of a small document (plus one ``append`` to the run's index when the node
 first writes to a store, e.g. after a c10d store was re-hosted by the heir).
 Publishing is best effort: a store error is logged and the next write tries again,
@@ -27,7 +28,7 @@ from ._view import read_view
 if TYPE_CHECKING:
     from ..launcher import Job, StateChange
 
-__all__ = ("DEFAULT_INTERVAL", "StatusPublisher")
+__all__ = ("DEFAULT_INTERVAL", "MAX_RUN_RATE", "StatusPublisher", "period")
 
 log = logging.getLogger("aelastic.jobview")
 
@@ -35,6 +36,16 @@ log = logging.getLogger("aelastic.jobview")
 DEFAULT_INTERVAL = 5.0
 #: Least seconds between two writes caused by state changes (a restart is a burst of them).
 MIN_GAP = 1.0
+#: Periodic status writes per second a whole run may cost its store: beyond 500 nodes
+#: each agent writes less often (1,000 nodes: every 10 s), so the store's load is bounded.
+MAX_RUN_RATE = 100.0
+
+
+def period(interval: float, nodes: int) -> float:
+    """Seconds between an agent's periodic writes in a run of ``nodes`` nodes."""
+    return max(interval, nodes / MAX_RUN_RATE)
+
+
 _TERMINAL = ("SUCCEEDED", "FAILED")
 
 
@@ -102,7 +113,7 @@ class StatusPublisher:
             task_status.started()
             last = -math.inf
             while True:
-                with anyio.move_on_after(self.interval):
+                with anyio.move_on_after(period(self.interval, self._nodes())):
                     await self._wake.wait()
                 wait = last + self.min_gap - time.monotonic()
                 if wait > 0 and not self._urgent:
@@ -113,6 +124,10 @@ class StatusPublisher:
                 if self.job.done:
                     tg.cancel_scope.cancel()
                     return
+
+    def _nodes(self) -> int:
+        workers = self.job.workers()
+        return workers[0].world_size // len(workers) if workers else 1
 
     async def publish_once(self) -> bool:
         """Write the node's status now; return whether it reached the store. Never raises
@@ -129,8 +144,9 @@ class StatusPublisher:
             self.history.sample(now, steps)
         if self._token is not None and token is not self._token:
             self.history.mark(now, "store_moved", "the rendezvous store moved to a new host")
+        every = period(self.interval, self._nodes())
         raw = json.dumps(
-            node_status(self.job, self.node, self.history, self.interval, now, workers),
+            node_status(self.job, self.node, self.history, every, now, workers),
             separators=(",", ":"),
         )
         with anyio.move_on_after(self.interval):
