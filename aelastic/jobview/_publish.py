@@ -191,7 +191,7 @@ class StatusPublisher:
                 if failure is None
                 else f": rank {failure.global_rank} {describe_exit(failure.exitcode)}"
             )
-            self.history.mark(change.timestamp, "restart", f"restart {change.restart_count}{what}")
+            self.history.mark(change.timestamp, "restart", f"#{change.restart_count}{what}")
         if change.state.value == "HEALTHY":
             self._note_world(change)
         elif change.state.value == "FAILED" and change.remaining_restarts == 0:
