@@ -12,7 +12,7 @@ import argparse
 import json
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -110,6 +110,27 @@ def _fail(prog: str, args: argparse.Namespace, exc: BaseException) -> int:
 _ERRORS = (_Unreachable, JobViewError, StoreError, RendezvousError, OSError)
 
 
+def _run(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str],
+    command: Callable[[argparse.Namespace], Awaitable[None]],
+) -> int:
+    """Parse ``argv``, run ``command``; 0, or 2 (one line on stderr) for any error."""
+    try:
+        args = parser.parse_args(list(argv))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        anyio.run(command, args)
+    except TimeoutError:
+        return _fail(parser.prog, args, TimeoutError(f"no answer within {args.timeout} s"))
+    except _ERRORS as exc:
+        return _fail(parser.prog, args, exc)
+    except (BrokenPipeError, KeyboardInterrupt):  # output closed, or ^C before the handler
+        return 0
+    return 0
+
+
 # -- status ---------------------------------------------------------------------------
 
 
@@ -137,19 +158,7 @@ def status_main(argv: Sequence[str]) -> int:
     p.add_argument("--watch", "-w", action="store_true", help="refresh until interrupted")
     p.add_argument("--interval", type=_positive, default=2.0, help="--watch refresh seconds")
     p.add_argument("--json", action="store_true", help="print the view as JSON")
-    try:
-        args = p.parse_args(list(argv))
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    try:
-        anyio.run(_status, args)
-    except TimeoutError:
-        return _fail(prog, args, TimeoutError(f"no answer within {args.timeout} s"))
-    except _ERRORS as exc:
-        return _fail(prog, args, exc)
-    except (BrokenPipeError, KeyboardInterrupt):
-        return 0
-    return 0
+    return _run(p, argv, _status)
 
 
 # -- dashboard ------------------------------------------------------------------------
@@ -192,16 +201,4 @@ def dashboard_main(argv: Sequence[str]) -> int:
         default="127.0.0.1",
         help="address to listen on (default 127.0.0.1: this machine only)",
     )
-    try:
-        args = p.parse_args(list(argv))
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    try:
-        anyio.run(_dashboard, args)
-    except TimeoutError:
-        return _fail(prog, args, TimeoutError(f"no answer within {args.timeout} s"))
-    except _ERRORS as exc:
-        return _fail(prog, args, exc)
-    except KeyboardInterrupt:
-        return 0
-    return 0
+    return _run(p, argv, _dashboard)
