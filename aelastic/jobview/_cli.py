@@ -133,14 +133,24 @@ def _run(
 
 # -- status ---------------------------------------------------------------------------
 
+_PROG = "python -m aelastic status"
+
 
 async def _status(args: argparse.Namespace) -> None:
     from ._table import table
 
     async with open_status_store(args) as store:
         while True:
-            with anyio.fail_after(args.timeout):
-                view = await read_view(store, args.rdzv_id)
+            try:
+                with anyio.fail_after(args.timeout):
+                    view = await read_view(store, args.rdzv_id)
+            except (JobViewError, StoreError, TimeoutError) as exc:
+                if not args.watch:
+                    raise
+                # --watch outlives a job not started yet and a store being re-hosted
+                print(f"{_PROG}: {exc} (retrying)", file=sys.stderr, flush=True)
+                await anyio.sleep(args.interval)
+                continue
             text = json.dumps(view, indent=None if args.watch else 1) if args.json else table(view)
             if args.watch and not args.json:
                 sys.stdout.write("\x1b[H\x1b[2J")  # home, clear: refresh in place
@@ -153,9 +163,13 @@ async def _status(args: argparse.Namespace) -> None:
 
 def status_main(argv: Sequence[str]) -> int:
     """``aelastic status``: 0, or 2 for bad flags, an unreachable store or unknown run."""
-    prog = "python -m aelastic status"
-    p = _parser(prog, "Show every node of a run: state, round, ranks, step, steps/s, restarts.")
-    p.add_argument("--watch", "-w", action="store_true", help="refresh until interrupted")
+    p = _parser(_PROG, "Show every node of a run: state, round, ranks, step, steps/s, restarts.")
+    p.add_argument(
+        "--watch",
+        "-w",
+        action="store_true",
+        help="refresh until interrupted (waits for a run that has not published yet)",
+    )
     p.add_argument("--interval", type=_positive, default=2.0, help="--watch refresh seconds")
     p.add_argument("--json", action="store_true", help="print the view as JSON")
     return _run(p, argv, _status)

@@ -29,7 +29,8 @@ def status_store(handler: Any) -> tuple[Store, object] | None:
     """The status store of ``handler``'s run now, and a token naming its connection.
 
     Follows the backend: a c10d store re-hosted by the heir after its host was lost
-    is the new one (the token changes, so the caller re-registers in the new index).
+    is the new one (the token changes, so the caller re-registers in the new index;
+    tokens compare with ``==``).
     None when the backend has no store here (``static``) or is not entered yet.
     Never does I/O.
     """
@@ -40,7 +41,9 @@ def status_store(handler: Any) -> tuple[Store, object] | None:
         if not handler.started:
             return None
         base = handler.store
-        return PrefixStore(f"{STATUS_PREFIX}/{run_id}", base), base
+        # a client that silently reconnected to a re-hosted store keeps its object:
+        # the epoch tells (once the node rejoined)
+        return PrefixStore(f"{STATUS_PREFIX}/{run_id}", base), (base, handler.epoch)
     if handler.get_backend() in ("etcd", "etcd-v2") and handler.started:
         from ..rendezvous.etcd import EtcdStore
 

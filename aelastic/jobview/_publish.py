@@ -142,7 +142,7 @@ class StatusPublisher:
         steps = [w["step"] for w in workers]
         if any(s is not None for s in steps):
             self.history.sample(now, steps)
-        if self._token is not None and token is not self._token:
+        if self._token is not None and token != self._token:
             self.history.mark(now, "store_moved", "the rendezvous store moved to a new host")
         every = period(self.interval, self._nodes())
         raw = json.dumps(
@@ -152,7 +152,7 @@ class StatusPublisher:
         with anyio.move_on_after(self.interval):
             try:
                 await store.set(node_key(self.node), raw)
-                if token is not self._token:
+                if token != self._token:
                     await store.append(INDEX_KEY, self.node + "\n")
                     self._token = token
             except Exception as exc:  # best effort: the job must not fail on its view
