@@ -17,12 +17,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("aelastic.launcher._cli", "launch a distributed job (a drop-in for torchrun)"),
     "store": ("aelastic.store._cli", "serve a standalone TCPStore-compatible key-value store"),
     "events": ("aelastic.events._cli", "print a run's events from a store"),
+    "status": ("aelastic.jobview._status_cli", "show every node of a run: state, step, restarts"),
+    "dashboard": ("aelastic.jobview._dashboard_cli", "serve a run's live page with charts"),
 }
 
 
 def _usage() -> str:
     lines = ["usage: python -m aelastic <command> [options]", "", "commands:"]
-    lines += [f"  {name:<8} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += [f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items()]
     lines.append("\nRun 'python -m aelastic <command> --help' for a command's options.")
     return "\n".join(lines)
 

@@ -27,6 +27,7 @@ import anyio
 from ..errors import ProcessFailure
 from ..events import Event, EventSource, record
 from ..metrics import prof, put_metric
+from ..progress import ProgressSnapshot
 from ..rendezvous import RendezvousGracefulExitError, RendezvousInfo
 from ..store import Store
 from ._exceptions import AgentError, SignalException
@@ -205,6 +206,16 @@ class SimpleElasticAgent(ElasticAgent):
         if not beats:
             return None
         return (time.monotonic_ns() - min(beats)) // 1_000_000
+
+    def progress_snapshots(self) -> dict[int, ProgressSnapshot]:
+        """``{local_rank: snapshot}`` of what the running workers reported through
+        ``aelastic.progress`` (empty when this round has no progress files). Reads
+        shared memory: a few microseconds, never blocks."""
+        progress = self._progress
+        if progress is None:
+            return {}
+        exited = self._worker_exit_codes(self._worker_group).keys()
+        return {rank: s for rank, s in progress.snapshots().items() if rank not in exited}
 
     @property
     def rendezvous_round(self) -> int | None:

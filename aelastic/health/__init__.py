@@ -6,19 +6,27 @@ unless another address is configured. The report functions are usable on their o
 """
 
 from ._exceptions import HealthPortError as HealthPortError
+from ._http import Response as Response
+from ._http import Route as Route
 from ._report import is_ready as is_ready
 from ._report import metrics_text as metrics_text
 from ._report import status as status
+from ._server import ExtraRoute as ExtraRoute
 from ._server import serve_health as serve_health
+from ._server import serve_routes as serve_routes
 from ._view import JobView as JobView
 from ._view import WorkerView as WorkerView
 
 __all__ = (
+    "ExtraRoute",
     "HealthPortError",
     "JobView",
+    "Response",
+    "Route",
     "WorkerView",
     "is_ready",
     "metrics_text",
     "serve_health",
+    "serve_routes",
     "status",
 )

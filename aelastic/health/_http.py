@@ -8,14 +8,15 @@ loads it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio
 import h11
 from anyio.abc import ByteStream
 
-__all__ = ("Response", "serve_one")
+__all__ = ("Response", "Route", "serve_one")
 
 _MAX_REQUEST = 16 * 1024
 _CHUNK = 4096
@@ -28,13 +29,19 @@ class Response:
     status: int
     content_type: str
     body: bytes
+    #: further headers, e.g. a page's Content-Security-Policy
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 def _text(status: int, message: str) -> Response:
     return Response(status, "text/plain; charset=utf-8", f"{message}\n".encode())
 
 
-async def serve_one(stream: ByteStream, route: Callable[[str, str], Response]) -> None:
+#: A route: ``(method, path) -> Response``, or an awaitable of one (a page read from a store).
+Route = Callable[[str, str], "Response | Awaitable[Response]"]
+
+
+async def serve_one(stream: ByteStream, route: Route) -> None:
     """Answer one request on ``stream`` with ``route(method, path)`` and close it.
 
     A malformed or oversized request gets 400/413 (when the connection still allows a
@@ -57,7 +64,8 @@ async def serve_one(stream: ByteStream, route: Callable[[str, str], Response]) -
     if method not in ("GET", "HEAD"):
         response = _text(405, f"method {method} not allowed: use GET")
     else:
-        response = route(method, path)
+        answer = route(method, path)
+        response = await answer if inspect.isawaitable(answer) else answer
     try:
         await _send(conn, stream, response, method == "HEAD")
     except (anyio.BrokenResourceError, anyio.ClosedResourceError, h11.LocalProtocolError):
@@ -89,6 +97,7 @@ async def _send(conn: h11.Connection, stream: ByteStream, response: Response, he
         ("content-length", str(len(response.body))),
         ("connection", "close"),
         ("cache-control", "no-store"),
+        *response.headers,
     ]
     out = conn.send(h11.Response(status_code=response.status, headers=headers)) or b""
     if not head:

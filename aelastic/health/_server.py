@@ -1,8 +1,9 @@
 """``serve_health``: the job's health endpoint, on an anyio TCP listener (any backend).
 
 Routes: ``GET /healthz`` (200 once this event loop answers: the agent's loop is alive),
-``/readyz`` (200 while the workers run, else 503), ``/status`` (JSON) and ``/metrics``
-(Prometheus text). Each connection carries one request and is closed; a connection
+``/readyz`` (200 while the workers run, else 503), ``/status`` (JSON), ``/metrics``
+(Prometheus text), and the whole job's live page ``/`` with its JSON ``/view.json``
+(:mod:`aelastic.jobview`). Each connection carries one request and is closed; a connection
 that does not complete its request within 5 s is dropped, and at most 32 are served
 at a time (more are closed at once: a probe storm cannot pile up tasks on the agent's
 loop). A host name that resolves to several addresses (``localhost`` as 127.0.0.1 and
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Awaitable, Callable
 
 import anyio
 import anyio.abc
@@ -20,11 +22,11 @@ from anyio.abc import Listener, SocketAttribute, SocketStream
 from anyio.streams.stapled import MultiListener
 
 from ._exceptions import HealthPortError
-from ._http import Response, serve_one
+from ._http import Response, Route, serve_one
 from ._report import is_ready, metrics_text, status
 from ._view import JobView
 
-__all__ = ("serve_health",)
+__all__ = ("ExtraRoute", "serve_health", "serve_routes")
 
 #: How long one connection may take to send its request and get the answer.
 _CONNECTION_TIMEOUT = 5.0
@@ -35,7 +37,18 @@ _PORT_TRIES = 5
 _TEXT = "text/plain; charset=utf-8"
 
 
-def _route(job: JobView, method: str, path: str) -> Response:
+#: A route for more pages: the answer for ``(method, path)``, or None when the path is
+#: not one of its own (the launcher serves :mod:`aelastic.jobview`'s page this way).
+ExtraRoute = Callable[[str, str], "Response | Awaitable[Response] | None"]
+
+
+def _route(
+    job: JobView, extra: ExtraRoute | None, method: str, path: str
+) -> Response | Awaitable[Response]:
+    if extra is not None:
+        answer = extra(method, path)
+        if answer is not None:
+            return answer
     if path == "/healthz":
         return Response(200, _TEXT, b"ok\n")
     if path == "/readyz":
@@ -47,7 +60,8 @@ def _route(job: JobView, method: str, path: str) -> Response:
         return Response(200, "application/json", body)
     if path == "/metrics":
         return Response(200, "text/plain; version=0.0.4; charset=utf-8", metrics_text(job).encode())
-    return Response(404, _TEXT, f"no page {path}: try /healthz /readyz /status /metrics\n".encode())
+    routes = "/ /healthz /readyz /status /metrics"
+    return Response(404, _TEXT, f"no page {path}: try {routes}\n".encode())
 
 
 async def _addresses(host: str, port: int) -> list[str]:
@@ -92,6 +106,7 @@ async def serve_health(
     host: str,
     port: int,
     *,
+    extra_route: ExtraRoute | None = None,
     max_connections: int = _MAX_CONNECTIONS,
     task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -101,7 +116,31 @@ async def serve_health(
     the bound ``(host, port)`` once it listens: every address ``host`` resolves to
     listens on that one port. At most ``max_connections`` connections are served at
     once; more are closed as soon as they are accepted. Cancellation closes the
-    listeners and every open connection at once.
+    listeners and every open connection at once. ``extra_route`` answers the paths it
+    knows before the health routes (the launcher adds the job view's ``/`` this way).
+
+    Raises:
+        HealthPortError: ``host:port`` cannot be bound (in use, not a local address);
+            also an ``OSError`` with the original ``errno``.
+    """
+    await serve_routes(
+        lambda method, path: _route(job, extra_route, method, path),
+        host,
+        port,
+        max_connections=max_connections,
+        task_status=task_status,
+    )
+
+
+async def serve_routes(
+    route: Route,
+    host: str,
+    port: int,
+    *,
+    max_connections: int = _MAX_CONNECTIONS,
+    task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``route`` over HTTP on ``host:port`` until cancelled (as :func:`serve_health`).
 
     Raises:
         HealthPortError: ``host:port`` cannot be bound (in use, not a local address);
@@ -128,7 +167,7 @@ async def serve_health(
                     return  # over the limit: closed at once
                 try:
                     with anyio.move_on_after(_CONNECTION_TIMEOUT):
-                        await serve_one(stream, lambda method, path: _route(job, method, path))
+                        await serve_one(stream, route)
                 finally:
                     limiter.release()
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import collections
 import signal
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
     from ..agent import RunResult, WorkerGroup, WorkerState
     from ..errors import ProcessFailure
     from ..events import EventStream
+    from ..health import Response
+    from ..jobview import StatusPublisher
+    from ..progress import ProgressSnapshot
 
 __all__ = (
     "FailureInfo",
@@ -179,6 +183,8 @@ class Job:
         self.stacks_captured = 0
         #: the heartbeat timeout ``learn_timeouts`` learned, in seconds (None: none yet)
         self.learned_heartbeat_timeout: float | None = None
+        #: publishes this node's status into the rendezvous store (``aelastic.jobview``)
+        self.status_publisher: StatusPublisher | None = None
         group = self._agent.get_worker_group()
         self._push(group.state, None)
         group.add_state_listener(self._on_state)
@@ -264,6 +270,16 @@ class Job:
         (None outside the run). A listing and a few ``stat`` calls in ``/dev/shm``."""
         checkpoints = self._agent.checkpoints
         return None if checkpoints is None else checkpoints.status()
+
+    @property
+    def group_rank(self) -> int | None:
+        """This node's rank among the nodes of the current round (None before the first)."""
+        return self._agent.get_worker_group().group_rank
+
+    def progress(self) -> dict[int, ProgressSnapshot]:
+        """``{local_rank: ProgressSnapshot}`` of the running workers' ``aelastic.progress``
+        reports (empty when the round has no progress files: hang detection off)."""
+        return self._agent.progress_snapshots()
 
     @property
     def done(self) -> bool:
@@ -612,6 +628,7 @@ async def open_job(
         if config.health_port is not None:
             job.health_address = await _start_health(tg, job, config)
         await tg.start(job._watch_events)
+        await _start_status(tg, job, prepared)
         tg.start_soon(job._run, name=f"aelastic job {job.run_id}")
         yield job
 
@@ -624,12 +641,26 @@ def _job_modules(config: LaunchConfig) -> tuple[str, ...]:
     return JOB_MODULES + extra
 
 
+async def _start_status(tg: anyio.abc.TaskGroup, job: Job, prepared: PreparedJob) -> None:
+    """Publish this node's status into the rendezvous store (``aelastic status``)."""
+    from ..jobview import StatusPublisher
+
+    job.status_publisher = StatusPublisher(job, prepared.handler)
+    await tg.start(job.status_publisher.run)
+
+
 async def _start_health(tg: anyio.abc.TaskGroup, job: Job, config: LaunchConfig) -> tuple[str, int]:
     """Listen for the health endpoint in ``tg`` (raises ``HealthPortError``)."""
     from ..health import serve_health
+    from ..jobview import JOBVIEW_PATHS, jobview_route
+
+    def job_view(method: str, path: str) -> Response | Awaitable[Response] | None:
+        if path not in JOBVIEW_PATHS:
+            return None
+        return jobview_route(job.status_publisher, path)  # the whole job's live page
 
     address: tuple[str, int] = await tg.start(
-        serve_health, job, config.health_host, config.health_port
+        partial(serve_health, extra_route=job_view), job, config.health_host, config.health_port
     )
     return address
 

@@ -33,6 +33,8 @@ JOB_MODULES = (
     "aelastic.workers._processes",
     "aelastic.workers._warm",
     "aelastic.workers._callable",
+    "aelastic.checkpoint._agent",
+    "aelastic.jobview",
 )
 
 

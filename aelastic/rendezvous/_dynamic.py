@@ -386,6 +386,15 @@ class DynamicRendezvousHandler(RendezvousHandler):
             )
         return self._store
 
+    @property
+    def epoch(self) -> int:
+        """How many times this node saw the store re-hosted (after its host was lost).
+
+        A client that reconnected to a re-hosted store at the same address learns it at
+        its next join; keys written before are gone then.
+        """
+        return self._keys.epoch
+
     def _ops(self) -> Ops:
         return Ops(self.store, self._settings.read_timeout)
 

@@ -1,0 +1,214 @@
+"""The status publisher: one task per agent writing its node's status into the store.
+
+It writes on each state change of the worker group (at most one write per
+``min_gap`` seconds, terminal states at once) and every ``interval`` seconds (longer
+in runs of more than 500 nodes: see :func:`period`): one
+``set`` of a small document (plus one ``append`` to the run's index when the node
+first writes to a store, e.g. after a c10d store was re-hosted by the heir).
+Publishing is best effort: a store error is logged and the next write tries again,
+the job never waits on it (each write is bounded by ``interval``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+
+from ._history import History
+from ._keys import INDEX_KEY, node_key, status_store
+from ._node import describe_exit, new_node_id, node_status, worker_rows
+from ._view import read_view
+
+if TYPE_CHECKING:
+    from ._source import Change, NodeSource
+
+__all__ = ("DEFAULT_INTERVAL", "MAX_RUN_RATE", "StatusPublisher", "period")
+
+log = logging.getLogger("aelastic.jobview")
+
+#: Seconds between two periodic status writes of an agent.
+DEFAULT_INTERVAL = 5.0
+#: Least seconds between two writes caused by state changes (a restart is a burst of them).
+MIN_GAP = 1.0
+#: Periodic status writes per second a whole run may cost its store: beyond 500 nodes
+#: each agent writes less often (1,000 nodes: every 10 s), so the store's load is bounded.
+MAX_RUN_RATE = 100.0
+
+
+def period(interval: float, nodes: int) -> float:
+    """Seconds between an agent's periodic writes in a run of ``nodes`` nodes."""
+    return max(interval, nodes / MAX_RUN_RATE)
+
+
+_TERMINAL = ("SUCCEEDED", "FAILED")
+
+
+class StatusPublisher:
+    """Publishes one job's node status; ``await task_group.start(publisher.run)``.
+
+    ``node`` is this agent's node id (unique per agent). :meth:`note` adds a mark to the
+    node's history (any kind: ``"excluded"``...) and publishes it soon.
+    """
+
+    def __init__(
+        self,
+        job: NodeSource,
+        handler: Any,
+        *,
+        interval: float = DEFAULT_INTERVAL,
+        min_gap: float = MIN_GAP,
+        node: str | None = None,
+    ) -> None:
+        if not interval > 0 or not min_gap >= 0:
+            raise ValueError(f"need interval > 0 and min_gap >= 0, got {interval}, {min_gap}")
+        self.job = job
+        self.handler = handler
+        self.interval = interval
+        self.min_gap = min_gap
+        self.node = node or new_node_id()
+        self.history = History()
+        #: status writes that reached the store, and those that failed
+        self.published = 0
+        self.failed = 0
+        self._wake = anyio.Event()
+        self._urgent = False
+        self._token: object | None = None  # the store connection our index entry is in
+        self._hangs = 0
+        self._world: int | None = None
+
+    def note(self, kind: str, detail: str = "", when: float | None = None) -> None:
+        """Mark ``kind`` (an open set: ``restart``, ``hang``, ``node_lost``... or any
+        short string) in the node's history now, and publish soon. Never blocks."""
+        self.history.mark(time.time() if when is None else when, kind, detail)
+        self._wake.set()
+
+    async def read_view(self) -> dict[str, Any]:
+        """Every node's status in this job's store (see :func:`read_view`).
+
+        Raises:
+            JobViewError: the store has no status for the run, or does not answer.
+        """
+        from ._view import JobViewError
+
+        found = status_store(self.handler)
+        if found is None:
+            raise JobViewError(
+                f"the rendezvous backend {self.handler.get_backend()!r} has no store to read "
+                "the job's status from (use c10d or etcd), or it has not started yet"
+            )
+        return await read_view(found[0], self.job.run_id)
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Publish until cancelled, or until the job is done (after a last write)."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._follow_changes)
+            task_status.started()
+            last = -math.inf
+            while True:
+                with anyio.move_on_after(period(self.interval, self._nodes())):
+                    await self._wake.wait()
+                wait = last + self.min_gap - time.monotonic()
+                if wait > 0 and not self._urgent:
+                    await anyio.sleep(wait)  # coalesce a burst of changes into one write
+                self._wake, self._urgent = anyio.Event(), False
+                last = time.monotonic()
+                await self.publish_once()
+                if self.job.done:
+                    tg.cancel_scope.cancel()
+                    return
+
+    def _nodes(self) -> int:
+        workers = self.job.workers()
+        return workers[0].world_size // len(workers) if workers else 1
+
+    async def publish_once(self) -> bool:
+        """Write the node's status now; return whether it reached the store. Never raises
+        but cancellation; bounded by ``interval``."""
+        found = status_store(self.handler)
+        if found is None:
+            return False
+        store, token = found
+        self._note_hangs()
+        now = time.time()
+        workers = worker_rows(self.job)
+        steps = [w["step"] for w in workers]
+        if any(s is not None for s in steps):
+            self.history.sample(now, steps)
+        if self._token is not None and token != self._token:
+            self.history.mark(now, "store_moved", "the rendezvous store moved to a new host")
+        every = period(self.interval, self._nodes())
+        raw = json.dumps(
+            node_status(self.job, self.node, self.history, every, now, workers),
+            separators=(",", ":"),
+        )
+        with anyio.move_on_after(self.interval):
+            try:
+                await store.set(node_key(self.node), raw)
+                if token != self._token:
+                    await store.append(INDEX_KEY, self.node + "\n")
+                    self._token = token
+            except Exception as exc:  # best effort: the job must not fail on its view
+                self.failed += 1
+                log.debug("status of node %s not published: %s", self.node, exc)
+                return False
+            self.published += 1
+            return True
+        self.failed += 1
+        return False
+
+    def _note_hangs(self) -> None:
+        count = self.job.hang_count
+        if count > self._hangs:
+            hang = self.job.last_hang
+            where = "" if hang is None else f"rank {hang.global_rank} ({hang.rule} timeout)"
+            self.history.mark(
+                time.time() if hang is None else hang.detected_at, "hang", f"hung: {where}"
+            )
+            self._hangs = count
+
+    async def _follow_changes(self) -> None:
+        restarts = self.job.restart_count
+        async for change in self.job.state_changes():
+            self._on_change(change, restarts)
+            restarts = change.restart_count
+            if change.state.value in _TERMINAL:
+                self._urgent = True
+            self._wake.set()
+
+    def _on_change(self, change: Change, restarts: int) -> None:
+        if change.restart_count > restarts:
+            failure = self.job.last_failure
+            what = (
+                ""
+                if failure is None
+                else f": rank {failure.global_rank} {describe_exit(failure.exitcode)}"
+            )
+            self.history.mark(change.timestamp, "restart", f"#{change.restart_count}{what}")
+        if change.state.value == "HEALTHY":
+            self._note_world(change)
+        elif change.state.value == "FAILED" and change.remaining_restarts == 0:
+            failure = self.job.last_failure
+            what = (
+                ""
+                if failure is None
+                else f"rank {failure.global_rank} {describe_exit(failure.exitcode)}"
+            )
+            self.history.mark(change.timestamp, "failed", what)
+
+    def _note_world(self, change: Change) -> None:
+        workers = self.job.workers()
+        world = workers[0].world_size if workers else None
+        if world is not None and self._world is not None and world != self._world:
+            kind = "node_lost" if world < self._world else "membership"
+            self.history.mark(
+                change.timestamp, kind, f"round {change.round}: {self._world} -> {world} workers"
+            )
+        self._world = world

@@ -1,0 +1,107 @@
+"""Reading a run's node statuses from the store, and what the readers derive from them.
+
+:func:`read_view` costs two requests however many nodes there are: the index, then
+every status in one ``multi_get``. :func:`summarize` adds per node its step (the
+slowest local worker's), steps per second (over its last two samples), heartbeat
+age, the status's age and whether it is stale (a running node that stopped
+publishing: its agent or host is gone, or cut off from the store).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from .._exceptions import AelasticError
+from ..store import Store
+from ._keys import INDEX_KEY, node_key
+from ._node import FORMAT
+
+__all__ = ("JobViewError", "read_statuses", "read_view", "summarize")
+
+_TERMINAL = ("SUCCEEDED", "FAILED")
+
+
+class JobViewError(AelasticError):
+    """The job's status cannot be read: no such run in the store, or no store."""
+
+
+async def read_statuses(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """Every node's last status document in ``store`` (a run's status store).
+
+    Raises:
+        JobViewError: no node of ``run_id`` has published there.
+        StoreError: the store failed (unreachable, timed out).
+    """
+    if not await store.check([INDEX_KEY]):
+        raise JobViewError(
+            f"no node of run {run_id!r} has published its status in this store: check the "
+            "run id (--rdzv-id) and the endpoint; nodes publish once they have joined"
+        )
+    index = (await store.get(INDEX_KEY)).decode("utf-8", "replace")
+    nodes = list(dict.fromkeys(line for line in index.split("\n") if line))
+    docs = []
+    for raw in await store.multi_get([node_key(n) for n in nodes]) if nodes else []:
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and doc.get("v") == FORMAT:
+            docs.append(doc)
+    return docs
+
+
+async def read_view(store: Store, run_id: str, now: float | None = None) -> dict[str, Any]:
+    """:func:`summarize` of :func:`read_statuses` (same errors)."""
+    return summarize(run_id, await read_statuses(store, run_id), now)
+
+
+def _min_step(steps: list[Any]) -> int | None:
+    known = [s for s in steps if isinstance(s, int) and s >= 0]
+    return min(known) if known else None
+
+
+def steps_per_second(samples: list[list[Any]]) -> float | None:
+    """The slowest local worker's steps per second over the last two samples."""
+    if len(samples) < 2:
+        return None
+    (t0, *s0), (t1, *s1) = samples[-2], samples[-1]
+    t0, t1 = float(t0), float(t1)
+    a, b = _min_step(s0), _min_step(s1)
+    if a is None or b is None or not t1 > t0 or b < a:
+        return None
+    return round((b - a) / (t1 - t0), 3)
+
+
+def summarize(run_id: str, docs: list[dict[str, Any]], now: float | None = None) -> dict[str, Any]:
+    """The job view: ``{"run_id", "time", "round", "nodes": [...]}``, the nodes sorted by
+    group rank, each its status plus ``step``, ``steps_per_s``, ``heartbeat_age_ms``,
+    ``age_s`` and ``stale``."""
+    wall = time.time() if now is None else now
+    nodes = []
+    for doc in docs:
+        node = dict(doc)
+        workers = node.get("workers") or []
+        history = node.get("history") or {}
+        age = max(0.0, wall - float(node.get("time") or 0.0))
+        interval = float(node.get("interval") or 5.0)
+        beats = [
+            w.get("heartbeat_age_ms") for w in workers if w.get("heartbeat_age_ms") is not None
+        ]
+        node["step"] = _min_step([w.get("step") for w in workers])
+        node["steps_per_s"] = steps_per_second(history.get("samples") or [])
+        node["heartbeat_age_ms"] = max(beats) if beats else None
+        node["age_s"] = round(age, 1)
+        node["stale"] = node.get("state") not in _TERMINAL and age > max(3 * interval, 10.0)
+        nodes.append(node)
+    nodes.sort(
+        key=lambda n: (n.get("group_rank") is None, n.get("group_rank") or 0, str(n.get("node")))
+    )
+    rounds = [n["round"] for n in nodes if isinstance(n.get("round"), int) and not n["stale"]]
+    return {
+        "run_id": run_id,
+        "time": round(wall, 2),
+        "round": max(rounds, default=None),
+        "nodes": nodes,
+    }

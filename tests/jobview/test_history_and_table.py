@@ -1,0 +1,55 @@
+"""The bounded history and the status table, as plain functions."""
+
+from __future__ import annotations
+
+import json
+
+from aelastic.jobview import History, summarize, table
+
+
+def test_history_keeps_the_whole_run_in_bounded_size() -> None:
+    history = History(max_samples=8, max_marks=3)
+    for t in range(1000):
+        history.sample(float(t), [t, t + 1])
+    times = [s[0] for s in history.samples]
+    assert len(times) <= 8 and times[-1] == 999.0 and times[0] < 100  # old and recent kept
+    assert times == sorted(times)
+    for i in range(5):
+        history.mark(float(i), "excluded" if i == 4 else "restart", "x" * 500)
+    marks = history.to_json()["marks"]
+    assert [m[1] for m in marks] == ["restart", "restart", "excluded"]  # the latest, any kind
+    assert all(len(str(m[2])) == 160 for m in marks)
+    assert len(json.dumps(history.to_json())) < 1000
+
+
+def _doc(node: str, age: float, state: str = "HEALTHY", **kw: object) -> dict[str, object]:
+    return {
+        "v": 1, "node": node, "state": state, "round": 2, "group_rank": 0, "time": 1000.0 - age,
+        "interval": 5.0, "restart_count": 0, "max_restarts": 3,
+        "workers": [{"global_rank": 0, "local_rank": 0, "pid": 1, "step": 40,
+                     "heartbeat_age_ms": 120}],
+        "history": {"samples": [[990.0, 20], [995.0, 30]], "marks": []},
+        **kw,
+    }  # fmt: skip
+
+
+def test_steps_per_second_staleness_and_a_terminal_node() -> None:
+    view = summarize(
+        "r",
+        [_doc("a", 2), _doc("b", 60), _doc("c", 60, state="SUCCEEDED", group_rank=1)],
+        now=1000.0,
+    )
+    by = {n["node"]: n for n in view["nodes"]}
+    assert by["a"]["steps_per_s"] == 2.0 and by["a"]["step"] == 40
+    assert not by["a"]["stale"] and by["b"]["stale"] and not by["c"]["stale"]
+    assert by["b"]["age_s"] == 60.0
+
+
+def test_the_table_cannot_be_steered_by_control_characters() -> None:
+    failure = {"global_rank": 3, "message": "exited 1\x1b[2J\x1b]0;owned\x07"}
+    view = summarize("r", [_doc("evil\x1b[31mnode\r\n", 90, last_failure=failure)], now=1000.0)
+    text = table(view)
+    assert "\x1b" not in text and "\r" not in text and "\x07" not in text
+    lines = text.splitlines()
+    assert len(lines) == 3 and "evil?[31mnode??" in lines[2]
+    assert "HEALTHY (stale 90s)" in lines[2] and "rank 3 exited 1?[2J" in lines[2]
