@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -50,6 +50,9 @@ from ._policy import (
 from ._ranks import RankAssignment, RoleInfo, assign_ranks, identical_assignment
 from ._restart_policy import RestartPolicy
 from ._types import DEFAULT_ROLE, RunResult, Worker, WorkerGroup, WorkerSpec, WorkerState
+
+if TYPE_CHECKING:
+    from ..nodes import NodeGate
 
 __all__ = ("ElasticAgent", "SimpleElasticAgent")
 
@@ -158,6 +161,8 @@ class SimpleElasticAgent(ElasticAgent):
         self._last_failures: Mapping[int, ProcessFailure] = MappingProxyType({})
         self._restart_policy = RestartPolicy(spec)
         self._learned = LearnedTimeouts(spec, self._emit)
+        #: Health checks run before each round (None: none); see :mod:`aelastic.nodes`.
+        self.node_gate: NodeGate | None = None
 
     # -- public -----------------------------------------------------------------------
 
@@ -638,6 +643,8 @@ class SimpleElasticAgent(ElasticAgent):
         """
         spec = worker_group.spec
         while True:
+            if self.node_gate is not None:  # an unhealthy node stays out of the round
+                await self.node_gate.admit(spec.rdzv_handler, self._emit)
             started = time.monotonic()
             info = await spec.rdzv_handler.next_rendezvous()
             self._rdzv_info = info

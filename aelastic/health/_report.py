@@ -41,6 +41,7 @@ def status(job: Job) -> dict[str, Any]:
         "last_failure": None if failure is None else dataclasses.asdict(failure),
         "hangs": job.hang_count,
         "last_hang": None if hang is None else dataclasses.asdict(hang),
+        "node_health": job.node_health(),
         "time": time.time(),
     }
 

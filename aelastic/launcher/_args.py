@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 from .._exceptions import AelasticError
 from .._ids import random_uuid4
+from ..nodes import _options as _node_options
 from ..progress import _options as _progress_options
 from ._config import DEFAULT_SIGNALS, LaunchConfig, LaunchConfigError
 
@@ -287,6 +288,7 @@ _OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
         "every worker gets LOCAL_RANK=0 and its own CUDA_VISIBLE_DEVICES",
     ),
     *_progress_options.OPTIONS,  # hang detection and restart policy (aelastic.progress)
+    *_node_options.OPTIONS,  # node health checks (aelastic.nodes)
     (
         ("--health-port", "--health_port"),
         "health_port",
@@ -323,7 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             "exit status: 0 every worker of this node succeeded; 1 the job failed (summary "
             "on stderr, root cause last); 93 stopped by --max-no-progress-restarts (do not "
-            "requeue); 2 a bad option or value, nothing started; 128+N "
+            "requeue); 94 this node failed --node-health-check and the job ended without "
+            "it; 2 a bad option or value, nothing started; 128+N "
             "stopped by handled signal N (workers got N first). LOGLEVEL=INFO|DEBUG shows "
             "the agent's log."
         ),
@@ -332,6 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
         shown = _shown_default(kind, default, help_)
         if kind == "flag":
             parser.add_argument(*flags, dest=dest, action="store_const", const=True, help=help_)
+        elif kind == "append":
+            parser.add_argument(*flags, dest=dest, action="append", metavar="CMD", help=help_)
         else:
             parser.add_argument(*flags, dest=dest, metavar=dest.upper(), help=help_ + shown)
     parser.add_argument("training_script", help="the worker script (or module with -m)")
@@ -729,6 +734,7 @@ def parse_run_args(
             tee=tee,
             local_ranks_filter=ranks_filter,
             **_progress_options.config_fields(v),
+            **_node_options.config_fields(v),
             health_port=health_port,
             health_host=v.str_("health_host"),
         )

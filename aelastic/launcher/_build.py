@@ -158,11 +158,14 @@ _PROGRESS_FIELDS = (
 
 def make_agent(config: LaunchConfig, spec: WorkerSpec) -> LocalElasticAgent:
     from ..agent import LocalElasticAgent
+    from ..nodes._options import gate_for
 
-    return LocalElasticAgent(
+    agent = LocalElasticAgent(
         spec,
         worker_env_extra={"TORCHELASTIC_SIGNALS_TO_HANDLE": config.signals_to_handle},
     )
+    agent.node_gate = gate_for(config)
+    return agent
 
 
 @dataclass(frozen=True)
@@ -210,4 +213,8 @@ def prepare_job(
         if isinstance(exc, LaunchConfigError):
             raise
         raise LaunchConfigError(str(exc)) from None
-    return PreparedJob(run_id, entrypoint_name(entrypoint, args), handler, make_agent(config, spec))
+    try:
+        agent = make_agent(config, spec)
+    except ValueError as exc:  # the node gate's checks (NodeHealthConfigError)
+        raise LaunchConfigError(str(exc)) from None
+    return PreparedJob(run_id, entrypoint_name(entrypoint, args), handler, agent)

@@ -37,6 +37,10 @@ class LaunchConfig:
     given); ``master_addr``/``master_port`` of the static backend come from
     ``rdzv_endpoint`` as in torch.
 
+    Node health (``node_health_checks``: shell commands, ``node_health_timeout``,
+    ``node_health_cooldown``, ``node_health_builtins``): checks run before the node
+    joins each round; see :mod:`aelastic.nodes`.
+
     ``redirects`` and ``tee`` take what ``-r``/``-t`` take: ``0``-``3``, a string such as
     ``"3"`` or ``"0:1,1:2"``, an ``aelastic.workers.Std`` or a ``{local_rank: Std}`` map.
 
@@ -97,6 +101,11 @@ class LaunchConfig:
     job_wide_restarts: bool = False
     health_port: int | None = None
     health_host: str = "127.0.0.1"
+    # node health checks before each round: see aelastic.nodes
+    node_health_checks: list[str] | None = None
+    node_health_timeout: float = 30.0
+    node_health_cooldown: float = 30.0
+    node_health_builtins: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.min_nodes <= self.max_nodes:

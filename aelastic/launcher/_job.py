@@ -219,6 +219,20 @@ class Job:
         no running worker uses ``aelastic.progress`` heartbeats)."""
         return self._agent.heartbeat_age_ms()
 
+    def node_health(self) -> dict[str, Any] | None:
+        """The last health check pass before a round (``/status``'s ``node_health``):
+        ``{"healthy", "checked_at", "strikes", "checks": [...]}``; None: no checks."""
+        gate = self._agent.node_gate
+        report = None if gate is None else gate.report
+        return None if report is None else report.as_dict()
+
+    def unhealthy_reason(self) -> str | None:
+        """Why this node is kept out of the job (a failed health check), else None."""
+        gate = self._agent.node_gate
+        if gate is None or gate.report is None or gate.report.healthy:
+            return None
+        return gate.report.reason()
+
     @property
     def done(self) -> bool:
         """Whether the job has finished (:meth:`wait` returns or raises at once)."""
