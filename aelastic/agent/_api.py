@@ -391,7 +391,16 @@ class SimpleElasticAgent(ElasticAgent):
                             spec.local_world_size,
                             self._remaining_restarts,
                         )
+                    remaining_before = self._remaining_restarts
                     decision = await self._review_decision(decision)
+                    if self.node_gate is not None:  # repeated failures: this node steps out
+                        decision = await self.node_gate.review(
+                            decision,
+                            remaining_before,
+                            self._describe_outcome(wg),
+                            spec.rdzv_handler,
+                            self._emit,
+                        )
                     wg.state = decision.state
                     put_metric(f"workers.{role}.remaining_restarts", self._remaining_restarts)
                     put_metric(f"workers.{role}.{wg.state.value}", 1)
@@ -408,6 +417,8 @@ class SimpleElasticAgent(ElasticAgent):
                         if self._hang is not None:
                             result = self._hang_result(wg, self._hang)
                         result.no_progress = self._restart_policy.stopped_for_no_progress
+                        if self.node_gate is not None:  # the job's excluded nodes, if any
+                            result.notes = await self.node_gate.notes(spec.rdzv_handler)
                         self._explain_failures(result)
                         self._last_failures = MappingProxyType(dict(result.failures))
                         wg.state = WorkerState.FAILED

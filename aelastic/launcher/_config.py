@@ -39,7 +39,10 @@ class LaunchConfig:
 
     Node health (``node_health_checks``: shell commands, ``node_health_timeout``,
     ``node_health_cooldown``, ``node_health_builtins``): checks run before the node
-    joins each round; see :mod:`aelastic.nodes`.
+    joins each round; see :mod:`aelastic.nodes`. ``exclude_node_after`` (0: off),
+    ``exclude_node_window``, ``exclude_node_cooldown`` and ``exclude_node_cooldown_max``:
+    a node whose workers failed that many rounds within the window stays out of the
+    next rounds for the cooldown (doubled on each repeat, capped).
 
     ``redirects`` and ``tee`` take what ``-r``/``-t`` take: ``0``-``3``, a string such as
     ``"3"`` or ``"0:1,1:2"``, an ``aelastic.workers.Std`` or a ``{local_rank: Std}`` map.
@@ -106,6 +109,11 @@ class LaunchConfig:
     node_health_timeout: float = 30.0
     node_health_cooldown: float = 30.0
     node_health_builtins: bool = True
+    # exclusion after repeated failures (0: off): see aelastic.nodes
+    exclude_node_after: int = 0
+    exclude_node_window: float = 3600.0
+    exclude_node_cooldown: float = 300.0
+    exclude_node_cooldown_max: float = 3600.0
 
     def __post_init__(self) -> None:
         if not 0 < self.min_nodes <= self.max_nodes:

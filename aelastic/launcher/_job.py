@@ -458,8 +458,8 @@ def _result_values(result: RunResult, name: str) -> dict[int, Any]:
         if result.no_progress:
             from ..agent import NoProgressError
 
-            raise NoProgressError(name, result.failures)
-        raise ChildFailedError(name, result.failures)
+            raise NoProgressError(name, result.failures, notes=result.notes)
+        raise ChildFailedError(name, result.failures, notes=result.notes)
     if result.state is WorkerState.STOPPED:
         raise RendezvousGracefulExitError(
             "the rendezvous let this node go before the job ended (it was a spare node "

@@ -1,10 +1,13 @@
-"""``NodeGate``: run this node's health checks before it joins each rendezvous round.
+"""``NodeGate``: keep this node out of the next rounds while it is excluded or unhealthy.
 
-An unhealthy node does not join: it leaves the round it was in (the others regroup
-without it, and with ``--nnodes MIN:MAX`` go on), says which check failed and why
-(a log line, an ``aelastic.node.unhealthy`` event, ``/status``, ``/readyz``), and tries
-again after a cooldown. When the job ends meanwhile (its rendezvous is closed, or
-its store is gone) it raises :class:`NodeUnhealthyError`.
+Before the node joins each rendezvous round, an exclusion (``--exclude-node-after``,
+see :mod:`._exclusion`) is waited out, then the health checks run. An unhealthy node
+does not join: it leaves the round it was in (the others regroup without it, and
+with ``--nnodes MIN:MAX`` go on), says which check failed and why (a log line, an
+``aelastic.node.unhealthy`` event, ``/status``, ``/readyz``), and tries again after
+a cooldown. When the job ends meanwhile (its rendezvous is closed, or its store is
+gone) it raises :class:`NodeUnhealthyError` (:class:`NodeExcludedError` when out
+for repeated failures).
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ..agent._policy import Action, Decision
+from ..agent._types import WorkerState
 from ._checks import SKIPPED, HealthCheck
-from ._exceptions import NodeHealthConfigError, NodeUnhealthyError
+from ._exceptions import NodeExcludedError, NodeHealthConfigError, NodeUnhealthyError
+from ._exclusion import NodeExclusion, excluded_nodes, publish
 from ._policy import CheckResult, HealthReport, report_of
 
 if TYPE_CHECKING:
@@ -43,7 +49,12 @@ class NodeGate:
     """
 
     def __init__(
-        self, checks: Sequence[HealthCheck], *, timeout: float = 30.0, cooldown: float = 30.0
+        self,
+        checks: Sequence[HealthCheck],
+        *,
+        timeout: float = 30.0,
+        cooldown: float = 30.0,
+        exclusion: NodeExclusion | None = None,
     ) -> None:
         if not timeout > 0:
             raise NodeHealthConfigError(f"--node-health-timeout {timeout}: need seconds > 0")
@@ -53,6 +64,8 @@ class NodeGate:
         self.timeout = timeout
         self.cooldown = cooldown
         self.report: HealthReport | None = None
+        #: this node's failed rounds and exclusion (None: ``--exclude-node-after`` off)
+        self.exclusion = exclusion
 
     @property
     def kept_out(self) -> bool:
@@ -97,7 +110,11 @@ class NodeGate:
         Raises:
             NodeUnhealthyError: the job ended while this node was kept out (its
                 rendezvous was closed, or its store cannot be reached).
+            NodeExcludedError: the same while it was excluded for repeated failures.
         """
+        await self._sit_out_exclusion(handler, emit)
+        if not self.checks:
+            return
         report = await self.check()
         if report.healthy:
             return
@@ -123,7 +140,7 @@ class NodeGate:
             if not left:
                 left = True
                 await handler.shutdown()
-            ended = await self._wait_cooldown(handler)
+            ended = await self._wait_cooldown(handler, self.cooldown)
             if ended:
                 raise NodeUnhealthyError(
                     f"this node failed its health checks ({report.reason()}) and stayed out"
@@ -135,12 +152,76 @@ class NodeGate:
         log.warning("node health checks pass again after %d failed pass(es); rejoining", left)
         emit("aelastic.node.healthy", {"checks": ",".join(r.name for r in report.results)})
 
-    async def _wait_cooldown(self, handler: RendezvousHandler) -> str:
-        """Sleep the cooldown, looking every few seconds whether the job ended.
+    async def _sit_out_exclusion(self, handler: RendezvousHandler, emit: Emit) -> None:
+        """Leave the round and wait while this node is excluded (no-op when it is not)."""
+        exclusion = self.exclusion
+        if exclusion is None:
+            return
+        left = exclusion.remaining(anyio.current_time())
+        if left <= 0:
+            return
+        record = exclusion.last
+        assert record is not None
+        log.error("%s; out of the next rounds for %.1f s", record.describe(), left)
+        await handler.shutdown()
+        ended = await self._wait_cooldown(handler, left)
+        if ended:
+            raise NodeExcludedError(
+                f"this node was excluded from the job ({record.describe()}), which went on "
+                f"without it and then ended ({ended}); repair or replace this host",
+                ("excluded",),
+            )
+        log.warning("exclusion of %s over; rejoining the job", record.node)
+        emit("aelastic.node.readmitted", {"node": record.node, "times": record.times})
 
-        Returns why it ended, or "" when the cooldown passed with the job still on.
+    async def review(
+        self,
+        decision: Decision,
+        remaining_restarts: int,
+        why: str,
+        handler: RendezvousHandler,
+        emit: Emit,
+    ) -> Decision:
+        """Count a failed round of this node; exclude it when the threshold is reached.
+
+        ``decision`` is the agent's (a RESTART or FAIL counts as a failure of this
+        node's workers); ``remaining_restarts`` the budget before it. An exclusion
+        turns it into a restart that spends nothing (this node's failures stop counting
+        against the budget, and a spent budget no longer ends the job): the node then
+        sits out its cooldown in :meth:`admit`. The decision is logged, recorded as
+        an ``aelastic.node.excluded`` event and published in the rendezvous store.
         """
-        deadline = anyio.current_time() + self.cooldown
+        exclusion = self.exclusion
+        if exclusion is None or decision.action not in (Action.RESTART, Action.FAIL):
+            return decision
+        record = exclusion.note_failure(anyio.current_time(), why)
+        if record is None:
+            return decision
+        log.error("excluding this node: %s", record.describe())
+        emit(
+            "aelastic.node.excluded",
+            {
+                "node": record.node,
+                "times": record.times,
+                "cooldown": record.cooldown,
+                "reason": record.reason,
+            },
+        )
+        await publish(handler, record)
+        return Decision(Action.RESTART, WorkerState.FAILED, remaining_restarts)
+
+    async def notes(self, handler: RendezvousHandler) -> list[str]:
+        """The job's exclusions so far, one line each (for the failure summary; bounded)."""
+        if self.exclusion is None:
+            return []
+        return [record.describe() for record in await excluded_nodes(handler)]
+
+    async def _wait_cooldown(self, handler: RendezvousHandler, seconds: float) -> str:
+        """Sleep ``seconds``, looking every few seconds whether the job ended.
+
+        Returns why it ended, or "" when the time passed with the job still on.
+        """
+        deadline = anyio.current_time() + seconds
         while True:
             try:
                 if await handler.is_closed():

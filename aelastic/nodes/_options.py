@@ -21,6 +21,7 @@ class _Values(Protocol):
     def source(self, dest: str) -> str: ...
     def str_(self, dest: str) -> Any: ...
     def flag(self, dest: str) -> bool: ...
+    def int_(self, dest: str, *, minimum: int | None = None) -> int | None: ...
     def float_(self, dest: str, *, minimum: float, strict: bool = False) -> float | None: ...
 
 
@@ -55,6 +56,35 @@ OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
         False,
         "skip the built-in checks (log dir writable with 1 GiB free, 512 MiB memory, NVML GPUs)",
     ),
+    (
+        ("--exclude-node-after",),
+        "exclude_node_after",
+        "str",
+        "0",
+        "keep this node out of the next rounds after N failed rounds (or hangs) within "
+        "--exclude-node-window; 0: never (exit 95 if the job ends while it is out)",
+    ),
+    (
+        ("--exclude-node-window",),
+        "exclude_node_window",
+        "str",
+        "3600",
+        "seconds within which --exclude-node-after failures count",
+    ),
+    (
+        ("--exclude-node-cooldown",),
+        "exclude_node_cooldown",
+        "str",
+        "300",
+        "seconds an excluded node stays out, doubled on each repeat",
+    ),
+    (
+        ("--exclude-node-cooldown-max",),
+        "exclude_node_cooldown_max",
+        "str",
+        "3600",
+        "the longest exclusion, in seconds",
+    ),
 )
 
 
@@ -76,7 +106,13 @@ def config_fields(v: _Values) -> dict[str, Any]:
             )
     timeout = v.float_("node_health_timeout", minimum=0.0, strict=True)
     cooldown = v.float_("node_health_cooldown", minimum=0.0, strict=True)
+    exclude = {
+        name: v.float_(name, minimum=0.0, strict=True)
+        for name in ("exclude_node_window", "exclude_node_cooldown", "exclude_node_cooldown_max")
+    }
     return {
+        "exclude_node_after": v.int_("exclude_node_after", minimum=0) or 0,
+        **{name: value for name, value in exclude.items() if value is not None},
         "node_health_checks": commands,
         "node_health_timeout": 30.0 if timeout is None else timeout,
         "node_health_cooldown": 30.0 if cooldown is None else cooldown,
@@ -86,20 +122,35 @@ def config_fields(v: _Values) -> dict[str, Any]:
 
 def gate_for(config: LaunchConfig) -> NodeGate | None:
     """The gate of ``config``: its commands, the entry-point checks and the built-ins
-    (unless off); None when there is no check at all.
+    (unless off), and the exclusion after repeated failures (when on); None when
+    there is neither.
 
     Raises:
         NodeHealthConfigError: an empty command, a timeout or cooldown <= 0.
     """
     from ._checks import builtin_checks, command_check, entry_point_checks
+    from ._exclusion import NodeExclusion
     from ._gate import NodeGate
+    from ._policy import ExclusionSettings
 
+    exclusion = None
+    if config.exclude_node_after > 0:
+        settings = ExclusionSettings(
+            config.exclude_node_after,
+            config.exclude_node_window,
+            config.exclude_node_cooldown,
+            config.exclude_node_cooldown_max,
+        )
+        exclusion = NodeExclusion(settings)
     checks = [command_check(c) for c in config.node_health_checks or ()]
     checks += entry_point_checks()
     if config.node_health_builtins:
         checks += builtin_checks(config.log_dir)
-    if not checks:
+    if not checks and exclusion is None:
         return None
     return NodeGate(
-        checks, timeout=config.node_health_timeout, cooldown=config.node_health_cooldown
+        checks,
+        timeout=config.node_health_timeout,
+        cooldown=config.node_health_cooldown,
+        exclusion=exclusion,
     )

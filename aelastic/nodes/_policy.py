@@ -85,3 +85,26 @@ def backoff_seconds(base: float, times: int, cap: float) -> float:
         return min(base, cap)
     exponent = min(times - 1, 62)
     return min(cap, base * math.pow(2.0, exponent))
+
+
+@dataclass(frozen=True)
+class ExclusionSettings:
+    """``--exclude-node-after N`` failed rounds within ``window`` seconds keep the node
+    out for ``cooldown`` seconds, doubled on each repeat, at most ``cooldown_max``."""
+
+    after: int
+    window: float = 3600.0
+    cooldown: float = 300.0
+    cooldown_max: float = 3600.0
+
+
+def failures_in_window(times: Sequence[float], now: float, window: float) -> list[float]:
+    """The failure times (monotonic seconds) no older than ``window`` at ``now``."""
+    return [t for t in times if now - t <= window]
+
+
+def should_exclude(times: Sequence[float], now: float, settings: ExclusionSettings) -> bool:
+    """Whether the failures in ``times`` (this one included) reach the threshold."""
+    return settings.after > 0 and len(failures_in_window(times, now, settings.window)) >= (
+        settings.after
+    )
