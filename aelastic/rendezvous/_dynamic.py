@@ -1074,7 +1074,9 @@ class DynamicRendezvousHandler(RendezvousHandler):
         # -- joining: wait for min, then last call or max ------------------------
         while True:
             wake_at = next_tick if last_call is None else min(next_tick, last_call)
-            raw = await alarm.pop(wake_at)
+            candidates = [t for t in range(1, joined) if t not in removed]
+            sweep_at = self._liveness.next_sweep(clock, candidates)
+            raw = await alarm.pop(min(wake_at, sweep_at))
             if raw is not None:
                 msg = Message.loads(inbox, raw)
                 if msg.op == "close":
@@ -1096,6 +1098,11 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 remove(gone, "heartbeat lapsed")
                 await publish("joining")
                 next_tick = now + s.keep_alive_interval
+            elif now >= sweep_at:  # a member's deadline passed between two ticks
+                gone = await self._liveness.lapsed(ops, keys, r, candidates, clock, now)
+                if gone:
+                    remove(gone, "heartbeat lapsed")
+                    await publish("joining")
             live = joined - len(removed)
             if live >= self._max:
                 break
@@ -1125,8 +1132,10 @@ class DynamicRendezvousHandler(RendezvousHandler):
         self._event("round_complete", f"round {r} complete with {world} nodes")
 
         # -- running: heartbeat sweeps, waiting nodes, leaves, close -------------
+        others = [t for t in members if t != 0]
         while True:
-            raw = await alarm.pop(next_tick)
+            sweep_at = self._liveness.next_sweep(clock, others)
+            raw = await alarm.pop(min(next_tick, sweep_at))
             if raw is not None:
                 msg = Message.loads(inbox, raw)
                 if msg.op == "close":
@@ -1149,15 +1158,15 @@ class DynamicRendezvousHandler(RendezvousHandler):
                         tick = await publish("running", upto, world, waiting_count(joined))
                 continue
             now = anyio.current_time()
-            if now >= next_tick:
-                if await ops.add(keys.round, 0) != r:
+            if now >= next_tick or now >= sweep_at:
+                if now >= next_tick and await ops.add(keys.round, 0) != r:
                     await dissolve("a member judged this coordinator gone")
                     return
-                candidates = [t for t in members if t != 0]
-                gone = await self._liveness.lapsed(ops, keys, r, candidates, clock, now)
+                gone = await self._liveness.lapsed(ops, keys, r, others, clock, now)
                 if gone:
                     remove(gone, "heartbeat lapsed")
                     await dissolve(f"tickets {gone} lapsed")
                     return
-                tick = await publish("running", upto, world, tick.waiting)
-                next_tick = now + s.keep_alive_interval
+                if now >= next_tick:
+                    tick = await publish("running", upto, world, tick.waiting)
+                    next_tick = now + s.keep_alive_interval
