@@ -570,6 +570,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
                     view, keys.inbox(round_), "queue_push", Message("gone", ticket).dumps()
                 )
                 await self._liveness.attach(ops, keys, round_, ticket, self._descriptor)
+                if self._hosts_store():  # rank 0 goes to the store's host (Tick.lead)
+                    await ops.set(keys.store_host(round_), str(ticket))
                 await tg.start(self._background, view, self._watch)
         if shield.cancelled_caught:
             raise RendezvousConnectionError(
@@ -989,6 +991,16 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 return ticket, descriptor_addr(key, await ops.get(key))
         return -1, ""
 
+    async def _store_host_ticket(self, round_: int, members: list[int]) -> int:
+        """The member (not this coordinator) that hosts the store, or -1: one CHECK."""
+        if self._hosts_store():
+            return -1  # this coordinator, ticket 0, has rank 0 already
+        ops, key = self._ops(), self._keys.store_host(round_)
+        if not await ops.check(key):
+            return -1
+        ticket = parse_int(key, await ops.get(key))
+        return ticket if ticket in members[1:] else -1
+
     async def _coordinator_gone(self, view: _View, tick: Tick | None, why: str = "") -> None:
         why = why or f"it published no tick for {self._settings.heartbeat_timeout}s"
         self._event(
@@ -1024,7 +1036,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         n = -1
         guard: int | None = None
 
-        heir_ticket, heir = -1, ""
+        heir_ticket, heir, lead = -1, "", -1
 
         async def publish(state: str, upto: int = 0, world: int = 0, waiting: int = 0) -> Tick:
             # Before tick n is out, the store holds an order to write a "lost" tick n+1
@@ -1035,7 +1047,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
             n += 1
             tick = Tick(n, state, upto, world, waiting, tuple(sorted(removed)))
             if state == "running":
-                tick = dataclasses.replace(tick, heir_ticket=heir_ticket, heir=heir)
+                tick = dataclasses.replace(tick, heir_ticket=heir_ticket, heir=heir, lead=lead)
             previous = guard
             if state in ("joining", "running"):
                 lost = Tick(n + 1, "lost").dumps()
@@ -1124,6 +1136,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         upto = members[-1] + 1
         world = len(members)
         heir_ticket, heir = await self._choose_heir(r, members)
+        lead = await self._store_host_ticket(r, members)
 
         def waiting_count(total: int) -> int:
             return total - upto - sum(1 for t in removed if t >= upto)
