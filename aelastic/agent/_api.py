@@ -855,6 +855,18 @@ class SimpleElasticAgent(ElasticAgent):
                 log.warning("left the exit barrier after %.3f s: %s", elapsed, lost[0])
             else:
                 log.info("done waiting for other agents after %.3f s", elapsed)
+                if wg.group_rank == 0:
+                    await self._close_finished_rendezvous()
+
+    async def _close_finished_rendezvous(self) -> None:
+        """Every member finished: close the rendezvous (as torch's ``shutdown`` does), so
+        nodes that wait outside the job (spares, unhealthy or excluded nodes) learn that
+        it ended instead of waiting for a round that never comes. Bounded, logged."""
+        with anyio.move_on_after(_RDZV_SHUTDOWN_TIMEOUT, shield=True):
+            try:
+                await self._worker_group.spec.rdzv_handler.set_closed()
+            except Exception as exc:
+                log.warning("could not close the rendezvous of the finished job: %s", exc)
 
     async def _watch_for_lost_peers(
         self, barrier_scope: anyio.CancelScope, lost: list[str]

@@ -336,7 +336,9 @@ class DynamicRendezvousHandler(RendezvousHandler):
         self._settings = settings or DynamicSettings()
         self._store = store
         self._backend = backend
-        self._liveness = liveness or StoreLiveness(self._settings.heartbeat_timeout)
+        self._liveness = liveness or StoreLiveness(
+            self._settings.heartbeat_timeout, min(self._settings.keep_alive_interval, 1.0)
+        )
         self._keys = Keys(run_id)
         self._local_id = _next_local_id()
         self._hostname = socket.gethostname()

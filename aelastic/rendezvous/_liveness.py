@@ -4,10 +4,12 @@ The coordinator publishes numbered ticks (every ``keep_alive_interval`` and on e
 change) and remembers, on its *own* monotonic clock, when it published each one.
 Members block on the next tick and acknowledge it. A member that owes an
 acknowledgement has lapsed when the last tick it acknowledged was published more
-than ``heartbeat_timeout`` ago (its last sign of life, within one store round trip).
-The coordinator sweeps at each periodic tick and also at the moment the earliest
-such deadline expires (:meth:`Liveness.next_sweep`), so a silent member is removed
-``heartbeat_timeout`` after it went silent, not up to two intervals later. Members
+than ``heartbeat_timeout`` + ``min(keep_alive_interval, 1 s)`` ago (that tick is its
+last sign of life, within one store round trip; the margin is the grace a slow
+member had before, capped at 1 s). The coordinator sweeps at each periodic tick and
+also at the moment the earliest such deadline expires (:meth:`Liveness.next_sweep`),
+so a silent member is removed at most ``heartbeat_timeout`` + 1 s after it went
+silent (before: up to two keep-alive intervals later, 20-22 s with 15 s / 5 s). Members
 judge the coordinator the same way: no new tick within ``heartbeat_timeout`` on their
 own clock means the coordinator is gone. No wall clock ever crosses machines.
 
@@ -106,8 +108,10 @@ class StoreLiveness(Liveness):
     for the coordinator.
     """
 
-    def __init__(self, heartbeat_timeout: float) -> None:
+    def __init__(self, heartbeat_timeout: float, grace: float = 0.0) -> None:
         self.heartbeat_timeout = heartbeat_timeout
+        #: added to ``heartbeat_timeout`` when judging a member by its last ack
+        self.grace = grace
 
     async def attach(self, ops: Ops, keys: Keys, round_: int, ticket: int, descriptor: str) -> None:
         await ops.multi_set(
@@ -146,7 +150,7 @@ class StoreLiveness(Liveness):
             clock.acked[ticket] = acked
             if raw is None and now - clock.first_seen.get(ticket, now) <= self.heartbeat_timeout:
                 continue
-            if clock.lapsed_since(ticket, acked, now) > self.heartbeat_timeout:
+            if clock.lapsed_since(ticket, acked, now) > self.heartbeat_timeout + self.grace:
                 gone.append(ticket)
         return gone
 
@@ -157,4 +161,5 @@ class StoreLiveness(Liveness):
             if t in clock.acked and clock.acked[t] < clock.latest
         ]
         # just past the deadline: a sweep exactly at it would find the member in time
-        return min(heard, default=math.inf) + self.heartbeat_timeout + _PAST_DEADLINE
+        limit = self.heartbeat_timeout + self.grace
+        return min(heard, default=math.inf) + limit + _PAST_DEADLINE

@@ -42,6 +42,24 @@ async def test_unhealthy_node_stays_out_and_the_others_finish(tmp_path: Path) ->
     assert "unhealthy node:" in sick.err
 
 
+async def test_unhealthy_store_host_exits_when_the_others_finish(tmp_path: Path) -> None:
+    # The sick node hosts the rendezvous store: it serves it, never runs a worker, and
+    # learns that the job ended from the rendezvous closed by the finished group rank 0.
+    port = free_port()
+    check = ["--node-health-check", "exit 1", "--node-health-cooldown", "0.5"]
+    tail = [WORKER, str(tmp_path), "--finish-at-world", "2"]
+    async with cluster() as c:
+        sick = await c.start([*_c10d("2:3", port, "sickhost", FAST + ",is_host=1"), *check, *tail])
+        others = [
+            await c.start([*_c10d("2:3", port, "sickhost", FAST + ",is_host=0"), *tail])
+            for _ in range(2)
+        ]
+        codes = await wait_all([*others, sick], 90)
+    assert codes == [0, 0, NODE_UNHEALTHY_EXIT_CODE], [n.err for n in c.nodes]
+    assert "its rendezvous was closed" in sick.err
+    assert sorted(r["RANK"] for r in records(tmp_path)) == ["0", "1"]
+
+
 async def test_readyz_and_status_name_the_failed_check() -> None:
     config = LaunchConfig(
         min_nodes=1,

@@ -1,8 +1,9 @@
 """A member that goes silent without closing anything is removed heartbeat_timeout later.
 
-The coordinator sweeps when the earliest member deadline passes, not only at its
-periodic ticks: before, a silent member was judged between heartbeat_timeout + 1 and
-+ 2 keep-alive intervals after it went silent (22 s with the defaults 15 s / 5 s).
+The coordinator sweeps when the earliest member deadline passes (heartbeat_timeout +
+min(keep_alive_interval, 1 s) after the last tick the member acknowledged), not only
+at its periodic ticks: before, a silent member was judged between heartbeat_timeout +
+1 and + 2 keep-alive intervals after it went silent (22 s with the defaults 15 s / 5 s).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from aelastic.store import LocalStore
 
 from .test_dynamic import handlers, rendezvous_all
 
-INTERVAL, HEARTBEAT = 1.5, 3.0
+INTERVAL, HEARTBEAT = 2.0, 4.0
 
 
 async def test_silent_member_is_removed_within_heartbeat_timeout_plus_a_second() -> None:
@@ -39,7 +40,7 @@ async def test_silent_member_is_removed_within_heartbeat_timeout_plus_a_second()
             for h in others:
                 await h.wait_for_membership_change()
         noticed = anyio.current_time() - silent_at
-        assert noticed < HEARTBEAT + 1.0, noticed
+        assert noticed < HEARTBEAT + 1.5, noticed  # the old rule: HEARTBEAT + 2 at least
         with anyio.fail_after(10):
             infos = await rendezvous_all(others)
         assert sorted(i.rank for i in infos) == [0, 1]
