@@ -28,7 +28,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from launcher._nodes import AELASTIC_RUN, WORKER, cluster, free_port, records
+from launcher._nodes import AELASTIC_RUN, WORKER, cluster, free_port, process_tree, records
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 LAUNCHERS = {"aelastic": AELASTIC_RUN, "torchrun": TORCHRUN}
@@ -41,20 +41,6 @@ def _argv(port: int, run_id: str, host: bool) -> list[str]:
         "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run_id,
         "--rdzv-conf", f"{CONF},is_host={int(host)}", "--local-addr", "127.0.0.1",
     ]  # fmt: skip
-
-
-def _tree(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            for tid in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{tid}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-        except FileNotFoundError:
-            continue
-    return out
 
 
 async def crash_loop(name: str, bound: float) -> str:
@@ -106,7 +92,7 @@ async def frozen_member(name: str, bound: float) -> str:
             with anyio.fail_after(120):
                 for n in nodes:
                     await n.wait_for_line(ready(3))
-            frozen = _tree(nodes[2].process.pid)
+            frozen = process_tree(nodes[2].process.pid)
             for pid in frozen:
                 os.kill(pid, signal.SIGSTOP)
             stopped = time.monotonic()

@@ -20,15 +20,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import anyio
-from rendezvous_scale import Counter, count_client_calls
+from rendezvous_scale import Counter, count_client_calls, store_process_pid
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -39,26 +36,10 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
-@contextmanager
-def _store() -> Iterator[tuple[int, int]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aelastic", "store", "--host", "127.0.0.1", "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        port = int(proc.stdout.readline().strip().rsplit(":", 1)[1])
-        yield proc.pid, port
-    finally:
-        proc.terminate()
-        proc.wait()
-
-
 async def aelastic_case(n: int, interval: float, idle: float) -> dict[str, float]:
     from aelastic.rendezvous import RendezvousParameters, get_rendezvous_handler
 
-    with _store() as (pid, port):
+    with store_process_pid() as (pid, port):
         params = RendezvousParameters(
             "c10d",
             f"127.0.0.1:{port}",

@@ -8,21 +8,15 @@ neither anyio nor the agent (``aelastic run`` parses its flags before those). Ev
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+from ..progress._options import _Values
 
 if TYPE_CHECKING:
     from ..launcher import LaunchConfig
     from ._gate import NodeGate
 
 __all__ = ("OPTIONS", "config_fields", "gate_for")
-
-
-class _Values(Protocol):
-    def source(self, dest: str) -> str: ...
-    def str_(self, dest: str) -> Any: ...
-    def flag(self, dest: str) -> bool: ...
-    def int_(self, dest: str, *, minimum: int | None = None) -> int | None: ...
-    def float_(self, dest: str, *, minimum: float, strict: bool = False) -> float | None: ...
 
 
 #: (flags, dest, kind, default, help), the launcher's option table format.

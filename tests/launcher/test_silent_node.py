@@ -11,7 +11,7 @@ from pathlib import Path
 
 import anyio
 
-from ._nodes import WORKER, Node, cluster, free_port, wait_all
+from ._nodes import WORKER, Node, cluster, free_port, process_tree, wait_all
 from .test_multinode import _c10d
 
 HEARTBEAT, LAST_CALL = 2.0, 0.5
@@ -19,21 +19,6 @@ CONF = (
     f"keep_alive_interval=0.5,heartbeat_timeout={HEARTBEAT},last_call_timeout={LAST_CALL},"
     "join_timeout=60,close_timeout=5"
 )
-
-
-def _tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (from ``/proc/<pid>/task/*/children``)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            for tid in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{tid}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-        except FileNotFoundError:
-            continue
-    return out
 
 
 def _ready(world: int) -> object:
@@ -56,7 +41,7 @@ async def test_frozen_member_is_replaced_and_rejoins_when_resumed(tmp_path: Path
         with anyio.fail_after(60):
             for n in nodes:
                 await n.wait_for_line(_ready(3))
-        frozen = _tree(victim.process.pid)
+        frozen = process_tree(victim.process.pid)
         assert len(frozen) >= 2  # the agent and its worker
         for pid in frozen:
             os.kill(pid, signal.SIGSTOP)
