@@ -140,6 +140,7 @@ class NodeGate:
             if not left:
                 left = True
                 await handler.shutdown()
+            strikes = report.strikes
             ended = await self._wait_cooldown(handler, self.cooldown)
             if ended:
                 raise NodeUnhealthyError(
@@ -149,7 +150,7 @@ class NodeGate:
                     tuple(r.name for r in failed),
                 )
             report = await self.check()
-        log.warning("node health checks pass again after %d failed pass(es); rejoining", left)
+        log.warning("node health checks pass again after %d failed pass(es); rejoining", strikes)
         emit("aelastic.node.healthy", {"checks": ",".join(r.name for r in report.results)})
 
     async def _sit_out_exclusion(self, handler: RendezvousHandler, emit: Emit) -> None:
