@@ -855,13 +855,17 @@ class SimpleElasticAgent(ElasticAgent):
                 log.warning("left the exit barrier after %.3f s: %s", elapsed, lost[0])
             else:
                 log.info("done waiting for other agents after %.3f s", elapsed)
-                if wg.group_rank == 0:
+                if wg.group_rank == 0 and wg.spec.rdzv_handler.get_backend() == "c10d":
                     await self._close_finished_rendezvous()
 
     async def _close_finished_rendezvous(self) -> None:
         """Every member finished: close the rendezvous (as torch's ``shutdown`` does), so
         nodes that wait outside the job (spares, unhealthy or excluded nodes) learn that
-        it ended instead of waiting for a round that never comes. Bounded, logged."""
+        it ended instead of waiting for a round that never comes. Bounded, logged.
+
+        c10d only: its store ends with the job's agents, while an etcd rendezvous outlives
+        it and a later job may reuse the run id (a closed one would refuse it).
+        """
         with anyio.move_on_after(_RDZV_SHUTDOWN_TIMEOUT, shield=True):
             try:
                 await self._worker_group.spec.rdzv_handler.set_closed()
