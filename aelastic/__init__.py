@@ -18,7 +18,7 @@ enforces this, and that no two modules import each other)::
     2. events
     3. workers rendezvous checkpoint
     4. agent
-    5. health
+    5. health nodes
     6. jobview
     7. launcher
     8. command line: cli

@@ -111,6 +111,13 @@ def count_client_calls() -> Iterator[tuple[collections.Counter[str], list[int]]]
 @contextmanager
 def store_process() -> Iterator[int]:
     """``python -m aelastic store`` on a free loopback port; yields the port."""
+    with store_process_pid() as (_, port):
+        yield port
+
+
+@contextmanager
+def store_process_pid() -> Iterator[tuple[int, int]]:
+    """``python -m aelastic store`` on a free loopback port; yields ``(pid, port)``."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "aelastic", "store", "--host", "127.0.0.1", "--port", "0"],
         stdout=subprocess.PIPE,
@@ -120,7 +127,7 @@ def store_process() -> Iterator[int]:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         port = int(line.strip().rsplit(":", 1)[1])
-        yield port
+        yield proc.pid, port
     finally:
         proc.terminate()
         proc.wait()

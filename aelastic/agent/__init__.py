@@ -19,6 +19,7 @@ from ._policy import Decision as Decision
 from ._policy import decide_after_exit as decide_after_exit
 from ._policy import decide_after_membership_change as decide_after_membership_change
 from ._policy import restart_count as restart_count
+from ._round_gate import RoundGate as RoundGate
 from ._types import DEFAULT_ROLE as DEFAULT_ROLE
 from ._types import RunResult as RunResult
 from ._types import Worker as Worker
@@ -36,6 +37,7 @@ __all__ = (
     "ElasticAgent",
     "LocalElasticAgent",
     "NoProgressError",
+    "RoundGate",
     "RunResult",
     "SignalException",
     "SimpleElasticAgent",

@@ -50,6 +50,7 @@ from ._policy import (
 )
 from ._ranks import RankAssignment, RoleInfo, assign_ranks, identical_assignment
 from ._restart_policy import RestartPolicy
+from ._round_gate import RoundGate
 from ._types import DEFAULT_ROLE, RunResult, Worker, WorkerGroup, WorkerSpec, WorkerState
 
 __all__ = ("ElasticAgent", "SimpleElasticAgent")
@@ -159,6 +160,8 @@ class SimpleElasticAgent(ElasticAgent):
         self._last_failures: Mapping[int, ProcessFailure] = MappingProxyType({})
         self._restart_policy = RestartPolicy(spec)
         self._learned = LearnedTimeouts(spec, self._emit)
+        #: Health checks run before each round (None: none); see :mod:`aelastic.nodes`.
+        self.node_gate: RoundGate | None = None
 
     # -- public -----------------------------------------------------------------------
 
@@ -397,7 +400,16 @@ class SimpleElasticAgent(ElasticAgent):
                             spec.local_world_size,
                             self._remaining_restarts,
                         )
+                    remaining_before = self._remaining_restarts
                     decision = await self._review_decision(decision)
+                    if self.node_gate is not None:  # repeated failures: this node steps out
+                        decision = await self.node_gate.review(
+                            decision,
+                            remaining_before,
+                            self._describe_outcome(wg),
+                            spec.rdzv_handler,
+                            self._emit,
+                        )
                     wg.state = decision.state
                     put_metric(f"workers.{role}.remaining_restarts", self._remaining_restarts)
                     put_metric(f"workers.{role}.{wg.state.value}", 1)
@@ -414,6 +426,8 @@ class SimpleElasticAgent(ElasticAgent):
                         if self._hang is not None:
                             result = self._hang_result(wg, self._hang)
                         result.no_progress = self._restart_policy.stopped_for_no_progress
+                        if self.node_gate is not None:  # the job's excluded nodes, if any
+                            result.notes = await self.node_gate.notes(spec.rdzv_handler)
                         self._explain_failures(result)
                         self._last_failures = MappingProxyType(dict(result.failures))
                         wg.state = WorkerState.FAILED
@@ -650,6 +664,8 @@ class SimpleElasticAgent(ElasticAgent):
         """
         spec = worker_group.spec
         while True:
+            if self.node_gate is not None:  # an unhealthy node stays out of the round
+                await self.node_gate.admit(spec.rdzv_handler, self._emit)
             started = time.monotonic()
             info = await spec.rdzv_handler.next_rendezvous()
             self._rdzv_info = info
@@ -849,6 +865,22 @@ class SimpleElasticAgent(ElasticAgent):
                 log.warning("left the exit barrier after %.3f s: %s", elapsed, lost[0])
             else:
                 log.info("done waiting for other agents after %.3f s", elapsed)
+                if wg.group_rank == 0 and wg.spec.rdzv_handler.get_backend() == "c10d":
+                    await self._close_finished_rendezvous()
+
+    async def _close_finished_rendezvous(self) -> None:
+        """Every member finished: close the rendezvous (as torch's ``shutdown`` does), so
+        nodes that wait outside the job (spares, unhealthy or excluded nodes) learn that
+        it ended instead of waiting for a round that never comes. Bounded, logged.
+
+        c10d only: its store ends with the job's agents, while an etcd rendezvous outlives
+        it and a later job may reuse the run id (a closed one would refuse it).
+        """
+        with anyio.move_on_after(_RDZV_SHUTDOWN_TIMEOUT, shield=True):
+            try:
+                await self._worker_group.spec.rdzv_handler.set_closed()
+            except Exception as exc:
+                log.warning("could not close the rendezvous of the finished job: %s", exc)
 
     async def _watch_for_lost_peers(
         self, barrier_scope: anyio.CancelScope, lost: list[str]

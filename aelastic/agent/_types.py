@@ -391,13 +391,15 @@ class RunResult:
     for binaries) when the run succeeded; ``failures`` maps global rank to the
     :class:`~aelastic.errors.ProcessFailure` of each worker that failed on its own.
     Workers the agent stopped on purpose are in neither. ``no_progress``: the job was
-    stopped by ``max_no_progress_restarts`` (do not requeue it).
+    stopped by ``max_no_progress_restarts`` (do not requeue it). ``notes``: lines for
+    the failure summary (the nodes excluded during the job, see ``aelastic.nodes``).
     """
 
     state: WorkerState
     return_values: dict[int, Any] = field(default_factory=dict)
     failures: dict[int, ProcessFailure] = field(default_factory=dict)
     no_progress: bool = False
+    notes: list[str] = field(default_factory=list)
 
     def is_failed(self) -> bool:
         """True only when ``state`` is FAILED."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from .._exceptions import AelasticError
 from .._net import node_name
@@ -24,6 +24,8 @@ class ChildFailedError(AelasticError):
 
     ``hostname`` defaults to this machine's name, as ``/status`` reports it
     (``socket.gethostname()``, read once per process).
+    ``notes``: lines about the job printed in their own section above the root
+    cause (the nodes excluded meanwhile, see ``aelastic.nodes``); none by default.
     """
 
     def __init__(
@@ -32,12 +34,14 @@ class ChildFailedError(AelasticError):
         failures: Mapping[int, ProcessFailure],
         *,
         hostname: str | None = None,
+        notes: Sequence[str] = (),
     ) -> None:
         if not failures:
             raise ValueError("ChildFailedError needs at least one failure; got an empty mapping")
         self.name = name
         self.failures: dict[int, ProcessFailure] = dict(failures)
         self.hostname = hostname if hostname is not None else node_name()
+        self.notes = tuple(notes)
         super().__init__(self.format_msg())
 
     def get_first_failure(self) -> tuple[int, ProcessFailure]:
@@ -69,12 +73,18 @@ class ChildFailedError(AelasticError):
             section,
             "Failures:",
             "\n".join(others) if others else "  <NO_OTHER_FAILURES>",
+            *self._notes_section(section),
             section,
             "Root Cause (first observed failure):",
             root_fmt,
             border,
         ]
         return "\n".join(lines)
+
+    def _notes_section(self, section: str) -> list[str]:
+        if not self.notes:
+            return []
+        return [section, "Excluded nodes:", *(f"  {note}" for note in self.notes)]
 
     def _format_failure(self, idx: int, rank: int, failure: ProcessFailure) -> str:
         signal_name = failure.signal_name()

@@ -47,6 +47,7 @@ def status(job: JobView) -> dict[str, Any]:
         "last_hang": None if hang is None else dataclasses.asdict(hang),
         "idle_interpreters": {"count": idle, "rss_bytes": idle_rss},
         "checkpoint": job.checkpoint_status(),
+        "node_health": job.node_health(),
         "time": time.time(),
     }
 

@@ -54,7 +54,9 @@ def _route(
     if path == "/readyz":
         if is_ready(job):
             return Response(200, _TEXT, b"ready\n")
-        return Response(503, _TEXT, f"not ready: {job.state.value}\n".encode())
+        why = job.unhealthy_reason()
+        state = f"unhealthy node: {why}" if why else job.state.value
+        return Response(503, _TEXT, f"not ready: {state}\n".encode())
     if path == "/status":
         body = json.dumps(status(job), indent=1).encode() + b"\n"
         return Response(200, "application/json", body)

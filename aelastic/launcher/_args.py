@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from .._ids import random_uuid4
 from ..workers import parse_preload
-from . import _checkpoint_args, _progress_args
+from . import _checkpoint_args, _node_args, _progress_args
 from ._config import DEFAULT_SIGNALS, LaunchConfig, LaunchConfigError
 from ._exceptions import UsageError as UsageError
 
@@ -300,6 +300,7 @@ _OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
         "modules (and their submodules) never preloaded, comma-separated",
     ),
     *_checkpoint_args.OPTIONS,  # aelastic.checkpoint's disk copy
+    *_node_args.OPTIONS,  # node health checks and exclusion (aelastic.nodes)
     (
         ("--health-port", "--health_port"),
         "health_port",
@@ -336,7 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             "exit status: 0 every worker of this node succeeded; 1 the job failed (summary "
             "on stderr, root cause last); 93 stopped by --max-no-progress-restarts (do not "
-            "requeue); 2 a bad option or value, nothing started; 128+N "
+            "requeue); 94 this node failed --node-health-check and the job ended without "
+            "it; 2 a bad option or value, nothing started; 128+N "
             "stopped by handled signal N (workers got N first). LOGLEVEL=INFO|DEBUG shows "
             "the agent's log."
         ),
@@ -345,6 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
         shown = _shown_default(kind, default, help_)
         if kind == "flag":
             parser.add_argument(*flags, dest=dest, action="store_const", const=True, help=help_)
+        elif kind == "append":
+            parser.add_argument(*flags, dest=dest, action="append", metavar="CMD", help=help_)
         else:
             parser.add_argument(*flags, dest=dest, metavar=dest.upper(), help=help_ + shown)
     parser.add_argument("training_script", help="the worker script (or module with -m)")
@@ -777,6 +781,7 @@ def parse_run_args(
             local_ranks_filter=ranks_filter,
             **_progress_args.config_fields(v),
             **_checkpoint_args.config_fields(v),
+            **_node_args.config_fields(v),
             health_port=health_port,
             health_host=v.str_("health_host"),
             preload=preload,

@@ -18,6 +18,7 @@ from ._config import LaunchConfig, LaunchConfigError
 
 if TYPE_CHECKING:
     from ..agent import LocalElasticAgent, WorkerSpec
+    from ..nodes import NodeGate
     from ..rendezvous import RendezvousHandler
 
 __all__ = (
@@ -182,6 +183,8 @@ class PreparedJob:
     name: str
     handler: RendezvousHandler
     agent: LocalElasticAgent
+    #: health checks and exclusion before each round (None: neither is on)
+    node_gate: NodeGate | None
 
 
 def prepare_job(
@@ -219,4 +222,11 @@ def prepare_job(
         if isinstance(exc, LaunchConfigError):
             raise
         raise LaunchConfigError(str(exc)) from None
-    return PreparedJob(run_id, entrypoint_name(entrypoint, args), handler, make_agent(config, spec))
+    from ._node_args import gate_for
+
+    agent = make_agent(config, spec)
+    try:
+        agent.node_gate = gate = gate_for(config)
+    except ValueError as exc:  # the node gate's checks (NodeHealthConfigError)
+        raise LaunchConfigError(str(exc)) from None
+    return PreparedJob(run_id, entrypoint_name(entrypoint, args), handler, agent, gate)

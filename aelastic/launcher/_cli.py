@@ -4,6 +4,10 @@ Exit status:
 
 * ``0``: every worker of this node succeeded.
 * ``93``: stopped by ``--max-no-progress-restarts`` (no step progress): do not requeue
+* ``94``: this node failed a ``--node-health-check`` (or a built-in check) and stayed
+  out until the job ended without it: repair or replace the host
+* ``95``: this node was excluded after ``--exclude-node-after`` failed rounds and the
+  job ended while it was out
 * ``1``: the job failed (the ``ChildFailedError`` summary is on stderr, root cause last)
   or the agent could not carry on (a one-line ``aelastic run: error: ...``).
 * ``2``: a bad flag or value (one line naming it and the fix); no worker was started.
@@ -116,6 +120,7 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
 
     from ..agent import NO_PROGRESS_EXIT_CODE, NoProgressError, SignalException
     from ..errors import ChildFailedError
+    from ..nodes import NodeUnhealthyError
     from ..rendezvous import RendezvousGracefulExitError
     from ._api import run_launch
     from ._config import LaunchConfigError
@@ -143,6 +148,10 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
     except LaunchConfigError as exc:
         _err(f"error: {exc}")
         return 2
+    except NodeUnhealthyError as exc:
+        _record_for_scheduler(exc)
+        _err(f"{exc.kind}: {exc}")
+        return exc.exit_code
     except RendezvousGracefulExitError as exc:  # a spare node let go: nothing failed
         _err(f"exiting: {exc}")
         return 0

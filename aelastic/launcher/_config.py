@@ -38,6 +38,13 @@ class LaunchConfig:
     given); ``master_addr``/``master_port`` of the static backend come from
     ``rdzv_endpoint`` as in torch.
 
+    Node health (``node_health_checks``: shell commands, ``node_health_timeout``,
+    ``node_health_cooldown``, ``node_health_builtins``): checks run before the node
+    joins each round; see :mod:`aelastic.nodes`. ``exclude_node_after`` (0: off),
+    ``exclude_node_window``, ``exclude_node_cooldown`` and ``exclude_node_cooldown_max``:
+    a node whose workers failed that many rounds within the window stays out of the
+    next rounds for the cooldown (doubled on each repeat, capped).
+
     ``redirects`` and ``tee`` take what ``-r``/``-t`` take: ``0``-``3``, a string such as
     ``"3"`` or ``"0:1,1:2"``, an ``aelastic.workers.Std`` or a ``{local_rank: Std}`` map.
 
@@ -124,6 +131,16 @@ class LaunchConfig:
 
     preload: tuple[str, ...] = ()
     preload_exclude: tuple[str, ...] = ()
+    # node health checks before each round: see aelastic.nodes
+    node_health_checks: list[str] | None = None
+    node_health_timeout: float = 30.0
+    node_health_cooldown: float = 30.0
+    node_health_builtins: bool = True
+    # exclusion after repeated failures (0: off): see aelastic.nodes
+    exclude_node_after: int = 0
+    exclude_node_window: float = 3600.0
+    exclude_node_cooldown: float = 300.0
+    exclude_node_cooldown_max: float = 3600.0
 
     def __post_init__(self) -> None:
         if not 0 < self.min_nodes <= self.max_nodes:

@@ -281,6 +281,20 @@ class Job:
         reports (empty when the round has no progress files: hang detection off)."""
         return self._agent.progress_snapshots()
 
+    def node_health(self) -> dict[str, Any] | None:
+        """The last health check pass before a round (``/status``'s ``node_health``):
+        ``{"healthy", "checked_at", "strikes", "checks": [...]}``; None: no checks."""
+        gate = self._prepared.node_gate
+        report = None if gate is None else gate.report
+        return None if report is None else report.as_dict()
+
+    def unhealthy_reason(self) -> str | None:
+        """Why this node is kept out of the job (a failed health check), else None."""
+        gate = self._prepared.node_gate
+        if gate is None or gate.report is None or gate.report.healthy:
+            return None
+        return gate.report.reason()
+
     @property
     def done(self) -> bool:
         """Whether the job has finished (:meth:`wait` returns or raises at once)."""
@@ -589,8 +603,8 @@ def _result_values(result: RunResult, name: str) -> dict[int, Any]:
         if result.no_progress:
             from ..agent import NoProgressError
 
-            raise NoProgressError(name, result.failures)
-        raise ChildFailedError(name, result.failures)
+            raise NoProgressError(name, result.failures, notes=result.notes)
+        raise ChildFailedError(name, result.failures, notes=result.notes)
     if result.state is WorkerState.STOPPED:
         raise RendezvousGracefulExitError(
             "the rendezvous let this node go before the job ended (it was a spare node "

@@ -100,6 +100,7 @@ from ._state import (
     descriptor_addr,
     live_members,
     moved_to_epoch,
+    parse_int,
 )
 
 __all__ = ("DynamicSettings", "DynamicRendezvousHandler")
@@ -344,7 +345,9 @@ class DynamicRendezvousHandler(RendezvousHandler):
         self._settings = settings or DynamicSettings()
         self._store = store
         self._backend = backend
-        self._liveness = liveness or StoreLiveness(self._settings.heartbeat_timeout)
+        self._liveness = liveness or StoreLiveness(
+            self._settings.heartbeat_timeout, min(self._settings.keep_alive_interval, 1.0)
+        )
         self._keys = Keys(run_id)
         self._local_id = _next_local_id()
         self._hostname = socket.gethostname()
@@ -589,6 +592,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
                     view, keys.inbox(round_), "queue_push", Message("gone", ticket).dumps()
                 )
                 await self._liveness.attach(ops, keys, round_, ticket, self._descriptor)
+                if self._hosts_store():  # rank 0 goes to the store's host (Tick.lead)
+                    await ops.set(keys.store_host(round_), str(ticket))
                 await tg.start(self._background, view, self._watch)
         if shield.cancelled_caught:
             raise RendezvousConnectionError(
@@ -1008,6 +1013,16 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 return ticket, descriptor_addr(key, await ops.get(key))
         return -1, ""
 
+    async def _store_host_ticket(self, round_: int, members: list[int]) -> int:
+        """The member (not this coordinator) that hosts the store, or -1: one CHECK."""
+        if self._hosts_store():
+            return -1  # this coordinator, ticket 0, has rank 0 already
+        ops, key = self._ops(), self._keys.store_host(round_)
+        if not await ops.check(key):
+            return -1
+        ticket = parse_int(key, await ops.get(key))
+        return ticket if ticket in members[1:] else -1
+
     async def _coordinator_gone(self, view: _View, tick: Tick | None, why: str = "") -> None:
         why = why or f"it published no tick for {self._settings.heartbeat_timeout}s"
         self._event(
@@ -1043,7 +1058,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         n = -1
         guard: int | None = None
 
-        heir_ticket, heir = -1, ""
+        heir_ticket, heir, lead = -1, "", -1
 
         async def publish(state: str, upto: int = 0, world: int = 0, waiting: int = 0) -> Tick:
             # Before tick n is out, the store holds an order to write a "lost" tick n+1
@@ -1054,7 +1069,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
             n += 1
             tick = Tick(n, state, upto, world, waiting, tuple(sorted(removed)))
             if state == "running":
-                tick = dataclasses.replace(tick, heir_ticket=heir_ticket, heir=heir)
+                tick = dataclasses.replace(tick, heir_ticket=heir_ticket, heir=heir, lead=lead)
             previous = guard
             if state in ("joining", "running"):
                 lost = Tick(n + 1, "lost").dumps()
@@ -1093,7 +1108,9 @@ class DynamicRendezvousHandler(RendezvousHandler):
         # -- joining: wait for min, then last call or max ------------------------
         while True:
             wake_at = next_tick if last_call is None else min(next_tick, last_call)
-            raw = await alarm.pop(wake_at)
+            candidates = [t for t in range(1, joined) if t not in removed]
+            sweep_at = self._liveness.next_sweep(clock, candidates)
+            raw = await alarm.pop(min(wake_at, sweep_at))
             if raw is not None:
                 msg = Message.loads(inbox, raw)
                 if msg.op == "close":
@@ -1115,6 +1132,11 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 remove(gone, "heartbeat lapsed")
                 await publish("joining")
                 next_tick = now + s.keep_alive_interval
+            elif now >= sweep_at:  # a member's deadline passed between two ticks
+                gone = await self._liveness.lapsed(ops, keys, r, candidates, clock, now)
+                if gone:
+                    remove(gone, "heartbeat lapsed")
+                    await publish("joining")
             live = joined - len(removed)
             if live >= self._max:
                 break
@@ -1136,6 +1158,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         upto = members[-1] + 1
         world = len(members)
         heir_ticket, heir = await self._choose_heir(r, members)
+        lead = await self._store_host_ticket(r, members)
 
         def waiting_count(total: int) -> int:
             return total - upto - sum(1 for t in removed if t >= upto)
@@ -1144,8 +1167,10 @@ class DynamicRendezvousHandler(RendezvousHandler):
         self._event("round_complete", f"round {r} complete with {world} nodes")
 
         # -- running: heartbeat sweeps, waiting nodes, leaves, close -------------
+        others = [t for t in members if t != 0]
         while True:
-            raw = await alarm.pop(next_tick)
+            sweep_at = self._liveness.next_sweep(clock, others)
+            raw = await alarm.pop(min(next_tick, sweep_at))
             if raw is not None:
                 msg = Message.loads(inbox, raw)
                 if msg.op == "close":
@@ -1168,15 +1193,15 @@ class DynamicRendezvousHandler(RendezvousHandler):
                         tick = await publish("running", upto, world, waiting_count(joined))
                 continue
             now = anyio.current_time()
-            if now >= next_tick:
-                if await ops.add(keys.round, 0) != r:
+            if now >= next_tick or now >= sweep_at:
+                if now >= next_tick and await ops.add(keys.round, 0) != r:
                     await dissolve("a member judged this coordinator gone")
                     return
-                candidates = [t for t in members if t != 0]
-                gone = await self._liveness.lapsed(ops, keys, r, candidates, clock, now)
+                gone = await self._liveness.lapsed(ops, keys, r, others, clock, now)
                 if gone:
                     remove(gone, "heartbeat lapsed")
                     await dissolve(f"tickets {gone} lapsed")
                     return
-                tick = await publish("running", upto, world, tick.waiting)
-                next_tick = now + s.keep_alive_interval
+                if now >= next_tick:
+                    tick = await publish("running", upto, world, tick.waiting)
+                    next_tick = now + s.keep_alive_interval

@@ -10,6 +10,8 @@ Layout (every key under ``rdzv/<run_id>/c/``):
 ``<r>/tick``              JSON :class:`Tick`: the latest tick of round ``r``
 ``<r>/tick/<n>``          JSON :class:`Tick` number ``n`` (members block on ``n + 1``)
 ``<r>/inbox``             queue of JSON :class:`Message` for the round's coordinator
+``<r>/store_host``        decimal: the ticket of the node hosting the store, if it is no
+                          coordinator (it then gets rank 0: :attr:`Tick.lead`)
 
 Every record is small (O(1) bytes) except a tick's ``removed`` list, which holds only
 the tickets that failed or withdrew in that round.
@@ -84,6 +86,9 @@ class Keys:
 
     def inbox(self, r: int) -> str:
         return f"{self.base}/{r}/inbox"
+
+    def store_host(self, r: int) -> str:
+        return f"{self.base}/{r}/store_host"
 
 
 def moved_to_epoch(round_value: int) -> int | None:
@@ -171,12 +176,18 @@ class Tick:
     #: address; -1 and "" when there is none): see ``_c10d``.
     heir_ticket: int = -1
     heir: str = ""
+    #: The member that gets rank 0 (the store's host: its workers' store is then on the
+    #: machine every node reaches), the others keep join order; -1: join order only.
+    lead: int = -1
 
     def is_member(self, ticket: int) -> bool:
         return self.state == "running" and ticket < self.upto and ticket not in self.removed
 
     def rank_of(self, ticket: int) -> int:
-        return ticket - sum(1 for t in self.removed if t < ticket)
+        if ticket == self.lead:
+            return 0
+        rank = ticket - sum(1 for t in self.removed if t < ticket)
+        return rank + 1 if 0 <= ticket < self.lead else rank
 
     def dumps(self) -> str:
         data: dict[str, Any] = {
@@ -190,6 +201,8 @@ class Tick:
         if self.heir_ticket >= 0:
             data["heir_ticket"] = self.heir_ticket
             data["heir"] = self.heir
+        if self.lead >= 0:
+            data["lead"] = self.lead
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -212,6 +225,7 @@ class Tick:
             removed=tuple(removed),
             heir_ticket=_field_int(key, data, "heir_ticket", -1) if "heir_ticket" in data else -1,
             heir=_field_str(key, data, "heir") if "heir_ticket" in data else "",
+            lead=_field_int(key, data, "lead", -1) if "lead" in data else -1,
         )
         if tick.state == "running" and tick.world != tick.upto - sum(
             1 for t in tick.removed if t < tick.upto
@@ -219,6 +233,10 @@ class Tick:
             raise RendezvousStateError(
                 f"rendezvous key {key!r}: world {tick.world} does not match upto {tick.upto} "
                 f"minus removed {list(tick.removed)}"
+            )
+        if tick.lead >= 0 and not tick.is_member(tick.lead):
+            raise RendezvousStateError(
+                f"rendezvous key {key!r}: lead {tick.lead} is not a member of the round"
             )
         return tick
 

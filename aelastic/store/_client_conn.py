@@ -67,8 +67,32 @@ class _Slot:
         self.event: anyio.Event | None = None
 
 
+#: TCP keepalive of client connections: first probe after this many idle seconds, then
+#: every interval, dropped after that many unanswered probes (a powered-off or cut-off
+#: peer fails the connection in ~10 s instead of the kernel's 2 hours).
+KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT = 5, 1, 5
+#: ``TCP_USER_TIMEOUT``: a connection whose sent data stays unacknowledged this long
+#: (milliseconds) fails, instead of retransmitting for ~15 minutes.
+USER_TIMEOUT_MS = 20_000
+
+
+def set_keepalive(sock: socket.socket) -> None:
+    """Turn on TCP keepalive and ``TCP_USER_TIMEOUT`` (where the platform has them)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
+        ("TCP_KEEPCNT", KEEPALIVE_COUNT),
+        ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS),
+    ):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
 async def connect_socket(host: str, port: int) -> socket.socket:
-    """A connected non-blocking TCP socket (``TCP_NODELAY``); raises :class:`OSError`.
+    """A connected non-blocking TCP socket (``TCP_NODELAY``, keepalive: see
+    :func:`set_keepalive`); raises :class:`OSError`.
 
     IP literals are used as they are (no resolver thread); names go through
     :func:`anyio.getaddrinfo`. Cancelled, it closes the socket it was opening.
@@ -85,6 +109,7 @@ async def connect_socket(host: str, port: int) -> socket.socket:
         try:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            set_keepalive(sock)
             try:
                 sock.connect(addr)
             except BlockingIOError:

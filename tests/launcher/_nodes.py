@@ -36,6 +36,21 @@ def records(out: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (from ``/proc/<pid>/task/*/children``)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for tid in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except FileNotFoundError:
+            continue
+    return out
+
+
 class Node:
     """One ``aelastic run`` process: collects stdout lines and stderr."""
 

@@ -1,0 +1,83 @@
+"""Keeping bad nodes out of a job: health checks and exclusion after repeated failures.
+
+``--node-health-check CMD`` (repeatable), the entry-point group
+``aelastic.health_checks`` (Python checks) and the built-in checks (log directory
+writable with free space, free memory, GPUs through NVML when present) run before
+the node joins each rendezvous round, each within ``--node-health-timeout``. A node
+that fails one does not join, says why (log, ``aelastic.node.unhealthy`` event,
+``/status``, ``/readyz``) and tries again after ``--node-health-cooldown``; when
+the job ends without it, ``aelastic run`` exits with ``NODE_UNHEALTHY_EXIT_CODE``
+(94). ``--exclude-node-after N``: a node whose workers failed N rounds (or hung)
+within ``--exclude-node-window`` stays out for ``--exclude-node-cooldown`` (doubled
+on each repeat, capped), published job-wide in the rendezvous store and as an
+``aelastic.node.excluded`` event; exit 95 if the job ends meanwhile. Decisions are
+plain functions (:mod:`._policy`); :class:`NodeGate` runs them.
+"""
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._checks import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
+    from ._checks import HealthCheck as HealthCheck
+    from ._checks import builtin_checks as builtin_checks
+    from ._checks import callable_check as callable_check
+    from ._checks import command_check as command_check
+    from ._checks import entry_point_checks as entry_point_checks
+    from ._exceptions import NODE_EXCLUDED_EXIT_CODE as NODE_EXCLUDED_EXIT_CODE
+    from ._exceptions import NODE_UNHEALTHY_EXIT_CODE as NODE_UNHEALTHY_EXIT_CODE
+    from ._exceptions import NodeExcludedError as NodeExcludedError
+    from ._exceptions import NodeHealthConfigError as NodeHealthConfigError
+    from ._exceptions import NodeUnhealthyError as NodeUnhealthyError
+    from ._exclusion import ExclusionRecord as ExclusionRecord
+    from ._exclusion import NodeExclusion as NodeExclusion
+    from ._exclusion import excluded_nodes as excluded_nodes
+    from ._gate import NodeGate as NodeGate
+    from ._policy import CheckResult as CheckResult
+    from ._policy import ExclusionSettings as ExclusionSettings
+    from ._policy import HealthReport as HealthReport
+
+__all__ = (
+    "CheckResult",
+    "ENTRY_POINT_GROUP",
+    "ExclusionRecord",
+    "ExclusionSettings",
+    "HealthCheck",
+    "HealthReport",
+    "NODE_EXCLUDED_EXIT_CODE",
+    "NODE_UNHEALTHY_EXIT_CODE",
+    "NodeExcludedError",
+    "NodeExclusion",
+    "NodeGate",
+    "NodeHealthConfigError",
+    "NodeUnhealthyError",
+    "builtin_checks",
+    "callable_check",
+    "command_check",
+    "entry_point_checks",
+    "excluded_nodes",
+)
+
+_SOURCES = {
+    "ENTRY_POINT_GROUP": "._checks",
+    "HealthCheck": "._checks",
+    "builtin_checks": "._checks",
+    "callable_check": "._checks",
+    "command_check": "._checks",
+    "entry_point_checks": "._checks",
+    "NODE_UNHEALTHY_EXIT_CODE": "._exceptions",
+    "NODE_EXCLUDED_EXIT_CODE": "._exceptions",
+    "NodeExcludedError": "._exceptions",
+    "ExclusionRecord": "._exclusion",
+    "NodeExclusion": "._exclusion",
+    "excluded_nodes": "._exclusion",
+    "ExclusionSettings": "._policy",
+    "NodeHealthConfigError": "._exceptions",
+    "NodeUnhealthyError": "._exceptions",
+    "NodeGate": "._gate",
+    "CheckResult": "._policy",
+    "HealthReport": "._policy",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _SOURCES, __all__)

@@ -1,0 +1,47 @@
+"""``--exclude-node-after``: a crash-looping node steps out and the others finish."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+
+from aelastic.nodes import NODE_EXCLUDED_EXIT_CODE
+
+from ._nodes import WORKER, cluster, free_port, records, wait_all
+from .test_multinode import FAST, _c10d
+
+
+async def test_crash_looping_node_is_excluded_and_the_others_finish(tmp_path: Path) -> None:
+    port = free_port()
+    good, bad, marker = tmp_path / "good", tmp_path / "bad", tmp_path / "excluded"
+    good.mkdir()
+    bad.mkdir()
+    # the budget (1 restart) would end the job at the bad node's 2nd failure: the
+    # exclusion takes its place and spends nothing
+    policy = ["--max-restarts", "1", "--exclude-node-after", "2"]
+    policy += ["--exclude-node-cooldown", "600"]
+    conf = FAST.replace("last_call_timeout=0.5", "last_call_timeout=1")
+
+    def argv(is_host: int, out: Path, *tail: str) -> list[str]:
+        return [*_c10d("2:3", port, "exclude", f"{conf},is_host={is_host}"), *policy,
+                WORKER, str(out), *tail]  # fmt: skip
+
+    finish = ["--finish-at-world", "2", "--when-file", str(marker)]
+    async with cluster() as c:
+        host = await c.start(argv(1, good, *finish), env={"AELASTIC_NODE_ID": "host"})
+        other = await c.start(argv(0, good, *finish), env={"AELASTIC_NODE_ID": "other"})
+        crashy = await c.start(argv(0, bad, "--exit-code", "1"), env={"AELASTIC_NODE_ID": "bad"})
+        with anyio.fail_after(90):
+            await crashy.wait_for_err("excluding this node")
+        marker.touch()
+        codes = await wait_all([host, other, crashy], 60)
+    assert codes == [0, 0, NODE_EXCLUDED_EXIT_CODE], [n.err for n in c.nodes]
+    # exactly N failed rounds of the bad node, the first of which spent its one restart
+    assert sorted(r["TORCHELASTIC_RESTART_COUNT"] for r in records(bad)) == ["0", "1"]
+    finals = [r for r in records(good) if r["WORLD_SIZE"] == "2"]
+    assert sorted(r["RANK"] for r in finals) == ["0", "1"]
+    # the others' budget is untouched: the bad node's failures were membership changes
+    assert {r["TORCHELASTIC_RESTART_COUNT"] for r in finals} == {"0"}
+    assert "bad excluded for 600 s (exclusion #1): its workers failed 2 time(s)" in crashy.err
+    assert "local_rank 0 exited 1" in crashy.err
