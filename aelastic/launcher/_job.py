@@ -57,6 +57,10 @@ _EVENT_BACKLOG = 1_000
 _EVENT_BUFFER = 10_000
 
 
+#: Node-gate events marked on the job view's time axis (``aelastic.jobview``), by kind.
+_VIEW_MARKS = {"aelastic.node.excluded": "excluded", "aelastic.node.unhealthy": "unhealthy"}
+
+
 class JobStoppedError(AelasticError):
     """The job was stopped before it finished: its ``open_job`` block was left or cancelled."""
 
@@ -500,6 +504,9 @@ class Job:
             heartbeat = metadata.get("heartbeat")
             if heartbeat is not None:
                 self.learned_heartbeat_timeout = float(heartbeat)
+        elif name in _VIEW_MARKS and self.status_publisher is not None:
+            # on the job view's time axis, with the gate's reason
+            self.status_publisher.note(_VIEW_MARKS[name], str(metadata.get("reason", "")))
 
     def _end_events(self) -> None:
         """Take what the job's subscription holds, then end every subscriber's stream.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import anyio
@@ -10,6 +12,20 @@ from aelastic.nodes import NODE_EXCLUDED_EXIT_CODE
 
 from ._nodes import WORKER, cluster, free_port, records, wait_all
 from .test_multinode import FAST, _c10d
+
+
+async def _marked(port: int, kind: str) -> bool:
+    """Whether a node of the ``exclude`` run shows a ``kind`` mark in ``aelastic status``."""
+    done = await anyio.run_process(
+        [sys.executable, "-m", "aelastic", "status", "--rdzv-endpoint", f"127.0.0.1:{port}",
+         "--rdzv-id", "exclude", "--json"],
+        check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        return False
+    nodes = json.loads(done.stdout)["nodes"]
+    marks = [m for n in nodes for m in n["history"]["marks"]]
+    return any(m[1] == kind for m in marks)
 
 
 async def test_crash_looping_node_is_excluded_and_the_others_finish(tmp_path: Path) -> None:
@@ -34,6 +50,11 @@ async def test_crash_looping_node_is_excluded_and_the_others_finish(tmp_path: Pa
         crashy = await c.start(argv(0, bad, "--exit-code", "1"), env={"AELASTIC_NODE_ID": "bad"})
         with anyio.fail_after(90):
             await crashy.wait_for_err("excluding this node")
+        # the exclusion is marked on the job view's time axis (published within a second;
+        # each read is a whole `aelastic status` process, which paces the loop)
+        with anyio.fail_after(30):
+            while not await _marked(port, "excluded"):
+                pass
         marker.touch()
         codes = await wait_all([host, other, crashy], 60)
     assert codes == [0, 0, NODE_EXCLUDED_EXIT_CODE], [n.err for n in c.nodes]
