@@ -23,6 +23,7 @@ from ..workers import parse_preload
 from . import _checkpoint_args, _node_args, _progress_args
 from ._config import DEFAULT_SIGNALS, LaunchConfig, LaunchConfigError
 from ._exceptions import UsageError as UsageError
+from ._option_table import Option
 
 __all__ = (
     "PROG",
@@ -95,7 +96,7 @@ class _Parser(argparse.ArgumentParser):
 
 # (option strings, dest, kind, default); kind: "str" | "flag". Values are converted
 # after the command line and PET_* are merged, so a bad PET_ value is named as such.
-_OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
+_OPTIONS: tuple[Option, ...] = (
     (("--nnodes",), "nnodes", "str", "1:1", "number of nodes, N or MIN:MAX"),
     (
         ("--nproc-per-node", "--nproc_per_node"),

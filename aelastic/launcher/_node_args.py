@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._exceptions import UsageError
-from ._progress_args import _Values
+from ._option_table import Option, OptionValues
 
 if TYPE_CHECKING:
     from ..nodes import NodeGate
@@ -21,7 +21,7 @@ __all__ = ("OPTIONS", "config_fields", "gate_for")
 
 
 #: (flags, dest, kind, default, help), the launcher's option table format.
-OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
+OPTIONS: tuple[Option, ...] = (
     (
         ("--node-health-check",),
         "node_health_check",
@@ -83,7 +83,7 @@ OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
 )
 
 
-def config_fields(v: _Values) -> dict[str, Any]:
+def config_fields(v: OptionValues) -> dict[str, Any]:
     """The ``LaunchConfig`` fields of these flags, checked.
 
     Raises:

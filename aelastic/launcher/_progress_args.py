@@ -7,24 +7,17 @@ table and passes :func:`config_fields` to ``LaunchConfig``. Every flag also read
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from ..progress import ProgressTimeoutError, parse_section_timeouts
 from ._exceptions import UsageError
+from ._option_table import Option, OptionValues
 
 __all__ = ("OPTIONS", "config_fields")
 
 
-class _Values(Protocol):
-    def source(self, dest: str) -> str: ...
-    def str_(self, dest: str) -> Any: ...
-    def flag(self, dest: str) -> bool: ...
-    def int_(self, dest: str, *, minimum: int | None = None) -> int | None: ...
-    def float_(self, dest: str, *, minimum: float, strict: bool = False) -> float | None: ...
-
-
 #: (flags, dest, kind, default, help), the launcher's option table format.
-OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
+OPTIONS: tuple[Option, ...] = (
     (
         ("--initial-heartbeat-timeout",),
         "initial_heartbeat_timeout",
@@ -91,7 +84,7 @@ OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
 )
 
 
-def config_fields(v: _Values) -> dict[str, Any]:
+def config_fields(v: OptionValues) -> dict[str, Any]:
     """The ``LaunchConfig`` fields of these flags, checked.
 
     Raises:
