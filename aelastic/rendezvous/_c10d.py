@@ -35,7 +35,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from ..store import NotAStoreError, Store, StoreError, StoreServer, TCPStoreClient
 from ._api import RendezvousStoreInfo
-from ._dynamic import DynamicRendezvousHandler, DynamicSettings, _open_session
+from ._dynamic import _TICKS_KEPT, DynamicRendezvousHandler, DynamicSettings, _open_session
 from ._exceptions import RendezvousConnectionError, RendezvousEndpointError, RendezvousError
 from ._params import DEFAULT_C10D_PORT, RendezvousParameters, parse_endpoint
 from ._state import Keys
@@ -158,8 +158,12 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
         tg = self._tg
         assert tg is not None
         epoch = self._keys.epoch + 1
+        marks = Keys(self._run_id, epoch).moved_marks()
+        view = self._view
+        if view is not None and view.tick is not None and view.keys is not None:
+            marks |= view.keys.dissolved_ticks(view.round, view.tick.n, _TICKS_KEPT)
         try:
-            server, store, session = await tg.start(self._hold_store, cm, epoch)
+            server, store, session = await tg.start(self._hold_store, cm, marks)
         except (StoreError, OSError) as error:
             role = "host it at" if is_heir else "reach its successor at"
             raise RendezvousConnectionError(
@@ -184,16 +188,16 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
     async def _hold_store(
         self,
         cm: AbstractAsyncContextManager[Any],
-        epoch: int,
+        marks: dict[str, str],
         *,
         task_status: TaskStatus[tuple[StoreServer | None, Store, Any]],
     ) -> None:
         """Run a successor store (server or client) in the handler's task group until
         the handler is left (the task that opens a server must close it). A server
-        marks the earlier epochs' round keys before it listens: a survivor whose client
-        silently reconnects to it learns at its next join that the store was re-hosted."""
+        holds ``marks`` before it listens (the earlier epochs' round keys, the lost
+        round's ticks dissolved): a survivor whose client silently reconnects to it
+        learns that the store was re-hosted at its next read, blocked or not."""
         if isinstance(cm, StoreServer):
-            marks = Keys(self._run_id, epoch).moved_marks()
             await cm.local_store.multi_set(list(marks), list(marks.values()))
         async with AsyncExitStack() as stack:
             resource = await stack.enter_async_context(cm)

@@ -63,6 +63,18 @@ class Keys:
         of every earlier epoch set to ``-epoch`` (see :func:`moved_to_epoch`)."""
         return {Keys(self.run_id, e).round: str(-self.epoch) for e in range(self.epoch)}
 
+    def dissolved_ticks(self, round_: int, last_seen: int, kept: int) -> dict[str, str]:
+        """What a re-hosted store holds for the waiters of ``round_`` of these (earlier)
+        keys: a ``dissolved`` tick at every number a member may be blocked on (the
+        ``kept`` before ``last_seen``, the heir's newest, up to two past it) and as the
+        latest. A member whose blocking read reconnected silently to the successor at
+        the same address reads it at once and rejoins (where the round key sends it to
+        the new epoch) instead of waiting on a tick no coordinator will write."""
+        numbers = range(max(0, last_seen - kept), last_seen + 3)
+        marks = {self.tick(round_, n): Tick(n, "dissolved").dumps() for n in numbers}
+        marks[self.tick_latest(round_)] = Tick(last_seen + 2, "dissolved").dumps()
+        return marks
+
     def agent_prefix(self, round_: int) -> str:
         """Prefix of the store handed to the agent for ``round_``."""
         if self.epoch == 0:
