@@ -29,6 +29,7 @@ from . import _layout as L
 from ._disk import write_step
 from ._exceptions import CheckpointError
 from ._owner import claim, sweep_abandoned
+from ._replica import PeerRound, Replicas, open_replicas
 
 __all__ = ("Checkpoints", "open_checkpoints")
 
@@ -41,8 +42,18 @@ _KEY = "aelastic/checkpoint"
 Emit = Callable[[str, Mapping[str, Any]], None]
 
 
+#: Where the agent creates its memory directory (default ``/dev/shm``): one root per
+#: agent makes several agents on one machine behave like separate machines.
+MEMORY_ROOT_ENV = "AELASTIC_CHECKPOINT_MEMORY_ROOT"
+
+
 def memory_root() -> str:
-    """``/dev/shm`` when usable (memory), else the temp directory."""
+    """``$AELASTIC_CHECKPOINT_MEMORY_ROOT``, else ``/dev/shm`` when usable (memory), else
+    the temp directory."""
+    chosen = os.environ.get(MEMORY_ROOT_ENV)
+    if chosen:
+        os.makedirs(chosen, exist_ok=True)
+        return chosen
     shm = "/dev/shm"
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
 
@@ -50,8 +61,16 @@ def memory_root() -> str:
 class Checkpoints:
     """One node's checkpoints for one run: see :func:`open_checkpoints`."""
 
-    def __init__(self, memory_dir: str, persist_dir: str | None, emit: Emit) -> None:
+    def __init__(
+        self,
+        memory_dir: str,
+        persist_dir: str | None,
+        emit: Emit,
+        replicas: Replicas | None = None,
+    ) -> None:
         self.memory_dir = memory_dir
+        #: the peer copies (``--checkpoint-replicas``; None: off)
+        self.replicas = replicas
         self.persist_dir = persist_dir
         self._emit = emit
         #: the global ranks of the current round's workers on this node
@@ -86,6 +105,7 @@ class Checkpoints:
             "resumed_step": self.resumed_step,
             "persist_dir": self.persist_dir,
             "persisted_step": self.persisted_step,
+            "replicas": None if self.replicas is None else self.replicas.status(),
         }
 
     # -- the step to resume from ----------------------------------------------------------
@@ -121,6 +141,7 @@ class Checkpoints:
         group_rank: int,
         group_world_size: int,
         membership_changed: Callable[[], Awaitable[None]] | None = None,
+        address: tuple[str, str] | None = None,
     ) -> dict[str, str]:
         """Decide the step this round's workers resume from; their environment for it.
 
@@ -129,10 +150,22 @@ class Checkpoints:
         the round's ``store`` (one ``set`` and one ``multi_get`` per agent; an agent
         with nothing to offer does not wait). Waiting for the peers ends early when
         ``membership_changed()`` returns (no step then, and nothing is dropped: the
-        round is over anyway, the next one decides). Only
-        call between rounds (no worker running). Cancellation: stops waiting.
+        round is over anyway, the next one decides).
+
+        With peer copies and several nodes, ``address`` is ``(bind, advertised)`` of
+        this node's replica listener: first a step of ``ranks`` newer than any held
+        here is fetched from a peer (see ``_replica``), then the agreement counts it.
+
+        Only call between rounds (no worker running). Cancellation: stops waiting.
         """
         self.local_ranks = tuple(ranks)
+        peer_round = None
+        if self.replicas is not None and group_world_size > 1 and address is not None:
+            peer_round = PeerRound(store, group_rank, group_world_size, self.local_ranks, *address)
+            try:
+                await self.replicas.join(peer_round)
+            except StoreError as exc:
+                log.warning("cannot reach the other agents' checkpoint replicas: %s", exc)
         async with self._limiter:
             found = await anyio.to_thread.run_sync(self._candidates, list(ranks))
         agreed: dict[int, int] | None = found
@@ -150,6 +183,8 @@ class Checkpoints:
             async with self._limiter:
                 await anyio.to_thread.run_sync(self._drop_newer, step)
         self.resumed_step = step
+        if peer_round is not None and self.replicas is not None:
+            self.replicas.started(peer_round)
         held = self.held_bytes()
         if step is not None or held:  # a job that never saves hears nothing of checkpoints
             self._emit(
@@ -258,11 +293,17 @@ def _safe(run_id: str) -> str:
 
 @contextlib.asynccontextmanager
 async def open_checkpoints(
-    run_id: str, persist_dir: str | None, persist_interval: float, emit: Emit
+    run_id: str,
+    persist_dir: str | None,
+    persist_interval: float,
+    emit: Emit,
+    replicas: int = 0,
 ) -> AsyncIterator[Checkpoints]:
     """This run's checkpoint memory on this node; freed (after a last disk copy) on exit.
 
     First frees what agents killed earlier left in ``/dev/shm`` (see ``_owner``).
+    ``replicas`` > 0: the newest step of this node's ranks is copied to that many other
+    nodes in the background (see ``_replica``), until the block is left.
 
     Cleanup survives cancellation (shielded): the last copy to ``persist_dir`` takes as
     long as the newest step takes to write, then the memory is freed.
@@ -274,7 +315,12 @@ async def open_checkpoints(
     memory_dir, lock = await anyio.to_thread.run_sync(claim, root, _safe(run_id))
     checkpoints = Checkpoints(memory_dir, persist_dir, emit)
     try:
-        async with background_tasks() as tg:
+        async with contextlib.AsyncExitStack() as stack:
+            if replicas > 0:
+                checkpoints.replicas = await stack.enter_async_context(
+                    open_replicas(memory_dir, replicas)
+                )
+            tg = await stack.enter_async_context(background_tasks())
             if persist_dir is not None:
                 tg.start_soon(checkpoints._persist_every, persist_interval)
             yield checkpoints

@@ -1,4 +1,5 @@
-"""The ``run`` flags of checkpoints (``--checkpoint-dir``, ``--checkpoint-persist-interval``).
+"""The ``run`` flags of checkpoints (``--checkpoint-dir``, ``--checkpoint-persist-interval``,
+``--checkpoint-replicas``).
 
 Kept here so the launcher's argument module only appends :data:`OPTIONS` to its
 table and passes :func:`config_fields` to ``LaunchConfig``.
@@ -17,6 +18,7 @@ __all__ = ("OPTIONS", "config_fields")
 class _Values(Protocol):
     def source(self, dest: str) -> str: ...
     def str_(self, dest: str) -> Any: ...
+    def int_(self, dest: str, *, minimum: int | None = None) -> int | None: ...
     def float_(self, dest: str, *, minimum: float, strict: bool = False) -> float | None: ...
 
 
@@ -37,6 +39,14 @@ OPTIONS: tuple[tuple[tuple[str, ...], str, str, Any, str], ...] = (
         "300",
         "seconds between two background writes to --checkpoint-dir",
     ),
+    (
+        ("--checkpoint-replicas",),
+        "checkpoint_replicas",
+        "str",
+        "1",
+        "with several nodes, copy each node's newest step to this many other nodes' agents "
+        "(0: none); a node that replaces a lost one resumes from the copy",
+    ),
 )
 
 
@@ -44,7 +54,8 @@ def config_fields(v: _Values) -> dict[str, Any]:
     """The ``LaunchConfig`` fields of these flags, checked (the directory is created).
 
     Raises:
-        UsageError: the directory is not writable, or the interval is not > 0 seconds.
+        UsageError: the directory is not writable, the interval is not > 0 seconds, or
+            the replicas are not a whole number >= 0.
     """
     directory = v.str_("checkpoint_dir") or None
     if directory is not None:
@@ -53,7 +64,9 @@ def config_fields(v: _Values) -> dict[str, Any]:
         except CheckpointError as exc:
             raise UsageError(f"{v.source('checkpoint_dir')} {exc}") from None
     interval = v.float_("checkpoint_persist_interval", minimum=0.0, strict=True)
+    replicas = v.int_("checkpoint_replicas", minimum=0)
     return {
+        "checkpoint_replicas": 1 if replicas is None else replicas,
         "checkpoint_dir": directory,
         "checkpoint_persist_interval": 300.0 if interval is None else interval,
     }
