@@ -72,7 +72,7 @@ async def test_a_replacement_node_resumes_its_rank_from_the_peer_copy(tmp_path: 
             b = await c.start(argv(1, False), env(1, roots["b"]), launcher=[*hosts.prefix(1), *run])
             with anyio.fail_after(90):
                 for node in (a, b):
-                    await node.wait_for_line(lambda line: line.strip() == "HELD 6")
+                    await node.wait_for_line(lambda line: line.startswith("HELD 6 "))
                 # b's step 6 reached a's agent (whatever group rank each node got)
                 await b.wait_for_err("checkpoint step 6 copied to node")
             b.process.send_signal(signal.SIGKILL)
@@ -86,3 +86,53 @@ async def test_a_replacement_node_resumes_its_rank_from_the_peer_copy(tmp_path: 
     assert "checkpoint step 6 of ranks" in new_b.err and "fetched from node" in new_b.err
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert records == [{"start": 6, "attempt": records[0]["attempt"], "checksum": uninterrupted}]
+
+
+async def test_a_job_that_shrinks_reads_rank_0_on_every_rank(tmp_path: Path) -> None:
+    """Three nodes on loopback (a memory root each), two copies of every node's step: one
+    node's agent is SIGKILLed, the job goes on with two nodes, and each rank of the new
+    world reads ``load(rank=0)`` of the step saved by the world of three."""
+    out = tmp_path / "out.jsonl"
+    endpoint = f"127.0.0.1:{free_port()}"
+    conf = f"{CONF},last_call_timeout=10"
+
+    def argv(is_host: bool) -> list[str]:
+        return [
+            "--nnodes", "2:3",
+            "--nproc-per-node", "1",
+            "--max-restarts", "2",
+            "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", endpoint,
+            "--rdzv-id", "shrink",
+            "--rdzv-conf", f"{conf},is_host={int(is_host)}",
+            "--monitor-interval", "0.1",
+            "--checkpoint-replicas", "2",
+            SCRIPT, "--out", str(out), "--steps", "10", "--every", "2",
+            "--hold-after-save", "6", "--load-rank", "0",
+        ]  # fmt: skip
+
+    async with cluster() as c:
+        nodes = [
+            await c.start(
+                argv(i == 0),
+                {"AELASTIC_CHECKPOINT_MEMORY_ROOT": str(tmp_path / f"shm{i}"), "LOGLEVEL": "DEBUG"},
+            )
+            for i in range(3)
+        ]
+        with anyio.fail_after(90):
+            for node in nodes:
+                await node.wait_for_line(lambda line: line.startswith("HELD 6 "))
+            ranks = [
+                int(next(ln for ln in n.lines if ln.startswith("HELD 6 ")).split()[-1])
+                for n in nodes
+            ]
+            for node, rank in zip(nodes, ranks, strict=True):  # one process per node
+                for other in set(ranks) - {rank}:
+                    await node.wait_for_err(f"checkpoint step 6 copied to node {other}\n")
+        victim = nodes[2]  # not node 0: it hosts the rendezvous store
+        victim.process.send_signal(signal.SIGKILL)
+        await victim.wait()
+        codes = await wait_all(nodes[:2], 90)
+    assert codes == [0, 0], "\n".join(n.err[-4000:] for n in nodes[:2])
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["start"] for r in records] == [6]

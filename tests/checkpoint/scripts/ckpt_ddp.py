@@ -9,8 +9,9 @@ attempt, and a checksum of the parameters. Faults, on the first attempt only:
 ``--crash-at-step K`` (rank 0 exits 1 before step K), ``--crash-in-save K`` (rank 0
 dies while ``save()`` writes step K), ``--fail-at-step K`` (rank 0 exits 1 before step
 K on every attempt: the job fails for good), ``--hold-after-save K`` (a run that did not
-resume saves step K, prints ``HELD K``, and waits to be killed). ``--own-only`` skips the
-check that another rank's object loads too (a node holding only its own ranks).
+resume saves step K, prints ``HELD K rank R``, and waits to be killed). A run that resumes
+checks that the next rank's object loads too (``--load-rank R``: rank R's; ``--own-only``:
+no check, for a node holding only its own ranks).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def main() -> int:
     parser.add_argument("--print-saves", action="store_true", help="rank 0: SAVED <step>")
     parser.add_argument("--hold-after-save", type=int, default=-1)
     parser.add_argument("--own-only", action="store_true")
+    parser.add_argument("--load-rank", type=int, default=-1)
     opts = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -76,7 +78,9 @@ def main() -> int:
         optimizer.load_state_dict(state["optimizer"])
         assert state["rank"] == rank and state["step"] == start, (state["rank"], state["step"])
         if not opts.own_only:
-            peer = (rank + 1) % dist.get_world_size()  # load(rank=): another rank's object
+            peer = opts.load_rank  # load(rank=): another rank's object
+            if peer < 0:
+                peer = (rank + 1) % dist.get_world_size()
             other = checkpoint.load(rank=peer)
             assert other is not None and other[0] == start and other[1]["rank"] == peer, other
 
@@ -103,7 +107,7 @@ def main() -> int:
             if opts.print_saves and rank == 0:
                 print("SAVED", done, flush=True)
             if done == opts.hold_after_save and resumed is None:
-                print("HELD", done, flush=True)
+                print("HELD", done, "rank", rank, flush=True)
                 while True:
                     signal.pause()  # until the test kills this node
 
