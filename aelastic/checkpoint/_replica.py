@@ -154,7 +154,8 @@ async def _receive_files(
             left = size
             while left:
                 # a chunk's pieces as they arrive, written with one writev: no joining copy
-                parts, count = [], 0
+                parts: list[bytes] = []
+                count = 0
                 while count < min(CHUNK, left) and len(parts) < _MAX_PARTS:
                     with anyio.fail_after(IO_TIMEOUT):
                         data = await receiver.receive(min(CHUNK, left) - count)
