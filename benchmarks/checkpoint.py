@@ -20,7 +20,7 @@ tensors, a model-like state_dict) and measures, side by side in one run:
   stall a 1 ms ticker sees meanwhile.
 * **peer copy** (``--mode peer`` runs only this): the agent's copy of a rank's newest
   step to the next node's agent (``--checkpoint-replicas``; ``_replica``: file reads
-  and writes in threads, 8 MiB chunks over an anyio TCP stream on loopback, file to
+  and writes in threads, 1 MiB chunks over an anyio TCP stream on loopback, file to
   file in ``/dev/shm``), and a replacement node's fetch of it, vs raw loopback TCP
   (the same bytes from memory to a receiver that drops them, anyio streams, same
   chunks): the ceiling. Both ends run in this process's event loop in every case,

@@ -17,7 +17,7 @@ The wire format is a JSON header line, then the raw bytes of the files it lists:
     {"op": "fetch", "ranks": [1], "step": 40}\\n   -> {"world": 2, "files": [[1, n]]}\\n<bytes>
 
 Nothing here blocks the event loop: files are read and written in worker threads, one
-chunk (8 MiB) at a time (what arrives is written with one ``writev``, not joined first);
+chunk (1 MiB) at a time (what arrives is written with one ``writev``, not joined first);
 every network read and write has a timeout. A peer
 that is closed, dead or too slow only costs its copy: errors are logged, never raised.
 A file appears by ``rename`` once all its bytes arrived, so a copy cut short leaves no
@@ -49,8 +49,9 @@ __all__ = ("PeerRound", "Replicas", "open_replicas")
 log = logging.getLogger("aelastic.checkpoint")
 
 KEY = "aelastic/checkpoint/peer"
-#: Bytes read from a file, or sent, at a time.
-CHUNK = 8 << 20
+#: Bytes read from a file, or sent, at a time (1 MiB: larger chunks measured longer
+#: event-loop stalls, not more throughput).
+CHUNK = 1 << 20
 #: Longest wait for one header or chunk from a peer, and for a peer's address.
 IO_TIMEOUT = 10.0
 #: How often the agent looks for a newer step of its ranks to copy.
