@@ -222,23 +222,31 @@ class Replicas:
         if self._port is None:
             self._port = await self._tg.start(self._serve, peer_round.bind)
         pr = peer_round
-        await pr.store.set(
-            f"{KEY}/{pr.group_rank}", json.dumps({"host": pr.advertised, "port": self._port})
-        )
         held = await anyio.to_thread.run_sync(_newest, self.memory_dir, pr.ranks)
         after = max(held, default=None)
+        # "holds": whether a peer may have anything to offer. A job that never saves
+        # costs each agent one set and one get per peer per round, no connection.
+        holds = bool(await anyio.to_thread.run_sync(L.scan, self.memory_dir))
+        announced = {"host": pr.advertised, "port": self._port, "holds": holds}
+        await pr.store.set(f"{KEY}/{pr.group_rank}", json.dumps(announced))
         peers = [g for g in range(pr.group_world_size) if g != pr.group_rank]
         offers: dict[int, tuple[int, int]] = {}  # {group rank: (step, world)}
 
         async def ask(peer: int) -> None:
-            with contextlib.suppress(*_PEER_ERRORS):
+            try:
+                address = await self._address(pr.store, peer)
+                if not address.get("holds"):
+                    return
                 request = {"op": "offer", "ranks": list(pr.ranks), "after": after}
-                async with await self._connect(pr.store, peer) as stream:
+                async with await self._connect(pr.store, peer, address) as stream:
                     await _send_line(stream, request)
                     steps = (await _receive_line(BufferedByteReceiveStream(stream)))["steps"]
-                if steps:
-                    step = max(int(s) for s in steps)
-                    offers[peer] = (step, int(steps[str(step)]))
+            except _PEER_ERRORS as exc:
+                log.warning("node %d did not say which checkpoint steps it holds: %s", peer, exc)
+                return
+            if steps:
+                step = max(int(s) for s in steps)
+                offers[peer] = (step, int(steps[str(step)]))
 
         async with anyio.create_task_group() as tg:
             for peer in peers:
@@ -261,9 +269,18 @@ class Replicas:
         """The round's workers start: copy their steps to the peers from now on."""
         self._round = peer_round
 
-    async def _connect(self, store: Store, peer: int) -> anyio.abc.SocketStream:
-        raw = await store.get(f"{KEY}/{peer}", timeout=IO_TIMEOUT)
-        address = json.loads(raw)
+    async def _address(self, store: Store, peer: int) -> dict[str, Any]:
+        """What ``peer`` announced in the round's store (waits up to ``IO_TIMEOUT``)."""
+        address = json.loads(await store.get(f"{KEY}/{peer}", timeout=IO_TIMEOUT))
+        if not isinstance(address, dict):
+            raise ValueError(f"not an address: {address!r}")
+        return address
+
+    async def _connect(
+        self, store: Store, peer: int, address: dict[str, Any] | None = None
+    ) -> anyio.abc.SocketStream:
+        if address is None:
+            address = await self._address(store, peer)
         with anyio.fail_after(IO_TIMEOUT):
             return await anyio.connect_tcp(address["host"], int(address["port"]))
 

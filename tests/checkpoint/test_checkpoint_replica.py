@@ -11,7 +11,7 @@ import pytest
 
 from aelastic.checkpoint import _layout as L
 from aelastic.checkpoint._agent import Checkpoints
-from aelastic.checkpoint._replica import KEY, PeerRound, Replicas, open_replicas
+from aelastic.checkpoint._replica import CHUNK, KEY, PeerRound, Replicas, open_replicas
 from aelastic.store import LocalStore
 
 from .test_checkpoint_agent import commit
@@ -33,7 +33,7 @@ async def test_a_step_is_copied_to_the_next_node_and_a_replacement_fetches_it(
     a, b, c = (tmp_path / n for n in "abc")
     for d in (a, b, c):
         d.mkdir()
-    big = os.urandom(3 * (8 << 20) + 5)  # several chunks, the last one short
+    big = os.urandom(3 * CHUNK + 5)  # several chunks, the last one short
     for step in (2, 4, 6):
         commit(a, step, 0, 2, big if step == 6 else b"old")
     commit(b, 6, 1, 2)
@@ -99,7 +99,7 @@ async def test_a_dead_peer_costs_only_its_copy(tmp_path: Path) -> None:
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
     await listener.aclose()
-    await store.set(f"{KEY}/1", json.dumps({"host": "127.0.0.1", "port": port}))
+    await store.set(f"{KEY}/1", json.dumps({"host": "127.0.0.1", "port": port, "holds": True}))
     async with open_replicas(str(a), 1) as ra:
         pr = peer_round(store, 0, 2, (0,))
         with anyio.fail_after(10):
