@@ -11,6 +11,7 @@ loop never waits on a disk.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -159,11 +160,13 @@ class Checkpoints:
         Only call between rounds (no worker running). Cancellation: stops waiting.
         """
         self.local_ranks = tuple(ranks)
-        peer_round = None
-        if self.replicas is not None and group_world_size > 1 and address is not None:
+        peer_round, replicas = None, self.replicas
+        if replicas is not None and group_world_size > 1 and address is not None:
             peer_round = PeerRound(store, group_rank, group_world_size, self.local_ranks, *address)
-            try:
-                await self.replicas.join(peer_round)
+            try:  # ends early when the round does (a peer died before announcing itself)
+                await _unless_membership_changes(
+                    functools.partial(replicas.join, peer_round), membership_changed
+                )
             except StoreError as exc:
                 log.warning("cannot reach the other agents' checkpoint replicas: %s", exc)
         async with self._limiter:
@@ -183,8 +186,8 @@ class Checkpoints:
             async with self._limiter:
                 await anyio.to_thread.run_sync(self._drop_newer, step)
         self.resumed_step = step
-        if peer_round is not None and self.replicas is not None:
-            self.replicas.started(peer_round)
+        if peer_round is not None and replicas is not None:
+            replicas.started(peer_round)
         held = self.held_bytes()
         if step is not None or held:  # a job that never saves hears nothing of checkpoints
             self._emit(
@@ -213,28 +216,18 @@ class Checkpoints:
             return {}  # nothing in common whatever the others hold: no need to wait
         keys = [f"{_KEY}/{r}" for r in range(group_world_size)]
         common: dict[int, int] = {}
-        interrupted: list[str] = []
+
+        async def gather() -> None:
+            common.update(found)
+            for raw in await store.multi_get(keys):
+                theirs = {int(k): int(v) for k, v in json.loads(raw).items()}
+                for step in [s for s, w in common.items() if theirs.get(s) != w]:
+                    del common[step]
+
         # A peer that died before publishing must not hold the round up: the round
         # ends with the membership change, or the wait with the timeout.
         with anyio.move_on_after(_AGREE_TIMEOUT) as scope:
-            async with anyio.create_task_group() as tg:
-
-                async def gather() -> None:
-                    common.update(found)
-                    for raw in await store.multi_get(keys):
-                        theirs = {int(k): int(v) for k, v in json.loads(raw).items()}
-                        for step in [s for s, w in common.items() if theirs.get(s) != w]:
-                            del common[step]
-                    tg.cancel_scope.cancel()
-
-                async def watch() -> None:
-                    if membership_changed is not None:
-                        await membership_changed()
-                        interrupted.append("membership")
-                        tg.cancel_scope.cancel()
-
-                tg.start_soon(gather)
-                tg.start_soon(watch)
+            finished = await _unless_membership_changes(gather, membership_changed)
         if scope.cancelled_caught:
             log.warning(
                 "the other agents did not publish their checkpoint steps within %.0f s; "
@@ -242,7 +235,7 @@ class Checkpoints:
                 _AGREE_TIMEOUT,
             )
             return None
-        return None if interrupted else common
+        return common if finished else None
 
     # -- disk -----------------------------------------------------------------------------
 
@@ -285,6 +278,31 @@ class Checkpoints:
         while True:
             await anyio.sleep(interval)
             await self.persist()
+
+
+async def _unless_membership_changes(
+    work: Callable[[], Awaitable[object]],
+    membership_changed: Callable[[], Awaitable[None]] | None,
+) -> bool:
+    """Run ``work()``; True once it finished, False if ``membership_changed()`` returned
+    first (``work`` is then cancelled: the round is over anyway)."""
+    finished = False
+    async with anyio.create_task_group() as tg:
+
+        async def run() -> None:
+            nonlocal finished
+            await work()
+            finished = True
+            tg.cancel_scope.cancel()
+
+        async def watch() -> None:
+            if membership_changed is not None:
+                await membership_changed()
+                tg.cancel_scope.cancel()
+
+        tg.start_soon(run)
+        tg.start_soon(watch)
+    return finished
 
 
 def _safe(run_id: str) -> str:
