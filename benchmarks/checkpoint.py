@@ -32,6 +32,7 @@ Medians over ``--repeats``.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import os
@@ -204,8 +205,11 @@ async def peer_copy(mib: int, repeats: int) -> dict[str, float]:
             for _ in range(repeats):
                 await anyio.to_thread.run_sync(shutil.rmtree, c, True)
                 os.mkdir(c)
-                async with open_replicas(c, 1) as rc:
-                    fetch.append(await ticked(lambda rc=rc: rc.join(rounds[0])))
+                store = LocalStore()  # a new round: b announces what it holds now
+                again = [PeerRound(store, g, 2, (g,), "127.0.0.1", "127.0.0.1") for g in (0, 1)]
+                async with open_replicas(c, 1) as rc, anyio.create_task_group() as tg:
+                    tg.start_soon(rb.join, again[1])
+                    fetch.append(await ticked(functools.partial(rc.join, again[0])))
                 assert size_of(L.rank_file(c, 1, 0, 2)) == size
         for _ in range(repeats):
             raw.append(await ticked(lambda: raw_tcp(size)))

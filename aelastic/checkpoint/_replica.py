@@ -77,6 +77,13 @@ _PEER_ERRORS = (
 )
 
 
+def _why(exc: BaseException) -> str:
+    """``exc`` for a log line (a timeout or a closed stream has no message of its own)."""
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {IO_TIMEOUT:.0f} s"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 @dataclass(frozen=True)
 class PeerRound:
     """What the replicas need of a rendezvous round."""
@@ -242,7 +249,8 @@ class Replicas:
                     await _send_line(stream, request)
                     steps = (await _receive_line(BufferedByteReceiveStream(stream)))["steps"]
             except _PEER_ERRORS as exc:
-                log.warning("node %d did not say which checkpoint steps it holds: %s", peer, exc)
+                why = _why(exc)
+                log.warning("node %d did not say which checkpoint steps it holds: %s", peer, why)
                 return
             if steps:
                 step = max(int(s) for s in steps)
@@ -255,7 +263,9 @@ class Replicas:
             try:
                 size = await self._fetch(pr, peer, step, world)
             except _PEER_ERRORS as exc:
-                log.warning("cannot fetch checkpoint step %d from node %d: %s", step, peer, exc)
+                log.warning(
+                    "cannot fetch checkpoint step %d from node %d: %s", step, peer, _why(exc)
+                )
                 continue
             log.info(
                 "checkpoint step %d of ranks %s fetched from node %d (%d bytes)",
@@ -347,7 +357,7 @@ class Replicas:
                     raise ValueError("the peer did not confirm the copy")
             log.debug("checkpoint step %d copied to node %d", step, target)
         except _PEER_ERRORS as exc:
-            log.warning("cannot copy checkpoint step %d to node %d: %s", step, target, exc)
+            log.warning("cannot copy checkpoint step %d to node %d: %s", step, target, _why(exc))
 
     # -- serving the peers ----------------------------------------------------------------
 
@@ -385,7 +395,7 @@ class Replicas:
                 elif op == "fetch":
                     await self._send_step(stream, int(request["step"]), request["ranks"])
             except _PEER_ERRORS as exc:
-                log.warning("a checkpoint exchange with a peer failed: %s", exc)
+                log.warning("a checkpoint exchange with a peer failed: %s", _why(exc))
 
     async def _send_step(self, stream: anyio.abc.ByteStream, step: int, ranks: list[int]) -> None:
         held = await anyio.to_thread.run_sync(_newest, self.memory_dir, ranks, step - 1)
