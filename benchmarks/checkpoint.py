@@ -192,7 +192,8 @@ async def peer_copy(mib: int, repeats: int) -> dict[str, float]:
     rounds = [PeerRound(store, g, 2, (g,), "127.0.0.1", "127.0.0.1") for g in (0, 1)]
     push, fetch, raw = [], [], []
     try:
-        async with open_replicas(a, 1) as ra, open_replicas(b, 1) as rb:
+        # no background copies: only the ones timed here
+        async with open_replicas(a, 1, 3600) as ra, open_replicas(b, 1, 3600) as rb:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(ra.join, rounds[0])
                 tg.start_soon(rb.join, rounds[1])
@@ -207,7 +208,7 @@ async def peer_copy(mib: int, repeats: int) -> dict[str, float]:
                 os.mkdir(c)
                 store = LocalStore()  # a new round: b announces what it holds now
                 again = [PeerRound(store, g, 2, (g,), "127.0.0.1", "127.0.0.1") for g in (0, 1)]
-                async with open_replicas(c, 1) as rc, anyio.create_task_group() as tg:
+                async with open_replicas(c, 1, 3600) as rc, anyio.create_task_group() as tg:
                     tg.start_soon(rb.join, again[1])
                     fetch.append(await ticked(functools.partial(rc.join, again[0])))
                 assert size_of(L.rank_file(c, 1, 0, 2)) == size

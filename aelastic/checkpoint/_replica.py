@@ -411,8 +411,11 @@ class Replicas:
 
 
 @contextlib.asynccontextmanager
-async def open_replicas(memory_dir: str, copies: int) -> AsyncIterator[Replicas]:
-    """Peer copies of the checkpoints in ``memory_dir`` to ``copies`` other nodes.
+async def open_replicas(
+    memory_dir: str, copies: int, push_interval: float = PUSH_INTERVAL
+) -> AsyncIterator[Replicas]:
+    """Peer copies of the checkpoints in ``memory_dir`` to ``copies`` other nodes, looked
+    for every ``push_interval`` seconds.
 
     The listener starts with the first round of several nodes (:meth:`Replicas.join`);
     copies run in the background until the block is left, which cancels them (a copy
@@ -420,5 +423,5 @@ async def open_replicas(memory_dir: str, copies: int) -> AsyncIterator[Replicas]
     """
     async with background_tasks() as tg:
         replicas = Replicas(memory_dir, copies, tg)
-        tg.start_soon(replicas.push_every)
+        tg.start_soon(replicas.push_every, push_interval)
         yield replicas

@@ -17,6 +17,10 @@ from aelastic.store import LocalStore
 from .test_checkpoint_agent import commit
 
 
+#: No background copies: the tests call ``push()`` themselves.
+MANUAL = 3600.0
+
+
 def held(root: Path, step: int, rank: int) -> bytes | None:
     """The bytes of ``rank``'s file of ``step`` (world 2) in ``root``, None if absent."""
     path = Path(L.rank_file(str(root), step, rank, 2))
@@ -38,7 +42,7 @@ async def test_a_step_is_copied_to_the_next_node_and_a_replacement_fetches_it(
         commit(a, step, 0, 2, big if step == 6 else b"old")
     commit(b, 6, 1, 2)
     store = LocalStore()
-    async with open_replicas(str(a), 1) as ra, open_replicas(str(b), 1) as rb:
+    async with open_replicas(str(a), 1, MANUAL) as ra, open_replicas(str(b), 1, MANUAL) as rb:
         rounds = [peer_round(store, 0, 2, (0,)), peer_round(store, 1, 2, (1,))]
         async with anyio.create_task_group() as tg:  # each offers nothing newer to the other
             tg.start_soon(ra.join, rounds[0])
@@ -53,7 +57,7 @@ async def test_a_step_is_copied_to_the_next_node_and_a_replacement_fetches_it(
 
     # Node a is lost; c takes its place (rank 0) and finds nothing in its own memory.
     store = LocalStore()
-    async with open_replicas(str(b), 1) as rb, open_replicas(str(c), 1) as rc:
+    async with open_replicas(str(b), 1, MANUAL) as rb, open_replicas(str(c), 1, MANUAL) as rc:
         got: dict[str, int | None] = {}
 
         async def join(name: str, r: Replicas, pr: PeerRound) -> None:
@@ -73,7 +77,7 @@ async def test_the_agreement_counts_a_fetched_replica(tmp_path: Path) -> None:
     c.mkdir()
     store = LocalStore()
     envs: dict[str, dict[str, str]] = {}
-    async with open_replicas(str(b), 1) as rb, open_replicas(str(c), 1) as rc:
+    async with open_replicas(str(b), 1, MANUAL) as rb, open_replicas(str(c), 1, MANUAL) as rc:
         nodes = {
             "b": (Checkpoints(str(b), None, lambda *_: None, rb), 1, [1]),
             "c": (Checkpoints(str(c), None, lambda *_: None, rc), 0, [0]),
@@ -100,7 +104,7 @@ async def test_a_dead_peer_costs_only_its_copy(tmp_path: Path) -> None:
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
     await listener.aclose()
     await store.set(f"{KEY}/1", json.dumps({"host": "127.0.0.1", "port": port, "holds": True}))
-    async with open_replicas(str(a), 1) as ra:
+    async with open_replicas(str(a), 1, MANUAL) as ra:
         pr = peer_round(store, 0, 2, (0,))
         with anyio.fail_after(10):
             assert await ra.join(pr) is None
@@ -115,7 +119,7 @@ async def test_a_peer_sending_garbage_is_refused(tmp_path: Path, bad: bytes) -> 
     a = tmp_path / "a"
     a.mkdir()
     store = LocalStore()
-    async with open_replicas(str(a), 1) as ra:
+    async with open_replicas(str(a), 1, MANUAL) as ra:
         await ra.join(peer_round(store, 0, 1, (0,)))
         address = json.loads(await store.get(f"{KEY}/0"))
         async with await anyio.connect_tcp("127.0.0.1", address["port"]) as stream:
