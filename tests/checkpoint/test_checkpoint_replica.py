@@ -16,7 +16,6 @@ from aelastic.store import LocalStore
 
 from .test_checkpoint_agent import commit
 
-
 #: No background copies: the tests call ``push()`` themselves.
 MANUAL = 3600.0
 
