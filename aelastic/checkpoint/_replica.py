@@ -217,9 +217,9 @@ class Replicas:
 
     async def join(self, peer_round: PeerRound) -> int | None:
         """Announce this node's listener in the round's store and download, from the peer
-        offering the newest, a step of this node's ranks newer than any held here.
+        offering the newest, the steps of this node's ranks newer than any held here.
 
-        Returns the step downloaded (None: none). Copies to peers pause until
+        Returns the newest step downloaded (None: none). Copies to peers pause until
         :meth:`started`. Raises only :class:`~aelastic.store.StoreError` (the round's
         store is gone); a peer that does not answer is skipped. Cancellation: stops (a
         file being received is removed).
@@ -237,7 +237,7 @@ class Replicas:
         announced = {"host": pr.advertised, "port": self._port, "holds": holds}
         await pr.store.set(f"{KEY}/{pr.group_rank}", json.dumps(announced))
         peers = [g for g in range(pr.group_world_size) if g != pr.group_rank]
-        offers: dict[int, tuple[int, int]] = {}  # {group rank: (step, world)}
+        offers: dict[int, dict[int, int]] = {}  # {group rank: {step: world}}
 
         async def ask(peer: int) -> None:
             try:
@@ -253,26 +253,30 @@ class Replicas:
                 log.warning("node %d did not say which checkpoint steps it holds: %s", peer, why)
                 return
             if steps:
-                step = max(int(s) for s in steps)
-                offers[peer] = (step, int(steps[str(step)]))
+                offers[peer] = {int(s): int(w) for s, w in steps.items()}
 
         async with anyio.create_task_group() as tg:
             for peer in peers:
                 tg.start_soon(ask, peer)
-        for peer, (step, world) in sorted(offers.items(), key=lambda o: -o[1][0]):
-            try:
-                size = await self._fetch(pr, peer, step, world)
-            except _PEER_ERRORS as exc:
-                log.warning(
-                    "cannot fetch checkpoint step %d from node %d: %s", step, peer, _why(exc)
-                )
-                continue
-            log.info(
-                "checkpoint step %d of ranks %s fetched from node %d (%d bytes)",
-                step, list(pr.ranks), peer, size,
-            )  # fmt: skip
-            self.fetched_step = step
-            return step
+        # From the peer offering the newest step, every step it offers (it keeps two): the
+        # agreement may settle on the older one if another node lacks the newer.
+        for peer, steps in sorted(offers.items(), key=lambda o: -max(o[1])):
+            fetched = []
+            for step, world in sorted(steps.items(), reverse=True):
+                try:
+                    size = await self._fetch(pr, peer, step, world)
+                except _PEER_ERRORS as exc:
+                    why = _why(exc)
+                    log.warning("cannot fetch checkpoint step %d from node %d: %s", step, peer, why)
+                    continue
+                log.info(
+                    "checkpoint step %d of ranks %s fetched from node %d (%d bytes)",
+                    step, list(pr.ranks), peer, size,
+                )  # fmt: skip
+                fetched.append(step)
+            if fetched:
+                self.fetched_step = max(fetched)
+                return self.fetched_step
         return None
 
     def started(self, peer_round: PeerRound) -> None:

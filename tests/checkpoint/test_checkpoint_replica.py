@@ -71,8 +71,9 @@ async def test_a_step_is_copied_to_the_next_node_and_a_replacement_fetches_it(
 
 async def test_the_agreement_counts_a_fetched_replica(tmp_path: Path) -> None:
     b, c = tmp_path / "b", tmp_path / "c"
-    commit(b, 8, 1, 2)
-    commit(b, 8, 0, 2)  # the replica of the lost node's rank 0
+    for step in (6, 8):
+        commit(b, step, 1, 2)
+        commit(b, step, 0, 2, b"copy %d" % step)  # the copies of the lost node's rank 0
     c.mkdir()
     store = LocalStore()
     envs: dict[str, dict[str, str]] = {}
@@ -92,6 +93,8 @@ async def test_the_agreement_counts_a_fetched_replica(tmp_path: Path) -> None:
             for name in nodes:
                 tg.start_soon(resume, name)
     assert envs["b"][L.STEP_ENV] == envs["c"][L.STEP_ENV] == "8"
+    # both steps the peer kept came over: the agreement could have settled on the older one
+    assert (held(c, 6, 0), held(c, 8, 0)) == (b"copy 6", b"copy 8")
 
 
 async def test_a_dead_peer_costs_only_its_copy(tmp_path: Path) -> None:
