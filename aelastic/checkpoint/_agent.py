@@ -30,7 +30,7 @@ from . import _layout as L
 from ._disk import write_step
 from ._exceptions import CheckpointError
 from ._owner import claim, sweep_abandoned
-from ._replica import PeerRound, Replicas, open_replicas
+from ._replica import PeerRound, Replicas, announce_no_replicas, open_replicas
 
 __all__ = ("Checkpoints", "open_checkpoints")
 
@@ -169,6 +169,9 @@ class Checkpoints:
                 )
             except StoreError as exc:
                 log.warning("cannot reach the other agents' checkpoint replicas: %s", exc)
+        elif group_world_size > 1:
+            with contextlib.suppress(StoreError):  # the agreement below reports it
+                await announce_no_replicas(store, group_rank)
         async with self._limiter:
             found = await anyio.to_thread.run_sync(self._candidates, list(ranks))
         agreed: dict[int, int] | None = found

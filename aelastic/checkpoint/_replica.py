@@ -44,7 +44,7 @@ from .._tasks import background_tasks
 from ..store import Store, StoreError
 from . import _layout as L
 
-__all__ = ("PeerRound", "Replicas", "open_replicas")
+__all__ = ("PeerRound", "Replicas", "announce_no_replicas", "open_replicas")
 
 log = logging.getLogger("aelastic.checkpoint")
 
@@ -82,6 +82,12 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return f"no answer within {IO_TIMEOUT:.0f} s"
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+async def announce_no_replicas(store: Store, group_rank: int) -> None:
+    """What an agent without peer copies (``--checkpoint-replicas 0``) announces: no
+    listener, nothing held, so the others neither wait for it nor connect to it."""
+    await store.set(f"{KEY}/{group_rank}", json.dumps({"port": None, "holds": False}))
 
 
 @dataclass(frozen=True)
@@ -348,7 +354,11 @@ class Replicas:
         self, pr: PeerRound, target: int, step: int, world: int, fds: Sequence[int]
     ) -> None:
         try:
-            async with await self._connect(pr.store, target) as stream:
+            address = await self._address(pr.store, target)
+            if address.get("port") is None:
+                log.debug("node %d keeps no copies (--checkpoint-replicas 0)", target)
+                return
+            async with await self._connect(pr.store, target, address) as stream:
                 header = {
                     "op": "push",
                     "step": step,

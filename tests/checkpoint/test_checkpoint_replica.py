@@ -135,3 +135,32 @@ async def test_a_peer_sending_garbage_is_refused(tmp_path: Path, bad: bytes) -> 
             with anyio.fail_after(10):
                 assert json.loads(await stream.receive()) == {"steps": {}}
     assert os.listdir(a) == []
+
+
+async def test_a_node_without_copies_holds_no_one_up(tmp_path: Path) -> None:
+    """One node runs with ``--checkpoint-replicas 0``: it announces that, and the other
+    neither waits for its listener (10 s) nor tries to copy to it."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    commit(a, 2, 0, 2)
+    commit(b, 2, 1, 2)
+    store = LocalStore()
+    async with open_replicas(str(a), 1, MANUAL) as ra:
+        nodes = [
+            (Checkpoints(str(a), None, lambda *_: None, ra), 0),
+            (Checkpoints(str(b), None, lambda *_: None), 1),  # no copies
+        ]
+        envs: list[dict[str, str]] = [{}, {}]
+
+        async def resume(i: int) -> None:
+            node, group_rank = nodes[i]
+            envs[i] = await node.resume_env(
+                [group_rank], store, group_rank, 2, address=("127.0.0.1", "127.0.0.1")
+            )
+
+        with anyio.fail_after(5):  # well below the 10 s wait for a missing announcement
+            async with anyio.create_task_group() as tg:
+                for i in range(2):
+                    tg.start_soon(resume, i)
+            await ra.push()
+    assert [e[L.STEP_ENV] for e in envs] == ["2", "2"]
+    assert ra.pushed_step == 2 and held(b, 2, 0) is None  # nothing sent to b
