@@ -30,7 +30,6 @@ import contextlib
 import json
 import logging
 import os
-import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -162,7 +161,7 @@ async def _receive_files(
     for rank, size in files:
         rank, size = int(rank), int(size)
         final = L.rank_file(memory_dir, step, rank, world)
-        tmp = os.path.join(memory_dir, f".replica_{rank}_{uuid.uuid4().hex}.tmp")
+        tmp = os.path.join(memory_dir, f".replica_{rank}_{os.urandom(8).hex()}.tmp")
         fd = await anyio.to_thread.run_sync(os.open, tmp, _CREATE, 0o600)
         try:
             left = size
