@@ -1,6 +1,6 @@
 """Checkpoint save/load: aelastic.checkpoint vs torch.save / torch.load vs DCP async_save.
 
-    python benchmarks/checkpoint.py [--sizes-mib 128,1024] [--repeats 3]
+    python benchmarks/checkpoint.py [--sizes-mib 128,1024] [--repeats 3] [--mode all|peer]
 
 One process plays one rank (RANK=0, WORLD_SIZE=1) of a state of N MiB (8 float32
 tensors, a model-like state_dict) and measures, side by side in one run:
@@ -18,6 +18,13 @@ tensors, a model-like state_dict) and measures, side by side in one run:
 * **persist**: the agent's background copy of the newest step to a disk directory
   (``Checkpoints.persist``: one thread, sendfile, fsync) vs the largest event-loop
   stall a 1 ms ticker sees meanwhile.
+* **peer copy** (``--mode peer`` runs only this): the agent's copy of a rank's newest
+  step to the next node's agent (``--checkpoint-replicas``; ``_replica``: file reads
+  and writes in threads, 1 MiB chunks over an anyio TCP stream on loopback, file to
+  file in ``/dev/shm``), and a replacement node's fetch of it, vs raw loopback TCP
+  (the same bytes from memory to a receiver that drops them, anyio streams, same
+  chunks): the ceiling. Both ends run in this process's event loop in every case,
+  with the largest stall a 1 ms ticker sees meanwhile.
 
 Medians over ``--repeats``.
 """
@@ -25,6 +32,7 @@ Medians over ``--repeats``.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import os
@@ -35,13 +43,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 
 import anyio
+import anyio.abc
 import torch
+from anyio.abc import SocketAttribute
 
 from aelastic import checkpoint
 from aelastic.checkpoint import _layout as L
 from aelastic.checkpoint._agent import Checkpoints
+from aelastic.checkpoint._replica import CHUNK, PeerRound, open_replicas
+from aelastic.store import LocalStore
 
 LOAD = """\
 import os, sys, time, torch
@@ -131,6 +144,13 @@ async def persist_stall(memory: str, disk: str) -> tuple[float, float]:
     """(largest 1 ms-ticker lateness, seconds) while the agent copies the newest step."""
     cp = Checkpoints(memory, disk, lambda name, md: None)
     cp.local_ranks = (0,)
+    stall = await ticked(cp.persist)
+    assert cp.persisted_step is not None
+    return stall
+
+
+async def ticked(fn: Callable[[], Awaitable[object]]) -> tuple[float, float]:
+    """(largest 1 ms-ticker lateness, seconds) while ``fn()`` runs."""
     worst = 0.0
     done = anyio.Event()
 
@@ -144,11 +164,89 @@ async def persist_stall(memory: str, disk: str) -> tuple[float, float]:
     async with anyio.create_task_group() as tg:
         tg.start_soon(tick)
         start = time.perf_counter()
-        await cp.persist()
+        await fn()
         took = time.perf_counter() - start
         done.set()
-    assert cp.persisted_step is not None
     return worst, took
+
+
+def size_of(path: str) -> int:
+    return os.path.getsize(path)
+
+
+def fill(path: str, size: int) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    block = os.urandom(1 << 20)
+    with open(path, "wb") as f:
+        for _ in range(size >> 20):
+            f.write(block)
+
+
+async def peer_copy(mib: int, repeats: int) -> dict[str, float]:
+    """Seconds and loop stalls of a push, a fetch and raw loopback TCP of ``mib`` MiB."""
+    size = mib << 20
+    dirs = [tempfile.mkdtemp(prefix="ckpt_peer_", dir="/dev/shm") for _ in range(3)]
+    a, b, c = dirs
+    fill(L.rank_file(a, 1, 0, 2), size)
+    store = LocalStore()
+    rounds = [PeerRound(store, g, 2, (g,), "127.0.0.1", "127.0.0.1") for g in (0, 1)]
+    push, fetch, raw = [], [], []
+    try:
+        # no background copies: only the ones timed here
+        async with open_replicas(a, 1, 3600) as ra, open_replicas(b, 1, 3600) as rb:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ra.join, rounds[0])
+                tg.start_soon(rb.join, rounds[1])
+            ra.started(rounds[0])
+            for _ in range(repeats):
+                ra._pushed = None  # the same step again
+                push.append(await ticked(ra.push))
+                assert size_of(L.rank_file(b, 1, 0, 2)) == size
+            await anyio.to_thread.run_sync(shutil.rmtree, a)  # node a is lost
+            for _ in range(repeats):
+                await anyio.to_thread.run_sync(shutil.rmtree, c, True)
+                os.mkdir(c)
+                store = LocalStore()  # a new round: b announces what it holds now
+                again = [PeerRound(store, g, 2, (g,), "127.0.0.1", "127.0.0.1") for g in (0, 1)]
+                async with open_replicas(c, 1, 3600) as rc, anyio.create_task_group() as tg:
+                    tg.start_soon(rb.join, again[1])
+                    fetch.append(await ticked(functools.partial(rc.join, again[0])))
+                assert size_of(L.rank_file(c, 1, 0, 2)) == size
+        for _ in range(repeats):
+            raw.append(await ticked(lambda: raw_tcp(size)))
+    finally:
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+    return {
+        "push": statistics.median(t for _, t in push),
+        "push_stall": max(w for w, _ in push),
+        "fetch": statistics.median(t for _, t in fetch),
+        "fetch_stall": max(w for w, _ in fetch),
+        "raw_tcp": statistics.median(t for _, t in raw),
+        "raw_tcp_stall": max(w for w, _ in raw),
+    }
+
+
+async def raw_tcp(size: int) -> None:
+    """``size`` bytes from memory over loopback to a receiver that drops them."""
+    chunk = b"\x01" * CHUNK
+    got = 0
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(SocketAttribute.local_port)
+
+    async def receive(stream: anyio.abc.SocketStream) -> None:
+        nonlocal got
+        async with stream:
+            async for data in stream:
+                got += len(data)
+        tg.cancel_scope.cancel()
+
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, receive)
+        async with await anyio.connect_tcp("127.0.0.1", port) as client:
+            for offset in range(0, size, CHUNK):
+                await client.send(chunk[: min(CHUNK, size - offset)])
+    assert got == size, (got, size)
 
 
 def main() -> None:
@@ -156,11 +254,30 @@ def main() -> None:
     parser.add_argument("--sizes-mib", default="128,1024")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scratch", default=None, help="local directory for torch.save/DCP")
+    parser.add_argument("--mode", choices=("all", "peer"), default="all")
     opts = parser.parse_args()
-    dcp_group()
     print(f"load average {os.getloadavg()[0]:.2f}; torch {torch.__version__}", flush=True)
-    results = {}
-    for mib in (int(x) for x in opts.sizes_mib.split(",")):
+    results: dict[str, dict[int, dict[str, float]]] = {"save_load": {}, "peer": {}}
+    sizes = [int(x) for x in opts.sizes_mib.split(",")]
+    for mib in sizes:
+        p = anyio.run(peer_copy, mib, opts.repeats)
+        results["peer"][mib] = p
+        rate = {k: f"{mib / p[k]:.0f} MiB/s" for k in ("push", "fetch", "raw_tcp")}
+        print(f"\n{mib} MiB, peer copy on loopback (median of {opts.repeats})")
+        print(
+            f"  push to the next node {p['push'] * 1e3:.0f} ms ({rate['push']}),"
+            f" fetch by a replacement {p['fetch'] * 1e3:.0f} ms ({rate['fetch']})"
+            f" | raw loopback TCP {p['raw_tcp'] * 1e3:.0f} ms ({rate['raw_tcp']})"
+            f" -> push {p['raw_tcp'] / p['push']:.2f}x, fetch {p['raw_tcp'] / p['fetch']:.2f}x"
+            f" raw TCP's throughput; largest loop stall: push {p['push_stall'] * 1e3:.1f} ms,"
+            f" fetch {p['fetch_stall'] * 1e3:.1f} ms, raw {p['raw_tcp_stall'] * 1e3:.1f} ms"
+        )
+    if opts.mode == "peer":
+        print(f"\nload average {os.getloadavg()[0]:.2f}")
+        print(json.dumps(results))
+        return
+    dcp_group()
+    for mib in sizes:
         scratch = tempfile.mkdtemp(prefix="ckpt_bench_", dir=opts.scratch or "/var/tmp")
         memory = tempfile.mkdtemp(prefix="ckpt_bench_", dir="/dev/shm")
         try:
@@ -168,7 +285,7 @@ def main() -> None:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
             shutil.rmtree(memory, ignore_errors=True)
-        results[mib] = r
+        results["save_load"][mib] = r
         ms = {k: f"{v * 1e3:.0f} ms" for k, v in r.items()}
         print(f"\n{mib} MiB per rank (median of {opts.repeats})")
         print(

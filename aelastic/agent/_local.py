@@ -92,6 +92,9 @@ class LocalElasticAgent(SimpleElasticAgent):
     step they resume from (complete on every node), and frees it when ``run()`` ends.
     With ``checkpoint_dir`` it also writes the newest complete step there every
     ``checkpoint_persist_interval`` seconds and before ``run()`` returns or raises.
+    With several nodes it copies its ranks' newest step to the next
+    ``checkpoint_replicas`` nodes' agents (0: none), and a node that replaces a lost one
+    fetches its ranks' step from them before its workers start.
     """
 
     def __init__(
@@ -108,6 +111,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         warm_workers: bool = True,
         checkpoint_dir: str | None = None,
         checkpoint_persist_interval: float = 300.0,
+        checkpoint_replicas: int = 1,
     ) -> None:
         super().__init__(
             spec, exit_barrier_timeout, shutdown_timeout, uninterruptible_state_timeout
@@ -138,6 +142,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._log_destinations: LogDestinations | None = None
         self._checkpoint_dir = checkpoint_dir
         self._checkpoint_persist_interval = checkpoint_persist_interval
+        self._checkpoint_replicas = checkpoint_replicas
         self._checkpoints: Checkpoints | None = None
 
     @property
@@ -162,20 +167,23 @@ class LocalElasticAgent(SimpleElasticAgent):
         spec = self._worker_group.spec
         if spec.master_port is not None:
             return await super()._worker_store_endpoint()
-        wg = self._worker_group
         stack = self._round_stack
         assert stack is not None
-        advertised = spec.master_addr or spec.local_addr
-        if advertised is not None:
-            bind = advertised
-        elif wg.group_world_size == 1 or self._rendezvous_is_local():
-            bind = advertised = _LOOPBACK
-        else:
-            bind, advertised = "", _hostname()
+        bind, advertised = self._node_address(spec.master_addr or spec.local_addr)
         server = StoreServer(bind, 0, allow_non_loopback=not is_loopback(bind))
         await stack.enter_async_context(server)
         log.debug("hosting the workers' store on %s (advertised %s)", server.address, advertised)
         return advertised, server.port, True
+
+    def _node_address(self, advertised: str | None) -> tuple[str, str]:
+        """(address to bind, address to announce) of a server this node offers the others:
+        ``advertised`` if set; loopback for one node or a rendezvous on loopback; else
+        every interface, announced by host name."""
+        if advertised is not None:
+            return advertised, advertised
+        if self._worker_group.group_world_size == 1 or self._rendezvous_is_local():
+            return _LOOPBACK, _LOOPBACK
+        return "", _hostname()
 
     def _rendezvous_is_local(self) -> bool:
         rdzv = self._rdzv_info
@@ -276,6 +284,7 @@ class LocalElasticAgent(SimpleElasticAgent):
             worker_group.group_rank,
             worker_group.group_world_size,
             worker_group.spec.rdzv_handler.wait_for_membership_change,
+            self._node_address(worker_group.spec.local_addr),
         )
         return {**checkpoints.env(), **resume}
 
@@ -284,7 +293,11 @@ class LocalElasticAgent(SimpleElasticAgent):
         """This run's checkpoint memory (aelastic.checkpoint): copied to disk, freed on exit."""
         run_id = self._worker_group.spec.rdzv_handler.get_run_id()
         async with open_checkpoints(
-            run_id, self._checkpoint_dir, self._checkpoint_persist_interval, self._emit
+            run_id,
+            self._checkpoint_dir,
+            self._checkpoint_persist_interval,
+            self._emit,
+            self._checkpoint_replicas,
         ) as checkpoints:
             self._checkpoints = checkpoints
             try:

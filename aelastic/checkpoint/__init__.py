@@ -19,7 +19,9 @@ In a worker (``python -m aelastic run ...``)::
 ``save`` blocks for about one memory copy (``torch.save`` into ``/dev/shm``);
 ``load`` returns the newest step that every rank completed. With ``--checkpoint-dir``
 the agent also writes the newest step to disk (every ``--checkpoint-persist-interval``
-seconds and before it exits) and a fresh launch resumes from there.
+seconds and before it exits) and a fresh launch resumes from there. With several nodes,
+each agent copies its ranks' newest step to the next ``--checkpoint-replicas`` nodes
+(default 1), and a node that replaces a lost one resumes its ranks from such a copy.
 
 Importing this package imports neither torch nor anyio (the agent's side, ``Checkpoints``
 and ``open_checkpoints``, loads on first use); :func:`save` and :func:`load` import torch

@@ -11,6 +11,7 @@ loop never waits on a disk.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ from . import _layout as L
 from ._disk import write_step
 from ._exceptions import CheckpointError
 from ._owner import claim, sweep_abandoned
+from ._replica import PeerRound, Replicas, announce_no_replicas, open_replicas
 
 __all__ = ("Checkpoints", "open_checkpoints")
 
@@ -41,8 +43,18 @@ _KEY = "aelastic/checkpoint"
 Emit = Callable[[str, Mapping[str, Any]], None]
 
 
+#: Where the agent creates its memory directory (default ``/dev/shm``): one root per
+#: agent makes several agents on one machine behave like separate machines.
+MEMORY_ROOT_ENV = "AELASTIC_CHECKPOINT_MEMORY_ROOT"
+
+
 def memory_root() -> str:
-    """``/dev/shm`` when usable (memory), else the temp directory."""
+    """``$AELASTIC_CHECKPOINT_MEMORY_ROOT``, else ``/dev/shm`` when usable (memory), else
+    the temp directory."""
+    chosen = os.environ.get(MEMORY_ROOT_ENV)
+    if chosen:
+        os.makedirs(chosen, exist_ok=True)
+        return chosen
     shm = "/dev/shm"
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
 
@@ -50,8 +62,16 @@ def memory_root() -> str:
 class Checkpoints:
     """One node's checkpoints for one run: see :func:`open_checkpoints`."""
 
-    def __init__(self, memory_dir: str, persist_dir: str | None, emit: Emit) -> None:
+    def __init__(
+        self,
+        memory_dir: str,
+        persist_dir: str | None,
+        emit: Emit,
+        replicas: Replicas | None = None,
+    ) -> None:
         self.memory_dir = memory_dir
+        #: the peer copies (``--checkpoint-replicas``; None: off)
+        self.replicas = replicas
         self.persist_dir = persist_dir
         self._emit = emit
         #: the global ranks of the current round's workers on this node
@@ -86,6 +106,7 @@ class Checkpoints:
             "resumed_step": self.resumed_step,
             "persist_dir": self.persist_dir,
             "persisted_step": self.persisted_step,
+            "replicas": None if self.replicas is None else self.replicas.status(),
         }
 
     # -- the step to resume from ----------------------------------------------------------
@@ -121,6 +142,7 @@ class Checkpoints:
         group_rank: int,
         group_world_size: int,
         membership_changed: Callable[[], Awaitable[None]] | None = None,
+        address: tuple[str, str] | None = None,
     ) -> dict[str, str]:
         """Decide the step this round's workers resume from; their environment for it.
 
@@ -129,10 +151,27 @@ class Checkpoints:
         the round's ``store`` (one ``set`` and one ``multi_get`` per agent; an agent
         with nothing to offer does not wait). Waiting for the peers ends early when
         ``membership_changed()`` returns (no step then, and nothing is dropped: the
-        round is over anyway, the next one decides). Only
-        call between rounds (no worker running). Cancellation: stops waiting.
+        round is over anyway, the next one decides).
+
+        With peer copies and several nodes, ``address`` is ``(bind, advertised)`` of
+        this node's replica listener: first a step of ``ranks`` newer than any held
+        here is fetched from a peer (see ``_replica``), then the agreement counts it.
+
+        Only call between rounds (no worker running). Cancellation: stops waiting.
         """
         self.local_ranks = tuple(ranks)
+        peer_round, replicas = None, self.replicas
+        if replicas is not None and group_world_size > 1 and address is not None:
+            peer_round = PeerRound(store, group_rank, group_world_size, self.local_ranks, *address)
+            try:  # ends early when the round does (a peer died before announcing itself)
+                await _unless_membership_changes(
+                    functools.partial(replicas.join, peer_round), membership_changed
+                )
+            except StoreError as exc:
+                log.warning("cannot reach the other agents' checkpoint replicas: %s", exc)
+        elif group_world_size > 1:
+            with contextlib.suppress(StoreError):  # the agreement below reports it
+                await announce_no_replicas(store, group_rank)
         async with self._limiter:
             found = await anyio.to_thread.run_sync(self._candidates, list(ranks))
         agreed: dict[int, int] | None = found
@@ -150,6 +189,8 @@ class Checkpoints:
             async with self._limiter:
                 await anyio.to_thread.run_sync(self._drop_newer, step)
         self.resumed_step = step
+        if peer_round is not None and replicas is not None:
+            replicas.started(peer_round)
         held = self.held_bytes()
         if step is not None or held:  # a job that never saves hears nothing of checkpoints
             self._emit(
@@ -178,28 +219,18 @@ class Checkpoints:
             return {}  # nothing in common whatever the others hold: no need to wait
         keys = [f"{_KEY}/{r}" for r in range(group_world_size)]
         common: dict[int, int] = {}
-        interrupted: list[str] = []
+
+        async def gather() -> None:
+            common.update(found)
+            for raw in await store.multi_get(keys):
+                theirs = {int(k): int(v) for k, v in json.loads(raw).items()}
+                for step in [s for s, w in common.items() if theirs.get(s) != w]:
+                    del common[step]
+
         # A peer that died before publishing must not hold the round up: the round
         # ends with the membership change, or the wait with the timeout.
         with anyio.move_on_after(_AGREE_TIMEOUT) as scope:
-            async with anyio.create_task_group() as tg:
-
-                async def gather() -> None:
-                    common.update(found)
-                    for raw in await store.multi_get(keys):
-                        theirs = {int(k): int(v) for k, v in json.loads(raw).items()}
-                        for step in [s for s, w in common.items() if theirs.get(s) != w]:
-                            del common[step]
-                    tg.cancel_scope.cancel()
-
-                async def watch() -> None:
-                    if membership_changed is not None:
-                        await membership_changed()
-                        interrupted.append("membership")
-                        tg.cancel_scope.cancel()
-
-                tg.start_soon(gather)
-                tg.start_soon(watch)
+            finished = await _unless_membership_changes(gather, membership_changed)
         if scope.cancelled_caught:
             log.warning(
                 "the other agents did not publish their checkpoint steps within %.0f s; "
@@ -207,7 +238,7 @@ class Checkpoints:
                 _AGREE_TIMEOUT,
             )
             return None
-        return None if interrupted else common
+        return common if finished else None
 
     # -- disk -----------------------------------------------------------------------------
 
@@ -252,17 +283,48 @@ class Checkpoints:
             await self.persist()
 
 
+async def _unless_membership_changes(
+    work: Callable[[], Awaitable[object]],
+    membership_changed: Callable[[], Awaitable[None]] | None,
+) -> bool:
+    """Run ``work()``; True once it finished, False if ``membership_changed()`` returned
+    first (``work`` is then cancelled: the round is over anyway)."""
+    finished = False
+    async with anyio.create_task_group() as tg:
+
+        async def run() -> None:
+            nonlocal finished
+            await work()
+            finished = True
+            tg.cancel_scope.cancel()
+
+        async def watch() -> None:
+            if membership_changed is not None:
+                await membership_changed()
+                tg.cancel_scope.cancel()
+
+        tg.start_soon(run)
+        tg.start_soon(watch)
+    return finished
+
+
 def _safe(run_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:64]
 
 
 @contextlib.asynccontextmanager
 async def open_checkpoints(
-    run_id: str, persist_dir: str | None, persist_interval: float, emit: Emit
+    run_id: str,
+    persist_dir: str | None,
+    persist_interval: float,
+    emit: Emit,
+    replicas: int = 0,
 ) -> AsyncIterator[Checkpoints]:
     """This run's checkpoint memory on this node; freed (after a last disk copy) on exit.
 
     First frees what agents killed earlier left in ``/dev/shm`` (see ``_owner``).
+    ``replicas`` > 0: the newest step of this node's ranks is copied to that many other
+    nodes in the background (see ``_replica``), until the block is left.
 
     Cleanup survives cancellation (shielded): the last copy to ``persist_dir`` takes as
     long as the newest step takes to write, then the memory is freed.
@@ -274,7 +336,12 @@ async def open_checkpoints(
     memory_dir, lock = await anyio.to_thread.run_sync(claim, root, _safe(run_id))
     checkpoints = Checkpoints(memory_dir, persist_dir, emit)
     try:
-        async with background_tasks() as tg:
+        async with contextlib.AsyncExitStack() as stack:
+            if replicas > 0:
+                checkpoints.replicas = await stack.enter_async_context(
+                    open_replicas(memory_dir, replicas)
+                )
+            tg = await stack.enter_async_context(background_tasks())
             if persist_dir is not None:
                 tg.start_soon(checkpoints._persist_every, persist_interval)
             yield checkpoints

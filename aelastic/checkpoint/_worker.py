@@ -239,6 +239,6 @@ def load(*, rank: int | None = None, map_location: Any = "cpu") -> tuple[int, An
         return step, obj
     raise CheckpointError(
         f"aelastic.checkpoint.load: rank {want}'s object of step {step} is not on this node "
-        "(in memory or in --checkpoint-dir); load(rank=...) reads ranks this node held or "
-        "a shared --checkpoint-dir"
+        "(in memory or in --checkpoint-dir); load(rank=...) reads ranks this node held "
+        "(its own, or copies from --checkpoint-replicas) or a shared --checkpoint-dir"
     )

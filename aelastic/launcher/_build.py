@@ -172,6 +172,7 @@ def make_agent(config: LaunchConfig, spec: WorkerSpec) -> LocalElasticAgent:
         warm_workers=config.warm_workers,
         checkpoint_dir=config.checkpoint_dir,
         checkpoint_persist_interval=config.checkpoint_persist_interval,
+        checkpoint_replicas=config.checkpoint_replicas,
     )
 
 

@@ -1,4 +1,5 @@
-"""The ``run`` flags of checkpoints (``--checkpoint-dir``, ``--checkpoint-persist-interval``).
+"""The ``run`` flags of checkpoints (``--checkpoint-dir``, ``--checkpoint-persist-interval``,
+``--checkpoint-replicas``).
 
 Kept here so the launcher's argument module only appends :data:`OPTIONS` to its
 table and passes :func:`config_fields` to ``LaunchConfig``.
@@ -32,6 +33,14 @@ OPTIONS: tuple[Option, ...] = (
         "300",
         "seconds between two background writes to --checkpoint-dir",
     ),
+    (
+        ("--checkpoint-replicas",),
+        "checkpoint_replicas",
+        "str",
+        "1",
+        "with several nodes, copy each node's newest step to this many other nodes' agents "
+        "(0: none); a node that replaces a lost one resumes from the copy",
+    ),
 )
 
 
@@ -39,7 +48,8 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
     """The ``LaunchConfig`` fields of these flags, checked (the directory is created).
 
     Raises:
-        UsageError: the directory is not writable, or the interval is not > 0 seconds.
+        UsageError: the directory is not writable, the interval is not > 0 seconds, or
+            the replicas are not a whole number >= 0.
     """
     directory = v.str_("checkpoint_dir") or None
     if directory is not None:
@@ -48,7 +58,9 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
         except CheckpointError as exc:
             raise UsageError(f"{v.source('checkpoint_dir')} {exc}") from None
     interval = v.float_("checkpoint_persist_interval", minimum=0.0, strict=True)
+    replicas = v.int_("checkpoint_replicas", minimum=0)
     return {
+        "checkpoint_replicas": 1 if replicas is None else replicas,
         "checkpoint_dir": directory,
         "checkpoint_persist_interval": 300.0 if interval is None else interval,
     }

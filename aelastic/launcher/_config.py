@@ -68,7 +68,8 @@ class LaunchConfig:
 
     ``checkpoint_dir`` and ``checkpoint_persist_interval`` (seconds) are where and how
     often the agent writes the newest :mod:`aelastic.checkpoint` step to disk (None: in
-    memory only); see :class:`~aelastic.agent.LocalElasticAgent`.
+    memory only); ``checkpoint_replicas`` is how many other nodes hold a copy of each
+    node's newest step (0: none); see :class:`~aelastic.agent.LocalElasticAgent`.
 
     ``shutdown_timeout`` of None means the environment variable
     ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, else 30 seconds; it is read when the launch
@@ -122,6 +123,7 @@ class LaunchConfig:
     # aelastic.checkpoint: see LocalElasticAgent
     checkpoint_dir: str | None = None
     checkpoint_persist_interval: float = 300.0
+    checkpoint_replicas: int = 1
     health_port: int | None = None
     health_host: str = "127.0.0.1"
     # the workers' environment, working directory and interpreters (a service's jobs)
@@ -155,6 +157,10 @@ class LaunchConfig:
         if self.max_restarts < 0:
             raise LaunchConfigError(
                 f"max_restarts={self.max_restarts}: need >= 0 (0 means no restart)"
+            )
+        if self.checkpoint_replicas < 0:
+            raise LaunchConfigError(
+                f"checkpoint_replicas={self.checkpoint_replicas}: need >= 0 (0 means no copy)"
             )
         if self.monitor_interval <= 0:
             raise LaunchConfigError(

@@ -12,6 +12,7 @@ import pytest
 
 from aelastic.checkpoint import CheckpointError
 from aelastic.checkpoint._disk import check_writable
+from aelastic.launcher import LaunchConfig, LaunchConfigError
 from aelastic.launcher._args import UsageError, parse_run_args
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "bad_input.py")
@@ -54,6 +55,18 @@ def test_checkpoint_flags_reach_the_config_or_exit_2(tmp_path: Path) -> None:
         parse_run_args(["--checkpoint-dir", str(tmp_path / "file" / "d"), "x.py"], {})
     with pytest.raises(UsageError, match="--checkpoint-persist-interval 0: must be > 0"):
         parse_run_args(["--checkpoint-persist-interval", "0", "x.py"], {})
+
+
+def test_checkpoint_replicas_flag_reaches_the_config_or_exit_2() -> None:
+    assert parse_run_args(["x.py"], {}).config.checkpoint_replicas == 1
+    parsed = parse_run_args(["--checkpoint-replicas", "0", "x.py"], {})
+    assert parsed.config.checkpoint_replicas == 0
+    with pytest.raises(UsageError, match="--checkpoint-replicas -1: must be >= 0"):
+        parse_run_args(["--checkpoint-replicas", "-1", "x.py"], {})
+    with pytest.raises(UsageError, match="--checkpoint-replicas 'two': expected an integer"):
+        parse_run_args(["--checkpoint-replicas", "two", "x.py"], {})
+    with pytest.raises(LaunchConfigError, match="checkpoint_replicas=-2: need >= 0"):
+        LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1, checkpoint_replicas=-2)
 
 
 def test_script_options_that_look_like_launcher_options_stay_the_scripts() -> None:

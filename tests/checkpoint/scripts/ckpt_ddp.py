@@ -8,7 +8,10 @@ Rank 0 appends one JSON line to ``--out`` when done: the step it resumed from, t
 attempt, and a checksum of the parameters. Faults, on the first attempt only:
 ``--crash-at-step K`` (rank 0 exits 1 before step K), ``--crash-in-save K`` (rank 0
 dies while ``save()`` writes step K), ``--fail-at-step K`` (rank 0 exits 1 before step
-K on every attempt: the job fails for good).
+K on every attempt: the job fails for good), ``--hold-after-save K`` (a run that did not
+resume saves step K, prints ``HELD K rank R``, and waits to be killed). A run that resumes
+checks that the next rank's object loads too (``--load-rank R``: rank R's; ``--own-only``:
+no check, for a node holding only its own ranks).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import hashlib
 import json
 import os
+import signal
 import sys
 
 import torch
@@ -50,6 +54,9 @@ def main() -> int:
     parser.add_argument("--crash-in-save", type=int, default=-1)
     parser.add_argument("--fail-at-step", type=int, default=-1)
     parser.add_argument("--print-saves", action="store_true", help="rank 0: SAVED <step>")
+    parser.add_argument("--hold-after-save", type=int, default=-1)
+    parser.add_argument("--own-only", action="store_true")
+    parser.add_argument("--load-rank", type=int, default=-1)
     opts = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -70,9 +77,12 @@ def main() -> int:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         assert state["rank"] == rank and state["step"] == start, (state["rank"], state["step"])
-        peer = (rank + 1) % dist.get_world_size()  # load(rank=): another rank's object
-        other = checkpoint.load(rank=peer)
-        assert other is not None and other[0] == start and other[1]["rank"] == peer, other
+        if not opts.own_only:
+            peer = opts.load_rank  # load(rank=): another rank's object
+            if peer < 0:
+                peer = (rank + 1) % dist.get_world_size()
+            other = checkpoint.load(rank=peer)
+            assert other is not None and other[0] == start and other[1]["rank"] == peer, other
 
     for step in range(start, opts.steps):
         if (step == opts.crash_at_step and first) or (step == opts.fail_at_step and rank == 0):
@@ -96,6 +106,10 @@ def main() -> int:
             dist.barrier()
             if opts.print_saves and rank == 0:
                 print("SAVED", done, flush=True)
+            if done == opts.hold_after_save and resumed is None:
+                print("HELD", done, "rank", rank, flush=True)
+                while True:
+                    signal.pause()  # until the test kills this node
 
     vec = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
     digest = hashlib.sha256(bytes(vec.view(torch.uint8).tolist())).hexdigest()[:16]

@@ -1,0 +1,166 @@
+"""Peer copies of checkpoints (``_replica``): real files, a real store, real TCP on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aelastic.checkpoint import _layout as L
+from aelastic.checkpoint._agent import Checkpoints
+from aelastic.checkpoint._replica import CHUNK, KEY, PeerRound, Replicas, open_replicas
+from aelastic.store import LocalStore
+
+from .test_checkpoint_agent import commit
+
+#: No background copies: the tests call ``push()`` themselves.
+MANUAL = 3600.0
+
+
+def held(root: Path, step: int, rank: int) -> bytes | None:
+    """The bytes of ``rank``'s file of ``step`` (world 2) in ``root``, None if absent."""
+    path = Path(L.rank_file(str(root), step, rank, 2))
+    return path.read_bytes() if path.exists() else None
+
+
+def peer_round(store: LocalStore, group_rank: int, world: int, ranks: tuple[int, ...]) -> PeerRound:
+    return PeerRound(store, group_rank, world, ranks, "127.0.0.1", "127.0.0.1")
+
+
+async def test_a_step_is_copied_to_the_next_node_and_a_replacement_fetches_it(
+    tmp_path: Path,
+) -> None:
+    a, b, c = (tmp_path / n for n in "abc")
+    for d in (a, b, c):
+        d.mkdir()
+    big = os.urandom(3 * CHUNK + 5)  # several chunks, the last one short
+    for step in (2, 4, 6):
+        commit(a, step, 0, 2, big if step == 6 else b"old")
+    commit(b, 6, 1, 2)
+    store = LocalStore()
+    async with open_replicas(str(a), 1, MANUAL) as ra, open_replicas(str(b), 1, MANUAL) as rb:
+        rounds = [peer_round(store, 0, 2, (0,)), peer_round(store, 1, 2, (1,))]
+        async with anyio.create_task_group() as tg:  # each offers nothing newer to the other
+            tg.start_soon(ra.join, rounds[0])
+            tg.start_soon(rb.join, rounds[1])
+        ra.started(rounds[0])
+        await ra.push()
+        await ra.push()  # the same step again: nothing to do
+        assert ra.pushed_step == 6
+    assert held(b, 6, 0) == big
+    assert held(b, 6, 1) == b"x" * 100  # its own rank untouched
+    assert not [n for n in os.listdir(b) if n.endswith(".tmp")]
+
+    # Node a is lost; c takes its place (rank 0) and finds nothing in its own memory.
+    store = LocalStore()
+    async with open_replicas(str(b), 1, MANUAL) as rb, open_replicas(str(c), 1, MANUAL) as rc:
+        got: dict[str, int | None] = {}
+
+        async def join(name: str, r: Replicas, pr: PeerRound) -> None:
+            got[name] = await r.join(pr)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(join, "b", rb, peer_round(store, 1, 2, (1,)))
+            tg.start_soon(join, "c", rc, peer_round(store, 0, 2, (0,)))
+    assert got == {"b": None, "c": 6}
+    assert held(c, 6, 0) == big
+
+
+async def test_the_agreement_counts_a_fetched_replica(tmp_path: Path) -> None:
+    b, c = tmp_path / "b", tmp_path / "c"
+    for step in (6, 8):
+        commit(b, step, 1, 2)
+        commit(b, step, 0, 2, b"copy %d" % step)  # the copies of the lost node's rank 0
+    c.mkdir()
+    store = LocalStore()
+    envs: dict[str, dict[str, str]] = {}
+    async with open_replicas(str(b), 1, MANUAL) as rb, open_replicas(str(c), 1, MANUAL) as rc:
+        nodes = {
+            "b": (Checkpoints(str(b), None, lambda *_: None, rb), 1, [1]),
+            "c": (Checkpoints(str(c), None, lambda *_: None, rc), 0, [0]),
+        }
+
+        async def resume(name: str) -> None:
+            node, group_rank, ranks = nodes[name]
+            envs[name] = await node.resume_env(
+                ranks, store, group_rank, 2, address=("127.0.0.1", "127.0.0.1")
+            )
+
+        async with anyio.create_task_group() as tg:
+            for name in nodes:
+                tg.start_soon(resume, name)
+    assert envs["b"][L.STEP_ENV] == envs["c"][L.STEP_ENV] == "8"
+    # both steps the peer kept came over: the agreement could have settled on the older one
+    assert (held(c, 6, 0), held(c, 8, 0)) == (b"copy 6", b"copy 8")
+
+
+async def test_a_dead_peer_costs_only_its_copy(tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    commit(a, 3, 0, 2)
+    store = LocalStore()
+    # Node 1 announced a listener that is gone: nothing listens on that port any more.
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    await listener.aclose()
+    await store.set(f"{KEY}/1", json.dumps({"host": "127.0.0.1", "port": port, "holds": True}))
+    async with open_replicas(str(a), 1, MANUAL) as ra:
+        pr = peer_round(store, 0, 2, (0,))
+        with anyio.fail_after(10):
+            assert await ra.join(pr) is None
+            ra.started(pr)
+            await ra.push()  # logged, not raised
+    assert ra.pushed_step == 3  # tried; the next newer step is tried again
+    assert sorted(L.scan(str(a))) == [3]
+
+
+@pytest.mark.parametrize("bad", [b"not json\n", b'{"op": "push", "step": 1}\n', b"\xff" * 10])
+async def test_a_peer_sending_garbage_is_refused(tmp_path: Path, bad: bytes) -> None:
+    a = tmp_path / "a"
+    a.mkdir()
+    store = LocalStore()
+    async with open_replicas(str(a), 1, MANUAL) as ra:
+        await ra.join(peer_round(store, 0, 1, (0,)))
+        address = json.loads(await store.get(f"{KEY}/0"))
+        async with await anyio.connect_tcp("127.0.0.1", address["port"]) as stream:
+            await stream.send(bad)
+            await stream.send_eof()
+            with anyio.fail_after(15), pytest.raises(anyio.EndOfStream):
+                await stream.receive()  # closed without an answer
+        # and it still serves the next peer
+        async with await anyio.connect_tcp("127.0.0.1", address["port"]) as stream:
+            await stream.send(b'{"op": "offer", "ranks": [5], "after": null}\n')
+            with anyio.fail_after(10):
+                assert json.loads(await stream.receive()) == {"steps": {}}
+    assert os.listdir(a) == []
+
+
+async def test_a_node_without_copies_holds_no_one_up(tmp_path: Path) -> None:
+    """One node runs with ``--checkpoint-replicas 0``: it announces that, and the other
+    neither waits for its listener (10 s) nor tries to copy to it."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    commit(a, 2, 0, 2)
+    commit(b, 2, 1, 2)
+    store = LocalStore()
+    async with open_replicas(str(a), 1, MANUAL) as ra:
+        nodes = [
+            (Checkpoints(str(a), None, lambda *_: None, ra), 0),
+            (Checkpoints(str(b), None, lambda *_: None), 1),  # no copies
+        ]
+        envs: list[dict[str, str]] = [{}, {}]
+
+        async def resume(i: int) -> None:
+            node, group_rank = nodes[i]
+            envs[i] = await node.resume_env(
+                [group_rank], store, group_rank, 2, address=("127.0.0.1", "127.0.0.1")
+            )
+
+        with anyio.fail_after(5):  # well below the 10 s wait for a missing announcement
+            async with anyio.create_task_group() as tg:
+                for i in range(2):
+                    tg.start_soon(resume, i)
+            await ra.push()
+    assert [e[L.STEP_ENV] for e in envs] == ["2", "2"]
+    assert ra.pushed_step == 2 and held(b, 2, 0) is None  # nothing sent to b
