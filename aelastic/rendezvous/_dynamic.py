@@ -89,6 +89,7 @@ from ._exceptions import (
     RendezvousGracefulExitError,
     RendezvousTimeoutError,
 )
+from ._guards import LostOrders
 from ._liveness import Liveness, StoreLiveness, TickClock
 from ._ops import Ops
 from ._params import RendezvousParameters
@@ -1037,11 +1038,22 @@ class DynamicRendezvousHandler(RendezvousHandler):
     async def _coordinate(self, view: _View) -> None:
         """Ticket 0: decide round ``view.round`` alone; see the module docstring."""
         alarm = _Alarm(self._ops(), self._keys.inbox(view.round), self._settings.heartbeat_timeout)
+        keys, r = self._keys, view.round
         error: Exception | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(alarm.run)
+
+            async def order(k: int) -> int | None:
+                return await self._on_close(view, keys.tick(r, k), "set", Tick(k, "lost").dumps())
+
+            async def withdraw(action_id: int) -> None:
+                if action_id in view.actions:
+                    view.actions.remove(action_id)
+                    await self._cancel_actions([action_id])
+
+            orders = LostOrders(order, withdraw, tg)
             try:
-                await self._coordinate_round(view, alarm)
+                await self._coordinate_round(view, alarm, orders)
             except Exception as exc:  # raised below as is, not as an exception group
                 error = exc
             finally:
@@ -1049,37 +1061,33 @@ class DynamicRendezvousHandler(RendezvousHandler):
         if error is not None:
             raise error
 
-    async def _coordinate_round(self, view: _View, alarm: _Alarm) -> None:
+    async def _coordinate_round(self, view: _View, alarm: _Alarm, orders: LostOrders) -> None:
         ops, keys, s = self._ops(), self._keys, self._settings
         r = view.round
         inbox = keys.inbox(r)
         clock = TickClock()
         removed: set[int] = set()
         n = -1
-        guard: int | None = None
 
         heir_ticket, heir, lead = -1, "", -1
 
         async def publish(state: str, upto: int = 0, world: int = 0, waiting: int = 0) -> Tick:
             # Before tick n is out, the store holds an order to write a "lost" tick n+1
-            # if this process dies: members blocked on n+1 wake at once. The order for
-            # n is cancelled after n is out (dying in between, both are written: still
-            # a "lost" tick wherever a member waits).
-            nonlocal n, guard
+            # if this process dies: members blocked on n+1 wake at once (see _guards).
+            # The order for n is cancelled after n is out (dying in between, both are
+            # written: still a "lost" tick wherever a member waits).
+            nonlocal n
             n += 1
             tick = Tick(n, state, upto, world, waiting, tuple(sorted(removed)))
             if state == "running":
                 tick = dataclasses.replace(tick, heir_ticket=heir_ticket, heir=heir, lead=lead)
-            previous = guard
-            if state in ("joining", "running"):
-                lost = Tick(n + 1, "lost").dumps()
-                guard = await self._on_close(view, keys.tick(r, n + 1), "set", lost)
+            going_on = state in ("joining", "running")
+            if going_on:
+                await orders.hold(n)
             await self._publish(r, tick)
-            if previous is not None and previous in view.actions:
-                view.actions.remove(previous)
-                await self._cancel_actions([previous])
             clock.publish(n, anyio.current_time())
             view.publish(tick)
+            await orders.release(n if going_on else None)
             return tick
 
         async def dissolve(reason: str) -> None:
@@ -1096,6 +1104,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
                     removed.add(t)
                     self._event("node_removed", f"round {r}: ticket {t} removed ({why})")
 
+        orders.start(1)  # placed while the next request is in flight
         if await ops.check(keys.closed):
             await publish("closed")
             return

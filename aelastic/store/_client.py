@@ -13,18 +13,20 @@ uvloop and trio.
 
 A server answers ``WAIT`` only once the keys exist, which would stall every
 later request on a pipelined connection. So calls that may block (``get``,
-``wait``, ``multi_get``, ``queue_pop`` of missing keys, ``barrier_arrive``) first
-try a non-blocking fast path on the main connection (``CHECK`` + ``GET``
+``wait``, ``multi_get``, ``queue_pop`` of missing keys, ``barrier_arrive``)
+first try a non-blocking fast path on the main connection (``CHECK`` + ``GET``
 pipelined in one round trip) and only if the keys are missing borrow a
-**dedicated pooled connection** on which they send ``WAIT``. A blocked task
-thus never delays other tasks. When such a wait times out or is cancelled, its
-pooled connection is closed rather than reused: the server drops a closed
-connection's waits, which is simpler and race-free compared to the
-``CANCEL_WAIT`` dance (whose answer may race a ``STOP_WAITING``). The client
-stays usable; the next blocking call opens a fresh connection. Each call that is
-actually blocked holds one pooled connection (idle ones are kept up to
-``max_idle_connections``), so N simultaneously blocked tasks use N + 1
-connections to the server.
+**dedicated pooled connection** on which they send ``WAIT``. A blocked task thus
+never delays other tasks. A ``get`` sends ``AE_GET_WAIT`` there instead of
+``WAIT`` then ``GET`` (one round trip, not two) where the server answered
+``AE_HELLO`` with version 2 or later, i.e. once a session was opened on it. When
+such a wait times out or is cancelled, its pooled connection is closed rather
+than reused: the server drops a closed connection's waits, which is simpler and
+race-free compared to the ``CANCEL_WAIT`` dance (whose answer may race a
+``STOP_WAITING``). The client stays usable; the next blocking call opens a fresh
+connection. Each call that is actually blocked holds one pooled connection (idle
+ones are kept up to ``max_idle_connections``), so N simultaneously blocked tasks
+use N + 1 connections to the server.
 
 The main connection has a response watchdog: if the server leaves a request
 unanswered for ``timeout`` seconds the connection is failed with
@@ -149,6 +151,8 @@ class TCPStoreClient(Store):
         self._sessions: set[_Conn] = set()
         self._closed = False
         self._was_connected = False
+        # aelastic extensions version the server answered AE_HELLO with (0: unknown)
+        self._ae_version = 0
 
     def __repr__(self) -> str:
         return f"TCPStoreClient({self.endpoint!r})"
@@ -321,6 +325,7 @@ class TCPStoreClient(Store):
                     f"the store server speaks aelastic extensions version {version}, need 1",
                     endpoint=self.endpoint,
                 )
+            self._ae_version = version
             yield _TCPEphemeralSession(self, conn)
         finally:
             self._sessions.discard(conn)
@@ -368,8 +373,13 @@ class TCPStoreClient(Store):
         then_replies: _Replies,
         *,
         deadline: float | None = None,
+        get_wait: bool = False,
     ) -> Any:
-        """WAIT for ``raw`` on a pooled connection, then send ``then`` on it."""
+        """WAIT for ``raw`` on a pooled connection, then send ``then`` on it.
+
+        With ``get_wait`` (one key, a server known to answer AE_GET_WAIT), one
+        AE_GET_WAIT request does both: its answer is the key's value.
+        """
         what = f"waiting for {describe_keys(keys)}"
         key = keys[0] if len(keys) == 1 else None
         t = self.timeout if timeout is None else timeout
@@ -378,13 +388,19 @@ class TCPStoreClient(Store):
         conn = await self._borrow()
         reusable = False
         try:
-            slot = conn.request(P.request_wait(raw), _U8)
+            if get_wait:
+                slot = conn.request(P.request_get_wait(raw[0]), _BYTES)
+            else:
+                slot = conn.request(P.request_wait(raw), _U8)
             with anyio.move_on_after(deadline - anyio.current_time()) as scope:
                 answer = await conn.result(slot)
             if scope.cancelled_caught:
                 raise StoreTimeoutError(
                     f"timed out after {t} s {what}", endpoint=self.endpoint, key=key
                 )
+            if get_wait:
+                reusable = True
+                return answer
             if answer != P.STOP_WAITING:
                 raise StoreConnectionError(
                     f"server answered WAIT with {answer}, expected STOP_WAITING",
@@ -416,7 +432,12 @@ class TCPStoreClient(Store):
         if ready == P.CHECK_READY:
             result: bytes = value
             return result
-        result = await self._blocking([key], [raw], timeout, P.request_get(raw), _BYTES)
+        # Where the server answers AE_GET_WAIT (learnt when a session was opened),
+        # the wait and the read are one round trip instead of two.
+        get_wait = self._ae_version >= P.AE_GET_WAIT_VERSION
+        result = await self._blocking(
+            [key], [raw], timeout, P.request_get(raw), _BYTES, get_wait=get_wait
+        )
         return result
 
     async def add(self, key: str, amount: int) -> int:

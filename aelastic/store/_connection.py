@@ -17,6 +17,7 @@ the event loop for more than a few milliseconds.
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import struct
@@ -214,6 +215,16 @@ class _Connection:
             batch.append(_STOP)
         else:
             self._write(_STOP)
+
+    def _answer_get_wait(self, key: bytes) -> None:
+        """A parked ``AE_GET_WAIT``'s key was set: answer with its value."""
+        v = self._state.data.get(key, b"")
+        answer = _U64.pack(len(v)) + v
+        batch = self._batch
+        if batch is not None:
+            batch.append(answer)
+        else:
+            self._write(answer)
 
     def _track(self, waiter: Waiter) -> None:
         waiters = self._waiters
@@ -514,6 +525,16 @@ class _Connection:
                     append(_U32.pack(AE_VERSION))
                 elif op == 0xA2:  # AE_ON_CLOSE_CANCEL
                     append(_I64.pack(self._cancel_on_close(req[1])))
+                elif op == 0xA3:  # AE_GET_WAIT: the value, once the key exists
+                    key = req[1]
+                    w = state.add_waiter([key], functools.partial(self._answer_get_wait, key))
+                    if w is None:
+                        v = state.data.get(key, b"")
+                        append(_U64.pack(len(v)))
+                        append(v)
+                        size += len(v)
+                    else:
+                        self._track(w)
                 # op 0 (VALIDATE) needs no answer
         except ValueError as exc:  # ADD on a non-counter, APPEND too long, too many actions
             self._batch = None

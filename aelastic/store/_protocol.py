@@ -38,7 +38,7 @@ path); keys and values are ``bytes``:
 ``BARRIER``        ``(18, key, world_size)``
 =================  ==========================================
 
-aelastic's extension requests (opcodes ``0xA0``-``0xA2``, which torch clients never
+aelastic's extension requests (opcodes ``0xA0``-``0xA3``, which torch clients never
 send; torch's server closes the connection on them):
 
 =======================  ==============================================  ============
@@ -48,6 +48,8 @@ send; torch's server closes the connection on them):
                          QUEUE_PUSH) + two strings; the server performs
                          it when this connection closes
 ``AE_ON_CLOSE_CANCEL``   ``(0xA2, id)``: ``i64`` (-1 = all)              ``i64`` count
+``AE_GET_WAIT``          ``(0xA3, key)``: answered once ``key`` exists   ``bytes`` value
+                         (WAIT then GET in one round trip; version 2)
 =======================  ==============================================  ============
 """
 
@@ -73,6 +75,7 @@ __all__ = (
     "MAX_VALUE_SIZE",
     "MAX_KEY_COUNT",
     "AE_VERSION",
+    "AE_GET_WAIT_VERSION",
     "AE_ON_CLOSE_ACTIONS",
     "Request",
     "RequestParser",
@@ -123,10 +126,13 @@ class Opcode(enum.IntEnum):
     AE_HELLO = 0xA0
     AE_ON_CLOSE = 0xA1
     AE_ON_CLOSE_CANCEL = 0xA2
+    AE_GET_WAIT = 0xA3
 
 
 #: Version of the aelastic extensions a server answers ``AE_HELLO`` with.
-AE_VERSION = 1
+AE_VERSION = 2
+#: The first extensions version whose servers answer ``AE_GET_WAIT``.
+AE_GET_WAIT_VERSION = 2
 #: Store writes an ``AE_ON_CLOSE`` may register: SET, ADD, DELETE_KEY, APPEND, QUEUE_PUSH.
 AE_ON_CLOSE_ACTIONS = frozenset({1, 4, 8, 9, 14})
 
@@ -385,7 +391,7 @@ class RequestParser:
             value, p = string(buf, p, end, mv, "value")
             out.append((op, key, value))
             return p
-        if op == 8 or op == 15 or op == 16:  # DELETE_KEY, QUEUE_POP, QUEUE_LEN
+        if op == 8 or op == 15 or op == 16 or op == 0xA3:  # DELETE_KEY, QUEUE_POP/LEN, AE_GET_WAIT
             key, p = string(buf, p, end, mk, "key")
             out.append((op, key))
             return p
@@ -591,6 +597,10 @@ def request_on_close(action: int, key: bytes, value: bytes) -> bytes:
 
 def request_on_close_cancel(action_id: int) -> bytes:
     return b"\xa2" + _I64.pack(action_id)
+
+
+def request_get_wait(key: bytes) -> bytes:
+    return b"\xa3" + _U64.pack(len(key)) + key
 
 
 class Reply(enum.IntEnum):

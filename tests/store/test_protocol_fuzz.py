@@ -47,6 +47,7 @@ requests = st.one_of(
         lambda a: (P.request_on_close(*a), (0xA1, *a))
     ),
     st.integers(-1, 2**40).map(lambda n: (P.request_on_close_cancel(n), (0xA2, n))),
+    keys.map(lambda k: (P.request_get_wait(k), (0xA3, k))),
 )
 
 
