@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import signal
 import socket
+import sys
+from contextlib import AsyncExitStack
 
 import anyio
 import anyio.abc
 import pytest
 
-from aelastic.rendezvous import RendezvousConnectionError
+from aelastic.rendezvous import (
+    RendezvousConnectionError,
+    RendezvousHandler,
+    RendezvousInfo,
+    RendezvousParameters,
+    get_rendezvous_handler,
+)
 from aelastic.rendezvous._c10d import _host_state
 from aelastic.rendezvous._hostwatch import StoreWatch, host_lost
 from aelastic.store import StoreServer
@@ -58,3 +67,54 @@ async def test_watch_cancels_a_waiting_request_once_the_probe_says_lost() -> Non
         with pytest.raises(RendezvousConnectionError), watch.guard():  # later ones at once
             pass
         tg.cancel_scope.cancel()
+
+
+async def test_frozen_standalone_store_the_coordinator_and_members_move_to_the_heir() -> None:
+    """The store itself is frozen (SIGSTOP of ``python -m aelastic store``): the round's
+    coordinator and its members all judge it lost, and the heir's store carries on."""
+    port = _closed_port()
+    conf = {
+        "keep_alive_interval": "0.2",
+        "heartbeat_timeout": "1",
+        "last_call_timeout": "0.2",
+        "read_timeout": "30",
+        "join_timeout": "30",
+        "is_host": "false",
+    }
+    argv = [sys.executable, "-m", "aelastic", "store", "--host", "127.0.0.1", "--port", str(port)]
+    async with await anyio.open_process(argv) as store:
+        try:
+            async with AsyncExitStack() as stack:
+                hs = []
+                for i in range(3):  # own addresses: the heir binds the port at its own
+                    params = RendezvousParameters(
+                        "c10d", f"127.0.0.1:{port}", "frozen", 3, 3,
+                        local_addr=f"127.0.0.{i + 2}", **conf,
+                    )  # fmt: skip
+                    hs.append(await stack.enter_async_context(get_rendezvous_handler(params)))
+                with anyio.fail_after(30):
+                    first = await _rendezvous_all(hs)
+                assert {i.round for i in first} == {0}
+                store.send_signal(signal.SIGSTOP)
+                with anyio.fail_after(20):
+                    for h in hs:
+                        await h.wait_for_membership_change()
+                    again = await _rendezvous_all(hs)
+                assert sorted(i.rank for i in again) == [0, 1, 2]
+                assert {h.epoch for h in hs} == {1}
+                assert len({i.bootstrap_store_info.master_addr for i in again}) == 1
+        finally:
+            store.send_signal(signal.SIGCONT)
+            store.kill()
+
+
+async def _rendezvous_all(hs: list[RendezvousHandler]) -> list[RendezvousInfo]:
+    out: list[RendezvousInfo] = []
+
+    async def one(h: RendezvousHandler) -> None:
+        out.append(await h.next_rendezvous())
+
+    async with anyio.create_task_group() as tg:
+        for h in hs:
+            tg.start_soon(one, h)
+    return out
