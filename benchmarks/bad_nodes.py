@@ -1,6 +1,7 @@
 """Bad nodes under torchrun and aelastic, side by side: a crash-looping node, a frozen node.
 
     python benchmarks/bad_nodes.py [--trials 1] [--only aelastic|torchrun] [--bound 60]
+                                   [--faults crash,member,host]
 
 Three launchers (``--nnodes 2:3 --nproc-per-node 1``, c10d on 127.0.0.1, node 0 hosts the
 store), workers ``tests/launcher/node_worker.py`` (no torch: membership is the point).
@@ -12,6 +13,8 @@ store), workers ``tests/launcher/node_worker.py`` (no torch: membership is the p
   agent and worker get SIGSTOP; torch's default heartbeat (5 s x 3 = 15 s) for both,
   ``last_call_timeout=1``. Reported: seconds from the SIGSTOP to the first READY line
   of the survivors' new world of 2 (``--bound`` s at most).
+* **frozen store host**: the same with node 0, which hosts the c10d store (the others
+  run at 127.0.0.2 and 127.0.0.3, so the heir can re-host the store on the same port).
 """
 
 from __future__ import annotations
@@ -35,11 +38,11 @@ LAUNCHERS = {"aelastic": AELASTIC_RUN, "torchrun": TORCHRUN}
 CONF = "keep_alive_interval=5,keep_alive_max_attempt=3,last_call_timeout=1,join_timeout=60"
 
 
-def _argv(port: int, run_id: str, host: bool) -> list[str]:
+def _argv(port: int, run_id: str, host: bool, addr: str = "127.0.0.1") -> list[str]:
     return [
         "--nnodes", "2:3", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run_id,
-        "--rdzv-conf", f"{CONF},is_host={int(host)}", "--local-addr", "127.0.0.1",
+        "--rdzv-conf", f"{CONF},is_host={int(host)}", "--local-addr", addr,
     ]  # fmt: skip
 
 
@@ -75,14 +78,17 @@ async def crash_loop(name: str, bound: float) -> str:
     )
 
 
-async def frozen_member(name: str, bound: float) -> str:
+async def frozen_node(name: str, bound: float, victim: int) -> str:
+    """SIGSTOP node ``victim`` (0: the store's host, 2: a member); see the docstring."""
     launcher = LAUNCHERS[name]
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         tail = [WORKER, tmp, "--finish-at-world", "2"]
         async with cluster() as c:
             nodes = [
-                await c.start([*_argv(port, "frozen", i == 0), *tail], launcher=launcher)
+                await c.start(
+                    [*_argv(port, "frozen", i == 0, f"127.0.0.{i + 1}"), *tail], launcher=launcher
+                )
                 for i in range(3)
             ]
 
@@ -92,28 +98,33 @@ async def frozen_member(name: str, bound: float) -> str:
             with anyio.fail_after(120):
                 for n in nodes:
                     await n.wait_for_line(ready(3))
-            frozen = process_tree(nodes[2].process.pid)
+            frozen = process_tree(nodes[victim].process.pid)
             for pid in frozen:
                 os.kill(pid, signal.SIGSTOP)
             stopped = time.monotonic()
             took: float | None = None
             with anyio.move_on_after(bound):
-                await nodes[0].wait_for_line(ready(2))
+                await nodes[1].wait_for_line(ready(2))
                 took = time.monotonic() - stopped
             for pid in frozen:
                 os.kill(pid, signal.SIGCONT)
     shown = f"{took:.2f} s" if took is not None else f"no new world within {bound:g} s"
-    return f"frozen node {name:8}: SIGSTOP to the survivors' new world: {shown}"
+    what = "store host" if victim == 0 else "member"
+    return f"frozen {what} {name:8}: SIGSTOP to the survivors' new world: {shown}"
 
 
 async def _main(opts: argparse.Namespace) -> None:
     print(f"load average {os.getloadavg()}", flush=True)
     names = [n for n in LAUNCHERS if opts.only in (None, n)]
+    faults = opts.faults.split(",")
     for _ in range(opts.trials):
-        for name in names:
-            print(await crash_loop(name, opts.bound), flush=True)
-        for name in names:
-            print(await frozen_member(name, opts.bound), flush=True)
+        if "crash" in faults:
+            for name in names:
+                print(await crash_loop(name, opts.bound), flush=True)
+        for fault, victim in (("member", 2), ("host", 0)):
+            if fault in faults:
+                for name in names:
+                    print(await frozen_node(name, opts.bound, victim), flush=True)
 
 
 def main() -> None:
@@ -121,6 +132,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=1)
     parser.add_argument("--only", choices=sorted(LAUNCHERS))
     parser.add_argument("--bound", type=float, default=60.0)
+    parser.add_argument("--faults", default="crash,member,host", help="comma-separated")
     anyio.run(_main, parser.parse_args())
 
 

@@ -6,19 +6,25 @@ machine's hostname, FQDN or one of its addresses) or by a standalone
 ``python -m aelastic store``. A would-be host that finds the port taken (another
 agent on the same machine, or a standalone store) becomes a client.
 
-**Surviving the store host.** Every completed round names an *heir*: its first
-member (join order) that does not host the store, with its address (one field of
-the round's ``running`` tick; the coordinator reads at most one descriptor for it).
-When the store's host is lost (its port refuses connections: the process and the
-store's data are gone; a store that merely does not answer is retried instead, as
-after a partition), the heir hosts a fresh store at its own address on the
-endpoint's port, the other survivors connect to it, and they rendezvous there from
-round 0 (workers get it as their MASTER_ADDR, too). With ``min_nodes`` survivors the
-job goes on. New nodes must then use ``--rdzv-endpoint <heir address>:<port>``
-(logged by every survivor, event ``store_moved``); with a DNS name or virtual IP that
-follows the heir, the endpoint stays the same. If the heir is lost too, or no round
-had completed, no node can know where the rendezvous continues: the survivors fail
-with an error that says so.
+**Surviving the store host.** Every completed round names an *heir*: its first member
+(join order) that does not host the store, with its address (one field of the round's
+``running`` tick; the coordinator reads at most one descriptor for it). When the store's
+host is lost (its port refuses connections: the process and the store's data are gone;
+or it is frozen: its kernel accepts connections but the store answered nothing for
+``heartbeat_timeout`` and a fresh connection's request gets no answer within
+``min(keep_alive_interval, 1 s)``, see :mod:`._hostwatch`; a store that cannot be
+reached at all is retried instead, as after a partition), the heir hosts a fresh store
+at its own address on the endpoint's port, the other survivors connect to it, and they
+rendezvous there from round 0 (workers get it as their MASTER_ADDR, too). With
+``min_nodes`` survivors the job goes on. New nodes must then use
+``--rdzv-endpoint <heir address>:<port>`` (logged by every survivor, event
+``store_moved``); with a DNS name or
+virtual IP that follows the heir, the endpoint stays the same. If the heir is lost too,
+or no round had completed, no node can know where the rendezvous continues: the
+survivors fail with an error that says so. Survivors leaving a frozen host write its
+successor into its store (its kernel buffers the write): resumed, the host finds it was
+deposed at its next join and stops with :class:`RendezvousNonRetryableError` naming the
+successor, instead of carrying on a second job in its own store.
 """
 
 from __future__ import annotations
@@ -36,7 +42,13 @@ from anyio.abc import TaskGroup, TaskStatus
 from ..store import NotAStoreError, Store, StoreError, StoreServer, TCPStoreClient
 from ._api import RendezvousStoreInfo
 from ._dynamic import _TICKS_KEPT, DynamicRendezvousHandler, DynamicSettings, _open_session
-from ._exceptions import RendezvousConnectionError, RendezvousEndpointError, RendezvousError
+from ._exceptions import (
+    RendezvousConnectionError,
+    RendezvousEndpointError,
+    RendezvousError,
+    RendezvousNonRetryableError,
+)
+from ._hostwatch import HostState, StoreWatch, host_lost
 from ._params import DEFAULT_C10D_PORT, RendezvousParameters, parse_endpoint
 from ._state import Keys
 
@@ -132,14 +144,53 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
     def _endpoint(self, host: str) -> str:
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
+    def _store_watch(self) -> StoreWatch | None:
+        if self.server is not None:
+            return None  # this node is the store: nothing to watch
+        return StoreWatch(self.settings.heartbeat_timeout, self._probe_host)
+
+    async def _probe_host(self) -> RendezvousConnectionError | None:
+        """The store answered nothing for heartbeat_timeout: is its host lost?"""
+        grace = min(self.settings.keep_alive_interval, 1.0)
+        state = await _host_state(self.host, self.port, grace)
+        if not host_lost(state):
+            return None
+        return RendezvousConnectionError(
+            f"the rendezvous store at {self._master_endpoint} answered nothing for "
+            f"heartbeat_timeout={self.settings.heartbeat_timeout}s and a new connection's "
+            f"request got no answer within {grace}s ({state}): its host is frozen or hung"
+        )
+
+    async def _read_round(self) -> int:
+        round_ = await super()._read_round()
+        server = self.server
+        if server is not None and await server.local_store.check([self._keys.deposed]):
+            successor = (await server.local_store.get(self._keys.deposed)).decode()
+            raise RendezvousNonRetryableError(
+                f"this node hosts the rendezvous store at {self._master_endpoint}, but its "
+                "peers declared it lost while it did not answer (frozen or hung) and moved "
+                f"to its successor at {successor}; stopping here so the job does not split "
+                f"in two. Restart this node with --rdzv-endpoint {successor} to rejoin"
+            )
+        return round_
+
     async def _recover_store(self, exc: RendezvousConnectionError, deadline: float) -> None:
-        if not await _refuses(self.host, self.port, min(5.0, self.settings.read_timeout)):
+        watch = self._host_watch
+        state: HostState
+        if watch is not None and watch.lost is not None:
+            state = "silent"
+        else:
+            state = await _host_state(self.host, self.port, min(5.0, self.settings.read_timeout))
+        if not host_lost(state):
             # Up but unreachable from here (a partition?), or already re-hosted at
             # the same address: keep trying the same endpoint.
-            await super()._recover_store(exc, deadline)
+            await self._retry_same_store(exc, deadline)
             return
         lost = self._master_endpoint
         heir, self._heir = self._heir, None
+        if heir is None and state == "silent":
+            await self._retry_same_store(exc, deadline)  # nowhere to go: it may come back
+            return
         if heir is None:
             raise RendezvousConnectionError(
                 f"the rendezvous store at {lost} is gone (its host stopped, and the store's "
@@ -166,6 +217,20 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
             server, store, session = await tg.start(self._hold_store, cm, marks)
         except (StoreError, OSError) as error:
             role = "host it at" if is_heir else "reach its successor at"
+            if state == "silent":
+                # Not frozen but cut off behind something that accepts for it (a proxy)?
+                # Then the successor is out of reach too: keep trying the same store.
+                _log.warning(
+                    "rendezvous store at %s does not answer and this node could not %s %s "
+                    "(%s): trying the same store again",
+                    lost,
+                    role,
+                    self._endpoint(addr),
+                    error,
+                )
+                self._heir = heir
+                await self._retry_same_store(exc, deadline)
+                return
             raise RendezvousConnectionError(
                 f"the rendezvous store at {lost} is gone (its host stopped) and this node "
                 f"could not {role} {self._endpoint(addr)} within read_timeout={timeout}s "
@@ -173,10 +238,13 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
                 "can carry the rendezvous on; restart the job"
             ) from exc
         self.server = server
-        self._store, self._session = store, session
+        old_store, self._store, self._session = self._store, store, session
         self.host = addr
         self._bootstrap = RendezvousStoreInfo(addr, self.port)
         self._master_endpoint = self._endpoint(addr)
+        if state == "silent":
+            await self._depose(old_store, self._master_endpoint)
+        self._start_watch(tg)
         what = "hosts" if is_heir else "moved to"
         message = (
             f"rendezvous store at {lost} lost; this node {what} its successor at "
@@ -184,6 +252,27 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
         )
         _log.warning("%s", message)
         self._event("store_moved", message, state="FAILED")
+
+    async def _retry_same_store(self, exc: RendezvousConnectionError, deadline: float) -> None:
+        """Retry the same store until ``deadline`` (see the base class), with no watch
+        meanwhile (its verdict would end every retry at once); a fresh one after."""
+        if self._host_watch is not None:
+            self._host_watch.stop()
+            self._host_watch = None
+        try:
+            await super()._recover_store(exc, deadline)
+        finally:
+            assert self._tg is not None
+            self._start_watch(self._tg)
+
+    async def _depose(self, old: Store | None, successor: str) -> None:
+        """Tell the frozen host, in its own store, where the job went (see the module
+        docstring). Best effort and bounded: the request has no reply, the host's kernel
+        buffers it until the host runs again."""
+        if old is None:
+            return
+        with anyio.move_on_after(1.0), contextlib.suppress(StoreError, OSError):
+            await old.set(self._keys.deposed, successor)
 
     async def _hold_store(
         self,
@@ -212,21 +301,34 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
             await anyio.sleep_forever()
 
 
-async def _refuses(host: str, port: int, bound: float) -> bool:
-    """Whether ``host:port`` actively refuses connections (nothing listens there any more).
+async def _host_state(host: str, port: int, bound: float) -> HostState:
+    """Probe the store at ``host:port`` (see :data:`HostState`); takes at most 2 x ``bound``.
 
-    False when it accepts, or gives no answer within ``bound`` seconds.
+    A new connection must be accepted within ``bound`` seconds, then answer one request
+    (after the protocol's handshake) within ``bound`` more.
     """
+    accepted = False
     with anyio.move_on_after(bound):
         try:
             stream = await anyio.connect_tcp(host, port)
         except OSError as exc:
             # anyio raises "All connection attempts failed", caused by each attempt's error
-            return isinstance(exc, ConnectionRefusedError) or isinstance(
+            refused = isinstance(exc, ConnectionRefusedError) or isinstance(
                 exc.__cause__, ConnectionRefusedError
             )
+            return "refused" if refused else "unreachable"
         await stream.aclose()
-    return False
+        accepted = True
+    if not accepted:
+        return "unreachable"
+    with anyio.move_on_after(bound):
+        try:
+            async with TCPStoreClient(host, port, timeout=bound, connect_timeout=bound) as probe:
+                await probe.check(["rdzv/probe"])
+            return "answers"
+        except (StoreError, OSError):
+            pass
+    return "silent"
 
 
 async def _open_wait_connection(client: TCPStoreClient) -> None:

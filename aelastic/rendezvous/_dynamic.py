@@ -63,7 +63,7 @@ import os
 import socket
 import threading
 from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+from contextlib import AbstractContextManager, AsyncExitStack, nullcontext
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -90,6 +90,7 @@ from ._exceptions import (
     RendezvousTimeoutError,
 )
 from ._guards import LostOrders
+from ._hostwatch import StoreWatch
 from ._liveness import Liveness, StoreLiveness, TickClock
 from ._ops import Ops
 from ._params import RendezvousParameters
@@ -364,6 +365,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         self._lock: anyio.Lock | None = None
         self._session: EphemeralSession | None = None
         self._heir: tuple[bool, str] | None = None  # (this node is the heir, its address)
+        self._host_watch: StoreWatch | None = None  # notices a frozen store host (c10d)
 
     # -- plumbing ------------------------------------------------------------
 
@@ -400,7 +402,22 @@ class DynamicRendezvousHandler(RendezvousHandler):
         return self._keys.epoch
 
     def _ops(self) -> Ops:
-        return Ops(self.store, self._settings.read_timeout)
+        return Ops(self.store, self._settings.read_timeout, self._guard)
+
+    def _guard(self) -> AbstractContextManager[None]:
+        """Around a store request: the store watch's guard, if the backend has one."""
+        return nullcontext() if self._host_watch is None else self._host_watch.guard()
+
+    def _store_watch(self) -> StoreWatch | None:
+        """A watch that judges the store's host when requests go unanswered (c10d)."""
+        return None
+
+    def _start_watch(self, tg: TaskGroup) -> None:
+        if self._host_watch is not None:
+            self._host_watch.stop()
+        self._host_watch = self._store_watch()
+        if self._host_watch is not None:
+            tg.start_soon(self._host_watch.run)
 
     def _event(
         self, name: str, message: str, *, state: str = "RUNNING", rank: int | None = None
@@ -485,6 +502,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         try:
             self._store = await self._open_store(stack, tg)
             self._session = await _open_session(stack, self._store)
+            self._start_watch(tg)
         except BaseException:
             await _close(stack, tg)  # raises the error itself, not a group
             raise
@@ -781,6 +799,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
         """
         if view.store is not self._store or view.keys is not self._keys:
             return  # the store moved: the old one is gone with these keys and actions
+        if self._host_watch is not None and self._host_watch.lost is not None:
+            return  # its host is lost (frozen): requests would only wait
         ops, keys = self._ops(), self._keys
         with anyio.move_on_after(self._settings.read_timeout):
             await self._cancel_actions(view.actions)
@@ -813,7 +833,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
             min(self._settings.read_timeout, self._settings.heartbeat_timeout)
         ):
             try:
-                aid = await session.on_close(action, key, value)
+                with self._guard():
+                    aid = await session.on_close(action, key, value)
             except (StoreError, OSError) as exc:
                 _log.warning("rendezvous %s: no on-close action (%s)", self._run_id, exc)
         if aid is None:
@@ -829,7 +850,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
             if session is None:
                 continue
             try:
-                await session.cancel(aid)
+                with self._guard():
+                    await session.cancel(aid)
             except (StoreError, OSError):
                 self._session = session = None
 

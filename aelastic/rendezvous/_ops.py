@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from ..store import (
     Store,
@@ -58,16 +58,23 @@ class Ops:
     else raises rendezvous errors.
     """
 
-    def __init__(self, store: Store, read_timeout: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        read_timeout: float,
+        guard: Callable[[], AbstractContextManager[None]] = nullcontext,
+    ) -> None:
         self.store = store
         self.read_timeout = read_timeout
+        #: wraps every request (a ``StoreWatch.guard``: a frozen store host is noticed)
+        self.guard = guard
 
     async def add(self, key: str, amount: int) -> int:
-        with translate("add to", key):
+        with self.guard(), translate("add to", key):
             return await self.store.add(key, amount)
 
     async def set(self, key: str, value: str) -> None:
-        with translate("set", key):
+        with translate("set", key):  # no reply: no evidence either way
             await self.store.set(key, value)
 
     async def multi_set(self, keys: Sequence[str], values: Sequence[str]) -> None:
@@ -75,15 +82,15 @@ class Ops:
             await self.store.multi_set(keys, values)
 
     async def check(self, key: str) -> bool:
-        with translate("check", key):
+        with self.guard(), translate("check", key):
             return await self.store.check([key])
 
     async def compare_set(self, key: str, expected: str, desired: str) -> bytes:
-        with translate("compare-and-set", key):
+        with self.guard(), translate("compare-and-set", key):
             return await self.store.compare_set(key, expected, desired)
 
     async def delete(self, key: str) -> None:
-        with translate("delete", key):
+        with self.guard(), translate("delete", key):
             await self.store.delete_key(key)
 
     async def push(self, key: str, value: str, *, confirm: bool = True) -> None:
@@ -95,7 +102,7 @@ class Ops:
         is sent once more, so readers must accept a duplicate (every rendezvous
         message is idempotent).
         """
-        with translate("push to", key):
+        with self.guard() if confirm else nullcontext(), translate("push to", key):
             try:
                 await self.store.queue_push(key, value)
                 if confirm:
@@ -109,29 +116,34 @@ class Ops:
     async def get(self, key: str, timeout: float | None = None) -> bytes:
         """Blocking get; with ``timeout`` given, StoreTimeoutError propagates untranslated."""
         if timeout is None:
-            with translate("read", key):
+            with self.guard(), translate("read", key):
                 return await self.store.get(key, timeout=self.read_timeout)
-        try:
-            return await self.store.get(key, timeout=max(timeout, 0.001))
-        except StoreTimeoutError:
-            raise
-        except (StoreError, OSError) as exc:
-            raise _must(translated("read", key, exc)) from exc
+        with self.guard():
+            try:
+                return await self.store.get(key, timeout=max(timeout, 0.001))
+            except StoreTimeoutError:
+                raise
+            except (StoreError, OSError) as exc:
+                raise _must(translated("read", key, exc)) from exc
 
     async def pop(self, key: str, timeout: float) -> bytes | None:
         """Blocking queue pop; return None when ``timeout`` expires first."""
         try:
-            return await self.store.queue_pop(key, block=True, timeout=max(timeout, 0.001))
+            with self.guard():  # an expired pop is no answer of the store
+                return await self.store.queue_pop(key, block=True, timeout=max(timeout, 0.001))
         except StoreTimeoutError:
             return None
         except (StoreError, OSError) as exc:
+            if isinstance(exc, RendezvousConnectionError):
+                raise
             raise _must(translated("pop from", key, exc)) from exc
 
     async def multi_get(self, keys: Sequence[str], timeout: float) -> list[bytes]:
         """Blocking multi-get; StoreTimeoutError propagates untranslated."""
-        try:
-            return await self.store.multi_get(keys, timeout=max(timeout, 0.001))
-        except StoreTimeoutError:
-            raise
-        except (StoreError, OSError) as exc:
-            raise _must(translated("read", keys[0] if keys else "", exc)) from exc
+        with self.guard():
+            try:
+                return await self.store.multi_get(keys, timeout=max(timeout, 0.001))
+            except StoreTimeoutError:
+                raise
+            except (StoreError, OSError) as exc:
+                raise _must(translated("read", keys[0] if keys else "", exc)) from exc

@@ -57,6 +57,8 @@ class Keys:
         self.base = f"rdzv/{run_id}/c" if epoch == 0 else f"rdzv/{run_id}/c.e{epoch}"
         self.round = f"{self.base}/round"
         self.closed = f"{self.base}/closed"
+        #: set in a frozen host's store by the survivors that moved on: its successor
+        self.deposed = f"{self.base}/deposed"
 
     def moved_marks(self) -> dict[str, str]:
         """What a re-hosted store of this epoch holds before it listens: the round key
