@@ -252,5 +252,7 @@ async def test_a_join_costs_six_store_requests_per_node(
             infos = await rendezvous_all(hs)
         joined = Counter(counts)
         assert sorted(i.rank for i in infos) == list(range(n))
-    assert joined["check"] <= 2, joined  # the confirmations of the last pushes only
+    # the confirmations of the last pushes, and the coordinator's one CHECK per round of
+    # which member hosts the store (its workers' store goes there: Tick.lead)
+    assert joined["check"] <= 3, joined
     assert sum(joined.values()) / n <= 6.5, joined
