@@ -8,7 +8,7 @@ subpackage defines its own subclasses next to the code that raises them
 
 from __future__ import annotations
 
-__all__ = ("AelasticError",)
+__all__ = ("AelasticError", "ConfigError")
 
 
 class AelasticError(Exception):
@@ -17,3 +17,8 @@ class AelasticError(Exception):
     Messages name the object involved (a key, an endpoint, a rank) and, where
     there is one, the fix.
     """
+
+
+class ConfigError(AelasticError, ValueError):
+    """A setting cannot work (a flag, a config field, a parameter); the message names it and
+    the fix. Also a :class:`ValueError`, so callers that catch that keep working."""

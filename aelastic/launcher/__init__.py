@@ -28,12 +28,12 @@ if TYPE_CHECKING:
     from ._api import launch as launch
     from ._api import launch_agent as launch_agent
     from ._config import LaunchConfig as LaunchConfig
-    from ._config import LaunchConfigError as LaunchConfigError
+    from ._exceptions import JobSignalError as JobSignalError
+    from ._exceptions import JobStoppedError as JobStoppedError
+    from ._exceptions import LaunchConfigError as LaunchConfigError
     from ._job import FailureInfo as FailureInfo
     from ._job import HangInfo as HangInfo
     from ._job import Job as Job
-    from ._job import JobSignalError as JobSignalError
-    from ._job import JobStoppedError as JobStoppedError
     from ._job import StateChange as StateChange
     from ._job import WorkerInfo as WorkerInfo
     from ._job import open_job as open_job
@@ -62,12 +62,12 @@ _SOURCES = {
     "launch": "._api",
     "launch_agent": "._api",
     "LaunchConfig": "._config",
-    "LaunchConfigError": "._config",
+    "LaunchConfigError": "._exceptions",
     "FailureInfo": "._job",
     "HangInfo": "._job",
     "Job": "._job",
-    "JobSignalError": "._job",
-    "JobStoppedError": "._job",
+    "JobSignalError": "._exceptions",
+    "JobStoppedError": "._exceptions",
     "StateChange": "._job",
     "WorkerInfo": "._job",
     "open_job": "._job",

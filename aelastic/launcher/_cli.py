@@ -123,7 +123,7 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
     from ..nodes import NodeUnhealthyError
     from ..rendezvous import RendezvousGracefulExitError
     from ._api import run_launch
-    from ._config import LaunchConfigError
+    from ._exceptions import LaunchConfigError
 
     if startup_gc_off:
         gc.freeze()  # what start-up made stays; later collections skip it

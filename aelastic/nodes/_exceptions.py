@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .._exceptions import ConfigError
 from ..agent import AgentError
 
 __all__ = (
@@ -20,7 +21,7 @@ NODE_UNHEALTHY_EXIT_CODE = 94
 NODE_EXCLUDED_EXIT_CODE = 95
 
 
-class NodeHealthConfigError(AgentError, ValueError):
+class NodeHealthConfigError(AgentError, ConfigError):
     """A health check setting cannot work (an empty command, a timeout <= 0...)."""
 
 

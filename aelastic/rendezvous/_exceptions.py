@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._exceptions import AelasticError
+from .._exceptions import AelasticError, ConfigError
 
 __all__ = (
     "RendezvousError",
@@ -61,7 +61,7 @@ class RendezvousNonRetryableError(RendezvousError):
     """A failure that should not be retried by the same agent process (seed name)."""
 
 
-class RendezvousConfigError(RendezvousError, ValueError):
+class RendezvousConfigError(RendezvousError, ConfigError):
     """A rendezvous parameter or ``--rdzv-conf`` key is invalid; the message names it and
     the fix. Also a :class:`ValueError`, as torch raises for bad parameters."""
 

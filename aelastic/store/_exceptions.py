@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._exceptions import AelasticError
+from .._exceptions import AelasticError, ConfigError
 
 __all__ = (
     "StoreError",
@@ -73,7 +73,7 @@ class StoreLimitError(StoreError, ValueError):
     """A key, value or request exceeds a configured limit of the store."""
 
 
-class StoreConfigError(StoreError, ValueError):
+class StoreConfigError(StoreError, ConfigError):
     """A store server or client was given invalid settings (address, port, limits)."""
 
 

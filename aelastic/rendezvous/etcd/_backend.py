@@ -64,7 +64,6 @@ from .._exceptions import (
 )
 from ._client import (
     EtcdClient,
-    EtcdCompactedError,
     EtcdConfig,
     cmp_value,
     cmp_version,
@@ -76,6 +75,7 @@ from ._client import (
     prefix_end,
     require_asyncio,
 )
+from ._exceptions import EtcdCompactedError
 from ._store import EtcdStore
 
 __all__ = ("EtcdRendezvousHandler", "create_etcd_handler")

@@ -31,6 +31,7 @@ from anyio.abc import AsyncResource
 
 from ...store import StoreConnectionError, StoreError
 from .._exceptions import RendezvousConfigError, RendezvousUnsupportedLoopError
+from ._exceptions import EtcdCompactedError
 
 try:
     import grpc
@@ -45,7 +46,6 @@ __all__ = (
     "DEFAULT_ETCD_PORT",
     "EtcdClient",
     "EtcdConfig",
-    "EtcdCompactedError",
     "EtcdWatch",
     "parse_endpoints",
     "prefix_end",
@@ -102,10 +102,6 @@ _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
 ]
-
-
-class EtcdCompactedError(StoreError):
-    """A watch asked for a revision etcd has already compacted: re-read and watch again."""
 
 
 def prefix_end(prefix: bytes) -> bytes:

@@ -1,0 +1,11 @@
+"""The errors of ``aelastic.metrics``."""
+
+from __future__ import annotations
+
+from .._exceptions import AelasticError
+
+__all__ = ("MetricsError",)
+
+
+class MetricsError(AelasticError):
+    """A metrics handler could not be set up."""
