@@ -26,12 +26,14 @@ enforces this, and that no two modules import each other)::
 """
 
 from ._exceptions import AelasticError as AelasticError
+from ._exceptions import ConfigError as ConfigError
 from ._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
 __all__ = (
     "AelasticError",
+    "ConfigError",
     "Job",
     "LaunchConfig",
     "__version__",

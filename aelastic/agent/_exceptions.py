@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from .._exceptions import AelasticError, ConfigError
+from .._exceptions import AelasticError, ConfigError, show_public_module
 from ..errors import ChildFailedError
 
 __all__ = ("AgentConfigError", "AgentError", "NoProgressError", "SignalException")
@@ -37,3 +37,6 @@ class NoProgressError(ChildFailedError):
     ``aelastic run`` exits with ``NO_PROGRESS_EXIT_CODE`` (93) so a scheduler does
     not requeue the job.
     """
+
+
+show_public_module(__name__, globals())

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ._exceptions import JobSignalError as JobSignalError
     from ._exceptions import JobStoppedError as JobStoppedError
     from ._exceptions import LaunchConfigError as LaunchConfigError
+    from ._exceptions import UsageError as UsageError
     from ._job import FailureInfo as FailureInfo
     from ._job import HangInfo as HangInfo
     from ._job import Job as Job
@@ -48,6 +49,7 @@ __all__ = (
     "LaunchConfig",
     "LaunchConfigError",
     "StateChange",
+    "UsageError",
     "WorkerInfo",
     "elastic_launch",
     "launch",
@@ -69,6 +71,7 @@ _SOURCES = {
     "JobSignalError": "._exceptions",
     "JobStoppedError": "._exceptions",
     "StateChange": "._job",
+    "UsageError": "._exceptions",
     "WorkerInfo": "._job",
     "open_job": "._job",
     "run_job": "._job",

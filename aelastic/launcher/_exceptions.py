@@ -3,7 +3,7 @@ module, so the flag tables of other concerns can raise them without importing th
 
 from __future__ import annotations
 
-from .._exceptions import AelasticError, ConfigError
+from .._exceptions import AelasticError, ConfigError, show_public_module
 
 __all__ = ("JobSignalError", "JobStoppedError", "LaunchConfigError", "UsageError")
 
@@ -25,3 +25,6 @@ class JobSignalError(AelasticError, ValueError):
 
     Also a ``ValueError`` (what ``signal.Signals(n)`` raises), so existing handlers work.
     """
+
+
+show_public_module(__name__, globals())

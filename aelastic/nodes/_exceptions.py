@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._exceptions import ConfigError
+from .._exceptions import ConfigError, show_public_module
 from ..agent import AgentError
 
 __all__ = (
@@ -47,3 +47,6 @@ class NodeExcludedError(NodeUnhealthyError):
 
     exit_code = NODE_EXCLUDED_EXIT_CODE
     kind = "excluded node"
+
+
+show_public_module(__name__, globals())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._exceptions import AelasticError, ConfigError
+from .._exceptions import AelasticError, ConfigError, show_public_module
 
 __all__ = (
     "StoreError",
@@ -84,3 +84,6 @@ class StoreUnsupportedError(StoreError):
     TCPStore server, which does not know aelastic's extension requests: fall back
     to what every server supports (heartbeat keys and timeouts).
     """
+
+
+show_public_module(__name__, globals())

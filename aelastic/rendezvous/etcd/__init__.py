@@ -25,12 +25,14 @@ from ._client import EtcdWatch as EtcdWatch
 from ._client import parse_endpoints as parse_endpoints
 from ._client import prefix_end as prefix_end
 from ._exceptions import EtcdCompactedError as EtcdCompactedError
+from ._exceptions import EtcdRequestError as EtcdRequestError
 from ._store import EtcdStore as EtcdStore
 
 __all__ = (
     "DEFAULT_ETCD_PORT",
     "EtcdClient",
     "EtcdCompactedError",
+    "EtcdRequestError",
     "EtcdConfig",
     "EtcdRendezvousHandler",
     "EtcdRendezvousSettings",

@@ -50,7 +50,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from ..._net import is_loopback
-from ...store import StoreClosedError, StoreConnectionError, StoreError
+from ...store import StoreError
 from .._api import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from .._events import record
 from .._exceptions import (
@@ -61,6 +61,7 @@ from .._exceptions import (
     RendezvousGracefulExitError,
     RendezvousStateError,
     RendezvousTimeoutError,
+    rendezvous_error,
 )
 from ._client import (
     EtcdClient,
@@ -446,13 +447,6 @@ class EtcdRendezvousHandler(RendezvousHandler):
             ) from None
         return _Round(round_, nodes, revision)
 
-    def _translate(self, exc: StoreError, what: str) -> RendezvousError:
-        if isinstance(exc, RendezvousError):
-            return exc
-        if isinstance(exc, (StoreConnectionError, StoreClosedError)):
-            return RendezvousConnectionError(f"rendezvous {self._run_id}: {what}: {exc}")
-        return RendezvousStateError(f"rendezvous {self._run_id}: {what}: {exc}")
-
     async def _read_open_round(self) -> tuple[int | None, bool]:
         reply = await self.client.txn([], [op_range(self._k("round")), op_range(self._k("closed"))])
         kvs_round = reply.responses[0].response_range.kvs
@@ -478,7 +472,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 try:
                     info = await self._rendezvous(scope, spare)
                 except StoreError as exc:
-                    raise self._translate(exc, "joining the rendezvous") from exc
+                    raise rendezvous_error(exc, f"join rendezvous {self._run_id!r}") from exc
             if scope.cancelled_caught:
                 raise self._join_timeout(timeout)
         except RendezvousClosedError:
@@ -857,7 +851,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             jp = self._join_prefix(open_round)
             reply = await self.client.range(jp, prefix_end(jp), count_only=True)
         except StoreError as exc:
-            raise self._translate(exc, "counting waiting nodes") from exc
+            raise rendezvous_error(exc, f"count the nodes waiting in {self._run_id!r}") from exc
         current = self._round
         if current is not None and len(current.nodes) >= self._max:
             return 0
@@ -867,7 +861,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         try:
             _, closed = await self._read_open_round()
         except StoreError as exc:
-            raise self._translate(exc, "reading the closed flag") from exc
+            raise rendezvous_error(exc, f"read the closed flag of {self._run_id!r}") from exc
         return closed
 
     async def set_closed(self) -> None:
@@ -881,5 +875,5 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 f"{self.settings.close_timeout:g}s on {self._where()}"
             ) from None
         except StoreError as exc:
-            raise self._translate(exc, "closing the rendezvous") from exc
+            raise rendezvous_error(exc, f"close rendezvous {self._run_id!r}") from exc
         self._record("RENDEZVOUS_CLOSE", "rendezvous closed", state="SUCCEEDED")

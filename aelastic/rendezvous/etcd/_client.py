@@ -31,7 +31,7 @@ from anyio.abc import AsyncResource
 
 from ...store import StoreConnectionError, StoreError
 from .._exceptions import RendezvousConfigError, RendezvousUnsupportedLoopError
-from ._exceptions import EtcdCompactedError
+from ._exceptions import EtcdCompactedError, EtcdRequestError
 
 try:
     import grpc
@@ -342,8 +342,9 @@ class EtcdClient(AsyncResource):
                     self._endpoints[self._index].last_error = "deadline exceeded"
                     raise self._unreachable(anyio.current_time() - start) from None
                 if code not in _RETRYABLE:
-                    raise StoreError(
+                    raise EtcdRequestError(
                         f"etcd refused {what}: {code.name}: {exc.details()}",
+                        code=code.name,
                         endpoint=self.endpoint,
                     ) from None
                 self._fail_over(f"{code.name}: {exc.details()}")
@@ -409,10 +410,8 @@ class EtcdClient(AsyncResource):
         """Revoke ``lease_id``, deleting its keys at once. A missing lease is not an error."""
         try:
             await self._unary("LeaseRevoke", rpc.LeaseRevokeRequest(ID=lease_id))
-        except StoreConnectionError:
-            raise
-        except StoreError as exc:
-            if "not found" not in str(exc):
+        except EtcdRequestError as exc:
+            if exc.code != "NOT_FOUND":
                 raise
 
     async def keep_alive(
