@@ -33,6 +33,7 @@ from ..workers import (
 )
 from ._api import SimpleElasticAgent, _hostname
 from ._env import substitute_local_rank, worker_env
+from ._exceptions import AgentConfigError
 from ._file_timer import (
     ENABLE_ENV,
     TIMER_FILE_ENV,
@@ -113,7 +114,7 @@ class LocalElasticAgent(SimpleElasticAgent):
             spec, exit_barrier_timeout, shutdown_timeout, uninterruptible_state_timeout
         )
         if start_method != "spawn":
-            raise ValueError(
+            raise AgentConfigError(
                 f"start_method={start_method!r}: aelastic always spawns a fresh interpreter"
                 " for callable entrypoints; use 'spawn'"
             )
