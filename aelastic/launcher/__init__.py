@@ -58,24 +58,4 @@ __all__ = (
     "run_job",
 )
 
-#: public name -> the submodule defining it
-_SOURCES = {
-    "elastic_launch": "._api",
-    "launch": "._api",
-    "launch_agent": "._api",
-    "LaunchConfig": "._config",
-    "LaunchConfigError": "._exceptions",
-    "FailureInfo": "._job",
-    "HangInfo": "._job",
-    "Job": "._job",
-    "JobSignalError": "._exceptions",
-    "JobStoppedError": "._exceptions",
-    "StateChange": "._job",
-    "UsageError": "._exceptions",
-    "WorkerInfo": "._job",
-    "open_job": "._job",
-    "run_job": "._job",
-}
-
-
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _SOURCES, __all__)
+__getattr__, __dir__ = lazy_exports(__name__, globals())
