@@ -31,7 +31,7 @@ from ..workers import (
     remove_empty_log_dirs,
     warm_workers_enabled,
 )
-from ._api import SimpleElasticAgent, _hostname
+from ._agent import SimpleElasticAgent, _hostname
 from ._env import substitute_local_rank, worker_env
 from ._exceptions import AgentConfigError
 from ._file_timer import (

@@ -10,8 +10,8 @@ Never imports torch.
 
 Modules, one job each: ``_config`` (:class:`LaunchConfig`), ``_args`` (``aelastic run``
 flags -> config; ``_progress_args`` the hang-detection and restart-policy flags,
-``_exceptions`` their ``UsageError``), ``_build`` (config -> rendezvous handler, spec,
-agent), ``_job`` (the :class:`Job` handle), ``_api`` (``launch`` and its synchronous
+``_exceptions`` the launcher's errors), ``_build`` (config -> rendezvous handler, spec,
+agent), ``_job`` (the :class:`Job` handle), ``_launch`` (``launch`` and its synchronous
 forms), ``_cli`` (``python -m aelastic run``). Submodules load on first use (PEP 562):
 ``aelastic run`` imports this package before it parses its flags, and must reach the
 workers' pre-start without anyio or the agent loaded (see ``_cli``).
@@ -24,9 +24,6 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._api import elastic_launch as elastic_launch
-    from ._api import launch as launch
-    from ._api import launch_agent as launch_agent
     from ._config import LaunchConfig as LaunchConfig
     from ._exceptions import JobSignalError as JobSignalError
     from ._exceptions import JobStoppedError as JobStoppedError
@@ -39,6 +36,9 @@ if TYPE_CHECKING:
     from ._job import WorkerInfo as WorkerInfo
     from ._job import open_job as open_job
     from ._job import run_job as run_job
+    from ._launch import elastic_launch as elastic_launch
+    from ._launch import launch as launch
+    from ._launch import launch_agent as launch_agent
 
 __all__ = (
     "FailureInfo",
