@@ -31,7 +31,7 @@ from ..workers import (
     remove_empty_log_dirs,
     warm_workers_enabled,
 )
-from ._agent import SimpleElasticAgent, _hostname
+from ._agent import SimpleElasticAgent
 from ._env import substitute_local_rank, worker_env
 from ._exceptions import AgentConfigError
 from ._file_timer import (
@@ -50,6 +50,7 @@ from ._hang import (
 )
 from ._policy import restart_count
 from ._stacks import capture_stacks
+from ._telemetry import hostname
 from ._types import RunResult, WorkerGroup, WorkerSpec, WorkerState
 
 __all__ = ("LocalElasticAgent",)
@@ -172,7 +173,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         elif wg.group_world_size == 1 or self._rendezvous_is_local():
             bind = advertised = _LOOPBACK
         else:
-            bind, advertised = "", _hostname()
+            bind, advertised = "", hostname()
         server = StoreServer(bind, 0, allow_non_loopback=not is_loopback(bind))
         await stack.enter_async_context(server)
         log.debug("hosting the workers' store on %s (advertised %s)", server.address, advertised)
