@@ -77,6 +77,7 @@ from ._client import (
 )
 from ._exceptions import EtcdCompactedError
 from ._settings import EtcdRendezvousSettings, settings_from_params
+from ._state import Round, parse_done, parse_round, state_error
 from ._store import EtcdStore
 
 __all__ = ("EtcdRendezvousHandler", "create_etcd_handler")
@@ -127,17 +128,6 @@ class _Joined:
 
 class _LeaseLost(Exception):
     """This node's lease expired (etcd lost contact for longer than the TTL)."""
-
-
-@dataclass
-class _Round:
-    number: int
-    nodes: list[dict[str, Any]]
-    revision: int
-
-    @property
-    def ids(self) -> list[str]:
-        return [str(n["id"]) for n in self.nodes]
 
 
 class EtcdRendezvousHandler(RendezvousHandler):
@@ -194,7 +184,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._keep_alive_scope: anyio.CancelScope | None = None
         self._next_guess = 0  # the round this node expects to be open
         self._joined: int | None = None  # round whose join key this node holds
-        self._round: _Round | None = None  # last round this node completed as participant
+        self._round: Round | None = None  # last round this node completed as participant
         self._shut = False
 
     # -- keys --------------------------------------------------------------------------
@@ -343,34 +333,13 @@ class EtcdRendezvousHandler(RendezvousHandler):
     # -- helpers -------------------------------------------------------------------------
 
     def _state_error(self, key: bytes, raw: bytes, what: str) -> RendezvousStateError:
-        return RendezvousStateError(
-            f"rendezvous key {key.decode()!r} on {self._where()} holds {raw[:80]!r}: {what}; "
-            "it was written by something else (use another run_id or delete the prefix)"
-        )
+        return state_error(key, raw, what, self._where())
 
     def _parse_round(self, raw: bytes | None) -> int | None:
-        if raw is None:
-            return None
-        text = raw.decode("ascii", "replace")
-        if not text.isdigit():
-            raise self._state_error(self._k("round"), raw, "expected a decimal round number")
-        return int(text)
+        return parse_round(self._k("round"), raw, self._where())
 
-    def _parse_done(self, round_: int, raw: bytes) -> _Round:
-        key = self._done_key(round_)
-        try:
-            data = json.loads(raw)
-            nodes = data["nodes"]
-            revision = int(data["revision"])
-            if not isinstance(nodes, list) or not all(
-                isinstance(n, dict) and isinstance(n.get("id"), str) for n in nodes
-            ):
-                raise ValueError
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-            raise self._state_error(
-                key, raw, "expected JSON {nodes: [...], revision: int}"
-            ) from None
-        return _Round(round_, nodes, revision)
+    def _parse_done(self, round_: int, raw: bytes) -> Round:
+        return parse_done(round_, self._done_key(round_), raw, self._where())
 
     async def _read_open_round(self) -> tuple[int | None, bool]:
         reply = await self.client.txn([], [op_range(self._k("round")), op_range(self._k("closed"))])
@@ -525,7 +494,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             prev_alive=int(responses[first + 2].response_range.count) if r > 0 else 0,
         )
 
-    async def _await_round(self, r: int, joined: _Joined) -> RendezvousInfo | _Round:
+    async def _await_round(self, r: int, joined: _Joined) -> RendezvousInfo | Round:
         """Follow round ``r`` by watch until it completes; return our info or the round.
 
         Watch streams (the round's control keys, the ``closed`` key and, while some
@@ -548,7 +517,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             await lost.wait()
             await send.send([])
 
-        outcome: list[RendezvousInfo | _Round] = []
+        outcome: list[RendezvousInfo | Round] = []
         failure: list[Exception] = []
         async with anyio.create_task_group() as tg:
             ctl = self._r(r) + b"ctl/"
@@ -573,7 +542,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         r: int,
         joined: _Joined,
         receive: MemoryObjectReceiveStream[list[Any] | Exception],
-    ) -> RendezvousInfo | _Round:
+    ) -> RendezvousInfo | Round:
         prev_prefix = self._join_prefix(r - 1) if r > 0 else None
         done_key, quorum_key, closed_key = self._done_key(r), self._quorum_key(r), self._k("closed")
         prev_alive = joined.prev_alive
@@ -665,7 +634,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 elif key == done_key and not deleted:
                     return self._admit(r, bytes(kv.value))
 
-    def _admit(self, r: int, raw: bytes) -> RendezvousInfo | _Round:
+    def _admit(self, r: int, raw: bytes) -> RendezvousInfo | Round:
         """This node's info if round ``r``'s ``done`` record lists it, else the round."""
         done = self._parse_done(r, raw)
         ids = done.ids
