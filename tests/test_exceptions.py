@@ -98,3 +98,38 @@ def test_a_public_error_pickles_through_its_public_module() -> None:
     error = pickle.loads(pickle.dumps(StoreTimeoutError("get timed out")))
     assert type(error) is StoreTimeoutError
     assert aelastic.ConfigError is ConfigError
+
+
+@pytest.mark.parametrize(
+    ("store_error", "expected"),
+    [
+        ("StoreTimeoutError", "RendezvousConnectionError"),
+        ("StoreConnectionError", "RendezvousConnectionError"),
+        ("StoreClosedError", "RendezvousConnectionError"),
+        ("StoreLimitError", "RendezvousStateError"),
+        ("EtcdCompactedError", "RendezvousStateError"),
+    ],
+)
+def test_store_errors_become_the_same_rendezvous_error_for_every_backend(
+    store_error: str, expected: str
+) -> None:
+    from aelastic import rendezvous, store
+    from aelastic.rendezvous._exceptions import map_store_errors
+    from aelastic.rendezvous.etcd import EtcdCompactedError
+
+    cls = EtcdCompactedError if store_error == "EtcdCompactedError" else getattr(store, store_error)
+    expected_error = getattr(rendezvous, expected)
+    with (
+        pytest.raises(expected_error, match=r"to add to 'k'") as caught,
+        map_store_errors("add to 'k'"),
+    ):
+        raise cls("boom")
+    assert isinstance(caught.value.__cause__, cls)
+
+
+def test_map_store_errors_passes_through_what_the_caller_keeps() -> None:
+    from aelastic.rendezvous._exceptions import map_store_errors
+    from aelastic.store import StoreTimeoutError
+
+    with pytest.raises(StoreTimeoutError), map_store_errors("read 'k'", keep=(StoreTimeoutError,)):
+        raise StoreTimeoutError("late")
