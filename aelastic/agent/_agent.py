@@ -9,8 +9,6 @@ change wake the agent the moment they happen.
 from __future__ import annotations
 
 import abc
-import dataclasses
-import json
 import logging
 import os
 import signal
@@ -45,7 +43,7 @@ from ._policy import (
     track_uninterruptible,
     uninterruptible_poll_interval,
 )
-from ._ranks import RankAssignment, RoleInfo, assign_ranks, identical_assignment
+from ._rank_exchange import exchange_ranks
 from ._restart_policy import RestartPolicy
 from ._round_gate import RoundGate
 from ._telemetry import AgentTelemetry, hostname
@@ -55,9 +53,6 @@ __all__ = ("ElasticAgent", "SimpleElasticAgent")
 
 log = logging.getLogger("aelastic.agent")
 
-#: Store key prefixes (torch's names, so mixed tooling reads the same keys).
-_ROLE_INFO_PREFIX = "torchelastic/role_info"
-_ASSIGNED_RANKS_PREFIX = "torchelastic/assigned_ranks"
 _TERMINAL_STATE_SYNC_ID = "torchelastic/agent/terminal_state"
 #: Bound on leaving the rendezvous during an abnormal exit (a dead backend must not hang us).
 _RDZV_SHUTDOWN_TIMEOUT = 10.0
@@ -754,57 +749,18 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
     async def _assign_worker_ranks(
         self, store: Store, group_rank: int, group_world_size: int, spec: WorkerSpec
     ) -> list[Worker]:
-        """Assign global and role ranks (seed 004's algorithm) in O(1) requests per agent.
+        """This node's workers with their global and role ranks (:func:`exchange_ranks`, O(1)
+        requests per agent); also sets ``master_addr``/``master_port`` on the group."""
 
-        Every agent but group rank 0 ``set``s its role info and ``get``s its assignment;
-        group rank 0 ``multi_get``s the others' infos and ``multi_set``s every
-        assignment (which also carries the workers' store endpoint). With
-        ``TORCH_ELASTIC_WORKER_IDENTICAL=1`` ranks are computed locally and only the
-        endpoint crosses the store. Also sets ``master_addr``/``master_port`` on the group.
-        """
+        async def endpoint() -> tuple[str, int, bool]:
+            return self._store_endpoint or await self._worker_store_endpoint()
+
+        mine, addr, port, agent_store = await exchange_ranks(
+            store, group_rank, group_world_size, spec, endpoint
+        )
         wg = self._worker_group
-        identical = os.environ.get("TORCH_ELASTIC_WORKER_IDENTICAL") == "1"
-        mine: RankAssignment
-        addr: str | None
-        port: int | None
-        agent_store: bool
-        if group_rank == 0:
-            addr, port, agent_store = self._store_endpoint or await self._worker_store_endpoint()
-            self._use_agent_store = agent_store
-            if identical:
-                mine = identical_assignment(0, group_world_size, spec.local_world_size)
-                if group_world_size > 1:
-                    await store.set(
-                        f"{_ASSIGNED_RANKS_PREFIX}/endpoint",
-                        json.dumps([addr, port, agent_store]),
-                    )
-            else:
-                infos = [RoleInfo(spec.role, 0, spec.local_world_size)]
-                if group_world_size > 1:
-                    keys = [f"{_ROLE_INFO_PREFIX}/{r}" for r in range(1, group_world_size)]
-                    infos += [RoleInfo.deserialize(v) for v in await store.multi_get(keys)]
-                answers = [_with_endpoint(a, addr, port, agent_store) for a in assign_ranks(infos)]
-                if group_world_size > 1:
-                    await store.multi_set(
-                        [f"{_ASSIGNED_RANKS_PREFIX}/{r}" for r in range(1, group_world_size)],
-                        [a.serialize() for a in answers[1:]],
-                    )
-                mine = answers[0]
-        elif identical:
-            mine = identical_assignment(group_rank, group_world_size, spec.local_world_size)
-            raw = await store.get(f"{_ASSIGNED_RANKS_PREFIX}/endpoint")
-            addr, port, agent_store = json.loads(raw)
-        else:
-            info = RoleInfo(spec.role, group_rank, spec.local_world_size)
-            await store.set(f"{_ROLE_INFO_PREFIX}/{group_rank}", info.serialize())
-            mine = RankAssignment.deserialize(
-                await store.get(f"{_ASSIGNED_RANKS_PREFIX}/{group_rank}")
-            )
-            addr, port, agent_store = mine.master_addr, mine.master_port, mine.use_agent_store
-        if addr is None or port is None:
-            raise AgentError("group rank 0 published no worker store endpoint")
-        wg.master_addr, wg.master_port = str(addr), int(port)
-        self._use_agent_store = bool(agent_store)
+        wg.master_addr, wg.master_port = addr, port
+        self._use_agent_store = agent_store
         return [
             Worker(
                 local_rank=i,
@@ -918,10 +874,6 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
                 await self._worker_group.spec.rdzv_handler.shutdown()
             except Exception:
                 log.exception("error while leaving the rendezvous")
-
-
-def _with_endpoint(a: RankAssignment, addr: str, port: int, agent_store: bool) -> RankAssignment:
-    return dataclasses.replace(a, master_addr=addr, master_port=port, use_agent_store=agent_store)
 
 
 def _ms_since(started: float) -> float:
