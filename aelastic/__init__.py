@@ -25,13 +25,25 @@ enforces this, and that no two modules import each other)::
     9. python -m aelastic: __main__
 """
 
+from typing import TYPE_CHECKING
+
 from ._exceptions import AelasticError as AelasticError
+from ._exceptions import ConfigError as ConfigError
 from ._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the launch API loads on first use, so ``import aelastic`` stays light
+    from .launcher import Job as Job
+    from .launcher import LaunchConfig as LaunchConfig
+    from .launcher import elastic_launch as elastic_launch
+    from .launcher import launch as launch
+    from .launcher import open_job as open_job
+    from .launcher import run_job as run_job
 
 __version__ = "0.1.0"
 
 __all__ = (
     "AelasticError",
+    "ConfigError",
     "Job",
     "LaunchConfig",
     "__version__",
@@ -41,15 +53,4 @@ __all__ = (
     "run_job",
 )
 
-# The launch API is loaded on first use, so ``import aelastic`` stays light.
-_LAZY = {
-    "LaunchConfig": "aelastic.launcher",
-    "elastic_launch": "aelastic.launcher",
-    "launch": "aelastic.launcher",
-    "open_job": "aelastic.launcher",
-    "run_job": "aelastic.launcher",
-    "Job": "aelastic.launcher",
-}
-
-
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY, __all__)
+__getattr__, __dir__ = lazy_exports(__name__, globals())

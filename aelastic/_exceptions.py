@@ -1,14 +1,81 @@
-"""The root of aelastic's exception tree.
+"""The root of aelastic's exception tree, and the rule for the errors outside it.
 
-Every error aelastic raises on purpose derives from :class:`AelasticError`, so an
-embedding service can catch the whole family with one ``except`` clause. Each
-subpackage defines its own subclasses next to the code that raises them
-(``aelastic.store``, ``aelastic.rendezvous``, ``aelastic.errors``...).
+Every error aelastic raises on purpose derives from :class:`AelasticError`, so an embedding
+service can catch the whole family with one ``except`` clause. Each package defines its
+errors in its own ``_exceptions.py`` and exports them; :func:`show_public_module` makes
+tracebacks print the public name (``aelastic.store.StoreTimeoutError``). The tree (a second
+base in brackets: ``except`` that builtin keeps working; ``tests/test_exceptions.py``
+checks this drawing against the classes)::
+
+    AelasticError                               aelastic
+        ConfigError [ValueError]                aelastic
+            UsageError                          aelastic.launcher
+            LaunchConfigError                   aelastic.launcher
+            ProgressTimeoutError                aelastic.progress
+            StoreConfigError [StoreError]       aelastic.store
+            RendezvousConfigError [RendezvousError]  aelastic.rendezvous
+            AgentConfigError [AgentError]       aelastic.agent
+            NodeHealthConfigError [AgentError]  aelastic.nodes
+        StoreError                              aelastic.store
+            StoreTimeoutError [TimeoutError]
+            StoreConnectionError [ConnectionError]
+                NotAStoreError
+            StoreClosedError
+            QueueEmptyError
+            ProtocolError
+            StoreLimitError [ValueError]
+            StoreUnsupportedError
+            EtcdCompactedError                  aelastic.rendezvous.etcd
+            EtcdRequestError                    aelastic.rendezvous.etcd
+        RendezvousError                         aelastic.rendezvous
+            RendezvousClosedError
+            RendezvousTimeoutError [TimeoutError]
+            RendezvousConnectionError [ConnectionError]
+                RendezvousEndpointError
+            RendezvousStateError
+            RendezvousGracefulExitError
+            RendezvousNonRetryableError
+            RendezvousUnsupportedLoopError
+        ChildFailedError                        aelastic.errors
+            NoProgressError                     aelastic.agent
+        WorkerProcessError                      aelastic.workers
+            WorkerStartError
+            NoMoreExitsError
+            CallableResultError
+        AgentError                              aelastic.agent
+            SignalException
+            NodeUnhealthyError                  aelastic.nodes
+                NodeExcludedError
+        EventsError                             aelastic.events
+            EventFormatError [ValueError]
+            EventHandlerError
+            UnknownDestinationError [KeyError]
+        MetricsError                            aelastic.metrics
+        CheckpointError                         aelastic.checkpoint
+        HealthPortError [OSError]               aelastic.health
+        JobViewError                            aelastic.jobview
+        JobStoppedError                         aelastic.launcher
+        JobSignalError [ValueError]             aelastic.launcher
+
+Store failures become rendezvous failures in one place,
+:func:`aelastic.rendezvous._exceptions.rendezvous_error`.
+
+**When a builtin error is right.** Raise a builtin only for misuse that the caller's own
+code must fix and that no ``except`` clause should handle: a :class:`TypeError` for an
+argument of the wrong type, a :class:`ValueError` for a value outside a function's
+documented domain given by a program (not a setting a user typed), a :class:`RuntimeError`
+for a call in the wrong state (``start()`` twice, a method outside its ``async with``), and
+:class:`AttributeError`/:class:`KeyError`/:class:`StopAsyncIteration` where a protocol
+demands them. Anything a user of the library may want to catch and act on (a setting that
+cannot work, a peer or store that failed, a worker that died) is one of ours, with a
+message that names the value and the fix; a setting that cannot work is a :class:`ConfigError`.
 """
 
 from __future__ import annotations
 
-__all__ = ("AelasticError",)
+from collections.abc import Mapping
+
+__all__ = ("AelasticError", "ConfigError")
 
 
 class AelasticError(Exception):
@@ -17,3 +84,29 @@ class AelasticError(Exception):
     Messages name the object involved (a key, an endpoint, a rank) and, where
     there is one, the fix.
     """
+
+
+class ConfigError(AelasticError, ValueError):
+    """A setting cannot work (a flag, a config field, a parameter); the message names it and
+    the fix. Also a :class:`ValueError`, so callers that catch that keep working."""
+
+
+def show_public_module(module: str, namespace: Mapping[str, object]) -> None:
+    """Give the errors defined in ``module`` (a package's ``_exceptions``) the package's name
+    as ``__module__``, so tracebacks and ``repr`` print ``aelastic.store.StoreTimeoutError``
+    rather than a private path, as httpx and trio do. The package must export them (pickle
+    finds a class through its ``__module__``); ``tests/test_exceptions.py`` checks that.
+
+    Called at the bottom of each ``_exceptions.py``, so lazily imported packages stay lazy.
+    """
+    public = module.rpartition(".")[0] if module.rpartition(".")[2] == "_exceptions" else module
+    for value in namespace.values():
+        if (
+            isinstance(value, type)
+            and issubclass(value, BaseException)
+            and value.__module__ == module
+        ):
+            value.__module__ = public
+
+
+show_public_module(__name__, globals())

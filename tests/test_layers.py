@@ -83,7 +83,7 @@ IMPORTS = [imp for module, path in MODULES.items() for imp in _imports(module, p
 
 
 def _top(module: str) -> str:
-    """``aelastic.store._api`` -> ``store``; the package itself -> ``""``."""
+    """``aelastic.store._interface`` -> ``store``; the package itself -> ``""``."""
     return module.split(".")[1] if "." in module else ""
 
 

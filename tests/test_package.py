@@ -45,7 +45,7 @@ def test_launch_path_skips_modules_it_does_not_need() -> None:
     # datetime only formats a failure).
     new = _newly_imported(
         "import aelastic.cli, aelastic.launcher._cli, aelastic.launcher._args\n"
-        "import aelastic.launcher._api\n"
+        "import aelastic.launcher._launch\n"
         "import aelastic.agent, aelastic.workers, aelastic.rendezvous, aelastic.store"
     )
     assert "aelastic.agent" in new

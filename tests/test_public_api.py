@@ -37,10 +37,14 @@ def test_top_level_launch_names_are_the_launcher_packages() -> None:
     # The launch code is the package `aelastic.launcher`, not `aelastic.launch`: a
     # subpackage of that name would rebind the function `aelastic.launch` on import.
     import types
+    from pathlib import Path
 
     import aelastic.launcher
+    from aelastic._lazy import type_checking_sources
 
-    for name in aelastic._LAZY:
+    lazy = type_checking_sources(Path(aelastic.__file__).read_text(encoding="utf-8"))
+    assert set(lazy) == {"Job", "LaunchConfig", "elastic_launch", "launch", "open_job", "run_job"}
+    for name in lazy:
         assert getattr(aelastic, name) is getattr(aelastic.launcher, name), name
     assert not isinstance(aelastic.launch, types.ModuleType)
     assert callable(aelastic.launch)

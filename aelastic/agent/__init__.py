@@ -5,8 +5,8 @@
 imports torch.
 """
 
-from ._api import ElasticAgent as ElasticAgent
-from ._api import SimpleElasticAgent as SimpleElasticAgent
+from ._agent import ElasticAgent as ElasticAgent
+from ._agent import SimpleElasticAgent as SimpleElasticAgent
 from ._env import worker_env as worker_env
 from ._exceptions import AgentConfigError as AgentConfigError
 from ._exceptions import AgentError as AgentError

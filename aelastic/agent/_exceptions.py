@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from .._exceptions import AelasticError
+from .._exceptions import AelasticError, ConfigError, show_public_module
 from ..errors import ChildFailedError
 
 __all__ = ("AgentConfigError", "AgentError", "NoProgressError", "SignalException")
@@ -14,7 +14,7 @@ class AgentError(AelasticError):
     """Base class of the agent's errors."""
 
 
-class AgentConfigError(AgentError, ValueError):
+class AgentConfigError(AgentError, ConfigError):
     """A :class:`~aelastic.agent.WorkerSpec` or agent argument is invalid."""
 
 
@@ -37,3 +37,6 @@ class NoProgressError(ChildFailedError):
     ``aelastic run`` exits with ``NO_PROGRESS_EXIT_CODE`` (93) so a scheduler does
     not requeue the job.
     """
+
+
+show_public_module(__name__, globals())

@@ -31,8 +31,9 @@ from ..workers import (
     remove_empty_log_dirs,
     warm_workers_enabled,
 )
-from ._api import SimpleElasticAgent, _hostname
+from ._agent import SimpleElasticAgent
 from ._env import substitute_local_rank, worker_env
+from ._exceptions import AgentConfigError
 from ._file_timer import (
     ENABLE_ENV,
     TIMER_FILE_ENV,
@@ -49,6 +50,7 @@ from ._hang import (
 )
 from ._policy import restart_count
 from ._stacks import capture_stacks
+from ._telemetry import hostname
 from ._types import RunResult, WorkerGroup, WorkerSpec, WorkerState
 
 __all__ = ("LocalElasticAgent",)
@@ -117,7 +119,7 @@ class LocalElasticAgent(SimpleElasticAgent):
             spec, exit_barrier_timeout, shutdown_timeout, uninterruptible_state_timeout
         )
         if start_method != "spawn":
-            raise ValueError(
+            raise AgentConfigError(
                 f"start_method={start_method!r}: aelastic always spawns a fresh interpreter"
                 " for callable entrypoints; use 'spawn'"
             )
@@ -183,7 +185,7 @@ class LocalElasticAgent(SimpleElasticAgent):
             return advertised, advertised
         if self._worker_group.group_world_size == 1 or self._rendezvous_is_local():
             return _LOOPBACK, _LOOPBACK
-        return "", _hostname()
+        return "", hostname()
 
     def _rendezvous_is_local(self) -> bool:
         rdzv = self._rdzv_info

@@ -2,7 +2,7 @@
 
 Nothing here awaits, spawns or reads the clock: each function maps what the agent
 observed (worker exits, a membership change, the restart budget) to the next
-:class:`Action`. The state machine in :mod:`aelastic.agent._api` only carries the
+:class:`Action`. The state machine in :mod:`aelastic.agent._agent` only carries the
 actions out, so the policy is unit-tested without processes.
 """
 

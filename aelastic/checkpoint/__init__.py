@@ -49,6 +49,4 @@ __all__ = (
     "save",
 )
 
-__getattr__, __dir__ = lazy_exports(
-    __name__, globals(), {"Checkpoints": "._agent", "open_checkpoints": "._agent"}, __all__
-)
+__getattr__, __dir__ = lazy_exports(__name__, globals())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._exceptions import AelasticError
+from .._exceptions import AelasticError, show_public_module
 
 __all__ = ("CheckpointError",)
 
@@ -12,3 +12,6 @@ class CheckpointError(AelasticError):
 
     Raised before anything of the new step is visible: the previous step stays intact.
     """
+
+
+show_public_module(__name__, globals())

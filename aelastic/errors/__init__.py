@@ -6,7 +6,7 @@ worker decorated with torch's ``@record`` reports to aelastic and a worker
 decorated with :func:`record` reports to torch's tools. Never imports torch.
 """
 
-from ._child_failed import ChildFailedError as ChildFailedError
+from ._exceptions import ChildFailedError as ChildFailedError
 from ._failure import NOT_AVAILABLE as NOT_AVAILABLE
 from ._failure import ProcessFailure as ProcessFailure
 from ._failure import signal_name_of as signal_name_of

@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar, overload
 
-from ._child_failed import ChildFailedError
+from ._exceptions import ChildFailedError
 from ._failure import NOT_AVAILABLE
 
 __all__ = ("ERROR_FILE_ENV", "ErrorHandler", "error_file_data", "record")

@@ -20,11 +20,6 @@ Example::
     events.get_logging_handler("console").setLevel("WARNING")
 """
 
-from ._api import Event as Event
-from ._api import EventMetadataValue as EventMetadataValue
-from ._api import EventSource as EventSource
-from ._api import NodeState as NodeState
-from ._api import RdzvEvent as RdzvEvent
 from ._dispatch import DestinationStatistics as DestinationStatistics
 from ._dispatch import arecord as arecord
 from ._dispatch import check_destination as check_destination
@@ -36,6 +31,11 @@ from ._dispatch import shutdown as shutdown
 from ._dispatch import shutdown_blocking as shutdown_blocking
 from ._dispatch import statistics as statistics
 from ._dispatch import unregister_handler as unregister_handler
+from ._event import Event as Event
+from ._event import EventMetadataValue as EventMetadataValue
+from ._event import EventSource as EventSource
+from ._event import NodeState as NodeState
+from ._event import RdzvEvent as RdzvEvent
 from ._exceptions import EventFormatError as EventFormatError
 from ._exceptions import EventHandlerError as EventHandlerError
 from ._exceptions import EventsError as EventsError

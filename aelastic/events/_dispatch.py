@@ -50,12 +50,10 @@ import atexit
 import collections
 import contextlib
 import contextvars
-import inspect
 import logging
 import os
 import threading
 import time
-import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -65,19 +63,18 @@ import anyio.from_thread
 import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 
+from ._adapters import Handler, HandlerLike, run_each, run_on, same_handler
 from ._exceptions import EventHandlerError, EventsError, UnknownDestinationError
 from ._signal import AsyncWaiter, Signal, ThreadWaiter, Waiter
 
 __all__ = (
     "DestinationStatistics",
     "EventLike",
-    "HandlerLike",
     "arecord",
     "check_destination",
     "destination",
     "flush",
     "flush_blocking",
-    "is_null_handler",
     "record",
     "register_handler",
     "registry",
@@ -100,11 +97,6 @@ class EventLike(Protocol):
     def serialize(self) -> str: ...
 
 
-#: A handler: a ``logging.Handler``, an object with a (sync or async) ``record(event)``
-#: method, or a (sync or async) callable taking the event.
-HandlerLike = Any
-
-
 def _queue_size() -> int:
     raw = os.environ.get("AELASTIC_EVENTS_QUEUE_SIZE", "100000")
     try:
@@ -119,69 +111,9 @@ def _queue_size() -> int:
     return size
 
 
-def is_null_handler(handler: Any) -> bool:
-    """Whether ``handler`` does nothing (``logging.NullHandler``, ``NullEventHandler``)."""
-    return (
-        isinstance(handler, logging.NullHandler) or getattr(handler, "null_handler", False) is True
-    )
-
-
 def _message(event: Any) -> str:
     serialize = getattr(event, "serialize", None)
     return serialize() if serialize is not None else str(event)
-
-
-class _Handler:
-    """A registered handler, normalised to one calling convention."""
-
-    __slots__ = (
-        "batch",
-        "call",
-        "home",
-        "is_async",
-        "is_null",
-        "logging_handler",
-        "original",
-        "via_logger",
-    )
-
-    def __init__(self, original: HandlerLike) -> None:
-        self.original = original
-        self.is_null = is_null_handler(original)
-        self.logging_handler: logging.Handler | None = None
-        self.batch: Callable[[list[Any]], None] | None = None
-        self.home: EventLoopToken | None = None
-        #: a logging handler attached to the destination's logger (not batch-capable)
-        self.via_logger = False
-        if isinstance(original, logging.Handler):
-            self.logging_handler = original
-            self.batch = getattr(original, "record_batch", None)
-            self.via_logger = self.batch is None
-            self.call: Callable[[Any], Any] = original.handle
-            self.is_async = False
-            return
-        fn = getattr(original, "record", None)
-        if fn is None or not callable(fn):
-            if not callable(original):
-                raise TypeError(
-                    f"cannot use {original!r} as an event handler: pass a logging.Handler, an "
-                    "object with a record(event) method, or a callable taking the event"
-                )
-            fn = original
-        self.call = fn
-        self.is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-            getattr(fn, "__call__", None)  # noqa: B004 - async callable objects
-        )
-        if self.is_async:
-            try:  # the caller's event loop, whichever anyio backend runs it
-                self.home = anyio.lowlevel.current_token()
-            except RuntimeError:  # no event loop here: the dispatcher's loop runs it
-                self.home = None
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Identity, or equality (``obj.method`` makes a new but equal bound method each time)."""
-    return a is b or (isinstance(a, (types.MethodType, types.BuiltinMethodType)) and a == b)
 
 
 @dataclass(frozen=True)
@@ -203,10 +135,10 @@ class Destination:
     def __init__(self, name: str, capacity: int) -> None:
         self.name = name
         self.capacity = capacity
-        self.handlers: tuple[_Handler, ...] = ()
+        self.handlers: tuple[Handler, ...] = ()
         #: the destination's own handler: the built-in one, replaced (not added to) by
         #: legacy ``configure()`` and ``configure_file()``
-        self.primary: _Handler | None = None
+        self.primary: Handler | None = None
         self.subscribers: tuple[Any, ...] = ()
         #: True when some handler does real work (the queue is used)
         self.dispatch = False
@@ -232,27 +164,27 @@ class Destination:
         self.dispatch = any(not h.is_null for h in handlers)
         self.active = self.dispatch or bool(self.subscribers)
 
-    def all_handlers(self) -> tuple[_Handler, ...]:
+    def all_handlers(self) -> tuple[Handler, ...]:
         return (self.primary, *self.handlers) if self.primary is not None else self.handlers
 
-    def add(self, handler: _Handler) -> None:
+    def add(self, handler: Handler) -> None:
         if handler.via_logger:
             self.logger.addHandler(handler.original)
         self.handlers = (*self.handlers, handler)
         self._refresh()
 
     def remove(self, original: HandlerLike) -> bool:
-        kept = tuple(h for h in self.handlers if not _same(h.original, original))
+        kept = tuple(h for h in self.handlers if not same_handler(h.original, original))
         found = len(kept) != len(self.handlers)
         if isinstance(original, logging.Handler):
             self.logger.removeHandler(original)
-        if self.primary is not None and _same(self.primary.original, original):
+        if self.primary is not None and same_handler(self.primary.original, original):
             self.primary, found = None, True
         self.handlers = kept
         self._refresh()
         return found
 
-    def set_primary(self, handler: _Handler | None) -> _Handler | None:
+    def set_primary(self, handler: Handler | None) -> Handler | None:
         """Replace the destination's own handler; return the previous one."""
         old, self.primary = self.primary, handler
         if old is not None and old.via_logger:
@@ -336,7 +268,7 @@ class Destination:
             if waiter is not None:
                 waiter.done(failures.get(i, []))
 
-    def _failed(self, handler: _Handler, exc: BaseException) -> None:
+    def _failed(self, handler: Handler, exc: BaseException) -> None:
         self.handler_errors += 1
         log.error(
             "events destination %r: handler %r failed: %r",
@@ -346,7 +278,7 @@ class Destination:
             exc_info=exc,
         )
 
-    async def _run(self, handler: _Handler, items: list[tuple[int, Any]]) -> dict[int, Exception]:
+    async def _run(self, handler: Handler, items: list[tuple[int, Any]]) -> dict[int, Exception]:
         """Run ``handler`` on every event of ``items``; return the failures by index."""
         if handler.via_logger:
             logger = self.logger
@@ -363,62 +295,8 @@ class Destination:
             return {}
         home = handler.home
         if handler.is_async and home is not None and home != _dispatcher.token:
-            return await _run_on(home, handler.call, items)
-        return await _run_each(handler.call, items)
-
-
-async def _run_each(
-    call: Callable[[Any], Any], items: list[tuple[int, Any]]
-) -> dict[int, Exception]:
-    errors: dict[int, Exception] = {}
-    for i, event in items:
-        try:
-            result = call(event)
-            if inspect.isawaitable(result):
-                await result
-        except Exception as exc:
-            errors[i] = exc
-    return errors
-
-
-async def _run_on(
-    home: EventLoopToken, call: Callable[[Any], Any], items: list[tuple[int, Any]]
-) -> dict[int, Exception]:
-    """Run ``call`` on each event of ``items`` in the event loop ``home``, one hop per batch.
-
-    Backend-neutral (asyncio, uvloop, trio): a short-lived thread enters ``home`` with
-    ``anyio.from_thread.run`` while the dispatcher's loop waits on a thread-safe
-    wake-up, so other destinations keep draining. Cancelled (dispatcher shutdown): the
-    wait is abandoned; the hop ends when ``home`` has run the batch.
-    """
-    is_running = getattr(home.native_token, "is_running", None)  # asyncio: a stopped loop
-    if is_running is not None and not is_running():  # would never run the batch
-        raise EventsError(
-            f"async handler {call!r} belongs to an event loop that is no longer running; "
-            "unregister handlers before their loop ends"
-        )
-    done = Signal()
-    outcome: list[dict[int, Exception] | BaseException] = []
-
-    def hop() -> None:
-        try:
-            outcome.append(anyio.from_thread.run(_run_each, call, items, token=home))
-        except BaseException as exc:  # handed to the dispatcher's loop below
-            outcome.append(exc)
-        finally:
-            done.set()
-
-    threading.Thread(target=hop, name="aelastic-events-hop", daemon=True).start()
-    await done.wait()
-    result = outcome[0]
-    if isinstance(result, anyio.RunFinishedError):
-        raise EventsError(
-            f"async handler {call!r} belongs to an event loop that is no longer running; "
-            "unregister handlers before their loop ends"
-        )
-    if isinstance(result, BaseException):
-        raise EventsError(f"async handler {call!r}: its event loop did not run it: {result!r}")
-    return result
+            return await run_on(home, handler.call, items)
+        return await run_each(handler.call, items)
 
 
 class _FlushMarker:
@@ -712,7 +590,7 @@ def register_handler(destination: str, handler: HandlerLike) -> HandlerLike:
     is, and under trio). Synchronous handlers run in the dispatcher thread. Logging
     handlers are attached to the destination's logger ``aelastic-events-<destination>``.
     """
-    entry = _Handler(handler)
+    entry = Handler(handler)
     with registry.lock:
         registry.ensure(destination).add(entry)
     return handler

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._exceptions import AelasticError
+from .._exceptions import AelasticError, show_public_module
 
 __all__ = (
     "EventFormatError",
@@ -29,3 +29,6 @@ class UnknownDestinationError(EventsError, KeyError):
 
 class EventHandlerError(EventsError):
     """One or more handlers failed to process an awaited event (see ``__cause__``)."""
+
+
+show_public_module(__name__, globals())

@@ -13,7 +13,8 @@ import logging
 import os
 from typing import Any
 
-from ._dispatch import Destination, _Handler, is_null_handler, registry
+from ._adapters import Handler, is_null_handler
+from ._dispatch import Destination, registry
 from ._exceptions import EventsError, UnknownDestinationError
 
 __all__ = (
@@ -62,7 +63,7 @@ class JsonLinesFileHandler(logging.FileHandler):
 
 def _builtin(name: str) -> None:
     def install(dest: Destination) -> None:
-        dest.set_primary(_Handler(_log_handlers[name]))
+        dest.set_primary(Handler(_log_handlers[name]))
 
     registry.factories[name] = install
 
@@ -76,7 +77,7 @@ def _install_file(dest: Destination) -> None:
         )
     handler = JsonLinesFileHandler(path)
     _log_handlers["file"] = handler
-    dest.set_primary(_Handler(handler))
+    dest.set_primary(Handler(handler))
 
 
 for _name in _log_handlers:
@@ -93,7 +94,7 @@ def configure_file(path: str | os.PathLike[str]) -> JsonLinesFileHandler:
     handler = JsonLinesFileHandler(path)
     with registry.lock:
         dest = registry.ensure("file", builtin=False)
-        old = dest.set_primary(_Handler(handler))
+        old = dest.set_primary(Handler(handler))
         _log_handlers["file"] = handler
     if old is not None and old.logging_handler is not None:
         old.logging_handler.close()

@@ -7,8 +7,8 @@ import socket
 import sys
 import traceback
 
-from ._api import NodeState, RdzvEvent
 from ._dispatch import record, registry
+from ._event import NodeState, RdzvEvent
 
 __all__ = ("RDZV_DESTINATION", "construct_and_record_rdzv_event", "record_rdzv_event")
 

@@ -32,8 +32,9 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._dispatch import _Handler, registry
+from ._adapters import Handler
 from ._dispatch import record as _record
+from ._dispatch import registry
 from ._exceptions import EventFormatError
 
 __all__ = (
@@ -152,7 +153,7 @@ def configure(handler: EventHandler, event_type: str = "") -> None:
         raise TypeError(
             f"configure() needs an EventHandler (an object with record(event)), got {handler!r}"
         )
-    entry = _Handler(handler)
+    entry = Handler(handler)
     with registry.lock:
         registry.ensure(event_type, builtin=False).set_primary(entry)
 

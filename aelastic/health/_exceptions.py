@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._exceptions import AelasticError
+from .._exceptions import AelasticError, show_public_module
 
 __all__ = ("HealthPortError",)
 
@@ -16,3 +16,6 @@ class HealthPortError(AelasticError, OSError):
 
 
 HealthPortError.__module__ = "aelastic.health"
+
+
+show_public_module(__name__, globals())

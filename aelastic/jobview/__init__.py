@@ -10,6 +10,7 @@ any other kind of mark). Readers: ``python -m aelastic status`` (a table, or
 re-hosted after its host was lost is followed.
 """
 
+from ._exceptions import JobViewError as JobViewError
 from ._history import MARK_KINDS as MARK_KINDS
 from ._history import History as History
 from ._http import JOBVIEW_PATHS as JOBVIEW_PATHS
@@ -19,7 +20,6 @@ from ._node import node_status as node_status
 from ._publish import DEFAULT_INTERVAL as DEFAULT_INTERVAL
 from ._publish import StatusPublisher as StatusPublisher
 from ._table import table as table
-from ._view import JobViewError as JobViewError
 from ._view import read_statuses as read_statuses
 from ._view import read_view as read_view
 from ._view import summarize as summarize

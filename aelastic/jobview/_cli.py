@@ -20,7 +20,8 @@ import anyio
 
 from ..rendezvous import RendezvousError
 from ..store import Store, StoreError
-from ._view import JobViewError, read_view
+from ._exceptions import JobViewError
+from ._view import read_view
 
 __all__ = ("dashboard_main", "status_main")
 

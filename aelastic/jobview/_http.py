@@ -15,8 +15,8 @@ import anyio
 
 from ..health import Response
 from ..store import StoreError
+from ._exceptions import JobViewError
 from ._page import PAGE, PAGE_HEADERS
-from ._view import JobViewError
 
 __all__ = ("JOBVIEW_PATHS", "jobview_route", "view_route")
 

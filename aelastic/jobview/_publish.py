@@ -94,7 +94,7 @@ class StatusPublisher:
         Raises:
             JobViewError: the store has no status for the run, or does not answer.
         """
-        from ._view import JobViewError
+        from ._exceptions import JobViewError
 
         found = status_store(self.handler)
         if found is None:

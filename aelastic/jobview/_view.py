@@ -13,18 +13,14 @@ import json
 import time
 from typing import Any
 
-from .._exceptions import AelasticError
 from ..store import Store
+from ._exceptions import JobViewError
 from ._keys import INDEX_KEY, node_key
 from ._node import FORMAT
 
-__all__ = ("JobViewError", "read_statuses", "read_view", "summarize")
+__all__ = ("read_statuses", "read_view", "summarize")
 
 _TERMINAL = ("SUCCEEDED", "FAILED")
-
-
-class JobViewError(AelasticError):
-    """The job's status cannot be read: no such run in the store, or no store."""
 
 
 async def read_statuses(store: Store, run_id: str) -> list[dict[str, Any]]:

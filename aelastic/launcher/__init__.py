@@ -10,8 +10,8 @@ Never imports torch.
 
 Modules, one job each: ``_config`` (:class:`LaunchConfig`), ``_args`` (``aelastic run``
 flags -> config; ``_progress_args`` the hang-detection and restart-policy flags,
-``_exceptions`` their ``UsageError``), ``_build`` (config -> rendezvous handler, spec,
-agent), ``_job`` (the :class:`Job` handle), ``_api`` (``launch`` and its synchronous
+``_exceptions`` the launcher's errors), ``_build`` (config -> rendezvous handler, spec,
+agent), ``_job`` (the :class:`Job` handle), ``_launch`` (``launch`` and its synchronous
 forms), ``_cli`` (``python -m aelastic run``). Submodules load on first use (PEP 562):
 ``aelastic run`` imports this package before it parses its flags, and must reach the
 workers' pre-start without anyio or the agent loaded (see ``_cli``).
@@ -24,20 +24,21 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._api import elastic_launch as elastic_launch
-    from ._api import launch as launch
-    from ._api import launch_agent as launch_agent
     from ._config import LaunchConfig as LaunchConfig
-    from ._config import LaunchConfigError as LaunchConfigError
+    from ._exceptions import JobSignalError as JobSignalError
+    from ._exceptions import JobStoppedError as JobStoppedError
+    from ._exceptions import LaunchConfigError as LaunchConfigError
+    from ._exceptions import UsageError as UsageError
     from ._job import FailureInfo as FailureInfo
     from ._job import HangInfo as HangInfo
     from ._job import Job as Job
-    from ._job import JobSignalError as JobSignalError
-    from ._job import JobStoppedError as JobStoppedError
     from ._job import StateChange as StateChange
     from ._job import WorkerInfo as WorkerInfo
     from ._job import open_job as open_job
     from ._job import run_job as run_job
+    from ._launch import elastic_launch as elastic_launch
+    from ._launch import launch as launch
+    from ._launch import launch_agent as launch_agent
 
 __all__ = (
     "FailureInfo",
@@ -48,6 +49,7 @@ __all__ = (
     "LaunchConfig",
     "LaunchConfigError",
     "StateChange",
+    "UsageError",
     "WorkerInfo",
     "elastic_launch",
     "launch",
@@ -56,23 +58,4 @@ __all__ = (
     "run_job",
 )
 
-#: public name -> the submodule defining it
-_SOURCES = {
-    "elastic_launch": "._api",
-    "launch": "._api",
-    "launch_agent": "._api",
-    "LaunchConfig": "._config",
-    "LaunchConfigError": "._config",
-    "FailureInfo": "._job",
-    "HangInfo": "._job",
-    "Job": "._job",
-    "JobSignalError": "._job",
-    "JobStoppedError": "._job",
-    "StateChange": "._job",
-    "WorkerInfo": "._job",
-    "open_job": "._job",
-    "run_job": "._job",
-}
-
-
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _SOURCES, __all__)
+__getattr__, __dir__ = lazy_exports(__name__, globals())

@@ -21,7 +21,8 @@ from typing import Any, NoReturn
 from .._ids import random_uuid4
 from ..workers import parse_preload
 from . import _checkpoint_args, _node_args, _progress_args
-from ._config import DEFAULT_SIGNALS, LaunchConfig, LaunchConfigError
+from ._config import DEFAULT_SIGNALS, LaunchConfig
+from ._exceptions import LaunchConfigError
 from ._exceptions import UsageError as UsageError
 from ._option_table import Option
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._ids import random_uuid4
-from ._config import LaunchConfig, LaunchConfigError
+from ._config import LaunchConfig
+from ._exceptions import LaunchConfigError
 
 if TYPE_CHECKING:
     from ..agent import LocalElasticAgent, WorkerSpec

@@ -122,8 +122,8 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
     from ..errors import ChildFailedError
     from ..nodes import NodeUnhealthyError
     from ..rendezvous import RendezvousGracefulExitError
-    from ._api import run_launch
-    from ._config import LaunchConfigError
+    from ._exceptions import LaunchConfigError
+    from ._launch import run_launch
 
     if startup_gc_off:
         gc.freeze()  # what start-up made stays; later collections skip it

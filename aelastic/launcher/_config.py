@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._exceptions import AelasticError
 from ..workers import parse_preload
+from ._exceptions import LaunchConfigError
 
-__all__ = ("DEFAULT_SIGNALS", "LaunchConfig", "LaunchConfigError")
+__all__ = ("DEFAULT_SIGNALS", "LaunchConfig")
 
 #: The signals the agent traps and forwards to its workers by default (torchrun's set).
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
@@ -18,10 +18,6 @@ DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 _DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 _DEFAULT_EXIT_BARRIER_TIMEOUT = 300.0
 _DEFAULT_RDZV_TIMEOUT = 900
-
-
-class LaunchConfigError(AelasticError, ValueError):
-    """A :class:`LaunchConfig` field holds a value that cannot work; the message names the fix."""
 
 
 @dataclass

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from .._exceptions import AelasticError
 from .._net import node_name
 from .._tasks import background_tasks
 from ._build import PreparedJob, prepare_job
 from ._config import LaunchConfig
+from ._exceptions import JobSignalError, JobStoppedError
 from ._preimport import JOB_MODULES, import_off_loop
 
 if TYPE_CHECKING:
@@ -41,8 +41,6 @@ __all__ = (
     "FailureInfo",
     "HangInfo",
     "Job",
-    "JobSignalError",
-    "JobStoppedError",
     "StateChange",
     "WorkerInfo",
     "open_job",
@@ -59,17 +57,6 @@ _EVENT_BUFFER = 10_000
 
 #: Node-gate events marked on the job view's time axis (``aelastic.jobview``), by kind.
 _VIEW_MARKS = {"aelastic.node.excluded": "excluded", "aelastic.node.unhealthy": "unhealthy"}
-
-
-class JobStoppedError(AelasticError):
-    """The job was stopped before it finished: its ``open_job`` block was left or cancelled."""
-
-
-class JobSignalError(AelasticError, ValueError):
-    """:meth:`Job.send_signal` was given a number that is not a signal of this platform.
-
-    Also a ``ValueError`` (what ``signal.Signals(n)`` raises), so existing handlers work.
-    """
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from ._api import prof as prof
 from ._api import profile as profile
 from ._api import publish_metric as publish_metric
 from ._api import put_metric as put_metric
-from ._prometheus import MetricsError as MetricsError
+from ._exceptions import MetricsError as MetricsError
 from ._prometheus import PrometheusMetricHandler as PrometheusMetricHandler
 
 __all__ = (

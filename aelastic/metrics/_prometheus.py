@@ -9,16 +9,12 @@ import re
 import threading
 from typing import Any
 
-from .._exceptions import AelasticError
 from ._api import MetricData, MetricHandler
+from ._exceptions import MetricsError
 
-__all__ = ("MetricsError", "PrometheusMetricHandler")
+__all__ = ("PrometheusMetricHandler",)
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
-
-
-class MetricsError(AelasticError):
-    """A metrics handler could not be set up."""
 
 
 class PrometheusMetricHandler(MetricHandler):

@@ -59,25 +59,4 @@ __all__ = (
     "excluded_nodes",
 )
 
-_SOURCES = {
-    "ENTRY_POINT_GROUP": "._checks",
-    "HealthCheck": "._checks",
-    "builtin_checks": "._checks",
-    "callable_check": "._checks",
-    "command_check": "._checks",
-    "entry_point_checks": "._checks",
-    "NODE_UNHEALTHY_EXIT_CODE": "._exceptions",
-    "NODE_EXCLUDED_EXIT_CODE": "._exceptions",
-    "NodeExcludedError": "._exceptions",
-    "ExclusionRecord": "._exclusion",
-    "NodeExclusion": "._exclusion",
-    "excluded_nodes": "._exclusion",
-    "ExclusionSettings": "._policy",
-    "NodeHealthConfigError": "._exceptions",
-    "NodeUnhealthyError": "._exceptions",
-    "NodeGate": "._gate",
-    "CheckResult": "._policy",
-    "HealthReport": "._policy",
-}
-
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _SOURCES, __all__)
+__getattr__, __dir__ = lazy_exports(__name__, globals())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .._exceptions import ConfigError, show_public_module
 from ..agent import AgentError
 
 __all__ = (
@@ -20,7 +21,7 @@ NODE_UNHEALTHY_EXIT_CODE = 94
 NODE_EXCLUDED_EXIT_CODE = 95
 
 
-class NodeHealthConfigError(AgentError, ValueError):
+class NodeHealthConfigError(AgentError, ConfigError):
     """A health check setting cannot work (an empty command, a timeout <= 0...)."""
 
 
@@ -46,3 +47,6 @@ class NodeExcludedError(NodeUnhealthyError):
 
     exit_code = NODE_EXCLUDED_EXIT_CODE
     kind = "excluded node"
+
+
+show_public_module(__name__, globals())

@@ -16,10 +16,10 @@ imports it is never judged by the hang-detection timeouts. The agent side
 share one layout.
 """
 
+from ._exceptions import ProgressTimeoutError as ProgressTimeoutError
 from ._layout import FILE_ENV as FILE_ENV
 from ._reader import ProgressFile as ProgressFile
 from ._reader import ProgressSnapshot as ProgressSnapshot
-from ._timeouts import ProgressTimeoutError as ProgressTimeoutError
 from ._timeouts import ProgressTimeouts as ProgressTimeouts
 from ._timeouts import parse_section_timeouts as parse_section_timeouts
 from ._worker import attached as attached

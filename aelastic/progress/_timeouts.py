@@ -6,13 +6,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .._exceptions import AelasticError
+from ._exceptions import ProgressTimeoutError
 
-__all__ = ("ProgressTimeoutError", "ProgressTimeouts", "parse_section_timeouts")
-
-
-class ProgressTimeoutError(AelasticError, ValueError):
-    """A hang-detection timeout cannot work; the message names the fix."""
+__all__ = ("ProgressTimeouts", "parse_section_timeouts")
 
 
 @dataclass(frozen=True)

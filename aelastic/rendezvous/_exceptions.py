@@ -1,8 +1,13 @@
-"""Errors raised by rendezvous handlers (seed names kept as aliases)."""
+"""Errors raised by rendezvous handlers (seed names kept as aliases), and the one place
+where store errors become rendezvous errors (:func:`map_store_errors`)."""
 
 from __future__ import annotations
 
-from .._exceptions import AelasticError
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from .._exceptions import AelasticError, ConfigError, show_public_module
+from ..store import StoreClosedError, StoreConnectionError, StoreError, StoreTimeoutError
 
 __all__ = (
     "RendezvousError",
@@ -17,6 +22,8 @@ __all__ = (
     "RendezvousConfigError",
     "RendezvousClosedException",
     "RendezvousTimeoutException",
+    "map_store_errors",
+    "rendezvous_error",
 )
 
 
@@ -61,7 +68,7 @@ class RendezvousNonRetryableError(RendezvousError):
     """A failure that should not be retried by the same agent process (seed name)."""
 
 
-class RendezvousConfigError(RendezvousError, ValueError):
+class RendezvousConfigError(RendezvousError, ConfigError):
     """A rendezvous parameter or ``--rdzv-conf`` key is invalid; the message names it and
     the fix. Also a :class:`ValueError`, as torch raises for bad parameters."""
 
@@ -77,3 +84,41 @@ class RendezvousUnsupportedLoopError(RendezvousError):
 RendezvousClosedException = RendezvousClosedError
 #: Seed 003's name for :class:`RendezvousTimeoutError`.
 RendezvousTimeoutException = RendezvousTimeoutError
+
+
+def rendezvous_error(exc: StoreError | OSError, action: str) -> RendezvousError:
+    """The rendezvous error for store failure ``exc`` met while trying to do ``action``.
+
+    Every backend translates through here, so one failure means the same everywhere: a
+    lost, closed or unanswering store (:class:`~aelastic.store.StoreConnectionError`,
+    :class:`~aelastic.store.StoreClosedError`, :class:`~aelastic.store.StoreTimeoutError`,
+    an :class:`OSError`) is a :class:`RendezvousConnectionError`; any other store error (a
+    counter that is not a number, an oversized value, a refused request) means the stored
+    state is wrong: :class:`RendezvousStateError`. ``action`` names what was tried and on
+    which key or run (``"add to 'rdzv/round'"``).
+    """
+    if isinstance(exc, (StoreConnectionError, StoreClosedError, StoreTimeoutError, OSError)):
+        return RendezvousConnectionError(
+            f"rendezvous store unreachable while trying to {action}: {exc}"
+        )
+    return RendezvousStateError(f"rendezvous store refused to {action}: {exc}")
+
+
+@contextmanager
+def map_store_errors(action: str, *, keep: tuple[type[StoreError], ...] = ()) -> Iterator[None]:
+    """Raise store errors met inside the block as :func:`rendezvous_error` ``from`` them.
+
+    ``keep`` lists store errors that pass through untranslated (a blocking read whose
+    caller handles its own :class:`~aelastic.store.StoreTimeoutError`).
+    """
+    try:
+        yield
+    except keep:
+        raise
+    except RendezvousError:
+        raise  # already ours (a watched request whose store host was found lost)
+    except (StoreError, OSError) as exc:
+        raise rendezvous_error(exc, action) from exc
+
+
+show_public_module(__name__, globals())

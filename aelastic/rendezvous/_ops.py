@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 from ..store import (
     Store,
@@ -12,42 +12,9 @@ from ..store import (
     StoreError,
     StoreTimeoutError,
 )
-from ._exceptions import RendezvousConnectionError, RendezvousStateError
+from ._exceptions import RendezvousError, map_store_errors, rendezvous_error
 
-__all__ = ("Ops", "translate", "translated")
-
-
-def translated(what: str, key: str, exc: BaseException) -> Exception | None:
-    """Return the rendezvous error for store error ``exc``, or None if it is no store error."""
-    if isinstance(exc, (StoreConnectionError, StoreClosedError, StoreTimeoutError, OSError)):
-        return RendezvousConnectionError(
-            f"rendezvous store unreachable while trying to {what} {key!r}: {exc}"
-        )
-    if isinstance(exc, StoreError):
-        return RendezvousStateError(f"rendezvous store refused to {what} {key!r}: {exc}")
-    return None
-
-
-@contextmanager
-def translate(what: str, key: str) -> Iterator[None]:
-    """Turn store errors raised while doing ``what`` on ``key`` into rendezvous errors.
-
-    Lost or closed connections and timed-out reads become
-    :class:`RendezvousConnectionError`; any other store error (a counter that is not a
-    number, an oversized value) means the stored state is wrong:
-    :class:`RendezvousStateError`. Both name the key.
-    """
-    try:
-        yield
-    except (StoreError, OSError) as exc:
-        new = translated(what, key, exc)
-        assert new is not None
-        raise new from exc
-
-
-def _must(exc: Exception | None) -> Exception:
-    assert exc is not None
-    return exc
+__all__ = ("Ops",)
 
 
 class Ops:
@@ -55,7 +22,9 @@ class Ops:
 
     ``get``/``queue_pop``/``wait`` with an explicit ``timeout`` raise the store's
     :class:`~aelastic.store.StoreTimeoutError` on expiry (callers handle it), everything
-    else raises rendezvous errors.
+    else raises rendezvous errors. Every request that gets a reply runs inside ``guard``
+    (a ``StoreWatch.guard``: a frozen store host is noticed); requests without a reply
+    are no evidence either way.
     """
 
     def __init__(
@@ -66,31 +35,30 @@ class Ops:
     ) -> None:
         self.store = store
         self.read_timeout = read_timeout
-        #: wraps every request (a ``StoreWatch.guard``: a frozen store host is noticed)
         self.guard = guard
 
     async def add(self, key: str, amount: int) -> int:
-        with self.guard(), translate("add to", key):
+        with self.guard(), map_store_errors(f"add to {key!r}"):
             return await self.store.add(key, amount)
 
     async def set(self, key: str, value: str) -> None:
-        with translate("set", key):  # no reply: no evidence either way
+        with map_store_errors(f"set {key!r}"):
             await self.store.set(key, value)
 
     async def multi_set(self, keys: Sequence[str], values: Sequence[str]) -> None:
-        with translate("set", keys[0] if keys else ""):
+        with map_store_errors(f"set {_first(keys)!r}"):
             await self.store.multi_set(keys, values)
 
     async def check(self, key: str) -> bool:
-        with self.guard(), translate("check", key):
+        with self.guard(), map_store_errors(f"check {key!r}"):
             return await self.store.check([key])
 
     async def compare_set(self, key: str, expected: str, desired: str) -> bytes:
-        with self.guard(), translate("compare-and-set", key):
+        with self.guard(), map_store_errors(f"compare-and-set {key!r}"):
             return await self.store.compare_set(key, expected, desired)
 
     async def delete(self, key: str) -> None:
-        with self.guard(), translate("delete", key):
+        with self.guard(), map_store_errors(f"delete {key!r}"):
             await self.store.delete_key(key)
 
     async def push(self, key: str, value: str, *, confirm: bool = True) -> None:
@@ -102,7 +70,7 @@ class Ops:
         is sent once more, so readers must accept a duplicate (every rendezvous
         message is idempotent).
         """
-        with self.guard() if confirm else nullcontext(), translate("push to", key):
+        with self.guard() if confirm else nullcontext(), map_store_errors(f"push to {key!r}"):
             try:
                 await self.store.queue_push(key, value)
                 if confirm:
@@ -116,15 +84,10 @@ class Ops:
     async def get(self, key: str, timeout: float | None = None) -> bytes:
         """Blocking get; with ``timeout`` given, StoreTimeoutError propagates untranslated."""
         if timeout is None:
-            with self.guard(), translate("read", key):
+            with self.guard(), map_store_errors(f"read {key!r}"):
                 return await self.store.get(key, timeout=self.read_timeout)
-        with self.guard():
-            try:
-                return await self.store.get(key, timeout=max(timeout, 0.001))
-            except StoreTimeoutError:
-                raise
-            except (StoreError, OSError) as exc:
-                raise _must(translated("read", key, exc)) from exc
+        with self.guard(), map_store_errors(f"read {key!r}", keep=(StoreTimeoutError,)):
+            return await self.store.get(key, timeout=max(timeout, 0.001))
 
     async def pop(self, key: str, timeout: float) -> bytes | None:
         """Blocking queue pop; return None when ``timeout`` expires first."""
@@ -133,17 +96,16 @@ class Ops:
                 return await self.store.queue_pop(key, block=True, timeout=max(timeout, 0.001))
         except StoreTimeoutError:
             return None
+        except RendezvousError:
+            raise  # the guard found the store's host lost
         except (StoreError, OSError) as exc:
-            if isinstance(exc, RendezvousConnectionError):
-                raise
-            raise _must(translated("pop from", key, exc)) from exc
+            raise rendezvous_error(exc, f"pop from {key!r}") from exc
 
     async def multi_get(self, keys: Sequence[str], timeout: float) -> list[bytes]:
         """Blocking multi-get; StoreTimeoutError propagates untranslated."""
-        with self.guard():
-            try:
-                return await self.store.multi_get(keys, timeout=max(timeout, 0.001))
-            except StoreTimeoutError:
-                raise
-            except (StoreError, OSError) as exc:
-                raise _must(translated("read", keys[0] if keys else "", exc)) from exc
+        with self.guard(), map_store_errors(f"read {_first(keys)!r}", keep=(StoreTimeoutError,)):
+            return await self.store.multi_get(keys, timeout=max(timeout, 0.001))
+
+
+def _first(keys: Sequence[str]) -> str:
+    return keys[0] if keys else ""

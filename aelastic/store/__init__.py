@@ -9,12 +9,6 @@
 * :func:`barrier`, :func:`synchronize`, :func:`get_all` - coordination helpers.
 """
 
-from ._api import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
-from ._api import EphemeralSession as EphemeralSession
-from ._api import OnCloseAction as OnCloseAction
-from ._api import Store as Store
-from ._api import Value as Value
-from ._api import to_bytes as to_bytes
 from ._client import TCPStoreClient as TCPStoreClient
 from ._exceptions import NotAStoreError as NotAStoreError
 from ._exceptions import ProtocolError as ProtocolError
@@ -26,6 +20,12 @@ from ._exceptions import StoreError as StoreError
 from ._exceptions import StoreLimitError as StoreLimitError
 from ._exceptions import StoreTimeoutError as StoreTimeoutError
 from ._exceptions import StoreUnsupportedError as StoreUnsupportedError
+from ._interface import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
+from ._interface import EphemeralSession as EphemeralSession
+from ._interface import OnCloseAction as OnCloseAction
+from ._interface import Store as Store
+from ._interface import Value as Value
+from ._interface import to_bytes as to_bytes
 from ._local import LocalStore as LocalStore
 from ._prefix import PrefixStore as PrefixStore
 from ._server import StoreServer as StoreServer

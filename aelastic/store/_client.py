@@ -50,7 +50,6 @@ from typing import Any
 import anyio
 
 from . import _protocol as P
-from ._api import DEFAULT_TIMEOUT, EphemeralSession, OnCloseAction, Store, Value, to_bytes
 from ._client_conn import Replies, _Conn, connect_socket
 from ._ephemeral import MAX_ON_CLOSE_ACTIONS, action_opcode
 from ._exceptions import (
@@ -63,6 +62,7 @@ from ._exceptions import (
     StoreTimeoutError,
     StoreUnsupportedError,
 )
+from ._interface import DEFAULT_TIMEOUT, EphemeralSession, OnCloseAction, Store, Value, to_bytes
 from ._local import KEY_PREFIX, describe_keys, strip_prefix
 
 __all__ = ("TCPStoreClient",)

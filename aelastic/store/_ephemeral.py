@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import logging
 
-from ._api import EphemeralSession, OnCloseAction, Value, to_bytes
 from ._exceptions import StoreClosedError, StoreLimitError
+from ._interface import EphemeralSession, OnCloseAction, Value, to_bytes
 from ._state import StoreState
 
 __all__ = ("MAX_ON_CLOSE_ACTIONS", "LocalEphemeralSession", "action_opcode")

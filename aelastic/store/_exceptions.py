@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._exceptions import AelasticError
+from .._exceptions import AelasticError, ConfigError, show_public_module
 
 __all__ = (
     "StoreError",
@@ -73,7 +73,7 @@ class StoreLimitError(StoreError, ValueError):
     """A key, value or request exceeds a configured limit of the store."""
 
 
-class StoreConfigError(StoreError, ValueError):
+class StoreConfigError(StoreError, ConfigError):
     """A store server or client was given invalid settings (address, port, limits)."""
 
 
@@ -84,3 +84,6 @@ class StoreUnsupportedError(StoreError):
     TCPStore server, which does not know aelastic's extension requests: fall back
     to what every server supports (heartbeat keys and timeouts).
     """
+
+
+show_public_module(__name__, globals())

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import anyio
 
-from ._api import EphemeralSession, Store, Value, to_bytes
 from ._ephemeral import LocalEphemeralSession
 from ._exceptions import QueueEmptyError, StoreClosedError, StoreError, StoreTimeoutError
+from ._interface import EphemeralSession, Store, Value, to_bytes
 from ._state import StoreState, Waiter
 
 __all__ = ("LocalStore", "KEY_PREFIX", "describe_keys")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 
-from ._api import EphemeralSession, OnCloseAction, Store, Value
+from ._interface import EphemeralSession, OnCloseAction, Store, Value
 
 __all__ = ("PrefixStore",)
 

@@ -12,7 +12,6 @@ import anyio
 from anyio.abc import TaskGroup
 
 from .._net import is_loopback
-from ._connection import _Connection
 from ._exceptions import StoreConfigError, StoreError
 from ._limits import (
     FRAME_TIMEOUT,
@@ -23,6 +22,7 @@ from ._limits import (
 )
 from ._local import LocalStore
 from ._protocol import MAX_KEY_COUNT, MAX_KEY_SIZE, MAX_VALUE_SIZE
+from ._server_conn import _Connection
 from ._state import StoreState
 
 __all__ = ("StoreServer",)

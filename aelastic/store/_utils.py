@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._api import Store, Value, to_bytes
+from ._interface import Store, Value, to_bytes
 
 __all__ = ("barrier", "synchronize", "get_all")
 

@@ -96,44 +96,4 @@ __all__ = (
     "warm_workers_enabled",
 )
 
-#: public name -> submodule that defines it
-_SOURCES = {
-    "JSON_RULE": "._callable",
-    "callable_process_args": "._callable",
-    "callable_reference": "._callable",
-    "check_json_value": "._callable",
-    "read_callable_result": "._callable",
-    "CallableResultError": "._exceptions",
-    "NoMoreExitsError": "._exceptions",
-    "WorkerProcessError": "._exceptions",
-    "WorkerStartError": "._exceptions",
-    "DEFAULT_LOG_LINE_PREFIX_TEMPLATE": "._logs",
-    "LOG_LINE_PREFIX_ENV": "._logs",
-    "LogDestinations": "._logs",
-    "make_run_log_dir": "._logs",
-    "remove_empty_log_dirs": "._logs",
-    "run_dir": "._logs",
-    "DEFAULT_KILL_TIMEOUT": "._processes",
-    "WorkerProcesses": "._processes",
-    "open_worker_processes": "._processes",
-    "parse_preload": "._preload",
-    "process_state": "._procfs",
-    "DEFAULT_SIGNALS_TO_HANDLE": "._signals",
-    "open_signal_forwarder": "._signals",
-    "parse_signals": "._signals",
-    "ProcessExit": "._spec",
-    "ProcessSpec": "._spec",
-    "Std": "._std",
-    "parse_std_spec": "._std",
-    "to_map": "._std",
-    "WARM_WORKERS_ENV": "._warm",
-    "PythonEntry": "._warm",
-    "WarmPool": "._warm",
-    "open_warm_pool": "._warm",
-    "parse_python_argv": "._warm",
-    "prestart_warm_workers": "._warm",
-    "warm_workers_enabled": "._warm",
-}
-
-
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _SOURCES, __all__)
+__getattr__, __dir__ = lazy_exports(__name__, globals())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._exceptions import AelasticError
+from .._exceptions import AelasticError, show_public_module
 
 __all__ = (
     "CallableResultError",
@@ -26,3 +26,6 @@ class NoMoreExitsError(WorkerProcessError):
 
 class CallableResultError(WorkerProcessError):
     """A callable entry point's result file is missing or unreadable."""
+
+
+show_public_module(__name__, globals())

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from string import Template
 
+from .._exceptions import ConfigError
 from ._exceptions import WorkerStartError
 from ._spec import ProcessSpec
 from ._std import Std, to_map
@@ -190,7 +191,7 @@ class LogDestinations:
         if local_ranks_filter is not None:
             bad = sorted(r for r in local_ranks_filter if not 0 <= r < local_world_size)
             if bad:
-                raise ValueError(
+                raise ConfigError(
                     f"local ranks filter names {bad}, but only local ranks"
                     f" 0..{local_world_size - 1} exist"
                 )
@@ -249,7 +250,7 @@ class LogDestinations:
                     local_rank=rank,
                 )
             except (KeyError, ValueError) as exc:
-                raise ValueError(
+                raise ConfigError(
                     f"invalid log line prefix template {template.template!r}: {exc!r};"
                     " it may use ${role_name}, ${rank} and ${local_rank}"
                 ) from None

@@ -34,6 +34,8 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
+from .._exceptions import ConfigError
+
 __all__ = ("PDEATHSIG_ENV", "pdeathsig_mode", "pdeathsig_preexec", "wrap_argv")
 
 PDEATHSIG_ENV = "AELASTIC_PDEATHSIG"
@@ -109,7 +111,7 @@ def pdeathsig_mode() -> str:
     """``"wrapper"``, ``"preexec"`` or ``"off"``: how workers get their death signal."""
     forced = os.environ.get(PDEATHSIG_ENV, "").strip().lower()
     if forced not in ("", "wrapper", "preexec", "off"):
-        raise ValueError(
+        raise ConfigError(
             f"{PDEATHSIG_ENV}={forced!r} is not one of wrapper, preexec, off (or unset)"
         )
     if forced == "off" or not sys.platform.startswith("linux"):
@@ -122,7 +124,7 @@ def pdeathsig_mode() -> str:
     if forced == "preexec":
         return "preexec"
     if forced == "wrapper":
-        raise ValueError(
+        raise ConfigError(
             f"{PDEATHSIG_ENV}=wrapper needs util-linux's setpriv with --pdeathsig and dash;"
             " install them or use preexec"
         )

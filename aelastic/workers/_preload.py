@@ -23,6 +23,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from .._exceptions import ConfigError
+
 __all__ = ("AUTO", "PreloadPlan", "parse_preload")
 
 #: ``--preload auto``: learn the modules from the job's workers.
@@ -63,7 +65,7 @@ def parse_preload(value: str | Iterable[str] | None, what: str = "--preload") ->
     names = tuple(dict.fromkeys(n.strip() for n in items if n.strip()))
     for name in names:
         if not _NAME.match(name):
-            raise ValueError(
+            raise ConfigError(
                 f"{what}: {name!r} is not a module name; give dotted module names"
                 " separated by commas (for example torch,torch.optim), or auto"
             )

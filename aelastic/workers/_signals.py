@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 import anyio
 
+from .._exceptions import ConfigError
+
 __all__ = ("DEFAULT_SIGNALS_TO_HANDLE", "open_signal_forwarder", "parse_signals")
 
 #: torchrun's default ``--signals-to-handle``.
@@ -35,17 +37,17 @@ def parse_signals(value: str) -> tuple[signal.Signals, ...]:
                 name = item.upper()
                 sig = signal.Signals[name if name.startswith("SIG") else "SIG" + name]
         except (KeyError, ValueError):
-            raise ValueError(
+            raise ConfigError(
                 f"unknown signal {item!r} in {value!r}; use names such as"
                 f" {DEFAULT_SIGNALS_TO_HANDLE},SIGUSR1,SIGUSR2"
             ) from None
         if sig.name in _UNCATCHABLE:
-            raise ValueError(f"{sig.name} cannot be caught or forwarded; remove it from {value!r}")
+            raise ConfigError(f"{sig.name} cannot be caught or forwarded; remove it from {value!r}")
         if sig in result:
-            raise ValueError(f"signal {sig.name} is listed twice in {value!r}")
+            raise ConfigError(f"signal {sig.name} is listed twice in {value!r}")
         result.append(sig)
     if not result:
-        raise ValueError(
+        raise ConfigError(
             f"no signal named in {value!r}; the default is {DEFAULT_SIGNALS_TO_HANDLE}"
         )
     return tuple(result)

@@ -6,6 +6,8 @@ import re
 from collections.abc import Mapping
 from enum import IntFlag
 
+from .._exceptions import ConfigError
+
 __all__ = ("Std", "parse_std_spec", "to_map")
 
 _VALUE_RE = re.compile(r"^\s*[0-3]\s*$")
@@ -38,10 +40,10 @@ class Std(IntFlag):
                 rank_s, value_s = item.split(":")
                 rank = int(rank_s)
                 if rank in result:
-                    raise ValueError(f"redirect/tee value {vm!r} names local rank {rank} twice")
+                    raise ConfigError(f"redirect/tee value {vm!r} names local rank {rank} twice")
                 result[rank] = cls(int(value_s))
             return result
-        raise ValueError(f"invalid redirect/tee value {vm!r}: {_RULE}")
+        raise ConfigError(f"invalid redirect/tee value {vm!r}: {_RULE}")
 
 
 def to_map(
@@ -54,15 +56,15 @@ def to_map(
     ``0..local_world_size-1``.
     """
     if local_world_size <= 0:
-        raise ValueError(f"local_world_size must be positive, got {local_world_size}")
+        raise ConfigError(f"local_world_size must be positive, got {local_world_size}")
     if isinstance(val_or_map, str):
         val_or_map = Std.from_str(val_or_map)
     if isinstance(val_or_map, int) and not 0 <= val_or_map <= 3:
-        raise ValueError(f"invalid redirect/tee value {val_or_map!r}: {_RULE}")
+        raise ConfigError(f"invalid redirect/tee value {val_or_map!r}: {_RULE}")
     if isinstance(val_or_map, Mapping):
         bad = sorted(r for r in val_or_map if not 0 <= r < local_world_size)
         if bad:
-            raise ValueError(
+            raise ConfigError(
                 f"redirect/tee mapping names local rank(s) {bad}, but only local ranks"
                 f" 0..{local_world_size - 1} exist (local_world_size={local_world_size})"
             )

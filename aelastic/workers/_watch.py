@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from .._exceptions import ConfigError
+
 if TYPE_CHECKING:
     import anyio
 
@@ -29,7 +31,7 @@ def _watcher() -> str:
     """``"pidfd"`` or ``"thread"``; raises ValueError for a bad ``AELASTIC_CHILD_WATCHER``."""
     forced = os.environ.get(WATCHER_ENV, "").strip().lower()
     if forced not in ("", "pidfd", "thread", "asyncio"):
-        raise ValueError(f"{WATCHER_ENV}={forced!r} is not one of pidfd, thread (or unset)")
+        raise ConfigError(f"{WATCHER_ENV}={forced!r} is not one of pidfd, thread (or unset)")
     if forced in ("thread", "asyncio") or not _has_pidfd():
         return "thread"
     return "pidfd"

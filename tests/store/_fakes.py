@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aelastic.store import StoreServer
 from aelastic.store import _protocol as P
-from aelastic.store._connection import _Connection
+from aelastic.store._server_conn import _Connection
 
 
 class FakeSocket:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from aelastic.store import StoreServer
 from aelastic.store import _protocol as P
-from aelastic.store._connection import _FAST_VALUE_LIMIT, _Connection
+from aelastic.store._server_conn import _FAST_VALUE_LIMIT, _Connection
 
 from ._fakes import FakeSocket, connection
 

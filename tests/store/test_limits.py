@@ -9,7 +9,7 @@ import pytest
 
 from aelastic.store import StoreConfigError, StoreServer, TCPStoreClient
 from aelastic.store import _protocol as P
-from aelastic.store._connection import SLICE
+from aelastic.store._server_conn import SLICE
 
 from ._backends import on_every_backend
 

@@ -50,7 +50,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from ..._net import is_loopback
-from ...store import StoreClosedError, StoreConnectionError, StoreError
+from ...store import StoreError
 from .._api import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from .._events import record
 from .._exceptions import (
@@ -61,10 +61,10 @@ from .._exceptions import (
     RendezvousGracefulExitError,
     RendezvousStateError,
     RendezvousTimeoutError,
+    rendezvous_error,
 )
 from ._client import (
     EtcdClient,
-    EtcdCompactedError,
     EtcdConfig,
     cmp_value,
     cmp_version,
@@ -72,10 +72,12 @@ from ._client import (
     op_put,
     op_range,
     op_txn,
-    parse_endpoints,
     prefix_end,
     require_asyncio,
 )
+from ._exceptions import EtcdCompactedError
+from ._settings import EtcdRendezvousSettings, settings_from_params
+from ._state import Round, parse_done, parse_round, state_error
 from ._store import EtcdStore
 
 __all__ = ("EtcdRendezvousHandler", "create_etcd_handler")
@@ -85,88 +87,13 @@ log = logging.getLogger(__name__)
 _local_ids = itertools.count()
 
 
-@dataclass(frozen=True)
-class EtcdRendezvousSettings:
-    """The timing keys of ``--rdzv-conf`` (seconds), as the c10d backend reads them."""
-
-    join_timeout: float = 600.0
-    last_call_timeout: float = 30.0
-    close_timeout: float = 30.0
-    keep_alive_interval: float = 5.0
-    keep_alive_max_attempt: int = 3
-    prefix: str = "/aelastic/rdzv"
-
-    @property
-    def lease_ttl(self) -> int:
-        """A node is gone once etcd has not heard from it for this many seconds."""
-        return max(2, math.ceil(self.keep_alive_interval * self.keep_alive_max_attempt))
-
-
-def _config_from_params(params: Any) -> tuple[EtcdConfig, EtcdRendezvousSettings]:
-    def text(*names: str) -> str | None:
-        for name in names:
-            value = params.get(name)
-            if value is not None and str(value) != "":
-                return str(value)
-        return None
-
-    def positive(name: str, default: float) -> float:
-        value = params.get_as_float(name, default) if hasattr(params, "get_as_float") else None
-        if value is None:
-            raw = params.get(name, default)
-            try:
-                value = float(raw)
-            except (TypeError, ValueError):
-                raise RendezvousConfigError(
-                    f"rendezvous config {name}={raw!r} is not a number"
-                ) from None
-        if not value > 0:
-            raise RendezvousConfigError(
-                f"rendezvous config {name}={value!r} must be a positive number"
-            )
-        return float(value)
-
-    if not params.endpoint:
-        raise RendezvousConfigError(
-            "the etcd rendezvous needs --rdzv-endpoint host:port[,host:port...] (etcd's "
-            "client URL; default port 2379)"
-        )
-    try:
-        endpoints = parse_endpoints(params.endpoint)
-    except ValueError as exc:
-        raise RendezvousConfigError(f"--rdzv-endpoint {params.endpoint!r}: {exc}") from None
-    protocol = (text("protocol") or "http").lower()
-    config = EtcdConfig(
-        endpoints=tuple(endpoints),
-        protocol=protocol,
-        cacert=text("cacert", "ca_cert"),
-        cert=text("cert", "ssl_cert"),
-        key=text("key", "ssl_cert_key"),
-        username=text("username", "user"),
-        password=text("password"),
-        read_timeout=positive("read_timeout", 60.0),
-    )
-    attempts = positive("keep_alive_max_attempt", 3)
-    settings = EtcdRendezvousSettings(
-        join_timeout=positive("join_timeout", 600.0),
-        last_call_timeout=float(params.get("last_call_timeout", 30.0) or 0.0),
-        close_timeout=positive("close_timeout", 30.0),
-        keep_alive_interval=positive("keep_alive_interval", 5.0),
-        keep_alive_max_attempt=int(attempts),
-        prefix="/" + (text("etcd_prefix") or "/aelastic/rdzv").strip("/"),
-    )
-    if settings.last_call_timeout < 0:
-        raise RendezvousConfigError("rendezvous config last_call_timeout must be >= 0")
-    return config, settings
-
-
 def create_etcd_handler(params: Any) -> EtcdRendezvousHandler:
     """Registry factory for ``etcd`` and ``etcd-v2``: build (not connect) a handler.
 
     Raises:
         RendezvousConfigError: a config key or the endpoint is malformed (the message names it).
     """
-    config, settings = _config_from_params(params)
+    config, settings = settings_from_params(params)
     local_addr = params.local_addr
     if not local_addr:
         if all(is_loopback(h) for h, _ in config.endpoints):
@@ -201,17 +128,6 @@ class _Joined:
 
 class _LeaseLost(Exception):
     """This node's lease expired (etcd lost contact for longer than the TTL)."""
-
-
-@dataclass
-class _Round:
-    number: int
-    nodes: list[dict[str, Any]]
-    revision: int
-
-    @property
-    def ids(self) -> list[str]:
-        return [str(n["id"]) for n in self.nodes]
 
 
 class EtcdRendezvousHandler(RendezvousHandler):
@@ -268,7 +184,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._keep_alive_scope: anyio.CancelScope | None = None
         self._next_guess = 0  # the round this node expects to be open
         self._joined: int | None = None  # round whose join key this node holds
-        self._round: _Round | None = None  # last round this node completed as participant
+        self._round: Round | None = None  # last round this node completed as participant
         self._shut = False
 
     # -- keys --------------------------------------------------------------------------
@@ -417,41 +333,13 @@ class EtcdRendezvousHandler(RendezvousHandler):
     # -- helpers -------------------------------------------------------------------------
 
     def _state_error(self, key: bytes, raw: bytes, what: str) -> RendezvousStateError:
-        return RendezvousStateError(
-            f"rendezvous key {key.decode()!r} on {self._where()} holds {raw[:80]!r}: {what}; "
-            "it was written by something else (use another run_id or delete the prefix)"
-        )
+        return state_error(key, raw, what, self._where())
 
     def _parse_round(self, raw: bytes | None) -> int | None:
-        if raw is None:
-            return None
-        text = raw.decode("ascii", "replace")
-        if not text.isdigit():
-            raise self._state_error(self._k("round"), raw, "expected a decimal round number")
-        return int(text)
+        return parse_round(self._k("round"), raw, self._where())
 
-    def _parse_done(self, round_: int, raw: bytes) -> _Round:
-        key = self._done_key(round_)
-        try:
-            data = json.loads(raw)
-            nodes = data["nodes"]
-            revision = int(data["revision"])
-            if not isinstance(nodes, list) or not all(
-                isinstance(n, dict) and isinstance(n.get("id"), str) for n in nodes
-            ):
-                raise ValueError
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-            raise self._state_error(
-                key, raw, "expected JSON {nodes: [...], revision: int}"
-            ) from None
-        return _Round(round_, nodes, revision)
-
-    def _translate(self, exc: StoreError, what: str) -> RendezvousError:
-        if isinstance(exc, RendezvousError):
-            return exc
-        if isinstance(exc, (StoreConnectionError, StoreClosedError)):
-            return RendezvousConnectionError(f"rendezvous {self._run_id}: {what}: {exc}")
-        return RendezvousStateError(f"rendezvous {self._run_id}: {what}: {exc}")
+    def _parse_done(self, round_: int, raw: bytes) -> Round:
+        return parse_done(round_, self._done_key(round_), raw, self._where())
 
     async def _read_open_round(self) -> tuple[int | None, bool]:
         reply = await self.client.txn([], [op_range(self._k("round")), op_range(self._k("closed"))])
@@ -478,7 +366,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 try:
                     info = await self._rendezvous(scope, spare)
                 except StoreError as exc:
-                    raise self._translate(exc, "joining the rendezvous") from exc
+                    raise rendezvous_error(exc, f"join rendezvous {self._run_id!r}") from exc
             if scope.cancelled_caught:
                 raise self._join_timeout(timeout)
         except RendezvousClosedError:
@@ -606,7 +494,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             prev_alive=int(responses[first + 2].response_range.count) if r > 0 else 0,
         )
 
-    async def _await_round(self, r: int, joined: _Joined) -> RendezvousInfo | _Round:
+    async def _await_round(self, r: int, joined: _Joined) -> RendezvousInfo | Round:
         """Follow round ``r`` by watch until it completes; return our info or the round.
 
         Watch streams (the round's control keys, the ``closed`` key and, while some
@@ -629,7 +517,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             await lost.wait()
             await send.send([])
 
-        outcome: list[RendezvousInfo | _Round] = []
+        outcome: list[RendezvousInfo | Round] = []
         failure: list[Exception] = []
         async with anyio.create_task_group() as tg:
             ctl = self._r(r) + b"ctl/"
@@ -654,7 +542,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         r: int,
         joined: _Joined,
         receive: MemoryObjectReceiveStream[list[Any] | Exception],
-    ) -> RendezvousInfo | _Round:
+    ) -> RendezvousInfo | Round:
         prev_prefix = self._join_prefix(r - 1) if r > 0 else None
         done_key, quorum_key, closed_key = self._done_key(r), self._quorum_key(r), self._k("closed")
         prev_alive = joined.prev_alive
@@ -746,7 +634,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 elif key == done_key and not deleted:
                     return self._admit(r, bytes(kv.value))
 
-    def _admit(self, r: int, raw: bytes) -> RendezvousInfo | _Round:
+    def _admit(self, r: int, raw: bytes) -> RendezvousInfo | Round:
         """This node's info if round ``r``'s ``done`` record lists it, else the round."""
         done = self._parse_done(r, raw)
         ids = done.ids
@@ -857,7 +745,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             jp = self._join_prefix(open_round)
             reply = await self.client.range(jp, prefix_end(jp), count_only=True)
         except StoreError as exc:
-            raise self._translate(exc, "counting waiting nodes") from exc
+            raise rendezvous_error(exc, f"count the nodes waiting in {self._run_id!r}") from exc
         current = self._round
         if current is not None and len(current.nodes) >= self._max:
             return 0
@@ -867,7 +755,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         try:
             _, closed = await self._read_open_round()
         except StoreError as exc:
-            raise self._translate(exc, "reading the closed flag") from exc
+            raise rendezvous_error(exc, f"read the closed flag of {self._run_id!r}") from exc
         return closed
 
     async def set_closed(self) -> None:
@@ -881,5 +769,5 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 f"{self.settings.close_timeout:g}s on {self._where()}"
             ) from None
         except StoreError as exc:
-            raise self._translate(exc, "closing the rendezvous") from exc
+            raise rendezvous_error(exc, f"close rendezvous {self._run_id!r}") from exc
         self._record("RENDEZVOUS_CLOSE", "rendezvous closed", state="SUCCEEDED")

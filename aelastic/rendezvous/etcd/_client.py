@@ -31,6 +31,7 @@ from anyio.abc import AsyncResource
 
 from ...store import StoreConnectionError, StoreError
 from .._exceptions import RendezvousConfigError, RendezvousUnsupportedLoopError
+from ._exceptions import EtcdCompactedError, EtcdRequestError
 
 try:
     import grpc
@@ -45,7 +46,6 @@ __all__ = (
     "DEFAULT_ETCD_PORT",
     "EtcdClient",
     "EtcdConfig",
-    "EtcdCompactedError",
     "EtcdWatch",
     "parse_endpoints",
     "prefix_end",
@@ -102,10 +102,6 @@ _CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
 ]
-
-
-class EtcdCompactedError(StoreError):
-    """A watch asked for a revision etcd has already compacted: re-read and watch again."""
 
 
 def prefix_end(prefix: bytes) -> bytes:
@@ -346,8 +342,9 @@ class EtcdClient(AsyncResource):
                     self._endpoints[self._index].last_error = "deadline exceeded"
                     raise self._unreachable(anyio.current_time() - start) from None
                 if code not in _RETRYABLE:
-                    raise StoreError(
+                    raise EtcdRequestError(
                         f"etcd refused {what}: {code.name}: {exc.details()}",
+                        code=code.name,
                         endpoint=self.endpoint,
                     ) from None
                 self._fail_over(f"{code.name}: {exc.details()}")
@@ -413,10 +410,8 @@ class EtcdClient(AsyncResource):
         """Revoke ``lease_id``, deleting its keys at once. A missing lease is not an error."""
         try:
             await self._unary("LeaseRevoke", rpc.LeaseRevokeRequest(ID=lease_id))
-        except StoreConnectionError:
-            raise
-        except StoreError as exc:
-            if "not found" not in str(exc):
+        except EtcdRequestError as exc:
+            if exc.code != "NOT_FOUND":
                 raise
 
     async def keep_alive(

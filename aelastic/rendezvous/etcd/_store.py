@@ -28,7 +28,6 @@ from ...store import (
 )
 from ._client import (
     EtcdClient,
-    EtcdCompactedError,
     cmp_mod,
     cmp_version,
     op_delete,
@@ -36,6 +35,7 @@ from ._client import (
     op_range,
     prefix_end,
 )
+from ._exceptions import EtcdCompactedError
 
 __all__ = ("EtcdStore",)
 

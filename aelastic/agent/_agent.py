@@ -9,14 +9,10 @@ change wake the agent the moment they happen.
 from __future__ import annotations
 
 import abc
-import dataclasses
-import json
 import logging
 import os
 import signal
-import socket
 import time
-import traceback
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from types import MappingProxyType
@@ -25,7 +21,7 @@ from typing import Any
 import anyio
 
 from ..errors import ProcessFailure
-from ..events import Event, EventSource, record
+from ..events import EventSource
 from ..metrics import prof, put_metric
 from ..progress import ProgressSnapshot
 from ..rendezvous import RendezvousGracefulExitError, RendezvousInfo
@@ -41,33 +37,25 @@ from ._policy import (
     decide_after_hang,
     decide_after_membership_change,
     decide_after_stuck,
-    flakiness,
     resolve_uninterruptible_state_timeout,
     restart_count,
     stuck_workers,
     track_uninterruptible,
     uninterruptible_poll_interval,
 )
-from ._ranks import RankAssignment, RoleInfo, assign_ranks, identical_assignment
+from ._rank_exchange import exchange_ranks
 from ._restart_policy import RestartPolicy
 from ._round_gate import RoundGate
+from ._telemetry import AgentTelemetry, hostname
 from ._types import DEFAULT_ROLE, RunResult, Worker, WorkerGroup, WorkerSpec, WorkerState
 
 __all__ = ("ElasticAgent", "SimpleElasticAgent")
 
 log = logging.getLogger("aelastic.agent")
 
-#: Store key prefixes (torch's names, so mixed tooling reads the same keys).
-_ROLE_INFO_PREFIX = "torchelastic/role_info"
-_ASSIGNED_RANKS_PREFIX = "torchelastic/assigned_ranks"
 _TERMINAL_STATE_SYNC_ID = "torchelastic/agent/terminal_state"
 #: Bound on leaving the rendezvous during an abnormal exit (a dead backend must not hang us).
 _RDZV_SHUTDOWN_TIMEOUT = 10.0
-
-
-def _hostname() -> str:
-    # gethostname, not getfqdn: no DNS round trip on the restart path (torchrun's #73656).
-    return socket.gethostname()
 
 
 class ElasticAgent(abc.ABC):
@@ -86,7 +74,7 @@ class ElasticAgent(abc.ABC):
         """The (mutable, live) :class:`WorkerGroup` of ``role``."""
 
 
-class SimpleElasticAgent(ElasticAgent):
+class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
     """An agent for one :class:`WorkerSpec`; subclasses say how workers start and stop.
 
     Subclass hooks (all called from the task running :meth:`run`):
@@ -730,7 +718,7 @@ class SimpleElasticAgent(ElasticAgent):
             and boot.master_port == spec.master_port
         )
         addr = spec.master_addr or spec.local_addr or (boot.master_addr if boot else None)
-        return addr or _hostname(), spec.master_port, agent_store
+        return addr or hostname(), spec.master_port, agent_store
 
     @prof
     async def _assign_ranks_unless_members_change(
@@ -761,57 +749,18 @@ class SimpleElasticAgent(ElasticAgent):
     async def _assign_worker_ranks(
         self, store: Store, group_rank: int, group_world_size: int, spec: WorkerSpec
     ) -> list[Worker]:
-        """Assign global and role ranks (seed 004's algorithm) in O(1) requests per agent.
+        """This node's workers with their global and role ranks (:func:`exchange_ranks`, O(1)
+        requests per agent); also sets ``master_addr``/``master_port`` on the group."""
 
-        Every agent but group rank 0 ``set``s its role info and ``get``s its assignment;
-        group rank 0 ``multi_get``s the others' infos and ``multi_set``s every
-        assignment (which also carries the workers' store endpoint). With
-        ``TORCH_ELASTIC_WORKER_IDENTICAL=1`` ranks are computed locally and only the
-        endpoint crosses the store. Also sets ``master_addr``/``master_port`` on the group.
-        """
+        async def endpoint() -> tuple[str, int, bool]:
+            return self._store_endpoint or await self._worker_store_endpoint()
+
+        mine, addr, port, agent_store = await exchange_ranks(
+            store, group_rank, group_world_size, spec, endpoint
+        )
         wg = self._worker_group
-        identical = os.environ.get("TORCH_ELASTIC_WORKER_IDENTICAL") == "1"
-        mine: RankAssignment
-        addr: str | None
-        port: int | None
-        agent_store: bool
-        if group_rank == 0:
-            addr, port, agent_store = self._store_endpoint or await self._worker_store_endpoint()
-            self._use_agent_store = agent_store
-            if identical:
-                mine = identical_assignment(0, group_world_size, spec.local_world_size)
-                if group_world_size > 1:
-                    await store.set(
-                        f"{_ASSIGNED_RANKS_PREFIX}/endpoint",
-                        json.dumps([addr, port, agent_store]),
-                    )
-            else:
-                infos = [RoleInfo(spec.role, 0, spec.local_world_size)]
-                if group_world_size > 1:
-                    keys = [f"{_ROLE_INFO_PREFIX}/{r}" for r in range(1, group_world_size)]
-                    infos += [RoleInfo.deserialize(v) for v in await store.multi_get(keys)]
-                answers = [_with_endpoint(a, addr, port, agent_store) for a in assign_ranks(infos)]
-                if group_world_size > 1:
-                    await store.multi_set(
-                        [f"{_ASSIGNED_RANKS_PREFIX}/{r}" for r in range(1, group_world_size)],
-                        [a.serialize() for a in answers[1:]],
-                    )
-                mine = answers[0]
-        elif identical:
-            mine = identical_assignment(group_rank, group_world_size, spec.local_world_size)
-            raw = await store.get(f"{_ASSIGNED_RANKS_PREFIX}/endpoint")
-            addr, port, agent_store = json.loads(raw)
-        else:
-            info = RoleInfo(spec.role, group_rank, spec.local_world_size)
-            await store.set(f"{_ROLE_INFO_PREFIX}/{group_rank}", info.serialize())
-            mine = RankAssignment.deserialize(
-                await store.get(f"{_ASSIGNED_RANKS_PREFIX}/{group_rank}")
-            )
-            addr, port, agent_store = mine.master_addr, mine.master_port, mine.use_agent_store
-        if addr is None or port is None:
-            raise AgentError("group rank 0 published no worker store endpoint")
-        wg.master_addr, wg.master_port = str(addr), int(port)
-        self._use_agent_store = bool(agent_store)
+        wg.master_addr, wg.master_port = addr, port
+        self._use_agent_store = agent_store
         return [
             Worker(
                 local_rank=i,
@@ -925,134 +874,6 @@ class SimpleElasticAgent(ElasticAgent):
                 await self._worker_group.spec.rdzv_handler.shutdown()
             except Exception:
                 log.exception("error while leaving the rendezvous")
-
-    # -- events and metrics ------------------------------------------------------------
-
-    def _record(self, event: Event) -> None:
-        try:
-            record(event, self._worker_group.spec.event_log_handler)
-        except Exception:
-            log.exception("failed to record event %s", event.name)
-
-    def _emit(self, name: str, metadata: Mapping[str, Any], worker: Worker | None = None) -> None:
-        """Record the agent event ``name``, stamped with the time and the identity keys of
-        :meth:`_construct_event` (run id, host, role, group rank, and ``worker``'s global
-        rank), so run-scoped subscribers (``events.subscribe(run_id=...)``) see it.
-
-        Never raises (a failing handler is logged); never blocks.
-        """
-        wg = self._worker_group
-        spec = wg.spec
-        self._record(
-            Event(
-                name,
-                source=EventSource.AGENT,
-                timestamp=int(time.time() * 1000),
-                metadata={
-                    "run_id": spec.rdzv_handler.get_run_id(),
-                    "hostname": _hostname(),
-                    "role": spec.role,
-                    "group_rank": wg.group_rank,
-                    "global_rank": None if worker is None else worker.global_rank,
-                    **metadata,
-                },
-            )
-        )
-
-    def get_event_failed(self) -> Event:
-        """The agent's FAILED event (with the current traceback as ``raw_error``)."""
-        return self._construct_event("FAILED", EventSource.AGENT, raw_error=traceback.format_exc())
-
-    def get_event_succeeded(self) -> Event:
-        """The agent's SUCCEEDED event."""
-        return self._construct_event("SUCCEEDED", EventSource.AGENT)
-
-    def _record_worker_events(self, result: RunResult) -> None:
-        for worker in self._worker_group.workers:
-            failure = result.failures.get(worker.global_rank)
-            state = self._get_worker_state(worker, result)
-            raw_error = json.dumps(failure.error_file_data) if failure else None
-            exit_code = failure.exitcode if failure else None
-            self._record(
-                self._construct_event(
-                    state, EventSource.WORKER, worker, raw_error, exit_code=exit_code
-                )
-            )
-
-    def _get_worker_state(self, worker: Worker, result: RunResult) -> str:
-        failure = result.failures.get(worker.global_rank)
-        if result.state in (WorkerState.UNHEALTHY, WorkerState.FAILED) and not failure:
-            return "TERMINATED"  # stopped by this agent after another worker failed
-        return result.state.value
-
-    def _construct_event(
-        self,
-        state: str,
-        source: EventSource,
-        worker: Worker | None = None,
-        raw_error: str | None = None,
-        duration_ms: float | None = None,
-        exit_code: int | None = None,
-    ) -> Event:
-        """Build ``torchelastic.worker.status.<state>`` with torch's metadata keys."""
-        wg = self._worker_group
-        spec = wg.spec
-        md: dict[str, Any] = {
-            "group_world_size": wg.group_world_size,
-            "entry_point": spec.get_entrypoint_name(),
-        }
-        global_rank: int | None = None
-        worker_id: str | None = None
-        if worker is not None:
-            md["local_rank"] = (worker.local_rank,)
-            md["role_rank"] = (worker.role_rank,)
-            md["role_world_size"] = (worker.role_world_size,)
-            md["exit_code"] = (exit_code,)
-            md["worker_pid"] = (worker.id,)
-            global_rank = worker.global_rank
-            worker_id = None if worker.id is None else str(worker.id)
-        metadata: dict[str, str | int | float | bool | None] = {
-            "run_id": spec.rdzv_handler.get_run_id(),
-            "global_rank": global_rank,
-            "group_rank": wg.group_rank,
-            "worker_id": worker_id,
-            "role": spec.role,
-            "hostname": _hostname(),
-            "state": state,
-            "total_run_time": self._total_execution_time,
-            "rdzv_backend": spec.rdzv_handler.get_backend(),
-            "raw_error": raw_error,
-            "metadata": json.dumps(md),
-            "agent_restarts": restart_count(spec.max_restarts, self._remaining_restarts),
-            "duration_ms": duration_ms,
-        }
-        return Event(f"torchelastic.worker.status.{state}", source=source, metadata=metadata)
-
-    def _record_metrics(self, group_results: RunResult) -> None:
-        """Seed 004's end-of-run metrics: run_total, success/failure x retries, flakiness."""
-        is_failed = group_results.is_failed()
-        spec = self._worker_group.spec
-        role = spec.role
-        restarts_happened = self._remaining_restarts != spec.max_restarts
-        put_metric(
-            f"workers.{role}.flakiness",
-            flakiness(is_failed, spec.max_restarts, self._remaining_restarts),
-        )
-        put_metric(f"workers.{role}.run_total", 1)
-        for name, condition in (
-            ("run_success_with_retries", not is_failed and restarts_happened),
-            ("run_success_no_retries", not is_failed and not restarts_happened),
-            ("run_failed_with_retries", is_failed and restarts_happened),
-            ("run_failed_no_retries", is_failed and not restarts_happened),
-        ):
-            self._record_metric_with_condition(name, condition)
-
-    def _record_metric_with_condition(self, metric_name: str, condition: bool) -> None:
-        put_metric(f"workers.{self._worker_group.spec.role}.{metric_name}", 1 if condition else 0)
-
-
-def _with_endpoint(a: RankAssignment, addr: str, port: int, agent_store: bool) -> RankAssignment:
-    return dataclasses.replace(a, master_addr=addr, master_port=port, use_agent_store=agent_store)
 
 
 def _ms_since(started: float) -> float:

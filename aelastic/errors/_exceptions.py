@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .._exceptions import AelasticError
+from .._exceptions import AelasticError, show_public_module
 from .._net import node_name
 from ._failure import NOT_AVAILABLE, ProcessFailure
 
@@ -99,3 +99,6 @@ class ChildFailedError(AelasticError):
             f"  error_file: {failure.error_file}\n"
             f"  traceback : {trace}"
         )
+
+
+show_public_module(__name__, globals())

@@ -1,0 +1,135 @@
+"""One exception tree: every public error derives from AelasticError, is defined in an
+``_exceptions.py`` and names its public package as ``__module__`` (httpx, trio)."""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+import pkgutil
+
+import pytest
+
+import aelastic
+from aelastic import AelasticError, ConfigError
+
+
+def _public_modules() -> list[str]:
+    names = ["aelastic"]
+    for info in pkgutil.walk_packages(aelastic.__path__, "aelastic."):
+        if "._" not in info.name and info.name != "aelastic.__main__":
+            names.append(info.name)
+    return names
+
+
+def _public_errors() -> list[tuple[str, str, type[BaseException]]]:
+    found = []
+    for module_name in _public_modules():
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            value = getattr(module, name)
+            if isinstance(value, type) and issubclass(value, BaseException):
+                found.append((module_name, name, value))
+    return found
+
+
+_ERRORS = _public_errors()
+
+
+def _defined_in_exceptions_modules() -> set[type]:
+    classes: set[type] = set()
+    for info in pkgutil.walk_packages(aelastic.__path__, "aelastic."):
+        if info.name.endswith("._exceptions") or info.name == "aelastic._exceptions":
+            classes.update(
+                v for v in vars(importlib.import_module(info.name)).values() if isinstance(v, type)
+            )
+    classes.update(
+        v
+        for v in vars(importlib.import_module("aelastic._exceptions")).values()
+        if isinstance(v, type)
+    )
+    return classes
+
+
+_DEFINED_IN_EXCEPTIONS_MODULES = _defined_in_exceptions_modules()
+
+
+def test_the_public_packages_export_errors() -> None:
+    # guards the parametrisation below against finding nothing
+    assert len({error for _, _, error in _ERRORS}) > 40
+
+
+@pytest.mark.parametrize(
+    ("module_name", "name", "error"), _ERRORS, ids=[f"{m}.{n}" for m, n, _ in _ERRORS]
+)
+def test_public_error_is_ours_and_shows_its_public_module(
+    module_name: str, name: str, error: type[BaseException]
+) -> None:
+    assert issubclass(error, AelasticError), f"{module_name}.{name} must derive AelasticError"
+    assert "._" not in error.__module__, f"{error} shows a private module"
+    home = importlib.import_module(error.__module__)
+    assert getattr(home, error.__name__) is error, f"{error.__module__} does not export it"
+    assert error in _DEFINED_IN_EXCEPTIONS_MODULES, f"{error} is not defined in an _exceptions.py"
+
+
+def test_every_error_of_an_exceptions_module_is_exported_where_it_says() -> None:
+    for error in _DEFINED_IN_EXCEPTIONS_MODULES:
+        if issubclass(error, BaseException) and error.__module__.startswith("aelastic"):
+            home = importlib.import_module(error.__module__)
+            assert getattr(home, error.__name__, None) is error, error
+
+
+def test_config_errors_are_value_errors() -> None:
+    config_errors = {error for _, _, error in _ERRORS if issubclass(error, ConfigError)}
+    assert {e.__name__ for e in config_errors} >= {
+        "AgentConfigError",
+        "LaunchConfigError",
+        "NodeHealthConfigError",
+        "ProgressTimeoutError",
+        "RendezvousConfigError",
+        "StoreConfigError",
+        "UsageError",
+    }
+    assert all(issubclass(error, ValueError) for error in config_errors)
+
+
+def test_a_public_error_pickles_through_its_public_module() -> None:
+    from aelastic.store import StoreTimeoutError
+
+    error = pickle.loads(pickle.dumps(StoreTimeoutError("get timed out")))
+    assert type(error) is StoreTimeoutError
+    assert aelastic.ConfigError is ConfigError
+
+
+@pytest.mark.parametrize(
+    ("store_error", "expected"),
+    [
+        ("StoreTimeoutError", "RendezvousConnectionError"),
+        ("StoreConnectionError", "RendezvousConnectionError"),
+        ("StoreClosedError", "RendezvousConnectionError"),
+        ("StoreLimitError", "RendezvousStateError"),
+        ("EtcdCompactedError", "RendezvousStateError"),
+    ],
+)
+def test_store_errors_become_the_same_rendezvous_error_for_every_backend(
+    store_error: str, expected: str
+) -> None:
+    from aelastic import rendezvous, store
+    from aelastic.rendezvous._exceptions import map_store_errors
+    from aelastic.rendezvous.etcd import EtcdCompactedError
+
+    cls = EtcdCompactedError if store_error == "EtcdCompactedError" else getattr(store, store_error)
+    expected_error = getattr(rendezvous, expected)
+    with (
+        pytest.raises(expected_error, match=r"to add to 'k'") as caught,
+        map_store_errors("add to 'k'"),
+    ):
+        raise cls("boom")
+    assert isinstance(caught.value.__cause__, cls)
+
+
+def test_map_store_errors_passes_through_what_the_caller_keeps() -> None:
+    from aelastic.rendezvous._exceptions import map_store_errors
+    from aelastic.store import StoreTimeoutError
+
+    with pytest.raises(StoreTimeoutError), map_store_errors("read 'k'", keep=(StoreTimeoutError,)):
+        raise StoreTimeoutError("late")
