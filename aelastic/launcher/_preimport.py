@@ -35,6 +35,12 @@ JOB_MODULES = (
     "aelastic.workers._callable",
     "aelastic.checkpoint._agent",
     "aelastic.jobview",
+    # the node gate that prepare_job builds (health checks, exclusion)
+    "aelastic.launcher._node_args",
+    "aelastic.nodes._checks",
+    "aelastic.nodes._exclusion",
+    "aelastic.nodes._gate",
+    "aelastic.nodes._policy",
 )
 
 
