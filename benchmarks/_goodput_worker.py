@@ -107,7 +107,7 @@ def main() -> int:
             emit(out, e="step")
     if rank == 0:
         emit(out, e="final", step=step, a=attempt, t=time.time())
-    return 0  # no destroy_process_group: it hung now and then after a restart (futex)
+    return 0  # no destroy_process_group: main()'s teardown then hung now and then (gloo, futex)
 
 
 if __name__ == "__main__":
