@@ -13,14 +13,14 @@ import pytest
 
 from aelastic.rendezvous import (
     RendezvousConnectionError,
-    RendezvousHandler,
-    RendezvousInfo,
     RendezvousParameters,
     get_rendezvous_handler,
 )
 from aelastic.rendezvous._c10d import _host_state
 from aelastic.rendezvous._hostwatch import StoreWatch, host_lost
 from aelastic.store import StoreServer
+
+from .test_c10d import rendezvous_all
 
 
 def _closed_port() -> int:
@@ -93,28 +93,16 @@ async def test_frozen_standalone_store_the_coordinator_and_members_move_to_the_h
                     )  # fmt: skip
                     hs.append(await stack.enter_async_context(get_rendezvous_handler(params)))
                 with anyio.fail_after(30):
-                    first = await _rendezvous_all(hs)
+                    first = await rendezvous_all(hs)
                 assert {i.round for i in first} == {0}
                 store.send_signal(signal.SIGSTOP)
                 with anyio.fail_after(20):
                     for h in hs:
                         await h.wait_for_membership_change()
-                    again = await _rendezvous_all(hs)
+                    again = await rendezvous_all(hs)
                 assert sorted(i.rank for i in again) == [0, 1, 2]
                 assert {h.epoch for h in hs} == {1}
                 assert len({i.bootstrap_store_info.master_addr for i in again}) == 1
         finally:
             store.send_signal(signal.SIGCONT)
             store.kill()
-
-
-async def _rendezvous_all(hs: list[RendezvousHandler]) -> list[RendezvousInfo]:
-    out: list[RendezvousInfo] = []
-
-    async def one(h: RendezvousHandler) -> None:
-        out.append(await h.next_rendezvous())
-
-    async with anyio.create_task_group() as tg:
-        for h in hs:
-            tg.start_soon(one, h)
-    return out
