@@ -36,6 +36,8 @@ import sys
 import tempfile
 import time
 
+from _job_process import start_job
+
 PY = sys.executable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOB = os.path.join(ROOT, "benchmarks", "_goodput_worker.py")
@@ -60,15 +62,7 @@ def run_once(name: str, opts: argparse.Namespace) -> dict[str, object]:
         job += [] if memory else ["--checkpoint", "disk", "--every", str(opts.disk_every)]
         job += [] if memory else ["--path", os.path.join(d, "ckpt.pt")]
         err_path = os.path.join(d, "stderr.log")
-        with open(err_path, "wb") as err_file:
-            proc = subprocess.Popen(
-                [*argv, *job],
-                env=env,
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=err_file,
-                start_new_session=True,
-            )
+        proc = start_job([*argv, *job], env, err_path)
         try:
             code = proc.wait(timeout=opts.duration + 120)
         except subprocess.TimeoutExpired:

@@ -35,10 +35,11 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from _job_process import start_job
 
 PY = sys.executable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -114,15 +115,7 @@ def run_once(
         env.pop("OMP_NUM_THREADS", None)
         t0 = time.monotonic()
         err_path = os.path.join(d, "stderr.log")
-        with open(err_path, "wb") as err_file:
-            proc = subprocess.Popen(
-                [*argv, *job],
-                env=env,
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=err_file,
-                start_new_session=True,
-            )
+        proc = start_job([*argv, *job], env, err_path)
         rss: list[float] = []
         next_sample = 0.0
         crashed_at = None
