@@ -24,7 +24,7 @@ from ..errors import ProcessFailure
 from ..events import EventSource
 from ..metrics import prof, put_metric
 from ..progress import ProgressSnapshot
-from ..rendezvous import RendezvousGracefulExitError, RendezvousInfo
+from ..rendezvous import RendezvousConnectionError, RendezvousGracefulExitError, RendezvousInfo
 from ..store import Store
 from ._exceptions import AgentError, SignalException
 from ._hang import Hang, RoundProgress, hang_failures, report_hang
@@ -777,10 +777,13 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
 
         Keeps this agent (and the workers' store it may host) alive until the other
         nodes are done. Ends early when a peer will never arrive: the rendezvous was
-        closed (a node failed for good) or a participant left or lapsed (pytorch
-        #99051: waiting out the whole timeout for a dead node helps nobody). A node
-        merely waiting to join does not end it. Errors other than cancellation are
-        logged, not raised.
+        closed (a node failed for good), a participant left or lapsed (pytorch
+        #99051: waiting out the whole timeout for a dead node helps nobody), or the
+        rendezvous store is lost: a frozen store host is noticed by the rendezvous'
+        watched requests (heartbeat timeout + at most 1 s probe, see
+        ``rendezvous._hostwatch``), which never stop while this node is a member. This
+        node's workers succeeded either way: it finishes. A node merely waiting to join
+        does not end it. Errors other than cancellation are logged, not raised.
         """
         from ..store import barrier
 
@@ -844,6 +847,11 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
                 lost.append("a peer left or stopped heartbeating")
             else:
                 return  # only a node waiting to join: keep waiting for the barrier
+        except RendezvousConnectionError as exc:  # its store's host died, froze or hung
+            lost.append(
+                f"the rendezvous store is lost ({exc}); this node's workers succeeded: it "
+                "finishes without waiting for the store's host"
+            )
         except Exception as exc:  # the rendezvous itself is gone: so are the peers' chances
             lost.append(f"the rendezvous is unreachable ({exc})")
         barrier_scope.cancel()

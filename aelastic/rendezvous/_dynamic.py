@@ -521,9 +521,10 @@ class DynamicRendezvousHandler(RendezvousHandler):
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._settings.close_timeout):
                 await self.shutdown()
                 if self._session is not None:  # left cleanly: nothing to announce
-                    await self._session.cancel()
+                    with self._guard():  # a frozen store host: no wait at all
+                        await self._session.cancel()
         except (StoreError, OSError):
-            pass  # the session's connection is gone; its actions ran or will not matter
+            pass  # the session's connection or the store's host is gone (or frozen)
         finally:
             self._tg = self._stack = self._session = None
             if stack is not None and tg is not None:
@@ -1047,6 +1048,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         return ticket if ticket in members[1:] else -1
 
     async def _coordinator_gone(self, view: _View, tick: Tick | None, why: str = "") -> None:
+        silent = not why
         why = why or f"it published no tick for {self._settings.heartbeat_timeout}s"
         self._event(
             "node_removed",
@@ -1054,6 +1056,10 @@ class DynamicRendezvousHandler(RendezvousHandler):
             state="FAILED",
         )
         await self._dissolve(view.round)
+        if silent:
+            # A silent (frozen) coordinator never publishes the end: this node does, or
+            # each holder that joined after it would wait out its own heartbeat timeout.
+            await self._publish_dissolved(view.round)
         view.coordinator_lost = True
         view.wake()
 
