@@ -60,6 +60,24 @@ async def rendezvous_all(hs: Sequence[RendezvousHandler]) -> list[RendezvousInfo
     return out
 
 
+class Joins:
+    """Handlers joining in the background: ``tg.start_soon(joins.join, h)``, then
+    ``await joins.wait(n)`` until ``n`` were admitted (their infos in :attr:`infos`)."""
+
+    def __init__(self) -> None:
+        self.infos: list[RendezvousInfo] = []
+        self._changed = anyio.Event()
+
+    async def join(self, h: RendezvousHandler) -> None:
+        self.infos.append(await h.next_rendezvous())
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def wait(self, count: int) -> None:
+        while len(self.infos) < count:
+            await self._changed.wait()
+
+
 class Node:
     """A rendezvous node in a subprocess (tests/rendezvous/_node.py)."""
 

@@ -16,10 +16,9 @@ from contextlib import AsyncExitStack
 import anyio
 import pytest
 
-from aelastic.rendezvous import RendezvousHandler, RendezvousInfo
 from aelastic.store import StoreServer
 
-from .test_c10d import c10d, node
+from .test_c10d import Joins, c10d, node
 
 HEARTBEAT = 2.0
 CONF = {
@@ -36,14 +35,7 @@ async def test_frozen_coordinator_the_first_to_notice_ends_the_round_for_all(
     caplog.set_level(logging.DEBUG, logger="aelastic.rendezvous")
     endpoint = f"127.0.0.1:{store_server.port}"
     local = store_server.local_store
-    infos: list[RendezvousInfo] = []
-    all_in = anyio.Event()
-
-    async def join(h: RendezvousHandler) -> None:
-        infos.append(await h.next_rendezvous())
-        if len(infos) == 3:
-            all_in.set()
-
+    joins = Joins()
     async with AsyncExitStack() as stack:
         a, c, d = [await stack.enter_async_context(c10d(endpoint, 3, 3, **CONF)) for _ in "acd"]
         b = await stack.enter_async_context(node(endpoint, 3, 3, **CONF))
@@ -51,7 +43,7 @@ async def test_frozen_coordinator_the_first_to_notice_ends_the_round_for_all(
             with anyio.fail_after(30):
                 assert await b.line() == "entered"
                 await local.wait(["rdzv/job/c/0/tick"])  # b coordinates round 0
-                tg.start_soon(join, a)
+                tg.start_soon(joins.join, a)
                 await local.wait(["rdzv/job/c/0/node/1"])  # a holds ticket 1
             os.kill(b.process.pid, signal.SIGSTOP)
             try:
@@ -59,13 +51,13 @@ async def test_frozen_coordinator_the_first_to_notice_ends_the_round_for_all(
                 # freeze (the scenario, not a synchronisation), so their own timeouts
                 # would expire that much after a's.
                 await anyio.sleep(HEARTBEAT / 2)
-                tg.start_soon(join, c)
-                tg.start_soon(join, d)
+                tg.start_soon(joins.join, c)
+                tg.start_soon(joins.join, d)
                 with anyio.fail_after(HEARTBEAT + 10):
-                    await all_in.wait()
+                    await joins.wait(3)
             finally:
                 os.kill(b.process.pid, signal.SIGCONT)
-    assert sorted((i.rank, i.world_size, i.round) for i in infos) == [
+    assert sorted((i.rank, i.world_size, i.round) for i in joins.infos) == [
         (0, 3, 1),
         (1, 3, 1),
         (2, 3, 1),

@@ -20,7 +20,7 @@ from aelastic.rendezvous._ops import Ops
 from aelastic.rendezvous._state import Tick
 from aelastic.store import StoreServer, TCPStoreClient
 
-from .test_c10d import c10d, node, rendezvous_all
+from .test_c10d import Joins, c10d, node, rendezvous_all
 
 SLOW = {
     "keep_alive_interval": "10",
@@ -36,16 +36,9 @@ async def test_member_killed_while_joining_is_dropped_at_once(store_server: Stor
     local = store_server.local_store
     async with AsyncExitStack() as stack:
         a, c, d = [await stack.enter_async_context(c10d(endpoint, 3, 3, **SLOW)) for _ in "acd"]
-        infos: list[RendezvousInfo] = []
-        all_in = anyio.Event()
-
-        async def join(h: RendezvousHandler) -> None:
-            infos.append(await h.next_rendezvous())
-            if len(infos) == 3:
-                all_in.set()
-
+        joins = Joins()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(join, a)
+            tg.start_soon(joins.join, a)
             with anyio.fail_after(30):
                 await local.wait(["rdzv/job/c/0/tick"])  # a coordinates round 0
                 async with node(endpoint, 3, 3, **SLOW) as b:
@@ -53,11 +46,11 @@ async def test_member_killed_while_joining_is_dropped_at_once(store_server: Stor
                     b.kill()
                     await b.process.wait()
             # Had b's ticket stayed, c would complete the round with a dead member.
-            tg.start_soon(join, c)
-            tg.start_soon(join, d)
+            tg.start_soon(joins.join, c)
+            tg.start_soon(joins.join, d)
             with anyio.fail_after(BOUND):
-                await all_in.wait()
-        assert sorted((i.rank, i.world_size, i.round) for i in infos) == [
+                await joins.wait(3)
+        assert sorted((i.rank, i.world_size, i.round) for i in joins.infos) == [
             (0, 3, 0),
             (1, 3, 0),
             (2, 3, 0),
@@ -75,25 +68,18 @@ async def test_coordinator_killed_while_joining_is_replaced_at_once(
             with anyio.fail_after(30):
                 assert await b.line() == "entered"
                 await local.wait(["rdzv/job/c/0/tick"])  # b coordinates round 0
+            joins = Joins()
             async with anyio.create_task_group() as tg:
-                infos: list[RendezvousInfo] = []
-                both_in = anyio.Event()
-
-                async def join(h: RendezvousHandler) -> None:
-                    infos.append(await h.next_rendezvous())
-                    if len(infos) == 2:
-                        both_in.set()
-
-                tg.start_soon(join, a)
+                tg.start_soon(joins.join, a)
                 with anyio.fail_after(30):
                     await local.wait(["rdzv/job/c/0/node/1"])  # a holds ticket 1
                 b.kill()
                 await b.process.wait()
-                tg.start_soon(join, c)
+                tg.start_soon(joins.join, c)
                 with anyio.fail_after(BOUND):
-                    await both_in.wait()
+                    await joins.wait(2)
         # a learnt of b's death from the store, moved to round 1 and formed it with c.
-        assert sorted((i.world_size, i.round) for i in infos) == [(2, 1), (2, 1)]
+        assert sorted((i.world_size, i.round) for i in joins.infos) == [(2, 1), (2, 1)]
 
 
 @pytest.mark.parametrize("killed", ["coordinator", "member"])
