@@ -70,11 +70,14 @@ async def test_frozen_store_host_at_the_exit_barrier_the_others_finish(tmp_path:
 
 async def test_frozen_member_at_the_exit_barrier_the_others_finish(tmp_path: Path) -> None:
     port = free_port()
-    argv = _c10d("3", port, "barriermember", CONF)
+
+    def argv(host: bool) -> list[str]:  # node 0 hosts the store, never the victim
+        return _c10d("3", port, "barriermember", f"{CONF},is_host={int(host)}")
+
     async with cluster() as c:
-        done = [await c.start([*argv, WORKER, str(tmp_path)], env=ENV) for _ in range(2)]
+        done = [await c.start([*argv(i == 0), WORKER, str(tmp_path)], env=ENV) for i in range(2)]
         # its worker waits for a file that never comes (at most 60 s)
-        victim = await c.start([*argv, WORKER, str(tmp_path), "--when-file", "/nonexistent"])
+        victim = await c.start([*argv(False), WORKER, str(tmp_path), "--when-file", "/nonexistent"])
         await _at_barrier(done)
         frozen = process_tree(victim.process.pid)
         for pid in frozen:
