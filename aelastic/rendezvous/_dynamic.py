@@ -16,8 +16,10 @@ Algorithm (one round ``r``; keys in :mod:`._state`):
   live tickets) and every member computes its own rank from it.
 * **Members** block on tick ``n+1`` (``get`` with timeout ``heartbeat_timeout``) and
   acknowledge each tick (:class:`~._liveness.Liveness`). No tick in time means the
-  coordinator is gone: the member ends the round (``compare_set`` on ``round``). A
-  coordinator that finds ``round`` moved on (it was judged gone) dissolves its round.
+  coordinator is gone: the member ends the round (``compare_set`` on ``round``) and
+  publishes its ``dissolved`` tick, so holders that joined later need not wait out their
+  own timeout. A coordinator that finds ``round`` moved on (it was judged gone)
+  dissolves its round.
 * **Ranks** are the position of a member's ticket among the members: join order.
 * **Late arrivals and spares** take a ticket after completion, push ``waiting`` and
   keep watching the round's ticks; the coordinator republishes the tick with the
