@@ -627,7 +627,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 await self._on_close(
                     view, keys.inbox(round_), "queue_push", Message("gone", ticket).dumps()
                 )
-                await self._liveness.attach(ops, keys, round_, ticket, self._descriptor())
+                placed = self._hosts_store() or self._rank_key is not None or self._last is not None
+                await self._liveness.attach(ops, keys, round_, ticket, self._descriptor(), placed)
                 await tg.start(self._background, view, self._watch)
         if shield.cancelled_caught:
             raise RendezvousConnectionError(
@@ -1063,14 +1064,17 @@ class DynamicRendezvousHandler(RendezvousHandler):
         return -1, ""
 
     async def _descriptors(self, round_: int, members: list[int]) -> dict[int, bytes]:
-        """The other members' descriptors by ticket: one ``multi_get`` (on this node's
-        own store when it hosts it). A registration still missing after
-        ``min(keep_alive_interval, 1 s)`` (its holder died before registering, or the
-        request was lost with a connection) is left out, found by one CHECK per member:
-        a completing round is never held up for long."""
+        """The other members' descriptors by ticket, where they matter: always on this
+        node's own store (when it hosts it: no network request; the heir is chosen from
+        them), else only when a member registered placement facts (``<r>/placed``: the
+        one CHECK a completion cost before, of which member hosts the store), then one
+        ``multi_get``. None of a fresh job's first round waits for a registration. A
+        registration still missing after ``min(keep_alive_interval, 1 s)`` (its holder
+        died before registering, or the request was lost with a connection) is left out,
+        found by one CHECK per member: a completing round is never held up for long."""
         ops, others = self._ops(), members[1:]
         names = [self._keys.node(round_, t) for t in others]
-        if not names:
+        if not names or not (self._hosts_store() or await ops.check(self._keys.placed(round_))):
             return {}
         try:
             bound = min(self._settings.keep_alive_interval, 1.0)

@@ -8,6 +8,8 @@ Layout (every key under ``rdzv/<run_id>/c/``):
 ``<r>/node/<ticket>``     JSON node descriptor of a ticket holder: its address, whether
                           it hosts the store, its topology key and last group rank
                           (read by the coordinator at completion: :mod:`._placement`)
+``<r>/placed``            exists once a ticket holder registered placement facts (it
+                          hosts the store, has a topology key or a last group rank)
 ``<r>/seen/<ticket>``     decimal: the last tick this ticket acknowledged
 ``<r>/tick``              JSON :class:`Tick`: the latest tick of round ``r``
 ``<r>/tick/<n>``          JSON :class:`Tick` number ``n`` (members block on ``n + 1``)
@@ -103,6 +105,9 @@ class Keys:
 
     def inbox(self, r: int) -> str:
         return f"{self.base}/{r}/inbox"
+
+    def placed(self, r: int) -> str:
+        return f"{self.base}/{r}/placed"
 
 
 def moved_to_epoch(round_value: int) -> int | None:
