@@ -7,6 +7,8 @@ worker is a shell line that records its node's tag, GROUP_RANK and RANK.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from aelastic.launcher import LaunchConfig, LaunchConfigError
 from aelastic.launcher._args import UsageError, parse_run_args
 from aelastic.launcher._build import make_handler
 
-from ._nodes import cluster, free_port, wait_all
+from ._nodes import AELASTIC_RUN, cluster, free_port, wait_all
 from .test_multinode import FAST
 
 #: ``sh -c`` script: $0 tag, $1 out dir. Writes "tag group_rank rank restart" to a file
@@ -54,6 +56,39 @@ async def test_env_key_orders_group_ranks_behind_the_store_host(tmp_path: Path) 
         codes = await wait_all(nodes, 60)
     assert codes == [0, 0, 0], [n.err for n in c.nodes]
     # the store's host keeps group rank 0; then rack a, then rack c
+    assert _rows(tmp_path) == [
+        ["host", "0", "0", "0"],
+        ["n1", "2", "2", "0"],
+        ["n2", "1", "1", "0"],
+    ]
+
+
+def _uts_unavailable() -> str | None:
+    """Why agents cannot get host names of their own here (a UTS namespace each)."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        return "needs root and util-linux's unshare"
+    done = subprocess.run(["unshare", "-u", "hostname", "probe"], capture_output=True, check=False)
+    return None if done.returncode == 0 else f"unshare -u failed: {done.stderr!r}"
+
+
+_NO_UTS = _uts_unavailable()
+
+
+@pytest.mark.skipif(_NO_UTS is not None, reason=str(_NO_UTS))
+async def test_hostname_key_orders_group_ranks(tmp_path: Path) -> None:
+    """Each agent in its own UTS namespace (its own host name, the same loopback)."""
+    port, order = free_port(), ["--node-rank-order", "hostname"]
+
+    def on_host(name: str) -> list[str]:
+        return ["unshare", "-u", "sh", "-c", f'hostname {name} && exec "$@"', "sh", *AELASTIC_RUN]
+
+    async with cluster() as c:
+        nodes = [
+            await c.start(_argv(port, "hosts", tag, tmp_path, *order), launcher=on_host(name))
+            for tag, name in (("host", "sw2-n1"), ("n1", "sw3-n1"), ("n2", "sw1-n1"))
+        ]
+        codes = await wait_all(nodes, 60)
+    assert codes == [0, 0, 0], [n.err for n in c.nodes]
     assert _rows(tmp_path) == [
         ["host", "0", "0", "0"],
         ["n1", "2", "2", "0"],
