@@ -1,6 +1,8 @@
-"""Group ranks of real agents: ``--node-rank-order env:VAR`` and ranks kept across a restart.
+"""Group ranks of real agents: ``--node-rank-order`` (``env:VAR``, ``hostname``) and ranks
+kept across a restart.
 
-Three ``aelastic run`` processes on loopback (c10d, the first hosts the store); each
+Three ``aelastic run`` processes on loopback (c10d, the first hosts the store; for
+``hostname`` each runs in a UTS namespace of its own, so it has its own host name); each
 worker is a shell line that records its node's tag, GROUP_RANK and RANK.
 """
 
@@ -45,24 +47,6 @@ def _rows(out: Path) -> list[list[str]]:
     return sorted(p.read_text().split() for p in out.iterdir())
 
 
-async def test_env_key_orders_group_ranks_behind_the_store_host(tmp_path: Path) -> None:
-    port, order = free_port(), ["--node-rank-order", "env:RACK"]
-    async with cluster() as c:
-        # started in this order, so join order (the old rule) would rank c before a
-        nodes = [
-            await c.start(_argv(port, "racks", tag, tmp_path, *order), env={"RACK": rack})
-            for tag, rack in (("host", "b"), ("n1", "c"), ("n2", "a"))
-        ]
-        codes = await wait_all(nodes, 60)
-    assert codes == [0, 0, 0], [n.err for n in c.nodes]
-    # the store's host keeps group rank 0; then rack a, then rack c
-    assert _rows(tmp_path) == [
-        ["host", "0", "0", "0"],
-        ["n1", "2", "2", "0"],
-        ["n2", "1", "1", "0"],
-    ]
-
-
 def _uts_unavailable() -> str | None:
     """Why agents cannot get host names of their own here (a UTS namespace each)."""
     if shutil.which("unshare") is None or os.geteuid() != 0:
@@ -74,21 +58,34 @@ def _uts_unavailable() -> str | None:
 _NO_UTS = _uts_unavailable()
 
 
-@pytest.mark.skipif(_NO_UTS is not None, reason=str(_NO_UTS))
-async def test_hostname_key_orders_group_ranks(tmp_path: Path) -> None:
-    """Each agent in its own UTS namespace (its own host name, the same loopback)."""
-    port, order = free_port(), ["--node-rank-order", "hostname"]
+def _on_host(name: str) -> list[str]:
+    """``aelastic run`` in a UTS namespace of its own, named ``name`` (same loopback)."""
+    return ["unshare", "-u", "sh", "-c", f'hostname {name} && exec "$@"', "sh", *AELASTIC_RUN]
 
-    def on_host(name: str) -> list[str]:
-        return ["unshare", "-u", "sh", "-c", f'hostname {name} && exec "$@"', "sh", *AELASTIC_RUN]
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        "env:RACK",
+        pytest.param(
+            "hostname", marks=pytest.mark.skipif(_NO_UTS is not None, reason=str(_NO_UTS))
+        ),
+    ],
+)
+async def test_key_orders_group_ranks_behind_the_store_host(tmp_path: Path, key: str) -> None:
+    port, flags = free_port(), ["--node-rank-order", key]
     async with cluster() as c:
-        nodes = [
-            await c.start(_argv(port, "hosts", tag, tmp_path, *order), launcher=on_host(name))
-            for tag, name in (("host", "sw2-n1"), ("n1", "sw3-n1"), ("n2", "sw1-n1"))
-        ]
+        # started in this order, so join order (the old rule) would rank n1 before n2
+        nodes = []
+        for tag, label in (("host", "sw2"), ("n1", "sw3"), ("n2", "sw1")):
+            argv = _argv(port, "keyed", tag, tmp_path, *flags)
+            if key == "hostname":
+                nodes.append(await c.start(argv, launcher=_on_host(f"{label}-node")))
+            else:
+                nodes.append(await c.start(argv, env={"RACK": label}))
         codes = await wait_all(nodes, 60)
     assert codes == [0, 0, 0], [n.err for n in c.nodes]
+    # the store's host keeps group rank 0; then sw1, then sw3
     assert _rows(tmp_path) == [
         ["host", "0", "0", "0"],
         ["n1", "2", "2", "0"],
