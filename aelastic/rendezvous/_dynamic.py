@@ -18,12 +18,14 @@ Algorithm (one round ``r``; keys in :mod:`._state`):
   acknowledge each tick (:class:`~._liveness.Liveness`). No tick in time means the
   coordinator is gone: the member ends the round (``compare_set`` on ``round``). A
   coordinator that finds ``round`` moved on (it was judged gone) dissolves its round.
-* **Ranks** (:mod:`._placement`): at completion the coordinator reads the members'
-  descriptors (one ``multi_get``, which replaced the earlier CHECK of which member
-  hosts the store) and publishes them in rank order in the ``running`` tick: the
-  store's host first, then by topology key (``--node-rank-order``), each member
-  keeping its group rank of the last round where it can (newcomers take freed ranks).
-  The order is left out when it is join order with the store's host first.
+* **Ranks** (:mod:`._placement`): a member whose descriptor holds placement facts
+  (it hosts the store, has a ``--node-rank-order`` key or a last group rank) also sets
+  ``<r>/placed`` in its registration's request. At completion the coordinator checks
+  that mark (the one CHECK it made before, of which member hosts the store) and, if
+  set, reads the members' descriptors (one ``multi_get``); the ``running`` tick lists
+  the members in rank order: the store's host first, then by topology key, each
+  member keeping its group rank of the last round where it can (newcomers take freed
+  ranks). The order is left out when it is join order with the store's host first.
 * **Late arrivals and spares** take a ticket after completion, push ``waiting`` and
   keep watching the round's ticks; the coordinator republishes the tick with the
   number of waiting holders, which wakes :meth:`wait_for_membership_change` on every
@@ -49,7 +51,8 @@ Algorithm (one round ``r``; keys in :mod:`._state`):
 Costs: N nodes joining at once make O(N) requests in total, each O(1) bytes but the
 running ticks (the removed tickets, and the members in rank order when that is not
 join order: O(N) bytes, read by every member) and the coordinator's read of the
-members' descriptors at completion (O(N) bytes, once a round): a member makes 7
+members' descriptors at completion (O(N) bytes, in rounds with placement facts): a
+member makes 7
 store calls to be admitted (2 ADDs, 1 on-close registration on its session, 1
 fire-and-forget MULTI_SET, 2 GETs, 1 SET); the holder of a threshold ticket adds a
 confirmed push (PUSH + CHECK). A waiting node blocks on one key; an idle member costs
