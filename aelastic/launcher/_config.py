@@ -221,9 +221,11 @@ class LaunchConfig:
         from ..rendezvous._placement import check_rank_order
 
         try:
-            self.node_rank_order = check_rank_order(self.node_rank_order)
+            self.node_rank_order = check_rank_order(
+                self.node_rank_order, "LaunchConfig.node_rank_order"
+            )
         except ValueError as exc:
-            raise LaunchConfigError(f"LaunchConfig.node_rank_order: {exc}") from None
+            raise LaunchConfigError(str(exc)) from None
         if self.rdzv_backend == "static":
             raise LaunchConfigError(
                 f"node_rank_order={self.node_rank_order!r} (--node-rank-order) applies to the "

@@ -106,9 +106,9 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
     order = v.str_("node_rank_order")
     if order is not None:
         try:
-            order = check_rank_order(order)
+            order = check_rank_order(order, v.source("node_rank_order"))
         except ValueError as exc:
-            raise UsageError(f"{v.source('node_rank_order')}: {exc}") from None
+            raise UsageError(str(exc)) from None
     raw = v.str_("node_health_check")
     commands = [raw] if isinstance(raw, str) else list(raw or [])
     for command in commands:

@@ -64,8 +64,9 @@ def seat_of(record: Mapping[str, Any]) -> Seat:
     )
 
 
-def check_rank_order(spec: str) -> str:
-    """Validate a ``--node-rank-order`` value's form; return it stripped.
+def check_rank_order(spec: str, source: str = "--node-rank-order") -> str:
+    """Validate a ``--node-rank-order`` value's form (named ``source`` in the error);
+    return it stripped.
 
     Raises:
         RendezvousConfigError: neither ``hostname`` nor ``env:VAR``.
@@ -76,7 +77,7 @@ def check_rank_order(spec: str) -> str:
     if text.startswith("env:") and text[4:].strip() and "=" not in text:
         return "env:" + text[4:].strip()
     raise RendezvousConfigError(
-        f"--node-rank-order {spec!r}: unknown key; pass {_FORMS}, e.g. --node-rank-order "
+        f"{source} {spec!r}: unknown key; pass {_FORMS}, e.g. --node-rank-order "
         "env:RACK with RACK=<rack or switch label> in each agent's environment"
     )
 

@@ -123,6 +123,8 @@ def test_bad_rank_order_input_gets_one_clear_error(monkeypatch: pytest.MonkeyPat
         make_handler(config, "job")
     with pytest.raises(UsageError, match=r"applies to the dynamic rendezvous .* --node-rank"):
         parse_run_args(["--nnodes", "2", "--node-rank-order", "hostname", "x.py"], {})
-    with pytest.raises(LaunchConfigError, match="node_rank_order: --node-rank-order 'env:'"):
+    with pytest.raises(
+        LaunchConfigError, match=r"LaunchConfig\.node_rank_order 'env:': unknown key"
+    ):
         LaunchConfig(1, 1, 1, rdzv_backend="c10d", node_rank_order="env:")
     assert os.environ.get("RACK") is None
