@@ -88,8 +88,26 @@ def check_event_destination(name: str) -> None:
 
 
 def make_handler(config: LaunchConfig, run_id: str) -> RendezvousHandler:
+    """The rendezvous handler of ``config`` (not entered).
+
+    Raises:
+        LaunchConfigError: ``node_rank_order`` names an environment variable that is
+            unset or empty here.
+        RendezvousError: other rendezvous settings (wrapped by :func:`prepare_job`).
+    """
     from ..rendezvous import RendezvousParameters, get_rendezvous_handler
 
+    extra: dict[str, Any] = {}
+    if config.node_rank_order is not None:
+        import socket
+
+        from ..rendezvous._placement import rank_key
+
+        try:
+            rank_key(config.node_rank_order, socket.gethostname())
+        except ValueError as exc:
+            raise LaunchConfigError(str(exc)) from None
+        extra["node_rank_order"] = config.node_rank_order
     params = RendezvousParameters(
         backend=config.rdzv_backend,
         endpoint=config.rdzv_endpoint,
@@ -98,6 +116,7 @@ def make_handler(config: LaunchConfig, run_id: str) -> RendezvousHandler:
         max_nodes=config.max_nodes,
         local_addr=config.local_addr,
         **config.rdzv_configs,
+        **extra,
     )
     return get_rendezvous_handler(params)
 
@@ -213,6 +232,8 @@ def prepare_job(
             from ..rendezvous import parse_endpoint
 
             master = parse_endpoint(config.rdzv_endpoint, 29500)
+    except LaunchConfigError:
+        raise
     except (ValueError, RendezvousError) as exc:
         raise LaunchConfigError(
             f"invalid rendezvous settings (rdzv_backend, rdzv_endpoint, run_id, rdzv_configs; "

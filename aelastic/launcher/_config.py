@@ -41,6 +41,10 @@ class LaunchConfig:
     a node whose workers failed that many rounds within the window stays out of the
     next rounds for the cooldown (doubled on each repeat, capped).
 
+    ``node_rank_order`` (``--node-rank-order``): ``"hostname"`` or ``"env:VAR"``; group
+    ranks follow that topology key (the store's host first); dynamic backends only
+    (c10d, etcd). See :mod:`aelastic.rendezvous._placement`.
+
     ``redirects`` and ``tee`` take what ``-r``/``-t`` take: ``0``-``3``, a string such as
     ``"3"`` or ``"0:1,1:2"``, an ``aelastic.workers.Std`` or a ``{local_rank: Std}`` map.
 
@@ -139,6 +143,8 @@ class LaunchConfig:
     exclude_node_window: float = 3600.0
     exclude_node_cooldown: float = 300.0
     exclude_node_cooldown_max: float = 3600.0
+    # group ranks by a topology key: see aelastic.rendezvous._placement
+    node_rank_order: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.min_nodes <= self.max_nodes:
@@ -202,11 +208,31 @@ class LaunchConfig:
             )
         except ValueError as exc:
             raise LaunchConfigError(str(exc)) from None
+        self._check_rank_order()
         self.rdzv_configs = dict(self.rdzv_configs)  # the caller's dict stays as it was
         if self.rdzv_timeout is not None and self.rdzv_timeout != -1:
             self.rdzv_configs["timeout"] = self.rdzv_timeout
         else:
             self.rdzv_configs.setdefault("timeout", _DEFAULT_RDZV_TIMEOUT)
+
+    def _check_rank_order(self) -> None:
+        if self.node_rank_order is None:
+            return
+        from ..rendezvous._placement import check_rank_order
+
+        try:
+            self.node_rank_order = check_rank_order(
+                self.node_rank_order, "LaunchConfig.node_rank_order"
+            )
+        except ValueError as exc:
+            raise LaunchConfigError(str(exc)) from None
+        if self.rdzv_backend == "static":
+            raise LaunchConfigError(
+                f"node_rank_order={self.node_rank_order!r} (--node-rank-order) applies to the "
+                "dynamic rendezvous (--rdzv-backend c10d or etcd); with the static backend "
+                "each node's rank is its --node-rank: drop --node-rank-order or pass "
+                "--rdzv-backend c10d --rdzv-endpoint HOST:PORT"
+            )
 
     def resolved_shutdown_timeout(self, environ: Mapping[str, str] | None = None) -> float:
         """The grace seconds before SIGKILL: the field, else the env variable, else 30.

@@ -1,9 +1,11 @@
-"""The ``run`` flags of the node gate, and the gate a :class:`LaunchConfig` asks for.
+"""The ``run`` flags of the node gate and of placement, and the gate a
+:class:`LaunchConfig` asks for.
 
 Kept here so the launcher's argument module only appends :data:`OPTIONS` to its
 table and passes :func:`config_fields` to ``LaunchConfig``; importing it loads
 neither anyio nor the agent (``aelastic run`` parses its flags before those). Every flag also reads
-``PET_<NAME>`` like torchrun's own (``PET_NODE_HEALTH_CHECK``: one command).
+``PET_<NAME>`` like torchrun's own (``PET_NODE_HEALTH_CHECK``: one command,
+``PET_NODE_RANK_ORDER``).
 """
 
 from __future__ import annotations
@@ -80,6 +82,15 @@ OPTIONS: tuple[Option, ...] = (
         "3600",
         "the longest exclusion, in seconds",
     ),
+    (
+        ("--node-rank-order",),
+        "node_rank_order",
+        "str",
+        None,
+        "group ranks by a topology key so neighbouring ranks share a switch: 'hostname' or "
+        "'env:VAR' (VAR set on each node, e.g. a rack label); the store's host keeps rank "
+        "0 (its group first). Dynamic rendezvous only (c10d, etcd), not --rdzv-backend static",
+    ),
 )
 
 
@@ -87,8 +98,17 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
     """The ``LaunchConfig`` fields of these flags, checked.
 
     Raises:
-        UsageError: an empty command, or a timeout or cooldown that is not > 0 seconds.
+        UsageError: an empty command, a timeout or cooldown that is not > 0 seconds, or
+            a ``--node-rank-order`` that is neither ``hostname`` nor ``env:VAR``.
     """
+    from ..rendezvous._placement import check_rank_order
+
+    order = v.str_("node_rank_order")
+    if order is not None:
+        try:
+            order = check_rank_order(order, v.source("node_rank_order"))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     raw = v.str_("node_health_check")
     commands = [raw] if isinstance(raw, str) else list(raw or [])
     for command in commands:
@@ -110,6 +130,7 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
         "node_health_timeout": 30.0 if timeout is None else timeout,
         "node_health_cooldown": 30.0 if cooldown is None else cooldown,
         "node_health_builtins": not v.flag("no_builtin_health_checks"),
+        "node_rank_order": order,
     }
 
 

@@ -98,6 +98,7 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
             local_addr=params.local_addr,
             bootstrap_store_info=RendezvousStoreInfo(host, port),
             master_endpoint=f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+            rank_order=params.get("node_rank_order"),
         )
 
     async def _open_store(self, stack: AsyncExitStack, tg: TaskGroup) -> Store:

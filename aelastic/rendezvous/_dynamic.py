@@ -20,7 +20,14 @@ Algorithm (one round ``r``; keys in :mod:`._state`):
   publishes its ``dissolved`` tick, so holders that joined later need not wait out their
   own timeout. A coordinator that finds ``round`` moved on (it was judged gone)
   dissolves its round.
-* **Ranks** are the position of a member's ticket among the members: join order.
+* **Ranks** (:mod:`._placement`): a member whose descriptor holds placement facts
+  (it hosts the store, has a ``--node-rank-order`` key or a last group rank) also sets
+  ``<r>/placed`` in its registration's request. At completion the coordinator checks
+  that mark (the one CHECK it made before, of which member hosts the store) and, if
+  set, reads the members' descriptors (one ``multi_get``); the ``running`` tick lists
+  the members in rank order: the store's host first, then by topology key, each
+  member keeping its group rank of the last round where it can (newcomers take freed
+  ranks). The order is left out when it is join order with the store's host first.
 * **Late arrivals and spares** take a ticket after completion, push ``waiting`` and
   keep watching the round's ticks; the coordinator republishes the tick with the
   number of waiting holders, which wakes :meth:`wait_for_membership_change` on every
@@ -43,8 +50,11 @@ Algorithm (one round ``r``; keys in :mod:`._state`):
   again, retries until ``join_timeout`` (the c10d backend instead moves to the round's
   heir when the store's host is gone, see :mod:`._c10d`).
 
-Costs: N nodes joining at once make O(N) requests in total, each O(1) bytes (the
-coordinator's completion tick carries only the removed tickets): a member makes 7
+Costs: N nodes joining at once make O(N) requests in total, each O(1) bytes but the
+running ticks (the removed tickets, and the members in rank order when that is not
+join order: O(N) bytes, read by every member) and the coordinator's read of the
+members' descriptors at completion (O(N) bytes, in rounds with placement facts): a
+member makes 7
 store calls to be admitted (2 ADDs, 1 on-close registration on its session, 1
 fire-and-forget MULTI_SET, 2 GETs, 1 SET); the holder of a threshold ticket adds a
 confirmed push (PUSH + CHECK). A waiting node blocks on one key; an idle member costs
@@ -96,15 +106,16 @@ from ._hostwatch import StoreWatch
 from ._liveness import Liveness, StoreLiveness, TickClock
 from ._ops import Ops
 from ._params import RendezvousParameters
+from ._placement import Seat, place, rank_key
 from ._state import (
     Keys,
     Message,
     Tick,
     descriptor,
     descriptor_addr,
+    descriptor_seat,
     live_members,
     moved_to_epoch,
-    parse_int,
 )
 
 __all__ = ("DynamicSettings", "DynamicRendezvousHandler")
@@ -336,7 +347,14 @@ class DynamicRendezvousHandler(RendezvousHandler):
         local_addr: str | None = None,
         bootstrap_store_info: RendezvousStoreInfo | None = None,
         master_endpoint: str = "",
+        rank_order: str | None = None,
     ) -> None:
+        """``rank_order``: ``--node-rank-order`` (``hostname`` or ``env:VAR``), None: none.
+
+        Raises:
+            RendezvousConfigError: bad node counts or ``rank_order`` (form, or its
+                environment variable unset or empty here).
+        """
         if min_nodes < 1 or max_nodes < min_nodes:
             raise RendezvousConfigError(
                 f"the dynamic rendezvous needs 1 <= min_nodes <= max_nodes, got "
@@ -356,7 +374,9 @@ class DynamicRendezvousHandler(RendezvousHandler):
         self._local_id = _next_local_id()
         self._hostname = socket.gethostname()
         self._addr = local_addr or self._hostname
-        self._descriptor = descriptor(self._addr, self._hostname, os.getpid(), self._local_id)
+        self._rank_key = None if rank_order is None else rank_key(rank_order, self._hostname)
+        #: (epoch, round, group rank) of the last round this node was admitted to
+        self._last: tuple[int, int, int] | None = None
         self._bootstrap = bootstrap_store_info
         self._master_endpoint = master_endpoint
         self._tg: TaskGroup | None = None
@@ -613,9 +633,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 await self._on_close(
                     view, keys.inbox(round_), "queue_push", Message("gone", ticket).dumps()
                 )
-                await self._liveness.attach(ops, keys, round_, ticket, self._descriptor)
-                if self._hosts_store():  # rank 0 goes to the store's host (Tick.lead)
-                    await ops.set(keys.store_host(round_), str(ticket))
+                placed = self._hosts_store() or self._rank_key is not None or self._last is not None
+                await self._liveness.attach(ops, keys, round_, ticket, self._descriptor(), placed)
                 await tg.start(self._background, view, self._watch)
         if shield.cancelled_caught:
             raise RendezvousConnectionError(
@@ -687,10 +706,24 @@ class DynamicRendezvousHandler(RendezvousHandler):
             return "no word from the round's coordinator yet"
         return f"state {tick.state}, tick {tick.n}"
 
+    def _descriptor(self) -> str:
+        """This node's registration: what the coordinator places it by (rank 0 goes to
+        the store's host, see :mod:`._placement`)."""
+        return descriptor(
+            self._addr,
+            self._hostname,
+            os.getpid(),
+            self._local_id,
+            host=self._hosts_store(),
+            key=self._rank_key,
+            last=self._last,
+        )
+
     def _admitted(self, view: _View, tick: Tick) -> RendezvousInfo:
         view.member_tick = tick
         self._heir = (tick.heir_ticket == view.ticket, tick.heir) if tick.heir_ticket >= 0 else None
         rank = tick.rank_of(view.ticket)
+        self._last = (self._keys.epoch, view.round, rank)
         self._event(
             "complete",
             f"round {view.round} complete: rank {rank} of {tick.world}",
@@ -1023,31 +1056,65 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 await self._coordinator_gone(view, tick)
                 return
 
-    async def _choose_heir(self, round_: int, members: list[int]) -> tuple[int, str]:
+    def _choose_heir(
+        self, round_: int, members: list[int], found: dict[int, bytes]
+    ) -> tuple[int, str]:
         """The member that re-hosts the store if its host is lost: the first member (in
-        join order) that does not host it and whose descriptor is in the store. Costs
-        one read of this node's own store per member tried (the coordinator hosts it);
+        join order) that does not host it and whose descriptor was ``found``;
         ``(-1, "")`` when no other member qualifies."""
         if not self._hosts_store():
             return 0, self._addr  # this coordinator, ticket 0, is the first member
-        ops = self._ops()  # on this node's own store: no network request
         for ticket in members[1:]:
-            # A member whose registration never arrived (it withdrew, or its request was
-            # lost with a connection) is skipped: never block a completing round on it.
-            key = self._keys.node(round_, ticket)
-            if await ops.check(key):
-                return ticket, descriptor_addr(key, await ops.get(key))
+            if ticket in found:
+                return ticket, descriptor_addr(self._keys.node(round_, ticket), found[ticket])
         return -1, ""
 
-    async def _store_host_ticket(self, round_: int, members: list[int]) -> int:
-        """The member (not this coordinator) that hosts the store, or -1: one CHECK."""
-        if self._hosts_store():
-            return -1  # this coordinator, ticket 0, has rank 0 already
-        ops, key = self._ops(), self._keys.store_host(round_)
-        if not await ops.check(key):
-            return -1
-        ticket = parse_int(key, await ops.get(key))
-        return ticket if ticket in members[1:] else -1
+    async def _descriptors(self, round_: int, members: list[int]) -> dict[int, bytes]:
+        """The other members' descriptors by ticket, where they matter: always on this
+        node's own store (when it hosts it: no network request; the heir is chosen from
+        them), else only when a member registered placement facts (``<r>/placed``: the
+        one CHECK a completion cost before, of which member hosts the store), then one
+        ``multi_get``. None of a fresh job's first round waits for a registration. A
+        registration still missing after ``min(keep_alive_interval, 1 s)`` (its holder
+        died before registering, or the request was lost with a connection) is left out,
+        found by one CHECK per member: a completing round is never held up for long."""
+        ops, others = self._ops(), members[1:]
+        names = [self._keys.node(round_, t) for t in others]
+        if not names or not (self._hosts_store() or await ops.check(self._keys.placed(round_))):
+            return {}
+        try:
+            bound = min(self._settings.keep_alive_interval, 1.0)
+            return dict(zip(others, await ops.multi_get(names, timeout=bound), strict=True))
+        except StoreTimeoutError:
+            return {
+                t: await ops.get(k)
+                for t, k in zip(others, names, strict=True)
+                if await ops.check(k)
+            }
+
+    def _ranking(
+        self, round_: int, members: list[int], found: dict[int, bytes]
+    ) -> tuple[int, tuple[int, ...]]:
+        """``(lead, order)`` of the running tick: the member hosting the store (-1: this
+        coordinator or none) and the members in rank order (empty: join order with the
+        lead first), by :func:`~._placement.place`."""
+        seats, lead = [Seat(self._rank_key, self._last)], 0 if self._hosts_store() else -1
+        for i, ticket in enumerate(members[1:], 1):
+            raw = found.get(ticket)
+            seat, host = (
+                (Seat(), False)
+                if raw is None
+                else descriptor_seat(self._keys.node(round_, ticket), raw)
+            )
+            seats.append(seat)
+            if host and lead < 0:
+                lead = i
+        lead_ticket = members[lead] if lead > 0 else -1
+        order = tuple(members[i] for i in place(seats, lead))
+        default = [t for t in members if t == lead_ticket] + [
+            t for t in members if t != lead_ticket
+        ]
+        return lead_ticket, () if list(order) == default else order
 
     async def _coordinator_gone(self, view: _View, tick: Tick | None, why: str = "") -> None:
         silent = not why
@@ -1100,6 +1167,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         n = -1
 
         heir_ticket, heir, lead = -1, "", -1
+        ranking: tuple[int, ...] = ()
 
         async def publish(state: str, upto: int = 0, world: int = 0, waiting: int = 0) -> Tick:
             # Before tick n is out, the store holds an order to write a "lost" tick n+1
@@ -1110,7 +1178,9 @@ class DynamicRendezvousHandler(RendezvousHandler):
             n += 1
             tick = Tick(n, state, upto, world, waiting, tuple(sorted(removed)))
             if state == "running":
-                tick = dataclasses.replace(tick, heir_ticket=heir_ticket, heir=heir, lead=lead)
+                tick = dataclasses.replace(
+                    tick, heir_ticket=heir_ticket, heir=heir, lead=lead, order=ranking
+                )
             going_on = state in ("joining", "running")
             if going_on:
                 await orders.hold(n)
@@ -1192,12 +1262,13 @@ class DynamicRendezvousHandler(RendezvousHandler):
             if last_call is not None and now >= last_call:
                 break
 
-        # -- complete: the first max_nodes live tickets, in join order -----------
+        # -- complete: the first max_nodes live tickets, ranked by _placement ----
         members = live_members(joined, removed, self._max)
         upto = members[-1] + 1
         world = len(members)
-        heir_ticket, heir = await self._choose_heir(r, members)
-        lead = await self._store_host_ticket(r, members)
+        found = await self._descriptors(r, members)
+        heir_ticket, heir = self._choose_heir(r, members, found)
+        lead, ranking = self._ranking(r, members, found)
 
         def waiting_count(total: int) -> int:
             return total - upto - sum(1 for t in removed if t >= upto)

@@ -76,8 +76,12 @@ class Liveness(abc.ABC):
     """Strategy: how members leave evidence of life and how the coordinator reads it."""
 
     @abc.abstractmethod
-    async def attach(self, ops: Ops, keys: Keys, round_: int, ticket: int, descriptor: str) -> None:
-        """Register ticket holder ``ticket`` of ``round_`` (called once, right after joining)."""
+    async def attach(
+        self, ops: Ops, keys: Keys, round_: int, ticket: int, descriptor: str, placed: bool = False
+    ) -> None:
+        """Register ticket holder ``ticket`` of ``round_`` (called once, right after joining):
+        its descriptor at ``keys.node``, and with ``placed`` (its descriptor holds placement
+        facts) the round's ``keys.placed`` mark, in the same request."""
 
     @abc.abstractmethod
     async def ack(self, ops: Ops, keys: Keys, round_: int, ticket: int, n: int) -> None:
@@ -113,10 +117,14 @@ class StoreLiveness(Liveness):
         #: added to ``heartbeat_timeout`` when judging a member by its last ack
         self.grace = grace
 
-    async def attach(self, ops: Ops, keys: Keys, round_: int, ticket: int, descriptor: str) -> None:
-        await ops.multi_set(
-            [keys.node(round_, ticket), keys.seen(round_, ticket)], [descriptor, "-1"]
-        )
+    async def attach(
+        self, ops: Ops, keys: Keys, round_: int, ticket: int, descriptor: str, placed: bool = False
+    ) -> None:
+        names, values = [keys.node(round_, ticket), keys.seen(round_, ticket)], [descriptor, "-1"]
+        if placed:
+            names.append(keys.placed(round_))
+            values.append("1")
+        await ops.multi_set(names, values)
 
     async def ack(self, ops: Ops, keys: Keys, round_: int, ticket: int, n: int) -> None:
         await ops.set(keys.seen(round_, ticket), str(n))

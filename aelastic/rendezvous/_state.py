@@ -5,16 +5,19 @@ Layout (every key under ``rdzv/<run_id>/c/``):
 ``round``                 decimal counter: the round new joiners enter
 ``closed``                exists once the rendezvous is closed
 ``<r>/joined``            decimal counter: tickets taken in round ``r`` (join order)
-``<r>/node/<ticket>``     JSON node descriptor of a ticket holder (diagnostics)
+``<r>/node/<ticket>``     JSON node descriptor of a ticket holder: its address, whether
+                          it hosts the store, its topology key and last group rank
+                          (read by the coordinator at completion: :mod:`._placement`)
+``<r>/placed``            exists once a ticket holder registered placement facts (it
+                          hosts the store, has a topology key or a last group rank)
 ``<r>/seen/<ticket>``     decimal: the last tick this ticket acknowledged
 ``<r>/tick``              JSON :class:`Tick`: the latest tick of round ``r``
 ``<r>/tick/<n>``          JSON :class:`Tick` number ``n`` (members block on ``n + 1``)
 ``<r>/inbox``             queue of JSON :class:`Message` for the round's coordinator
-``<r>/store_host``        decimal: the ticket of the node hosting the store, if it is no
-                          coordinator (it then gets rank 0: :attr:`Tick.lead`)
 
 Every record is small (O(1) bytes) except a tick's ``removed`` list, which holds only
-the tickets that failed or withdrew in that round.
+the tickets that failed or withdrew in that round, and a running tick's ``order``
+(the members in rank order, when that is not join order with the lead first).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._exceptions import RendezvousStateError
+from ._placement import Seat, seat_of
 
 __all__ = (
     "Keys",
@@ -33,6 +37,7 @@ __all__ = (
     "parse_int",
     "descriptor",
     "descriptor_addr",
+    "descriptor_seat",
     "live_members",
     "TICK_STATES",
     "MESSAGE_OPS",
@@ -101,8 +106,8 @@ class Keys:
     def inbox(self, r: int) -> str:
         return f"{self.base}/{r}/inbox"
 
-    def store_host(self, r: int) -> str:
-        return f"{self.base}/{r}/store_host"
+    def placed(self, r: int) -> str:
+        return f"{self.base}/{r}/placed"
 
 
 def moved_to_epoch(round_value: int) -> int | None:
@@ -176,7 +181,9 @@ class Tick:
     """One announcement of a round's coordinator; members acknowledge each tick.
 
     In state ``running`` the members are the tickets below ``upto`` not in ``removed``;
-    a member's rank is its position among them (join order). ``waiting`` counts ticket
+    a member's rank is its position in ``order`` (the members in rank order, see
+    :mod:`._placement`) or, when ``order`` is empty, among them in join order with
+    ``lead`` first. ``waiting`` counts ticket
     holders beyond ``upto`` (late arrivals, or spares when ``world`` is the maximum).
     """
 
@@ -193,11 +200,15 @@ class Tick:
     #: The member that gets rank 0 (the store's host: its workers' store is then on the
     #: machine every node reaches), the others keep join order; -1: join order only.
     lead: int = -1
+    #: The members in rank order; empty when that is join order with ``lead`` first.
+    order: tuple[int, ...] = field(default=())
 
     def is_member(self, ticket: int) -> bool:
         return self.state == "running" and ticket < self.upto and ticket not in self.removed
 
     def rank_of(self, ticket: int) -> int:
+        if self.order:
+            return self.order.index(ticket)
         if ticket == self.lead:
             return 0
         rank = ticket - sum(1 for t in self.removed if t < ticket)
@@ -217,19 +228,16 @@ class Tick:
             data["heir"] = self.heir
         if self.lead >= 0:
             data["lead"] = self.lead
+        if self.order:
+            data["order"] = list(self.order)
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def loads(cls, key: str, raw: bytes) -> Tick:
         data = _load(key, raw)
         state = _field_choice(key, data, "state", TICK_STATES, "state")
-        removed = data.get("removed", [])
-        if not isinstance(removed, list) or not all(
-            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in removed
-        ):
-            raise RendezvousStateError(
-                f"rendezvous key {key!r}: 'removed' must be a list of tickets, got {removed!r}"
-            )
+        removed = _tickets(key, data, "removed")
+        order = _tickets(key, data, "order")
         tick = cls(
             n=_field_int(key, data, "n"),
             state=state,
@@ -240,6 +248,7 @@ class Tick:
             heir_ticket=_field_int(key, data, "heir_ticket", -1) if "heir_ticket" in data else -1,
             heir=_field_str(key, data, "heir") if "heir_ticket" in data else "",
             lead=_field_int(key, data, "lead", -1) if "lead" in data else -1,
+            order=tuple(order),
         )
         if tick.state == "running" and tick.world != tick.upto - sum(
             1 for t in tick.removed if t < tick.upto
@@ -252,7 +261,24 @@ class Tick:
             raise RendezvousStateError(
                 f"rendezvous key {key!r}: lead {tick.lead} is not a member of the round"
             )
+        if tick.order and sorted(tick.order) != [
+            t for t in range(tick.upto) if t not in tick.removed
+        ]:
+            raise RendezvousStateError(
+                f"rendezvous key {key!r}: order {list(tick.order)} is not the round's members"
+            )
         return tick
+
+
+def _tickets(key: str, data: dict[str, Any], name: str) -> list[int]:
+    value = data.get(name, [])
+    if not isinstance(value, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value
+    ):
+        raise RendezvousStateError(
+            f"rendezvous key {key!r}: {name!r} must be a list of tickets, got {value!r}"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -275,12 +301,33 @@ class Message:
         return cls(op=op, ticket=ticket)
 
 
-def descriptor(addr: str, hostname: str, pid: int, local_id: int) -> str:
-    """JSON descriptor of a node (diagnostics only; ranks never depend on it)."""
-    return json.dumps(
-        {"addr": addr, "hostname": hostname, "pid": pid, "local_id": local_id},
-        separators=(",", ":"),
-    )
+def descriptor(
+    addr: str,
+    hostname: str,
+    pid: int,
+    local_id: int,
+    *,
+    host: bool = False,
+    key: str | None = None,
+    last: tuple[int, int, int] | None = None,
+) -> str:
+    """JSON descriptor of a node: who it is, whether it hosts the store (``host``), its
+    topology key and the ``(epoch, round, rank)`` it was last admitted with (read
+    back by :func:`descriptor_seat`)."""
+    data: dict[str, Any] = {"addr": addr, "hostname": hostname, "pid": pid, "local_id": local_id}
+    if host:
+        data["host"] = True
+    if key is not None:
+        data["key"] = key
+    if last is not None:
+        data["last"] = list(last)
+    return json.dumps(data, separators=(",", ":"))
+
+
+def descriptor_seat(key: str, raw: bytes) -> tuple[Seat, bool]:
+    """The placement facts of the node descriptor at ``key``, and whether it hosts the store."""
+    data = _load(key, raw)
+    return seat_of(data), data.get("host") is True
 
 
 def descriptor_addr(key: str, raw: bytes) -> str:

@@ -258,3 +258,32 @@ async def test_membership_watch_survives_etcd_restart(etcd_server: Any, run_id: 
                 etcd_server.kill()
                 await anyio.to_thread.run_sync(etcd_server.start)  # same data dir and port
                 await b.shutdown()  # its lease survived the restart; revoking it is seen
+
+
+async def test_ranks_stick_and_a_newcomer_takes_the_freed_rank(
+    etcd_endpoint: str, run_id: str
+) -> None:
+    async with AsyncExitStack() as stack:
+        hs = [await stack.enter_async_context(make(etcd_endpoint, run_id, 4, 4)) for _ in range(4)]
+        with anyio.fail_after(10):
+            assert [i.rank for i in await rendezvous_all(hs)] == [0, 1, 2, 3]
+        await hs[1].shutdown()
+        # the newcomer's node id sorts last; it takes rank 1 all the same
+        newcomer = await stack.enter_async_context(make(etcd_endpoint, run_id, 4, 4))
+        with anyio.fail_after(10):
+            infos = await rendezvous_all([hs[0], hs[2], hs[3], newcomer])
+        assert [i.rank for i in infos] == [0, 2, 3, 1]
+
+
+async def test_node_rank_order_env_groups_ranks(
+    etcd_endpoint: str, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with AsyncExitStack() as stack:
+        hs = []
+        for rack in ("c", "b", "a", "b"):
+            monkeypatch.setenv("RACK", rack)  # read when the handler is built
+            h = make(etcd_endpoint, run_id, 4, 4, node_rank_order="env:RACK")
+            hs.append(await stack.enter_async_context(h))
+        with anyio.fail_after(10):
+            infos = await rendezvous_all(hs)
+        assert [i.rank for i in infos] == [3, 1, 0, 2]

@@ -66,3 +66,40 @@ async def test_crash_looping_node_is_excluded_and_the_others_finish(tmp_path: Pa
     assert {r["TORCHELASTIC_RESTART_COUNT"] for r in finals} == {"0"}
     assert "bad excluded for 600 s (exclusion #1): its workers failed 2 time(s)" in crashy.err
     assert "local_rank 0 exited 1" in crashy.err
+
+
+async def test_excluded_node_is_replaced_by_a_spare_in_its_group_rank(tmp_path: Path) -> None:
+    """The job ends at full size (3 of 3): the spare takes the excluded node's place and
+    its group rank, the others keep theirs. The spare starts once the bad node's second
+    (last) attempt is up, so the bad node never races it for a seat: it is out after
+    that attempt fails, and the spare waits or joins the next round."""
+    port = free_port()
+    dirs = {name: tmp_path / name for name in ("host", "good", "bad", "spare")}
+    for d in dirs.values():
+        d.mkdir()
+    marker = tmp_path / "done"
+    policy = ["--max-restarts", "1", "--exclude-node-after", "2", "--exclude-node-cooldown", "600"]
+
+    def argv(name: str, *tail: str) -> list[str]:
+        conf = f"{FAST},is_host={int(name == 'host')}"
+        return [*_c10d("3", port, "spare", conf), *policy, WORKER, str(dirs[name]), *tail]
+
+    finish = ["--finish-at-world", "3", "--when-file", str(marker)]
+    async with cluster() as c:
+        host = await c.start(argv("host", *finish))
+        good = await c.start(argv("good", *finish))
+        bad = await c.start(argv("bad", "--exit-code", "1"))
+        with anyio.fail_after(60):
+            await bad.wait_for_line(lambda line: line.startswith("READY"), count=2)
+        spare = await c.start(argv("spare", *finish))
+        with anyio.fail_after(60):
+            await spare.wait_for_line(lambda line: line.startswith("READY"))
+        marker.touch()
+        codes = await wait_all([host, good, bad, spare], 60)
+    assert codes == [0, 0, NODE_EXCLUDED_EXIT_CODE, 0], [n.err for n in c.nodes]
+    ranks = {name: {r["GROUP_RANK"] for r in records(d)} for name, d in dirs.items()}
+    assert ranks["host"] == {"0"}, ranks
+    assert len(ranks["good"]) == len(ranks["bad"]) == 1, ranks  # kept across restarts
+    assert ranks["spare"] == ranks["bad"] and ranks["good"] | ranks["bad"] == {"1", "2"}, ranks
+    assert {r["WORLD_SIZE"] for r in records(dirs["spare"])} == {"3"}
+    assert sorted(r["TORCHELASTIC_RESTART_COUNT"] for r in records(dirs["bad"])) == ["0", "1"]

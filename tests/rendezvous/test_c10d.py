@@ -271,6 +271,7 @@ async def test_a_join_costs_six_store_requests_per_node(
         joined = Counter(counts)
         assert sorted(i.rank for i in infos) == list(range(n))
     # the confirmations of the last pushes, and the coordinator's one CHECK per round of
-    # which member hosts the store (its workers' store goes there: Tick.lead)
+    # whether a member registered placement facts (<r>/placed: the store's host, a rank
+    # order key, a last group rank; none here, so no descriptor is read: _placement)
     assert joined["check"] <= 3, joined
     assert sum(joined.values()) / n <= 6.5, joined

@@ -25,9 +25,12 @@ rounds are zero-padded so that a round and the next are adjacent key ranges):
 
 A round completes only once every participant of the previous round has moved on
 (its key moved to the new round) or died (lease expired). The completing node
-writes ``done`` and advances ``round`` in one transaction. Ranks follow the order of
-node ids (``addr:pid:local_id``, like torch's sorted node descriptors) among the
-first ``max_nodes`` joiners by join revision. Requests per node and round: a lease
+writes ``done`` and advances ``round`` in one transaction. Ranks among the first
+``max_nodes`` joiners by join revision follow :func:`~.._placement.place` (each
+descriptor carries the node's topology key and last group rank): by
+``--node-rank-order`` key when given, each node keeping its group rank of the last
+round where it can, else the order of node ids (``addr:pid:local_id``, like torch's
+sorted node descriptors). Requests per node and round: a lease
 grant and keep-alive stream (once per handler), one join transaction, two watch
 streams; the completing node adds one read and one transaction.
 """
@@ -63,6 +66,7 @@ from .._exceptions import (
     RendezvousTimeoutError,
     rendezvous_error,
 )
+from .._placement import place, rank_key, seat_of
 from ._client import (
     EtcdClient,
     EtcdConfig,
@@ -108,6 +112,7 @@ def create_etcd_handler(params: Any) -> EtcdRendezvousHandler:
         settings=settings,
         local_addr=local_addr,
         backend=params.backend,
+        rank_order=params.get("node_rank_order"),
     )
 
 
@@ -151,6 +156,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         settings: EtcdRendezvousSettings | None = None,
         local_addr: str = "127.0.0.1",
         backend: str = "etcd",
+        rank_order: str | None = None,
     ) -> None:
         if not 1 <= min_nodes <= max_nodes:
             raise RendezvousConfigError(
@@ -166,16 +172,16 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self.local_addr = local_addr
         self._local_id = next(_local_ids)
         self.node_id = f"{local_addr}:{os.getpid():010d}:{self._local_id:06d}"
-        self._descriptor = json.dumps(
-            {
-                "id": self.node_id,
-                "addr": local_addr,
-                "hostname": socket.gethostname(),
-                "pid": os.getpid(),
-                "local_id": self._local_id,
-            },
-            separators=(",", ":"),
-        ).encode()
+        hostname = socket.gethostname()
+        self._node: dict[str, Any] = {
+            "id": self.node_id,
+            "addr": local_addr,
+            "hostname": hostname,
+            "pid": os.getpid(),
+            "local_id": self._local_id,
+        }
+        if rank_order is not None:  # RendezvousConfigError: a bad form, an empty variable
+            self._node["key"] = rank_key(rank_order, hostname)
         self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
         self._lease: int | None = None
@@ -185,6 +191,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._next_guess = 0  # the round this node expects to be open
         self._joined: int | None = None  # round whose join key this node holds
         self._round: Round | None = None  # last round this node completed as participant
+        self._last: list[int] | None = None  # [0, round, group rank] of the last one
         self._shut = False
 
     # -- keys --------------------------------------------------------------------------
@@ -453,7 +460,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         ops = []
         if previous is not None and previous != r:
             ops.append(op_delete(self._join_key(previous)))
-        ops.append(op_put(self._join_key(r), self._descriptor, lease))
+        ops.append(op_put(self._join_key(r), self._descriptor(), lease))
         first = len(ops)
         jp = self._join_prefix(r)
         ops.append(op_range(jp, prefix_end(jp), count_only=True))
@@ -634,6 +641,11 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 elif key == done_key and not deleted:
                     return self._admit(r, bytes(kv.value))
 
+    def _descriptor(self) -> bytes:
+        """This node's join record: who it is, its topology key and last group rank."""
+        node = self._node if self._last is None else {**self._node, "last": self._last}
+        return json.dumps(node, separators=(",", ":")).encode()
+
     def _admit(self, r: int, raw: bytes) -> RendezvousInfo | Round:
         """This node's info if round ``r``'s ``done`` record lists it, else the round."""
         done = self._parse_done(r, raw)
@@ -641,9 +653,10 @@ class EtcdRendezvousHandler(RendezvousHandler):
         if self.node_id not in ids:
             return done
         self._round = done
+        self._last = [0, r, ids.index(self.node_id)]
         return RendezvousInfo(
             store=EtcdStore(self.client, self._r(r) + b"store/"),
-            rank=ids.index(self.node_id),
+            rank=self._last[2],
             world_size=len(ids),
             bootstrap_store_info=RendezvousStoreInfo(str(done.nodes[0].get("addr", "")), 0),
             round=r,
@@ -670,6 +683,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         if len(nodes) < self._min:
             return None
         nodes.sort(key=lambda n: str(n["id"]))
+        nodes = [nodes[i] for i in place([seat_of(n) for n in nodes])]
         done = json.dumps(
             {"nodes": nodes, "revision": int(reply.header.revision)}, separators=(",", ":")
         )
