@@ -76,6 +76,7 @@ from ._client import (
     require_asyncio,
 )
 from ._exceptions import EtcdCompactedError
+from ._lease import NodeLease
 from ._settings import EtcdRendezvousSettings, settings_from_params
 from ._state import Round, parse_done, parse_round, state_error
 from ._store import EtcdStore
@@ -178,10 +179,11 @@ class EtcdRendezvousHandler(RendezvousHandler):
         ).encode()
         self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
-        self._lease: int | None = None
-        self._lease_lock = anyio.Lock()
-        self._lease_lost = anyio.Event()
-        self._keep_alive_scope: anyio.CancelScope | None = None
+        self._lease = NodeLease(
+            self.settings.lease_ttl,
+            f"rendezvous {run_id}: lease of node {self.node_id}",
+            self._forget_join,
+        )
         self._next_guess = 0  # the round this node expects to be open
         self._joined: int | None = None  # round whose join key this node holds
         self._round: Round | None = None  # last round this node completed as participant
@@ -277,15 +279,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._shut = True
         clean = True
         with anyio.move_on_after(self.settings.close_timeout, shield=True) as scope:
-            lease, self._lease = self._lease, None
-            if self._keep_alive_scope is not None:
-                self._keep_alive_scope.cancel()
-            if lease is not None:
-                try:
-                    await self.client.lease_revoke(lease)
-                except StoreError as exc:
-                    log.warning("could not revoke lease %x on %s: %s", lease, self._where(), exc)
-                    clean = False
+            clean = await self._lease.revoke(self.client)
         if scope.cancelled_caught:
             clean = False
         if self._tg is None:  # used without ``async with``
@@ -295,40 +289,17 @@ class EtcdRendezvousHandler(RendezvousHandler):
     # -- lease ---------------------------------------------------------------------------
 
     async def _ensure_lease(self) -> int:
-        async with self._lease_lock:
-            if self._lease is not None:
-                return self._lease
-            if self._tg is None:
-                raise RendezvousError(
-                    "enter the etcd rendezvous handler with 'async with handler:' (or give "
-                    "it a task group with handler.run_in(tg)) before calling "
-                    "next_rendezvous: it runs a lease keep-alive task"
-                )
-            ttl = self.settings.lease_ttl
-            lease = await self.client.lease_grant(ttl)
-            self._lease = lease
-            self._lease_lost = anyio.Event()
-            await self._tg.start(self._keep_alive, lease, ttl)
-            return lease
-
-    async def _keep_alive(
-        self, lease: int, ttl: int, *, task_status: anyio.abc.TaskStatus[None]
-    ) -> None:
-        with anyio.CancelScope() as scope:
-            self._keep_alive_scope = scope
-            task_status.started()
-            await self.client.keep_alive(lease, ttl)
-            # Returned: etcd says the lease is gone (we were out of touch for > TTL).
-            log.warning(
-                "rendezvous %s: lease of node %s expired on %s; peers consider it gone",
-                self._run_id,
-                self.node_id,
-                self._where(),
+        if self._tg is None:
+            raise RendezvousError(
+                "enter the etcd rendezvous handler with 'async with handler:' (or give "
+                "it a task group with handler.run_in(tg)) before calling "
+                "next_rendezvous: it runs a lease keep-alive task"
             )
-            if self._lease == lease:
-                self._lease = None
-                self._joined = None
-            self._lease_lost.set()
+        return await self._lease.ensure(self.client, self._tg)
+
+    def _forget_join(self) -> None:
+        """The lease expired: this node's join key went with it."""
+        self._joined = None
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -503,7 +474,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         """
         send, receive = anyio.create_memory_object_stream[list[Any] | Exception](math.inf)
         start = joined.revision + 1
-        lost = self._lease_lost
+        lost = self._lease.lost
 
         async def pump(key: bytes, end: bytes | None) -> None:
             try:
@@ -599,7 +570,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 else:
                     deadline = anyio.current_time() + _GRACE
                 continue
-            if not events and self._lease_lost.is_set() and self._lease is None:
+            if not events and self._lease.lost.is_set() and self._lease.id is None:
                 raise _LeaseLost
             for event in events:
                 kv = event.kv
@@ -727,7 +698,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                         await anyio.sleep(1)
 
             async def lease() -> None:
-                await self._lease_lost.wait()
+                await self._lease.lost.wait()
                 tg.cancel_scope.cancel()
 
             tg.start_soon(watch)
