@@ -7,9 +7,6 @@ only when an etcd handler is built) and plugins from the entry-point group
 ``aelastic.rendezvous``.
 """
 
-from ._api import RendezvousHandler as RendezvousHandler
-from ._api import RendezvousInfo as RendezvousInfo
-from ._api import RendezvousStoreInfo as RendezvousStoreInfo
 from ._c10d import C10dRendezvousHandler as C10dRendezvousHandler
 from ._c10d import create_c10d_handler as create_c10d_handler
 from ._dynamic import DynamicRendezvousHandler as DynamicRendezvousHandler
@@ -26,6 +23,9 @@ from ._exceptions import RendezvousStateError as RendezvousStateError
 from ._exceptions import RendezvousTimeoutError as RendezvousTimeoutError
 from ._exceptions import RendezvousTimeoutException as RendezvousTimeoutException
 from ._exceptions import RendezvousUnsupportedLoopError as RendezvousUnsupportedLoopError
+from ._handler import RendezvousHandler as RendezvousHandler
+from ._handler import RendezvousInfo as RendezvousInfo
+from ._handler import RendezvousStoreInfo as RendezvousStoreInfo
 from ._liveness import Liveness as Liveness
 from ._liveness import StoreLiveness as StoreLiveness
 from ._liveness import TickClock as TickClock

@@ -51,7 +51,6 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from ..._net import is_loopback
 from ...store import StoreError
-from .._api import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from .._events import record
 from .._exceptions import (
     RendezvousClosedError,
@@ -63,6 +62,7 @@ from .._exceptions import (
     RendezvousTimeoutError,
     rendezvous_error,
 )
+from .._handler import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from ._client import (
     EtcdClient,
     EtcdConfig,
