@@ -10,7 +10,6 @@ from ._exceptions import ChildFailedError as ChildFailedError
 from ._failure import NOT_AVAILABLE as NOT_AVAILABLE
 from ._failure import ProcessFailure as ProcessFailure
 from ._failure import signal_name_of as signal_name_of
-from ._record import ERROR_FILE_ENV as ERROR_FILE_ENV
 from ._record import ErrorHandler as ErrorHandler
 from ._record import error_file_data as error_file_data
 from ._record import record as record
@@ -21,7 +20,6 @@ from ._record import record as record
 RUN_SCRIPT_MODULE = f"{__name__}._run_script"
 
 __all__ = (
-    "ERROR_FILE_ENV",
     "NOT_AVAILABLE",
     "RUN_SCRIPT_MODULE",
     "ChildFailedError",

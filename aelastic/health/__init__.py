@@ -2,15 +2,12 @@
 
 ``GET /healthz``, ``/readyz``, ``/status`` (JSON) and ``/metrics`` (Prometheus text),
 served on an anyio listener (asyncio, uvloop, trio) with h11 parsing HTTP. Loopback
-unless another address is configured. The report functions are usable on their own.
+unless another address is configured.
 """
 
 from ._exceptions import HealthPortError as HealthPortError
 from ._http import Response as Response
 from ._http import Route as Route
-from ._report import is_ready as is_ready
-from ._report import metrics_text as metrics_text
-from ._report import status as status
 from ._server import ExtraRoute as ExtraRoute
 from ._server import serve_health as serve_health
 from ._server import serve_routes as serve_routes
@@ -24,9 +21,6 @@ __all__ = (
     "Response",
     "Route",
     "WorkerView",
-    "is_ready",
-    "metrics_text",
     "serve_health",
     "serve_routes",
-    "status",
 )

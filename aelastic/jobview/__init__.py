@@ -11,29 +11,21 @@ re-hosted after its host was lost is followed.
 """
 
 from ._exceptions import JobViewError as JobViewError
-from ._history import MARK_KINDS as MARK_KINDS
 from ._history import History as History
 from ._http import JOBVIEW_PATHS as JOBVIEW_PATHS
 from ._http import jobview_route as jobview_route
 from ._keys import status_store as status_store
-from ._node import node_status as node_status
-from ._publish import DEFAULT_INTERVAL as DEFAULT_INTERVAL
 from ._publish import StatusPublisher as StatusPublisher
 from ._table import table as table
-from ._view import read_statuses as read_statuses
 from ._view import read_view as read_view
 from ._view import summarize as summarize
 
 __all__ = (
-    "DEFAULT_INTERVAL",
     "JOBVIEW_PATHS",
-    "MARK_KINDS",
     "History",
     "JobViewError",
     "StatusPublisher",
     "jobview_route",
-    "node_status",
-    "read_statuses",
     "read_view",
     "status_store",
     "summarize",

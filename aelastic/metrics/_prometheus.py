@@ -9,8 +9,8 @@ import re
 import threading
 from typing import Any
 
-from ._api import MetricData, MetricHandler
 from ._exceptions import MetricsError
+from ._handlers import MetricData, MetricHandler
 
 __all__ = ("PrometheusMetricHandler",)
 

@@ -7,11 +7,7 @@ only when an etcd handler is built) and plugins from the entry-point group
 ``aelastic.rendezvous``.
 """
 
-from ._api import RendezvousHandler as RendezvousHandler
-from ._api import RendezvousInfo as RendezvousInfo
-from ._api import RendezvousStoreInfo as RendezvousStoreInfo
 from ._c10d import C10dRendezvousHandler as C10dRendezvousHandler
-from ._c10d import create_c10d_handler as create_c10d_handler
 from ._dynamic import DynamicRendezvousHandler as DynamicRendezvousHandler
 from ._dynamic import DynamicSettings as DynamicSettings
 from ._exceptions import RendezvousClosedError as RendezvousClosedError
@@ -26,8 +22,10 @@ from ._exceptions import RendezvousStateError as RendezvousStateError
 from ._exceptions import RendezvousTimeoutError as RendezvousTimeoutError
 from ._exceptions import RendezvousTimeoutException as RendezvousTimeoutException
 from ._exceptions import RendezvousUnsupportedLoopError as RendezvousUnsupportedLoopError
+from ._handler import RendezvousHandler as RendezvousHandler
+from ._handler import RendezvousInfo as RendezvousInfo
+from ._handler import RendezvousStoreInfo as RendezvousStoreInfo
 from ._liveness import Liveness as Liveness
-from ._liveness import StoreLiveness as StoreLiveness
 from ._liveness import TickClock as TickClock
 from ._params import DEFAULT_C10D_PORT as DEFAULT_C10D_PORT
 from ._params import RendezvousParameters as RendezvousParameters
@@ -65,9 +63,7 @@ __all__ = (
     "RendezvousTimeoutException",
     "RendezvousUnsupportedLoopError",
     "StaticRendezvousHandler",
-    "StoreLiveness",
     "TickClock",
-    "create_c10d_handler",
     "create_handler",
     "get_rendezvous_handler",
     "parse_endpoint",

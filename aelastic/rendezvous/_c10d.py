@@ -40,7 +40,6 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from ..store import NotAStoreError, Store, StoreError, StoreServer, TCPStoreClient
-from ._api import RendezvousStoreInfo
 from ._dynamic import _TICKS_KEPT, DynamicRendezvousHandler, DynamicSettings, _open_session
 from ._exceptions import (
     RendezvousConnectionError,
@@ -48,6 +47,7 @@ from ._exceptions import (
     RendezvousError,
     RendezvousNonRetryableError,
 )
+from ._handler import RendezvousStoreInfo
 from ._hostwatch import HostState, StoreWatch, host_lost
 from ._params import DEFAULT_C10D_PORT, RendezvousParameters, parse_endpoint
 from ._state import Keys

@@ -92,7 +92,6 @@ from ..store import (
     StoreUnsupportedError,
 )
 from . import _events
-from ._api import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from ._exceptions import (
     RendezvousClosedError,
     RendezvousConfigError,
@@ -102,6 +101,7 @@ from ._exceptions import (
     RendezvousTimeoutError,
 )
 from ._guards import LostOrders
+from ._handler import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from ._hostwatch import StoreWatch
 from ._liveness import Liveness, StoreLiveness, TickClock
 from ._ops import Ops

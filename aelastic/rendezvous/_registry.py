@@ -7,8 +7,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ._api import RendezvousHandler
 from ._exceptions import RendezvousConfigError, RendezvousError
+from ._handler import RendezvousHandler
 from ._params import RendezvousParameters
 
 __all__ = (

@@ -10,7 +10,6 @@ from contextlib import AsyncExitStack
 from types import TracebackType
 
 from ..store import PrefixStore, Store, StoreError, StoreServer, TCPStoreClient
-from ._api import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from ._c10d import _is_ip
 from ._exceptions import (
     RendezvousClosedError,
@@ -18,6 +17,7 @@ from ._exceptions import (
     RendezvousConnectionError,
     RendezvousError,
 )
+from ._handler import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from ._ops import Ops
 from ._params import RendezvousParameters, parse_endpoint
 from ._static_join import announce, check_host, wait_for_nodes

@@ -20,7 +20,6 @@ from ._exceptions import StoreError as StoreError
 from ._exceptions import StoreLimitError as StoreLimitError
 from ._exceptions import StoreTimeoutError as StoreTimeoutError
 from ._exceptions import StoreUnsupportedError as StoreUnsupportedError
-from ._interface import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
 from ._interface import EphemeralSession as EphemeralSession
 from ._interface import OnCloseAction as OnCloseAction
 from ._interface import Store as Store
@@ -34,7 +33,6 @@ from ._utils import get_all as get_all
 from ._utils import synchronize as synchronize
 
 __all__ = (
-    "DEFAULT_TIMEOUT",
     "EphemeralSession",
     "LocalStore",
     "NotAStoreError",

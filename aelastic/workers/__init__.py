@@ -22,23 +22,17 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._callable import JSON_RULE as JSON_RULE
     from ._callable import callable_process_args as callable_process_args
-    from ._callable import callable_reference as callable_reference
-    from ._callable import check_json_value as check_json_value
     from ._callable import read_callable_result as read_callable_result
     from ._exceptions import CallableResultError as CallableResultError
     from ._exceptions import NoMoreExitsError as NoMoreExitsError
     from ._exceptions import WorkerProcessError as WorkerProcessError
     from ._exceptions import WorkerStartError as WorkerStartError
-    from ._logs import DEFAULT_LOG_LINE_PREFIX_TEMPLATE as DEFAULT_LOG_LINE_PREFIX_TEMPLATE
-    from ._logs import LOG_LINE_PREFIX_ENV as LOG_LINE_PREFIX_ENV
     from ._logs import LogDestinations as LogDestinations
     from ._logs import make_run_log_dir as make_run_log_dir
     from ._logs import remove_empty_log_dirs as remove_empty_log_dirs
     from ._logs import run_dir as run_dir
     from ._preload import parse_preload as parse_preload
-    from ._processes import DEFAULT_KILL_TIMEOUT as DEFAULT_KILL_TIMEOUT
     from ._processes import WorkerProcesses as WorkerProcesses
     from ._processes import open_worker_processes as open_worker_processes
     from ._procfs import process_state as process_state
@@ -59,11 +53,7 @@ if TYPE_CHECKING:
     from ._warm import warm_workers_enabled as warm_workers_enabled
 
 __all__ = (
-    "DEFAULT_KILL_TIMEOUT",
-    "DEFAULT_LOG_LINE_PREFIX_TEMPLATE",
     "DEFAULT_SIGNALS_TO_HANDLE",
-    "JSON_RULE",
-    "LOG_LINE_PREFIX_ENV",
     "WARM_WORKERS_ENV",
     "CallableResultError",
     "LogDestinations",
@@ -77,8 +67,6 @@ __all__ = (
     "WarmPool",
     "WorkerStartError",
     "callable_process_args",
-    "callable_reference",
-    "check_json_value",
     "make_run_log_dir",
     "open_signal_forwarder",
     "open_warm_pool",

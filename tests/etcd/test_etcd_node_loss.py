@@ -36,7 +36,7 @@ async def test_sigkilled_completing_node_the_others_go_on(etcd_endpoint: str, ru
             async def join(i: int) -> None:
                 infos.append(await hs[i].next_rendezvous())
 
-            prefix = hs[0]._join_prefix(0)
+            prefix = hs[0]._keys.joins(0)
             async with hs[0].client.watch(prefix, prefix_end(prefix), start_revision=1) as w:
                 tg.start_soon(join, 0)
                 tg.start_soon(join, 1)

@@ -195,7 +195,7 @@ async def test_sigkilled_node_is_noticed_within_lease_ttl(etcd_endpoint: str, ru
         with anyio.fail_after(20):
             # Let the slower-starting process join first (a watch, not a sleep), so the
             # in-process nodes' last call cannot complete round 0 without it.
-            prefix = hs[0]._join_prefix(0)
+            prefix = hs[0]._keys.joins(0)
             async with hs[0].client.watch(prefix, prefix_end(prefix), start_revision=1) as w:
                 await w.next()
             infos = await rendezvous_all(hs)

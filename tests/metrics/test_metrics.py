@@ -11,7 +11,7 @@ import anyio.lowlevel
 import pytest
 
 from aelastic import metrics
-from aelastic.metrics import _api
+from aelastic.metrics import _streams
 
 
 class Collect(metrics.MetricHandler):
@@ -27,14 +27,14 @@ class Collect(metrics.MetricHandler):
 
 @pytest.fixture(autouse=True)
 def _restore_handlers() -> Iterator[None]:
-    default, groups = _api._default_handler, dict(_api._metrics_map)
+    default, groups = _streams._default_handler, dict(_streams._metrics_map)
     # Start from torch's defaults whatever earlier tests configured.
-    _api._default_handler = metrics.NullMetricHandler()
-    _api._metrics_map.clear()
+    _streams._default_handler = metrics.NullMetricHandler()
+    _streams._metrics_map.clear()
     yield
-    _api._default_handler = default
-    _api._metrics_map.clear()
-    _api._metrics_map.update(groups)
+    _streams._default_handler = default
+    _streams._metrics_map.clear()
+    _streams._metrics_map.update(groups)
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def collect() -> Collect:
 
 
 def test_default_is_null_and_groups_route(collect: Collect) -> None:
-    assert isinstance(_api._default_handler, metrics.MetricHandler)
+    assert isinstance(_streams._default_handler, metrics.MetricHandler)
     grouped = Collect()
     metrics.configure(grouped, group="agent")
     metrics.put_metric("a", 1)

@@ -17,7 +17,6 @@ any I/O.
 
 from ._backend import EtcdRendezvousHandler as EtcdRendezvousHandler
 from ._backend import create_etcd_handler as create_etcd_handler
-from ._client import DEFAULT_ETCD_PORT as DEFAULT_ETCD_PORT
 from ._client import EtcdClient as EtcdClient
 from ._client import EtcdConfig as EtcdConfig
 from ._client import EtcdWatch as EtcdWatch
@@ -29,7 +28,6 @@ from ._settings import EtcdRendezvousSettings as EtcdRendezvousSettings
 from ._store import EtcdStore as EtcdStore
 
 __all__ = (
-    "DEFAULT_ETCD_PORT",
     "EtcdClient",
     "EtcdCompactedError",
     "EtcdRequestError",

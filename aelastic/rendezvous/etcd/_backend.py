@@ -13,15 +13,9 @@ refreshes it, and a node that dies loses its key within the lease TTL, which eve
 peer's watch sees at once. No wall clock is compared across machines (last call is
 each node's own monotonic timer).
 
-Layout under ``<etcd_prefix>/<run_id>/`` (``etcd_prefix`` defaults to ``/aelastic/rdzv``;
-rounds are zero-padded so that a round and the next are adjacent key ranges):
-
-``round``                      decimal: the open round, the one new joiners enter
-``closed``                     exists once the rendezvous is closed
-``r/<round>/join/<node>``      JSON node descriptor, on the node's lease
-``r/<round>/ctl/quorum``       exists once ``min_nodes`` joined (last call running)
-``r/<round>/ctl/done``         JSON: participants in rank order + the revision they were read at
-``r/<round>/store/...``        the agents' :class:`EtcdStore` of that round
+The keys (the open ``round``, ``closed``, and each round's ``join/<node>``, ``ctl/quorum``,
+``ctl/done`` and ``store/``) are laid out in :mod:`._keys`; the node's lease is
+:mod:`._lease`, the stored state's parsing :mod:`._state`.
 
 A round completes only once every participant of the previous round has moved on
 (its key moved to the new round) or died (lease expired). The completing node
@@ -54,7 +48,6 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from ..._net import is_loopback
 from ...store import StoreError
-from .._api import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from .._events import record
 from .._exceptions import (
     RendezvousClosedError,
@@ -66,6 +59,7 @@ from .._exceptions import (
     RendezvousTimeoutError,
     rendezvous_error,
 )
+from .._handler import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from .._placement import place, rank_key, seat_of
 from ._client import (
     EtcdClient,
@@ -80,8 +74,10 @@ from ._client import (
     require_asyncio,
 )
 from ._exceptions import EtcdCompactedError
+from ._keys import RunKeys
+from ._lease import NodeLease
 from ._settings import EtcdRendezvousSettings, settings_from_params
-from ._state import Round, parse_done, parse_round, state_error
+from ._state import Round, encode_done, parse_done, parse_joiner, parse_round
 from ._store import EtcdStore
 
 __all__ = ("EtcdRendezvousHandler", "create_etcd_handler")
@@ -168,7 +164,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._backend = backend
         self.settings = settings or EtcdRendezvousSettings()
         self.client = EtcdClient(config)
-        self._base = f"{self.settings.prefix}/{run_id}/".encode()
+        self._keys = RunKeys.for_run(self.settings.prefix, run_id)
         self.local_addr = local_addr
         self._local_id = next(_local_ids)
         self.node_id = f"{local_addr}:{os.getpid():010d}:{self._local_id:06d}"
@@ -184,35 +180,16 @@ class EtcdRendezvousHandler(RendezvousHandler):
             self._node["key"] = rank_key(rank_order, hostname)
         self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
-        self._lease: int | None = None
-        self._lease_lock = anyio.Lock()
-        self._lease_lost = anyio.Event()
-        self._keep_alive_scope: anyio.CancelScope | None = None
+        self._lease = NodeLease(
+            self.settings.lease_ttl,
+            f"rendezvous {run_id}: lease of node {self.node_id}",
+            self._forget_join,
+        )
         self._next_guess = 0  # the round this node expects to be open
         self._joined: int | None = None  # round whose join key this node holds
         self._round: Round | None = None  # last round this node completed as participant
         self._last: list[int] | None = None  # [0, round, group rank] of the last one
         self._shut = False
-
-    # -- keys --------------------------------------------------------------------------
-
-    def _k(self, suffix: str) -> bytes:
-        return self._base + suffix.encode()
-
-    def _r(self, round_: int) -> bytes:
-        return self._base + f"r/{round_:010d}/".encode()
-
-    def _join_prefix(self, round_: int) -> bytes:
-        return self._r(round_) + b"join/"
-
-    def _join_key(self, round_: int) -> bytes:
-        return self._join_prefix(round_) + self.node_id.encode()
-
-    def _done_key(self, round_: int) -> bytes:
-        return self._r(round_) + b"ctl/done"
-
-    def _quorum_key(self, round_: int) -> bytes:
-        return self._r(round_) + b"ctl/quorum"
 
     # -- API basics --------------------------------------------------------------------
 
@@ -284,15 +261,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._shut = True
         clean = True
         with anyio.move_on_after(self.settings.close_timeout, shield=True) as scope:
-            lease, self._lease = self._lease, None
-            if self._keep_alive_scope is not None:
-                self._keep_alive_scope.cancel()
-            if lease is not None:
-                try:
-                    await self.client.lease_revoke(lease)
-                except StoreError as exc:
-                    log.warning("could not revoke lease %x on %s: %s", lease, self._where(), exc)
-                    clean = False
+            clean = await self._lease.revoke(self.client)
         if scope.cancelled_caught:
             clean = False
         if self._tg is None:  # used without ``async with``
@@ -302,54 +271,30 @@ class EtcdRendezvousHandler(RendezvousHandler):
     # -- lease ---------------------------------------------------------------------------
 
     async def _ensure_lease(self) -> int:
-        async with self._lease_lock:
-            if self._lease is not None:
-                return self._lease
-            if self._tg is None:
-                raise RendezvousError(
-                    "enter the etcd rendezvous handler with 'async with handler:' (or give "
-                    "it a task group with handler.run_in(tg)) before calling "
-                    "next_rendezvous: it runs a lease keep-alive task"
-                )
-            ttl = self.settings.lease_ttl
-            lease = await self.client.lease_grant(ttl)
-            self._lease = lease
-            self._lease_lost = anyio.Event()
-            await self._tg.start(self._keep_alive, lease, ttl)
-            return lease
-
-    async def _keep_alive(
-        self, lease: int, ttl: int, *, task_status: anyio.abc.TaskStatus[None]
-    ) -> None:
-        with anyio.CancelScope() as scope:
-            self._keep_alive_scope = scope
-            task_status.started()
-            await self.client.keep_alive(lease, ttl)
-            # Returned: etcd says the lease is gone (we were out of touch for > TTL).
-            log.warning(
-                "rendezvous %s: lease of node %s expired on %s; peers consider it gone",
-                self._run_id,
-                self.node_id,
-                self._where(),
+        if self._tg is None:
+            raise RendezvousError(
+                "enter the etcd rendezvous handler with 'async with handler:' (or give "
+                "it a task group with handler.run_in(tg)) before calling "
+                "next_rendezvous: it runs a lease keep-alive task"
             )
-            if self._lease == lease:
-                self._lease = None
-                self._joined = None
-            self._lease_lost.set()
+        return await self._lease.ensure(self.client, self._tg)
+
+    def _forget_join(self) -> None:
+        """The lease expired: this node's join key went with it."""
+        self._joined = None
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _state_error(self, key: bytes, raw: bytes, what: str) -> RendezvousStateError:
-        return state_error(key, raw, what, self._where())
-
     def _parse_round(self, raw: bytes | None) -> int | None:
-        return parse_round(self._k("round"), raw, self._where())
+        return parse_round(self._keys.open_round, raw, self._where())
 
     def _parse_done(self, round_: int, raw: bytes) -> Round:
-        return parse_done(round_, self._done_key(round_), raw, self._where())
+        return parse_done(round_, self._keys.done(round_), raw, self._where())
 
     async def _read_open_round(self) -> tuple[int | None, bool]:
-        reply = await self.client.txn([], [op_range(self._k("round")), op_range(self._k("closed"))])
+        reply = await self.client.txn(
+            [], [op_range(self._keys.open_round), op_range(self._keys.closed)]
+        )
         kvs_round = reply.responses[0].response_range.kvs
         closed = bool(reply.responses[1].response_range.kvs)
         return self._parse_round(bytes(kvs_round[0].value) if kvs_round else None), closed
@@ -416,7 +361,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             return
         with anyio.move_on_after(self.settings.close_timeout, shield=True):
             try:
-                await self.client.delete(self._join_key(joined))
+                await self.client.delete(self._keys.join(joined, self.node_id))
             except StoreError as exc:
                 log.debug("could not withdraw from round %d: %s", joined, exc)
 
@@ -456,17 +401,17 @@ class EtcdRendezvousHandler(RendezvousHandler):
 
         Returns what the join saw, or ``(open round, closed)`` when ``r`` is not open.
         """
-        round_key, closed_key = self._k("round"), self._k("closed")
+        round_key, closed_key = self._keys.open_round, self._keys.closed
         ops = []
         if previous is not None and previous != r:
-            ops.append(op_delete(self._join_key(previous)))
-        ops.append(op_put(self._join_key(r), self._descriptor(), lease))
+            ops.append(op_delete(self._keys.join(previous, self.node_id)))
+        ops.append(op_put(self._keys.join(r, self.node_id), self._descriptor(), lease))
         first = len(ops)
-        jp = self._join_prefix(r)
+        jp = self._keys.joins(r)
         ops.append(op_range(jp, prefix_end(jp), count_only=True))
-        ops.append(op_range(self._quorum_key(r)))
+        ops.append(op_range(self._keys.quorum(r)))
         if r > 0:
-            pp = self._join_prefix(r - 1)
+            pp = self._keys.joins(r - 1)
             ops.append(op_range(pp, prefix_end(pp), count_only=True))
         state = [op_range(round_key), op_range(closed_key)]
         not_closed = cmp_version(closed_key, 0)
@@ -510,7 +455,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         """
         send, receive = anyio.create_memory_object_stream[list[Any] | Exception](math.inf)
         start = joined.revision + 1
-        lost = self._lease_lost
+        lost = self._lease.lost
 
         async def pump(key: bytes, end: bytes | None) -> None:
             try:
@@ -527,11 +472,11 @@ class EtcdRendezvousHandler(RendezvousHandler):
         outcome: list[RendezvousInfo | Round] = []
         failure: list[Exception] = []
         async with anyio.create_task_group() as tg:
-            ctl = self._r(r) + b"ctl/"
+            ctl = self._keys.control(r)
             tg.start_soon(pump, ctl, prefix_end(ctl))
-            tg.start_soon(pump, self._k("closed"), None)
+            tg.start_soon(pump, self._keys.closed, None)
             if joined.prev_alive > 0:
-                pp = self._join_prefix(r - 1)
+                pp = self._keys.joins(r - 1)
                 tg.start_soon(pump, pp, prefix_end(pp))
             tg.start_soon(lease)
             try:
@@ -550,8 +495,12 @@ class EtcdRendezvousHandler(RendezvousHandler):
         joined: _Joined,
         receive: MemoryObjectReceiveStream[list[Any] | Exception],
     ) -> RendezvousInfo | Round:
-        prev_prefix = self._join_prefix(r - 1) if r > 0 else None
-        done_key, quorum_key, closed_key = self._done_key(r), self._quorum_key(r), self._k("closed")
+        prev_prefix = self._keys.joins(r - 1) if r > 0 else None
+        done_key, quorum_key, closed_key = (
+            self._keys.done(r),
+            self._keys.quorum(r),
+            self._keys.closed,
+        )
         prev_alive = joined.prev_alive
         deadline = math.inf  # when to try completing the round ourselves
         count = joined.count
@@ -606,7 +555,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 else:
                     deadline = anyio.current_time() + _GRACE
                 continue
-            if not events and self._lease_lost.is_set() and self._lease is None:
+            if not events and self._lease.lost.is_set() and self._lease.id is None:
                 raise _LeaseLost
             for event in events:
                 kv = event.kv
@@ -633,7 +582,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                         prev_alive += 1
                     if deleted and prev_alive == 0:
                         # The previous round drained: every joiner checks the count once.
-                        jp = self._join_prefix(r)
+                        jp = self._keys.joins(r)
                         count = int(
                             (await self.client.range(jp, prefix_end(jp), count_only=True)).count
                         )
@@ -655,7 +604,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._round = done
         self._last = [0, r, ids.index(self.node_id)]
         return RendezvousInfo(
-            store=EtcdStore(self.client, self._r(r) + b"store/"),
+            store=EtcdStore(self.client, self._keys.store(r)),
             rank=self._last[2],
             world_size=len(ids),
             bootstrap_store_info=RendezvousStoreInfo(str(done.nodes[0].get("addr", "")), 0),
@@ -668,30 +617,21 @@ class EtcdRendezvousHandler(RendezvousHandler):
         Returns None when fewer than ``min_nodes`` are there, else whether this call
         wrote ``done`` (False: another node did first).
         """
-        jp = self._join_prefix(r)
+        jp = self._keys.joins(r)
         reply = await self.client.range(jp, prefix_end(jp), limit=self._max, sort_by_create=True)
-        nodes = []
-        for kv in reply.kvs:
-            try:
-                node = json.loads(bytes(kv.value))
-                node["id"] = bytes(kv.key)[len(jp) :].decode()
-            except (ValueError, TypeError, UnicodeDecodeError):
-                raise self._state_error(
-                    bytes(kv.key), bytes(kv.value), "expected a JSON node"
-                ) from None
-            nodes.append(node)
+        nodes = [
+            parse_joiner(bytes(kv.key), bytes(kv.value), jp, self._where()) for kv in reply.kvs
+        ]
         if len(nodes) < self._min:
             return None
         nodes.sort(key=lambda n: str(n["id"]))
         nodes = [nodes[i] for i in place([seat_of(n) for n in nodes])]
-        done = json.dumps(
-            {"nodes": nodes, "revision": int(reply.header.revision)}, separators=(",", ":")
-        )
+        done = encode_done(nodes, int(reply.header.revision))
         reply = await self.client.txn(
-            [cmp_version(self._done_key(r), 0), cmp_value(self._k("round"), str(r).encode())],
+            [cmp_version(self._keys.done(r), 0), cmp_value(self._keys.open_round, str(r).encode())],
             [
-                op_put(self._done_key(r), done.encode()),
-                op_put(self._k("round"), str(r + 1).encode()),
+                op_put(self._keys.done(r), done),
+                op_put(self._keys.open_round, str(r + 1).encode()),
             ],
         )
         return bool(reply.succeeded)
@@ -712,7 +652,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         members = {n.encode() for n in current.ids}
         members.discard(self.node_id.encode())
         grows = len(current.nodes) < self._max
-        jp, np_ = self._join_prefix(r), self._join_prefix(r + 1)
+        jp, np_ = self._keys.joins(r), self._keys.joins(r + 1)
         async with anyio.create_task_group() as tg:
 
             async def watch() -> None:
@@ -720,7 +660,9 @@ class EtcdRendezvousHandler(RendezvousHandler):
                 while True:
                     try:
                         async with self.client.watch(
-                            self._r(r), prefix_end(self._r(r + 1)), start_revision=start
+                            self._keys.round(r),
+                            prefix_end(self._keys.round(r + 1)),
+                            start_revision=start,
                         ) as w:
                             while True:
                                 for event in await w.next():
@@ -741,7 +683,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
                         await anyio.sleep(1)
 
             async def lease() -> None:
-                await self._lease_lost.wait()
+                await self._lease.lost.wait()
                 tg.cancel_scope.cancel()
 
             tg.start_soon(watch)
@@ -756,7 +698,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             open_round, _ = await self._read_open_round()
             if open_round is None:
                 return 0
-            jp = self._join_prefix(open_round)
+            jp = self._keys.joins(open_round)
             reply = await self.client.range(jp, prefix_end(jp), count_only=True)
         except StoreError as exc:
             raise rendezvous_error(exc, f"count the nodes waiting in {self._run_id!r}") from exc
@@ -776,7 +718,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
         """Close the rendezvous: waiting nodes raise RendezvousClosedError at once."""
         try:
             with anyio.fail_after(self.settings.close_timeout):
-                await self.client.put(self._k("closed"), b"1")
+                await self.client.put(self._keys.closed, b"1")
         except TimeoutError:
             raise RendezvousTimeoutError(
                 f"rendezvous {self._run_id}: could not close within close_timeout="

@@ -1,16 +1,17 @@
-"""The etcd rendezvous's stored state, read: the open round number and a completed round
-(``r/<round>/ctl/done``). Plain functions; a value that is not what aelastic writes raises
+"""The etcd rendezvous's stored values: the open round number, a joined node's descriptor and
+a completed round (``r/<round>/ctl/done``), read, and the ``done`` record written. Plain
+functions; a value that is not what aelastic writes raises
 :class:`~aelastic.rendezvous.RendezvousStateError` naming the key, what it holds and the fix."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .._exceptions import RendezvousStateError
 
-__all__ = ("Round", "parse_done", "parse_round", "state_error")
+__all__ = ("Round", "encode_done", "parse_done", "parse_joiner", "parse_round", "state_error")
 
 
 @dataclass
@@ -58,3 +59,19 @@ def parse_done(round_: int, key: bytes, raw: bytes, where: str) -> Round:
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         raise state_error(key, raw, "expected JSON {nodes: [...], revision: int}", where) from None
     return Round(round_, nodes, revision)
+
+
+def parse_joiner(key: bytes, raw: bytes, prefix: bytes, where: str) -> dict[str, Any]:
+    """The node descriptor at join key ``key`` (under ``prefix``), with its ``id`` from the key."""
+    try:
+        node = json.loads(raw)
+        node["id"] = key[len(prefix) :].decode()
+    except (ValueError, TypeError, UnicodeDecodeError):
+        raise state_error(key, raw, "expected a JSON node", where) from None
+    return cast(dict[str, Any], node)
+
+
+def encode_done(nodes: list[dict[str, Any]], revision: int) -> bytes:
+    """The ``done`` record of a round whose participants are ``nodes`` (in rank order), read
+    at ``revision``: what :func:`parse_done` reads."""
+    return json.dumps({"nodes": nodes, "revision": revision}, separators=(",", ":")).encode()

@@ -1,13 +1,13 @@
-"""Metrics: torch elastic's metrics API (handlers per group, ``put_metric``, ``@prof``).
+"""Metric streams: torch elastic's API for sending a data point to its group's handler
+(``configure``, ``getStream``, ``put_metric``, ``@prof``).
 
 Handlers are synchronous and called on the caller's path, as in torch; keep them cheap
-(the default :class:`NullMetricHandler` does nothing). ``@prof`` also profiles coroutine
-functions, timing the awaited call.
+(the default :class:`~aelastic.metrics.NullMetricHandler` does nothing). ``@prof`` also
+profiles coroutine functions, timing the awaited call.
 """
 
 from __future__ import annotations
 
-import abc
 import contextlib
 import functools
 import inspect
@@ -15,15 +15,13 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple, TypeVar, overload
+from typing import Any, TypeVar, overload
+
+from ._handlers import MetricData, MetricHandler, NullMetricHandler
 
 __all__ = (
-    "ConsoleMetricHandler",
-    "MetricData",
-    "MetricHandler",
     "MetricStream",
     "MetricsConfig",
-    "NullMetricHandler",
     "configure",
     "getStream",
     "get_elapsed_time_ms",
@@ -37,15 +35,6 @@ __all__ = (
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class MetricData(NamedTuple):
-    """One data point: ``timestamp`` (s since the epoch), group, name and value."""
-
-    timestamp: float
-    group_name: str
-    name: str
-    value: int | float
-
-
 class MetricsConfig:
     """Metrics configuration: free-form string parameters (``params``)."""
 
@@ -53,31 +42,6 @@ class MetricsConfig:
 
     def __init__(self, params: dict[str, str] | None = None) -> None:
         self.params: dict[str, str] = {} if params is None else params
-
-
-class MetricHandler(abc.ABC):
-    """Emits metric data somewhere: subclass it and implement :meth:`emit`."""
-
-    @abc.abstractmethod
-    def emit(self, metric_data: MetricData) -> None:
-        """Record one data point (called on the caller's thread; must not block long)."""
-
-
-class ConsoleMetricHandler(MetricHandler):
-    """Prints ``[timestamp][group]: name=value`` to stdout."""
-
-    def emit(self, metric_data: MetricData) -> None:
-        print(
-            f"[{metric_data.timestamp}][{metric_data.group_name}]: "
-            f"{metric_data.name}={metric_data.value}"
-        )
-
-
-class NullMetricHandler(MetricHandler):
-    """Discards every data point (the default handler)."""
-
-    def emit(self, metric_data: MetricData) -> None:
-        pass
 
 
 class MetricStream:
