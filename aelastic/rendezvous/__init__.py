@@ -9,7 +9,6 @@ only when an etcd handler is built) and plugins from the entry-point group
 
 from ._c10d import C10dRendezvousHandler as C10dRendezvousHandler
 from ._dynamic import DynamicRendezvousHandler as DynamicRendezvousHandler
-from ._dynamic import DynamicSettings as DynamicSettings
 from ._exceptions import RendezvousClosedError as RendezvousClosedError
 from ._exceptions import RendezvousClosedException as RendezvousClosedException
 from ._exceptions import RendezvousConfigError as RendezvousConfigError
@@ -36,6 +35,7 @@ from ._registry import create_handler as create_handler
 from ._registry import get_rendezvous_handler as get_rendezvous_handler
 from ._registry import register as register
 from ._registry import rendezvous_handler_registry as rendezvous_handler_registry
+from ._settings import DynamicSettings as DynamicSettings
 from ._static import StaticRendezvousHandler as StaticRendezvousHandler
 
 __all__ = (

@@ -40,7 +40,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from ..store import NotAStoreError, Store, StoreError, StoreServer, TCPStoreClient
-from ._dynamic import _TICKS_KEPT, DynamicRendezvousHandler, DynamicSettings, _open_session
+from ._dynamic import _TICKS_KEPT, DynamicRendezvousHandler, _open_session
 from ._exceptions import (
     RendezvousConnectionError,
     RendezvousEndpointError,
@@ -50,6 +50,7 @@ from ._exceptions import (
 from ._handler import RendezvousStoreInfo
 from ._hostwatch import HostState, StoreWatch, host_lost
 from ._params import DEFAULT_C10D_PORT, RendezvousParameters, parse_endpoint
+from ._settings import DynamicSettings
 from ._state import Keys
 
 __all__ = ("C10dRendezvousHandler", "create_c10d_handler", "is_local_address")

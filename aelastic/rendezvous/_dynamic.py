@@ -76,7 +76,6 @@ import socket
 import threading
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager, AsyncExitStack, nullcontext
-from dataclasses import dataclass
 from types import TracebackType
 
 import anyio
@@ -92,6 +91,7 @@ from ..store import (
     StoreUnsupportedError,
 )
 from . import _events
+from ._alarm import InboxAlarm
 from ._exceptions import (
     RendezvousClosedError,
     RendezvousConfigError,
@@ -105,8 +105,8 @@ from ._handler import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from ._hostwatch import StoreWatch
 from ._liveness import Liveness, StoreLiveness, TickClock
 from ._ops import Ops
-from ._params import RendezvousParameters
 from ._placement import Seat, place, rank_key
+from ._settings import DynamicSettings
 from ._state import (
     Keys,
     Message,
@@ -117,6 +117,7 @@ from ._state import (
     live_members,
     moved_to_epoch,
 )
+from ._view import RoundView
 
 __all__ = ("DynamicSettings", "DynamicRendezvousHandler")
 
@@ -133,144 +134,6 @@ def _next_local_id() -> int:
     with _local_ids_lock:
         return next(_local_ids)
 
-
-@dataclass(frozen=True)
-class DynamicSettings:
-    """Timeouts of the dynamic rendezvous, in seconds (floats allowed).
-
-    ``heartbeat_timeout`` defaults to ``keep_alive_interval * keep_alive_max_attempt``:
-    a node that acknowledged no tick for that long is removed, and a coordinator that
-    published none for that long is considered gone.
-    """
-
-    join_timeout: float = 600.0
-    last_call_timeout: float = 30.0
-    close_timeout: float = 30.0
-    keep_alive_interval: float = 5.0
-    keep_alive_max_attempt: int = 3
-    heartbeat_timeout: float = 15.0
-    read_timeout: float = 60.0
-
-    @classmethod
-    def from_params(cls, params: RendezvousParameters) -> DynamicSettings:
-        """Read torch's ``--rdzv-conf`` keys; raise RendezvousConfigError naming a bad one."""
-        interval = params.get_positive_float("keep_alive_interval", 5.0)
-        attempts = params.get_as_int("keep_alive_max_attempt", 3)
-        assert attempts is not None
-        if attempts < 1:
-            raise RendezvousConfigError(
-                f"rendezvous config keep_alive_max_attempt={attempts} must be >= 1"
-            )
-        return cls(
-            join_timeout=params.get_positive_float("join_timeout", 600.0),
-            last_call_timeout=params.get_positive_float("last_call_timeout", 30.0),
-            close_timeout=params.get_positive_float("close_timeout", 30.0),
-            keep_alive_interval=interval,
-            keep_alive_max_attempt=attempts,
-            heartbeat_timeout=params.get_positive_float("heartbeat_timeout", interval * attempts),
-            read_timeout=params.get_positive_float("read_timeout", 60.0),
-        )
-
-
-class _View:
-    """What this node knows of the round it is in; updated by its background task."""
-
-    def __init__(
-        self, round_: int, ticket: int, store: Store | None = None, keys: Keys | None = None
-    ) -> None:
-        self.round = round_
-        self.ticket = ticket
-        self.store = store  # the store this round lives in (the store may move: c10d)
-        self.keys = keys  # and its keys (the epoch may change: c10d)
-        self.tick: Tick | None = None
-        self.coordinator_lost = False
-        self.store_lost: RendezvousConnectionError | None = None  # why the store is gone
-        self.error: BaseException | None = None
-        self.member_tick: Tick | None = None  # the running tick this node was admitted by
-        self.scope: anyio.CancelScope | None = None
-        self.done = anyio.Event()  # the background task has ended
-        self.forgotten = False  # this node's keys of the round were deleted
-        self.actions: list[int] = []  # on-close actions registered for this round
-        self.event = anyio.Event()
-
-    def wake(self) -> None:
-        self.event.set()
-        self.event = anyio.Event()
-
-    def publish(self, tick: Tick) -> None:
-        self.tick = tick
-        self.wake()
-
-    @property
-    def ended(self) -> bool:
-        """The round is over for this node (dissolved, closed, coordinator gone, error)."""
-        tick = self.tick
-        return (
-            self.coordinator_lost
-            or self.error is not None
-            or (tick is not None and tick.state in ("dissolved", "closed"))
-        )
-
-    def membership_changed(self, max_nodes: int) -> bool:
-        if self.ended:
-            return True
-        tick = self.tick
-        if tick is None or self.member_tick is None:
-            return False
-        if tick.state == "running" and tick.waiting > 0 and tick.world < max_nodes:
-            return True
-        return tick.state != "running" or self.ticket in tick.removed
-
-
-class _Alarm:
-    """Wakes a coordinator blocked on its inbox at a given time, by a ``tick`` message.
-
-    A blocking pop that times out (or is cancelled) costs a TCPStoreClient its pooled
-    connection; one ended by a message keeps it. So the coordinator pops with a long
-    safety timeout and this alarm, a task next to it, pushes the wake-up: one
-    fire-and-forget push per wake-up instead of a reconnect.
-    """
-
-    def __init__(self, ops: Ops, inbox: str, safety: float) -> None:
-        self._ops = ops
-        self._inbox = inbox
-        self._safety = safety
-        self._at = math.inf
-        self._changed = anyio.Event()
-
-    async def pop(self, at: float) -> bytes | None:
-        """Pop the next message, or return None at time ``at`` (never a ``tick``)."""
-        if at != self._at:
-            self._at = at
-            self._changed.set()
-            self._changed = anyio.Event()
-        while True:
-            remaining = at - anyio.current_time()
-            if remaining <= 0:
-                return None
-            raw = await self._ops.pop(self._inbox, remaining + self._safety)
-            if raw is None:
-                return None
-            if raw != _TICK_MESSAGE.encode():
-                return raw
-
-    async def run(self) -> None:
-        """Push a ``tick`` when the armed time comes; re-arm on every :meth:`pop`."""
-        while True:
-            changed = self._changed
-            delay = self._at - anyio.current_time()
-            if delay <= 0:
-                self._at = math.inf
-                try:
-                    await self._ops.push(self._inbox, _TICK_MESSAGE, confirm=False)
-                except RendezvousError:
-                    return  # the pop's safety timeout takes over
-                continue
-            with anyio.move_on_after(delay):
-                await changed.wait()
-
-
-_TICK_MESSAGE = Message("tick").dumps()
 
 #: Why the coordinator removes a ticket, by inbox message.
 _REASONS = {
@@ -381,7 +244,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         self._master_endpoint = master_endpoint
         self._tg: TaskGroup | None = None
         self._stack: AsyncExitStack | None = None
-        self._view: _View | None = None
+        self._view: RoundView | None = None
         self._view_set = anyio.Event()
         self._shut = False
         self._lock: anyio.Lock | None = None
@@ -624,7 +487,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         with anyio.CancelScope(shield=True) as shield:
             shield.deadline = anyio.current_time() + self._settings.read_timeout
             ticket = await ops.add(keys.joined(round_), 1) - 1
-            view = _View(round_, ticket, self._store, keys)
+            view = RoundView(round_, ticket, self._store, keys)
             self._set_view(view)
             if ticket == 0:
                 await tg.start(self._background, view, self._coordinate)
@@ -696,7 +559,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
             with anyio.move_on_after(remaining):
                 await event.wait()
 
-    def _set_view(self, view: _View | None) -> None:
+    def _set_view(self, view: RoundView | None) -> None:
         self._view = view
         self._view_set.set()
         self._view_set = anyio.Event()
@@ -719,7 +582,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
             last=self._last,
         )
 
-    def _admitted(self, view: _View, tick: Tick) -> RendezvousInfo:
+    def _admitted(self, view: RoundView, tick: Tick) -> RendezvousInfo:
         view.member_tick = tick
         self._heir = (tick.heir_ticket == view.ticket, tick.heir) if tick.heir_ticket >= 0 else None
         rank = tick.rank_of(view.ticket)
@@ -809,7 +672,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
 
     # -- leaving -------------------------------------------------------------
 
-    async def _stop(self, view: _View, *, forget_now: bool = False) -> None:
+    async def _stop(self, view: RoundView, *, forget_now: bool = False) -> None:
         """Stop the view's background task; then forget this node's keys of that round
         (in the background, or before returning with ``forget_now``: when leaving, the
         handler's task group may end right after)."""
@@ -826,7 +689,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
             else:
                 self._tg.start_soon(self._forget, view)
 
-    async def _forget(self, view: _View) -> None:
+    async def _forget(self, view: RoundView) -> None:
         """Delete this node's registration of a round it left and cancel its on-close
         actions there (best effort).
 
@@ -851,7 +714,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
     # -- liveness tied to the store connection -------------------------------
 
     async def _on_close(
-        self, view: _View, key: str, action: OnCloseAction, value: str
+        self, view: RoundView, key: str, action: OnCloseAction, value: str
     ) -> int | None:
         """Have the store server do ``action`` on ``key`` if this process dies.
 
@@ -976,8 +839,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
 
     async def _background(
         self,
-        view: _View,
-        body: Callable[[_View], Awaitable[None]],
+        view: RoundView,
+        body: Callable[[RoundView], Awaitable[None]],
         *,
         task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
@@ -1010,7 +873,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         if tick.n >= _TICKS_KEPT:
             await ops.delete(keys.tick(round_, tick.n - _TICKS_KEPT))
 
-    async def _watch(self, view: _View) -> None:
+    async def _watch(self, view: RoundView) -> None:
         """Member side: block on each next tick, acknowledge it, judge the coordinator."""
         ops, keys, s = self._ops(), self._keys, self._settings
         r, ticket = view.round, view.ticket
@@ -1116,7 +979,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         ]
         return lead_ticket, () if list(order) == default else order
 
-    async def _coordinator_gone(self, view: _View, tick: Tick | None, why: str = "") -> None:
+    async def _coordinator_gone(self, view: RoundView, tick: Tick | None, why: str = "") -> None:
         silent = not why
         why = why or f"it published no tick for {self._settings.heartbeat_timeout}s"
         self._event(
@@ -1132,9 +995,11 @@ class DynamicRendezvousHandler(RendezvousHandler):
         view.coordinator_lost = True
         view.wake()
 
-    async def _coordinate(self, view: _View) -> None:
+    async def _coordinate(self, view: RoundView) -> None:
         """Ticket 0: decide round ``view.round`` alone; see the module docstring."""
-        alarm = _Alarm(self._ops(), self._keys.inbox(view.round), self._settings.heartbeat_timeout)
+        alarm = InboxAlarm(
+            self._ops(), self._keys.inbox(view.round), self._settings.heartbeat_timeout
+        )
         keys, r = self._keys, view.round
         error: Exception | None = None
         async with anyio.create_task_group() as tg:
@@ -1158,7 +1023,9 @@ class DynamicRendezvousHandler(RendezvousHandler):
         if error is not None:
             raise error
 
-    async def _coordinate_round(self, view: _View, alarm: _Alarm, orders: LostOrders) -> None:
+    async def _coordinate_round(
+        self, view: RoundView, alarm: InboxAlarm, orders: LostOrders
+    ) -> None:
         ops, keys, s = self._ops(), self._keys, self._settings
         r = view.round
         inbox = keys.inbox(r)
