@@ -101,7 +101,7 @@ def make_handler(config: LaunchConfig, run_id: str) -> RendezvousHandler:
     if config.node_rank_order is not None:
         import socket
 
-        from ..rendezvous._placement import rank_key
+        from ..rendezvous import rank_key
 
         try:
             rank_key(config.node_rank_order, socket.gethostname())

@@ -101,7 +101,7 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
         UsageError: an empty command, a timeout or cooldown that is not > 0 seconds, or
             a ``--node-rank-order`` that is neither ``hostname`` nor ``env:VAR``.
     """
-    from ..rendezvous._placement import check_rank_order
+    from ..rendezvous import check_rank_order
 
     order = v.str_("node_rank_order")
     if order is not None:

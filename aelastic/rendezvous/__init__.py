@@ -29,6 +29,8 @@ from ._liveness import TickClock as TickClock
 from ._params import DEFAULT_C10D_PORT as DEFAULT_C10D_PORT
 from ._params import RendezvousParameters as RendezvousParameters
 from ._params import parse_endpoint as parse_endpoint
+from ._placement import check_rank_order as check_rank_order
+from ._placement import rank_key as rank_key
 from ._registry import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
 from ._registry import RendezvousHandlerRegistry as RendezvousHandlerRegistry
 from ._registry import create_handler as create_handler
@@ -64,9 +66,11 @@ __all__ = (
     "RendezvousUnsupportedLoopError",
     "StaticRendezvousHandler",
     "TickClock",
+    "check_rank_order",
     "create_handler",
     "get_rendezvous_handler",
     "parse_endpoint",
+    "rank_key",
     "register",
     "rendezvous_handler_registry",
 )
