@@ -1,7 +1,7 @@
 """Record rendezvous transitions as RdzvEvents (via ``aelastic.events``).
 
 ``aelastic.events`` is imported with this module, not at the first event: imported there,
-it cost the first rendezvous of a process 10-30 ms of imports on the event loop while the
+it cost the first rendezvous of a process ~8 ms of imports on the event loop while the
 nodes were joining (the agent has it imported already; an embedder using the handlers
 alone paid it mid-join).
 """
