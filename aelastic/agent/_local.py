@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import anyio.to_thread
 
 from .._net import is_loopback
 from ..checkpoint import Checkpoints, open_checkpoints
@@ -554,22 +553,11 @@ class LocalElasticAgent(SimpleElasticAgent):
             async with self._open_warm_pool(), self._open_file_timer(), self._open_checkpoints():
                 return await super().run(role)
         finally:
-            temporary = [d for d in (self._result_dir, self._progress_dir) if d is not None]
-            self._result_dir = self._progress_dir = None
-            log_run_dir = self._log_run_dir if self._worker_group.spec.log_dir is None else None
-            if temporary or log_run_dir is not None:
-                # Off the loop: a few rmdir calls, but each can take milliseconds on a busy
-                # disk (measured up to ~20 ms for an empty log tree). Bounded; shielded so a
-                # cancelled run still cleans up.
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(_remove_run_dirs, temporary, log_run_dir)
-
-
-def _remove_run_dirs(
-    temporary: list[tempfile.TemporaryDirectory[str]], log_run_dir: str | None
-) -> None:
-    """Remove the run's temporary directories and its empty log tree (blocking)."""
-    for directory in temporary:
-        directory.cleanup()
-    if log_run_dir is not None:
-        remove_empty_log_dirs(log_run_dir)
+            if self._result_dir is not None:
+                self._result_dir.cleanup()
+                self._result_dir = None
+            if self._progress_dir is not None:
+                self._progress_dir.cleanup()
+                self._progress_dir = None
+            if self._log_run_dir is not None and self._worker_group.spec.log_dir is None:
+                remove_empty_log_dirs(self._log_run_dir)  # a few rmdir calls: bounded
