@@ -15,6 +15,12 @@ Same run, same machine, min_nodes = max_nodes = N, every node joins at once:
   process with ``--store-process``). Store requests counted on the client API (every
   call of ``TCPStoreClient``; fire-and-forget SETs included).
 
+``--cold K`` measures the figure the goal names: K rounds, each running aelastic and then
+torch at N = ``--ours`` (one value) in a fresh interpreter of its own (``--one IMPL``), so
+both are cold and see the same load; it prints each side's median and range, the ratio of
+the medians and the median of the K paired ratios. (Without it aelastic's fastest of
+``--repeat`` runs in this process, i.e. warm, is compared with one torch run.)
+
 Printed per N: seconds to connect the N handlers, seconds from the first
 ``next_rendezvous`` call until every node is admitted ("rendezvous", the figure compared),
 store requests per node and the largest single request, and the torch/aelastic ratios.
@@ -27,7 +33,11 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import functools
+import json
+import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -293,6 +303,46 @@ def show(r: Result) -> None:
     print(f"{'':>8} per node: {detail}", flush=True)
 
 
+def one_cold_run(impl: str, n: int) -> Result:
+    """One rendezvous of ``n`` nodes by ``impl`` in a fresh interpreter (``--one``)."""
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--one", impl, "--ours", str(n)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    ).stdout
+    return Result(**json.loads(out.splitlines()[-1]))
+
+
+def cold_rounds(n: int, rounds: int) -> None:
+    """``--cold``: alternate fresh-process runs of both; print medians, ranges and ratios."""
+    runs: dict[str, list[Result]] = {"aelastic": [], "torch": []}
+    for i in range(rounds):
+        for impl in runs:
+            r = one_cold_run(impl, n)
+            runs[impl].append(r)
+            print(
+                f"round {i + 1} {impl:>8} N={n} connect {r.connect_s:.3f} s  rendezvous "
+                f"{r.rendezvous_s:.3f} s  requests/node {r.per_node:.2f}  "
+                f"load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+    ours = [r.rendezvous_s for r in runs["aelastic"]]
+    theirs = [r.rendezvous_s for r in runs["torch"]]
+    paired = [t / a for a, t in zip(ours, theirs, strict=True)]
+    for name, xs in (("aelastic", ours), ("torch", theirs)):
+        print(
+            f"{name:>8} cold rendezvous N={n}: median {statistics.median(xs):.3f} s "
+            f"(range {min(xs):.3f}-{max(xs):.3f} s, {len(xs)} fresh processes)"
+        )
+    print(
+        f"N={n} cold: torch/aelastic {statistics.median(theirs) / statistics.median(ours):.0f}x "
+        f"of medians; paired ratios median {statistics.median(paired):.0f}x "
+        f"(range {min(paired):.0f}-{max(paired):.0f}x)  (goal >= 50x)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ours", default="16,64,128,1024", help="aelastic N values")
@@ -310,7 +360,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeat", type=int, default=3, help="aelastic runs per N; the fastest is kept (3)"
     )
+    parser.add_argument(
+        "--cold", type=int, metavar="K", help="K rounds of both, each in a fresh process"
+    )
+    parser.add_argument("--one", choices=("aelastic", "torch"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.one:  # one cold run for --cold: the result as JSON on the last line
+        n = int(args.ours)
+        r = anyio.run(aelastic_case, n, None) if args.one == "aelastic" else torch_case(n)
+        print(json.dumps(dataclasses.asdict(r)))
+        return 0
+    if args.cold:
+        cold_rounds(int(args.ours), args.cold)
+        return 0
     ours = [int(x) for x in args.ours.split(",") if x]
     theirs = [int(x) for x in args.torch.split(",") if x]
     if args.torch_128 and 128 not in theirs:

@@ -8,17 +8,25 @@ any other kind of mark). Readers: ``python -m aelastic status`` (a table, or
 ``--json``), ``python -m aelastic dashboard`` and ``GET /`` of the health endpoint
 (a live page with charts). Works on the c10d and etcd backends; a c10d store
 re-hosted after its host was lost is followed.
+
+Names load on first use (PEP 562): the agent's status publisher does not import the
+HTTP side (h11, the page) unless the health endpoint is on.
 """
 
-from ._exceptions import JobViewError as JobViewError
-from ._history import History as History
-from ._http import JOBVIEW_PATHS as JOBVIEW_PATHS
-from ._http import jobview_route as jobview_route
-from ._keys import status_store as status_store
-from ._publish import StatusPublisher as StatusPublisher
-from ._table import table as table
-from ._view import read_view as read_view
-from ._view import summarize as summarize
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._exceptions import JobViewError as JobViewError
+    from ._history import History as History
+    from ._http import JOBVIEW_PATHS as JOBVIEW_PATHS
+    from ._http import jobview_route as jobview_route
+    from ._keys import status_store as status_store
+    from ._publish import StatusPublisher as StatusPublisher
+    from ._table import table as table
+    from ._view import read_view as read_view
+    from ._view import summarize as summarize
 
 __all__ = (
     "JOBVIEW_PATHS",
@@ -31,3 +39,5 @@ __all__ = (
     "summarize",
     "table",
 )
+
+__getattr__, __dir__ = lazy_exports(__name__, globals())

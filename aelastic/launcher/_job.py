@@ -643,7 +643,8 @@ async def open_job(
 
 def _job_modules(config: LaunchConfig) -> tuple[str, ...]:
     """What the job will import (imported off the loop before it starts)."""
-    extra: tuple[str, ...] = ("aelastic.health",) if config.health_port is not None else ()
+    http = ("aelastic.health._server", "aelastic.jobview._http")
+    extra: tuple[str, ...] = http if config.health_port is not None else ()
     if config.rdzv_backend.startswith("etcd"):
         extra += ("aelastic.rendezvous.etcd",)
     return JOB_MODULES + extra

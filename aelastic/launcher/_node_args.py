@@ -101,10 +101,10 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
         UsageError: an empty command, a timeout or cooldown that is not > 0 seconds, or
             a ``--node-rank-order`` that is neither ``hostname`` nor ``env:VAR``.
     """
-    from ..rendezvous import check_rank_order
-
     order = v.str_("node_rank_order")
     if order is not None:
+        from ..rendezvous import check_rank_order  # only then: the CLI path stays light
+
         try:
             order = check_rank_order(order, v.source("node_rank_order"))
         except ValueError as exc:

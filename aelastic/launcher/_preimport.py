@@ -34,7 +34,7 @@ JOB_MODULES = (
     "aelastic.workers._warm",
     "aelastic.workers._callable",
     "aelastic.checkpoint._agent",
-    "aelastic.jobview",
+    "aelastic.jobview._publish",  # the status publisher (the HTTP side only with a health port)
     # the node gate that prepare_job builds (health checks, exclusion)
     "aelastic.launcher._node_args",
     "aelastic.nodes._checks",

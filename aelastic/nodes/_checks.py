@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 
+from .._entry_points import entry_points_of
 from ._exceptions import NodeHealthConfigError
 
 __all__ = (
@@ -137,10 +138,8 @@ def _outcome(value: Any) -> Outcome:
 def entry_point_checks(group: str = ENTRY_POINT_GROUP) -> list[HealthCheck]:
     """A check per entry point of ``group``; a check whose entry point cannot be loaded
     fails with the import error (a broken install is an unhealthy node)."""
-    from importlib.metadata import entry_points
-
     checks = []
-    for ep in entry_points(group=group):
+    for ep in entry_points_of(group):
 
         def load(ep: Any = ep) -> Any:
             return ep.load()()

@@ -1,4 +1,10 @@
-"""Record rendezvous transitions as RdzvEvents (via ``aelastic.events``, imported lazily)."""
+"""Record rendezvous transitions as RdzvEvents (via ``aelastic.events``).
+
+``aelastic.events`` is imported with this module, not at the first event: imported there,
+it cost the first rendezvous of a process ~8 ms of imports on the event loop while the
+nodes were joining (the agent has it imported already; an embedder using the handlers
+alone paid it mid-join).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,8 @@ import logging
 import os
 import socket
 from typing import Any
+
+from .. import events  # looked up at each event: a test or a user may replace the recorder
 
 __all__ = ("record",)
 
@@ -31,12 +39,8 @@ def record(
     """
     _log.debug("rdzv %s [%s]: %s", run_id, name, message)
     try:
-        from ..events import NodeState, construct_and_record_rdzv_event
-    except ImportError:  # the events package is not there yet
-        return
-    try:
-        node_state: Any = getattr(NodeState, state)
-        construct_and_record_rdzv_event(
+        node_state: Any = getattr(events.NodeState, state)
+        events.construct_and_record_rdzv_event(
             run_id=run_id,
             message=message,
             node_state=node_state,

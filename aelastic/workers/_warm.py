@@ -221,10 +221,14 @@ class WarmProcess:
             fields += [os.fsencode(a) for a in items]
         fields += [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()]
         body = b"\0".join(fields)
+        message = len(body).to_bytes(8, "big") + body
         try:
             self.control.settimeout(_KILL_TIMEOUT)
-            socket.send_fds(self.control, [len(body).to_bytes(8, "big")], [stdout_fd, stderr_fd])
-            self.control.sendall(body)
+            # One sendmsg wakes the worker once with everything (a few KiB, far below the
+            # socket buffer); the rest, if any, follows.
+            sent = socket.send_fds(self.control, [message], [stdout_fd, stderr_fd])
+            if sent < len(message):
+                self.control.sendall(message[sent:])
         finally:
             self.control.close()
 

@@ -145,6 +145,23 @@ async def test_script_sees_what_a_fresh_interpreter_sees(tmp_path: Path) -> None
     assert not w["aelastic_loaded"] and w["main_is_module"]
 
 
+async def test_an_environment_larger_than_the_socket_buffer_arrives_whole(tmp_path: Path) -> None:
+    """The activation goes out in one sendmsg when it fits the socket buffer; a larger
+    one (here 480 kB of environment) must still arrive whole, the rest sent after."""
+    script = _write(tmp_path / "env.py", PRINT_BIG)
+    big = {f"BIG{i}": f"{i}" * 120_000 for i in range(4)}  # each below MAX_ARG_STRLEN
+    fresh, warm = await _side_by_side([PY, "-u", script], tmp_path, env={**os.environ, **big})
+    expected = "".join(f"BIG{i} {len(v)} {v[-3:]}\n" for i, v in enumerate(big.values()))
+    assert fresh == warm == (0, expected, "")
+
+
+PRINT_BIG = """\
+import os
+for name in sorted(k for k in os.environ if k.startswith("BIG")):
+    print(name, len(os.environ[name]), os.environ[name][-3:])
+"""
+
+
 async def test_module_entrypoint(tmp_path: Path) -> None:
     _write(tmp_path / "mypkg" / "__init__.py", "")
     _write(tmp_path / "mypkg" / "probe.py", PROBE)
