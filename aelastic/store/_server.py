@@ -220,8 +220,6 @@ class StoreServer(AsyncContextManagerMixin):
 
     def _listen(self, tg: TaskGroup) -> None:
         """Bind, listen and accept in ``tg``; no await, so a cancelled start leaves no socket."""
-        if self._tg is not None:
-            raise StoreConfigError(f"store server {self.address} is already started")
         try:
             sock = self._make_socket()
         except OSError as exc:
