@@ -12,10 +12,10 @@ import anyio
 from anyio import AsyncContextManagerMixin
 from anyio.abc import TaskGroup, TaskStatus
 
+from ..store import Store
+
 if TYPE_CHECKING:
     from typing_extensions import Self
-
-from ..store import Store
 
 __all__ = (
     "RendezvousHandler",
