@@ -13,7 +13,7 @@ import json
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
@@ -92,14 +92,14 @@ async def open_status_store(args: argparse.Namespace) -> AsyncIterator[Store]:
         return
     host, port = parse_endpoint(args.rdzv_endpoint, DEFAULT_C10D_PORT)
     client = TCPStoreClient(host, port, timeout=args.timeout, connect_timeout=args.timeout)
-    try:
-        await client.__aenter__()
-    except (StoreError, OSError) as exc:
-        raise _Unreachable(f"cannot reach the rendezvous store at {host}:{port}: {exc}") from None
-    try:
+    async with AsyncExitStack() as stack:
+        try:  # only connecting is "unreachable", not an error of the block
+            await stack.enter_async_context(client)
+        except (StoreError, OSError) as exc:
+            raise _Unreachable(
+                f"cannot reach the rendezvous store at {host}:{port}: {exc}"
+            ) from None
         yield PrefixStore(f"{STATUS_PREFIX}/{args.rdzv_id}", client)
-    finally:
-        await client.__aexit__(None, None, None)
 
 
 def _fail(prog: str, args: argparse.Namespace, exc: BaseException) -> int:

@@ -74,13 +74,13 @@ import math
 import os
 import socket
 import threading
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager, AsyncExitStack, nullcontext
-from types import TracebackType
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager, nullcontext
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from .._tasks import background_tasks
 from ..store import (
     EphemeralSession,
     OnCloseAction,
@@ -152,24 +152,6 @@ async def _open_session(stack: AsyncExitStack, store: Store) -> EphemeralSession
     except (StoreError, OSError) as exc:
         _log.warning("no ephemeral store session (%s); peers rely on heartbeats", exc)
         return None
-
-
-async def _close(stack: AsyncExitStack, tg: TaskGroup) -> None:
-    """Close a handler's store resources, then cancel and join its background tasks.
-
-    Two steps, not one ``AsyncExitStack`` holding the task group: when a resource's exit
-    raises a cancellation (the handler is left from a cancelled task) and the stack then
-    hands it to the task group, which re-raises that same exception, CPython 3.11's
-    ``ExitStack`` makes the exception its own ``__context__`` and anyio's asyncio backend
-    walks that chain forever (the loop spun at 100% CPU when an ``open_job`` block
-    waiting in its rendezvous was left). The body's exception propagates as is: the
-    task group only holds background tasks, which never raise.
-    """
-    try:
-        await stack.aclose()
-    finally:
-        tg.cancel_scope.cancel()
-        await tg.__aexit__(None, None, None)
 
 
 async def _first_of(a: anyio.Event, b: anyio.Event) -> None:
@@ -376,44 +358,38 @@ class DynamicRendezvousHandler(RendezvousHandler):
         if self._stack is not None and self._store is not None:
             self._session = await _open_session(self._stack, self._store)
 
-    async def __aenter__(self) -> DynamicRendezvousHandler:
-        if self._tg is not None:
-            raise RendezvousError("the rendezvous handler is already started")
-        # The task group is entered apart from the stack of store resources, and left
-        # after it (see _close): never one AsyncExitStack around both.
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        stack = AsyncExitStack()
-        try:
+    @asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncIterator[DynamicRendezvousHandler]:
+        """Open the store and its session and run the background tasks for the block;
+        at its end leave the round (shielded, bounded by ``close_timeout``), close
+        the store resources, then cancel and join the tasks."""
+        # The task group is left after the stack of store resources, and never sees
+        # their exit's exception (see _tasks.background_tasks): one AsyncExitStack
+        # holding both spun the loop forever on CPython 3.11 (a resource's exit
+        # re-raised a cancellation that the group then re-raised, and ExitStack made
+        # the exception its own __context__).
+        async with background_tasks() as tg, AsyncExitStack() as stack:
             self._store = await self._open_store(stack, tg)
             self._session = await _open_session(stack, self._store)
             self._start_watch(tg)
-        except BaseException:
-            await _close(stack, tg)  # raises the error itself, not a group
-            raise
-        self._stack, self._tg, self._shut = stack, tg, False
-        self._lock = anyio.Lock()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        stack, tg = self._stack, self._tg
-        try:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(self._settings.close_timeout):
-                await self.shutdown()
-                if self._session is not None:  # left cleanly: nothing to announce
-                    with self._guard():  # a frozen store host: no wait at all
-                        await self._session.cancel()
-        except (StoreError, OSError):
-            pass  # the session's connection or the store's host is gone (or frozen)
-        finally:
-            self._tg = self._stack = self._session = None
-            if stack is not None and tg is not None:
-                await _close(stack, tg)
+            self._stack, self._tg, self._shut = stack, tg, False
+            self._lock = anyio.Lock()
+            try:
+                yield self
+            finally:
+                try:
+                    with (
+                        anyio.CancelScope(shield=True),
+                        anyio.move_on_after(self._settings.close_timeout),
+                    ):
+                        await self.shutdown()
+                        if self._session is not None:  # left cleanly: nothing to announce
+                            with self._guard():  # a frozen store host: no wait at all
+                                await self._session.cancel()
+                except (StoreError, OSError):
+                    pass  # the session's connection or the store's host is gone (or frozen)
+                finally:
+                    self._tg = self._stack = self._session = None
 
     @property
     def started(self) -> bool:

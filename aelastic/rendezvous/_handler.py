@@ -6,13 +6,16 @@ import abc
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
+from anyio import AsyncContextManagerMixin
 from anyio.abc import TaskGroup, TaskStatus
 
 from ..store import Store
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = (
     "RendezvousHandler",
@@ -47,18 +50,21 @@ class RendezvousInfo:
         return iter((self.store, self.rank, self.world_size))
 
 
-class RendezvousHandler(abc.ABC):
+class RendezvousHandler(AsyncContextManagerMixin, abc.ABC):
     """Main rendezvous interface: one instance per agent (node).
 
     A handler is an async context manager: ``async with handler:`` starts what it
     runs in the background (a hosted store, heartbeats) in its own task group, and
-    leaving the block calls :meth:`shutdown`. Backends with nothing to run in the
-    background need not override :meth:`__aenter__`.
+    leaving the block calls :meth:`shutdown`. Backends implement both in
+    :meth:`__asynccontextmanager__`; those with nothing to run in the background
+    need not override it.
 
-    Without ``async with``: :meth:`run_in` gives the handler a task group to start
-    itself in on first use (seed-style ``await handler.next_rendezvous()``; a later
-    :meth:`shutdown` ends it, so the task group can finish), and an agent given a
-    handler nobody entered enters it for the length of its run (:meth:`entered`).
+    The other ways to run a handler are shims over ``async with``: :meth:`serve`
+    holds it in a task group (``await tg.start(handler.serve)``); :meth:`run_in`
+    gives the handler a task group to :meth:`serve` in on first use (seed-style
+    ``await handler.next_rendezvous()``; a later :meth:`shutdown` ends it, so the
+    task group can finish); and an agent given a handler nobody entered enters it
+    for the length of its run (:meth:`entered`).
 
     Methods that touch the network are coroutines. Cancelling any of them leaves
     the handler usable: a cancelled :meth:`next_rendezvous` withdraws this node
@@ -70,6 +76,22 @@ class RendezvousHandler(abc.ABC):
     _task_group: TaskGroup | None = None
     _serving: anyio.Event | None = None
     _stop_serving: anyio.Event | None = None
+
+    @asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncIterator[Self]:
+        """Run the handler for the block; leaving it calls :meth:`shutdown`.
+
+        Backends that run something in the background (a hosted store, heartbeats)
+        override this: start it before the ``yield``, and stop it after, bounded and
+        shielded so that leaving works under cancellation. No task group or exit
+        stack is entered by hand (``async with`` both around the ``yield``; see
+        :func:`aelastic._tasks.background_tasks` for a group whose tasks must not
+        change the block's errors).
+        """
+        try:
+            yield self
+        finally:
+            await self.shutdown()
 
     @property
     def started(self) -> bool:
@@ -190,14 +212,3 @@ class RendezvousHandler(abc.ABC):
         Idempotent and safe under cancellation. Does not close the rendezvous for
         the other nodes.
         """
-
-    async def __aenter__(self) -> RendezvousHandler:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.shutdown()

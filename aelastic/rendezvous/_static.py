@@ -6,8 +6,8 @@ nodes connect to it as clients. Workers share that store (``use_agent_store``).
 
 from __future__ import annotations
 
-from contextlib import AsyncExitStack
-from types import TracebackType
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 
 from ..store import PrefixStore, Store, StoreError, StoreServer, TCPStoreClient
 from ._c10d import _is_ip
@@ -59,7 +59,6 @@ class StaticRendezvousHandler(RendezvousHandler):
         self.timeout = params.get_positive_float("timeout", 600.0)
         self._run_id = params.run_id
         self._store: Store | None = None
-        self._stack: AsyncExitStack | None = None
         self.server: StoreServer | None = None
 
     def get_backend(self) -> str:
@@ -76,10 +75,11 @@ class StaticRendezvousHandler(RendezvousHandler):
     def _closed_key(self) -> str:
         return f"rdzv/{self._run_id}/static/closed"
 
-    async def __aenter__(self) -> StaticRendezvousHandler:
-        stack = AsyncExitStack()
-        await stack.__aenter__()
-        try:
+    @asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncIterator[StaticRendezvousHandler]:
+        """Host the store (rank 0) or connect to it, announce this node, and hold the
+        store for the block (see the class docstring); nothing to leave at the end."""
+        async with AsyncExitStack() as stack:
             endpoint = f"{self.host}:{self.port}"
             if self.rank == 0:
                 bind = self.host if _is_ip(self.host) or self.host == "localhost" else "::"
@@ -91,7 +91,7 @@ class StaticRendezvousHandler(RendezvousHandler):
                         f"node rank 0 cannot host the static rendezvous store at {endpoint}: {exc}"
                     ) from exc
                 self.server = server
-                self._store = server.local_store
+                store: Store = server.local_store
             else:
                 await check_host(
                     self.host,
@@ -111,23 +111,13 @@ class StaticRendezvousHandler(RendezvousHandler):
                         f"cannot reach the static rendezvous store at {endpoint} (hosted by "
                         f"node rank 0) within timeout={self.timeout}s: {exc}"
                     ) from exc
-                self._store = client
-            await announce(Ops(self._store, self.timeout), self._run_id, self.rank)
-        except BaseException as exc:
-            await stack.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        self._stack = stack
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        stack, self._stack, self._store = self._stack, None, None
-        if stack is not None:
-            await stack.__aexit__(exc_type, exc, tb)
+                store = client
+            await announce(Ops(store, self.timeout), self._run_id, self.rank)
+            self._store = store
+            try:
+                yield self
+            finally:
+                self._store = None
 
     @property
     def started(self) -> bool:

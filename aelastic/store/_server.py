@@ -5,13 +5,15 @@ from __future__ import annotations
 import errno
 import logging
 import socket
-from collections.abc import Awaitable, Callable
-from types import TracebackType
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import anyio
-from anyio.abc import TaskGroup
+from anyio import AsyncContextManagerMixin
+from anyio.abc import TaskGroup, TaskStatus
 
 from .._net import is_loopback
+from .._tasks import background_tasks
 from ._exceptions import StoreConfigError, StoreError
 from ._limits import (
     FRAME_TIMEOUT,
@@ -30,7 +32,7 @@ __all__ = ("StoreServer",)
 logger = logging.getLogger("aelastic.store")
 
 
-class StoreServer:
+class StoreServer(AsyncContextManagerMixin):
     """A TCPStore-compatible key-value server, on asyncio, uvloop or trio (anyio).
 
     ::
@@ -40,10 +42,12 @@ class StoreServer:
             await server.local_store.set("k", "v")   # in-process, no TCP
 
     Unmodified ``torch.distributed.TCPStore(host, port, is_master=False)`` clients
-    and :class:`~aelastic.store.TCPStoreClient` can connect. Listening starts in
-    ``__aenter__`` (or :meth:`start`) and stops in ``__aexit__`` (or
-    :meth:`aclose`), in the same task: the server runs its connections in a task
-    group of its own. Cancelling ``__aenter__`` at any point leaves no listening
+    and :class:`~aelastic.store.TCPStoreClient` can connect. The server listens for
+    the length of its ``async with`` block, or of its :meth:`serve` task
+    (``port = await tg.start(server.serve)``); :meth:`start` and :meth:`aclose` are
+    shims for code that cannot nest. Listening starts on entering and stops on
+    leaving, in the same task: the server runs its connections in a task group of
+    its own. Cancelling ``__aenter__`` at any point leaves no listening
     socket behind (the socket is bound and listening only after the last await).
     ``__aexit__`` works under cancellation and ends at once: every client
     connection is closed, so clients blocked in ``WAIT``/``GET`` see the
@@ -132,7 +136,7 @@ class StoreServer:
         self._listener: socket.socket | None = None
         self._task_group = task_group
         self._tg: TaskGroup | None = None
-        self._own_tg = True
+        self._stopped: anyio.Event | None = None
         self.local_store = LocalStore(_state=self._state, name=self.address)
 
     @property
@@ -188,53 +192,94 @@ class StoreServer:
 
     # -- lifetime ---------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Bind and start listening (what ``__aenter__`` does).
+    @asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncIterator[StoreServer]:
+        """Listen for the block (``async with server:``); see the class docstring.
 
-        Without ``task_group``, the server's connections run in a task group
-        entered here and joined by ``__aexit__``, which the same task must await,
-        nested like any cancel scope: use ``async with`` (or an ``AsyncExitStack``
-        entered and left by one task). With ``task_group`` (a running group that
-        outlives the server) they run there and the server may be entered and
-        left from any tasks and scopes. Raises :class:`~aelastic.store.StoreError`
-        if the address cannot be bound; cancelled, it leaves nothing behind (no
-        await after the socket exists).
+        The connections run in ``task_group`` if one was given, else in a task group
+        of the block's own (an error of the block leaves as itself, not in a group).
+        Raises :class:`~aelastic.store.StoreError` if the address cannot be bound.
         """
-        if self._tg is not None:
-            raise StoreConfigError(f"store server {self.address} is already started")
-        own = self._task_group is None
-        tg = anyio.create_task_group() if self._task_group is None else self._task_group
-        if own:
-            await tg.__aenter__()
-        # no await from here on: the listening socket is handed over or closed
+        given = self._task_group
+        if given is not None:
+            self._listen(given)
+            try:
+                yield self
+            finally:
+                # our tasks end by themselves in the given group: their sockets are closed
+                self._stop()
+                self._tg = None
+            return
+        async with background_tasks() as tg:  # cancelled and joined at the end of the block
+            self._listen(tg)
+            try:
+                yield self
+            finally:
+                self._stop()
+                self._tg = None
+
+    def _listen(self, tg: TaskGroup) -> None:
+        """Bind, listen and accept in ``tg``; no await, so a cancelled start leaves no socket."""
         try:
             sock = self._make_socket()
         except OSError as exc:
-            error = StoreError(
+            raise StoreError(
                 f"cannot listen on {self.address}: {exc.strerror or exc}; choose another "
                 "port or use port 0 for a free one"
-            )
-            if own:
-                tg.cancel_scope.cancel()
-                await tg.__aexit__(None, None, None)  # no task started: returns at once
-            raise error from None
+            ) from None
         self._tg = tg
-        self._own_tg = own
         self._listener = sock
+        self._stopped = anyio.Event()
         self._hub.closing = False
         self.port = sock.getsockname()[1]
         self.local_store.name = self._hub.address = self.address
         tg.start_soon(self._accept_loop, sock)
         logger.info("store listening on %s", self.address)
 
+    async def serve(self, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Listen until cancelled or :meth:`aclose`; report the bound port to ``tg.start``.
+
+        ::
+
+            async with anyio.create_task_group() as tg:
+                port = await tg.start(StoreServer("127.0.0.1", 0).serve)
+
+        Raises :class:`~aelastic.store.StoreError` (from ``tg.start``) if the address
+        cannot be bound. Cancelling the task stops the server like leaving its
+        ``async with`` block: at once, closing every connection.
+        """
+        async with self:
+            stopped = self._stopped
+            assert stopped is not None  # set by _listen
+            task_status.started(self.port)
+            await stopped.wait()
+
+    async def start(self) -> None:
+        """Bind and start listening: ``await server.__aenter__()``, for code that cannot
+        use ``async with`` (leave with ``await server.__aexit__(None, None, None)``).
+
+        Without ``task_group``, the server's connections run in a task group
+        entered here and joined by ``__aexit__``, which the same task must await,
+        nested like any cancel scope: use ``async with`` (or an ``AsyncExitStack``
+        entered and left by one task), or :meth:`serve` in a task group. With
+        ``task_group`` (a running group that outlives the server) they run there and
+        the server may be entered and left from any tasks and scopes. Raises
+        :class:`~aelastic.store.StoreError` if the address cannot be bound;
+        cancelled, it leaves nothing behind (no await after the socket exists).
+        """
+        if self._tg is not None:
+            raise StoreConfigError(f"store server {self.address} is already started")
+        await self.__aenter__()
+
     async def aclose(self) -> None:
         """Stop listening and close every connection; usable from any task.
 
         Idempotent and without awaiting anything that can block: sockets are
-        closed, blocked :attr:`local_store` calls raise, and the connection tasks
-        end (their sockets are closed under them). ``__aexit__`` then cancels and
-        joins them: every await in them is cancellable, so that join ends at their
-        next checkpoint and needs no shield.
+        closed, blocked :attr:`local_store` calls raise, the connection tasks
+        end (their sockets are closed under them), and :meth:`serve` returns.
+        Leaving the ``async with`` block then cancels and joins them: every await
+        in them is cancellable, so that join ends at their next checkpoint and
+        needs no shield.
         """
         self._stop()
 
@@ -250,27 +295,11 @@ class StoreServer:
             conn.close()  # wakes its task (and its drain) with ClosedResourceError
         self._connections.clear()
         self._hub.budget.wake()
-
-    async def __aenter__(self) -> StoreServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._stop()
-        tg, self._tg = self._tg, None
-        if tg is not None and self._own_tg:
-            # the host's body is over: cancelling the group only reaches our tasks
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)
-        # in a given task group, our tasks end by themselves: their sockets are closed
+        if self._stopped is not None:
+            self._stopped.set()
 
     async def serve_forever(self) -> None:
-        """Run until cancelled (the server must be started)."""
+        """Run until cancelled (the server must be started; :meth:`serve` also starts it)."""
         if self._tg is None:
             raise StoreConfigError("call start() or use 'async with' before serve_forever()")
         await anyio.sleep_forever()

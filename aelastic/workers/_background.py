@@ -9,6 +9,8 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from .._tasks import background_tasks as task_group
+
 __all__ = ("BackgroundTasks", "background_tasks")
 
 
@@ -57,11 +59,9 @@ async def background_tasks() -> AsyncIterator[BackgroundTasks]:
     each ends at its next checkpoint, so the wait is short and bounded by the
     tasks' own cleanup.
     """
-    tg = anyio.create_task_group()
-    await tg.__aenter__()
-    tasks = BackgroundTasks(tg)
-    try:
-        yield tasks
-    finally:
-        tasks._cancel()
-        await tg.__aexit__(None, None, None)
+    async with task_group() as tg:
+        tasks = BackgroundTasks(tg)
+        try:
+            yield tasks
+        finally:
+            tasks._cancel()

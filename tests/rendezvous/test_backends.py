@@ -53,3 +53,29 @@ async def test_static_rank0_hosts_rank1_connects() -> None:
             assert (a.rank, b.rank, a.world_size) == (0, 1, 2)
             await second.set_closed()
             assert await first.is_closed()
+
+
+async def test_a_handler_block_raises_its_own_error_and_serve_holds_the_handler() -> None:
+    """Leaving a handler's block with an error raises that error (not its task group's
+    ExceptionGroup) and stops its store; ``tg.start(handler.serve)`` is the same block,
+    held until :meth:`shutdown`."""
+    host = c10d("127.0.0.1:0", 1, 1)
+    with pytest.raises(KeyError, match="the block's own"):
+        async with host:
+            assert host.server is not None
+            port = host.server.port
+            raise KeyError("the block's own")
+    with pytest.raises(OSError):
+        await anyio.connect_tcp("127.0.0.1", port)
+
+    params = RendezvousParameters("static", "127.0.0.1:0", "job", 1, 1, rank=0, timeout=10)
+    static = get_rendezvous_handler(params)
+    assert isinstance(static, StaticRendezvousHandler)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await tg.start(static.serve)
+            assert static.started and static.server is not None
+            info = await static.next_rendezvous()
+            assert (info.rank, info.world_size) == (0, 1)
+            await static.shutdown()  # serve leaves the block: the group ends uncancelled
+    assert not static.started

@@ -411,3 +411,34 @@ async def test_server_in_a_given_task_group_is_entered_and_left_from_other_tasks
         await stack.aclose()  # the parent leaves it
         with pytest.raises(OSError):
             await anyio.connect_tcp(server.host, server.port)
+
+
+@on_every_backend
+async def test_serve_reports_the_bound_port_and_stops_when_cancelled_or_closed() -> None:
+    """``tg.start(server.serve)`` returns once the server listens, with its port;
+    cancelling the task, or ``aclose()``, stops it and closes its clients."""
+    async with anyio.create_task_group() as tg:
+        server = StoreServer("127.0.0.1", 0)
+        port = await tg.start(server.serve)
+        assert port == server.port != 0
+        async with TCPStoreClient("127.0.0.1", port, timeout=10) as client:
+            await client.set("k", "v")
+            assert await server.local_store.get("k") == b"v"
+            tg.cancel_scope.cancel()
+    with pytest.raises(OSError):
+        await anyio.connect_tcp("127.0.0.1", port)
+
+    closing = StoreServer("127.0.0.1", 0)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            port = await tg.start(closing.serve)
+            await closing.aclose()  # serve returns: the group ends without a cancel
+    with pytest.raises(OSError):
+        await anyio.connect_tcp("127.0.0.1", port)
+
+
+@on_every_backend
+async def test_serve_raises_the_bind_error_from_start(store_server: StoreServer) -> None:
+    async with anyio.create_task_group() as tg:
+        with pytest.raises(StoreError, match=r"cannot listen on 127\.0\.0\.1:\d+: .*port 0"):
+            await tg.start(StoreServer("127.0.0.1", store_server.port).serve)

@@ -38,7 +38,8 @@ import math
 import os
 import random
 import socket
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from ..._net import is_loopback
+from ..._tasks import background_tasks
 from ...store import StoreError
 from .._events import record
 from .._exceptions import (
@@ -178,7 +180,6 @@ class EtcdRendezvousHandler(RendezvousHandler):
         }
         if rank_order is not None:  # RendezvousConfigError: a bad form, an empty variable
             self._node["key"] = rank_key(rank_order, hostname)
-        self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
         self._lease = NodeLease(
             self.settings.lease_ttl,
@@ -226,27 +227,24 @@ class EtcdRendezvousHandler(RendezvousHandler):
     def started(self) -> bool:
         return self._tg is not None
 
-    async def __aenter__(self) -> EtcdRendezvousHandler:
+    @asynccontextmanager
+    async def __asynccontextmanager__(self) -> AsyncIterator[EtcdRendezvousHandler]:
+        """Open the etcd client and run the lease keep-alive for the block; at its end
+        revoke the lease (:meth:`shutdown`: shielded, bounded by ``close_timeout``),
+        cancel the keep-alive and close the client."""
         require_asyncio()
         if self.client.closed:  # entered again after a shutdown
             self.client = EtcdClient(self.client.config)
         self._shut = False
-        stack = AsyncExitStack()
-        await stack.enter_async_context(self.client)
-        self._tg = await stack.enter_async_context(anyio.create_task_group())
-        self._stack = stack
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        try:
-            await self.shutdown()
-        finally:
-            stack, self._stack = self._stack, None
-            if self._tg is not None:
-                self._tg.cancel_scope.cancel()
-            self._tg = None
-            if stack is not None:
-                await stack.aclose()
+        async with self.client, background_tasks() as tg:
+            self._tg = tg
+            try:
+                yield self
+            finally:
+                try:
+                    await self.shutdown()
+                finally:
+                    self._tg = None
 
     async def shutdown(self) -> bool:
         """Revoke this node's lease (peers see it leave at once); idempotent, shielded."""
