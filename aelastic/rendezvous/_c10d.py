@@ -212,9 +212,11 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
         assert tg is not None
         epoch = self._keys.epoch + 1
         marks = Keys(self._run_id, epoch).moved_marks()
-        view = self._view
-        if view is not None and view.tick is not None and view.keys is not None:
-            marks |= view.keys.dissolved_ticks(view.round, view.tick.n, _TICKS_KEPT)
+        # The round this node ran in (which next_rendezvous left before it found the
+        # store gone: self._view is None then) and the one it was joining, if any.
+        for view in (self._member_view, self._view):
+            if view is not None and view.tick is not None and view.keys is not None:
+                marks |= view.keys.dissolved_ticks(view.round, view.tick.n, _TICKS_KEPT)
         try:
             server, store, session = await tg.start(self._hold_store, cm, marks)
         except (StoreError, OSError) as error:

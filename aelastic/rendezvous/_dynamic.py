@@ -232,6 +232,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         self._lock: anyio.Lock | None = None
         self._session: EphemeralSession | None = None
         self._heir: tuple[bool, str] | None = None  # (this node is the heir, its address)
+        self._member_view: _View | None = None  # the round this node was last admitted to
         self._host_watch: StoreWatch | None = None  # notices a frozen store host (c10d)
 
     # -- plumbing ------------------------------------------------------------
@@ -560,6 +561,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
 
     def _admitted(self, view: RoundView, tick: Tick) -> RendezvousInfo:
         view.member_tick = tick
+        self._member_view = view
         self._heir = (tick.heir_ticket == view.ticket, tick.heir) if tick.heir_ticket >= 0 else None
         rank = tick.rank_of(view.ticket)
         self._last = (self._keys.epoch, view.round, rank)

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from contextlib import AsyncExitStack
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 
 import anyio
 import anyio.abc
 import pytest
 
 from aelastic.rendezvous import RendezvousConnectionError, RendezvousHandler, RendezvousInfo
+from aelastic.rendezvous._c10d import C10dRendezvousHandler
 from aelastic.rendezvous._ops import Ops
 from aelastic.rendezvous._state import Tick
 from aelastic.store import StoreServer, TCPStoreClient
@@ -146,6 +148,32 @@ async def test_store_host_killed_the_heir_rehosts_and_survivors_go_on(addrs: str
                 assert await n.line() == "changed"
                 line = await n.line()
                 assert line.startswith("admitted") and line.split()[2:] == ["2", "0"], line
+
+
+async def test_the_heirs_store_holds_the_round_it_ran_as_dissolved(
+    hosted: Callable[[StoreServer], AbstractAsyncContextManager[StoreServer]],
+) -> None:
+    # A survivor whose client reconnects to the heir's store at the same address without
+    # noticing reads the next tick of the round it ran in there: it must find it
+    # dissolved, not wait for it until heartbeat_timeout. The heir learns that the store
+    # is gone only after next_rendezvous left that round (the flaky one-address case).
+    async with AsyncExitStack() as stack, AsyncExitStack() as host:
+        lost = await host.enter_async_context(hosted(StoreServer("127.0.0.1", 0)))
+        endpoint = f"127.0.0.1:{lost.port}"
+        a, b = [await stack.enter_async_context(c10d(endpoint, 2, 2, **SLOW)) for _ in "ab"]
+        with anyio.fail_after(30):
+            await rendezvous_all([a, b])
+        latest = Tick.loads("tick", await lost.local_store.get("rdzv/job/c/0/tick"))
+        await host.aclose()  # the store's host is gone, and the store's data with it
+        with anyio.fail_after(BOUND):
+            await a.wait_for_membership_change()
+            await b.wait_for_membership_change()
+            infos = await rendezvous_all([a, b])
+        assert sorted((i.rank, i.world_size) for i in infos) == [(0, 2), (1, 2)]
+        (heir,) = [h.server for h in (a, b) if isinstance(h, C10dRendezvousHandler) and h.server]
+        next_tick = f"rdzv/job/c/0/tick/{latest.n + 1}"
+        assert await heir.local_store.check([next_tick])
+        assert Tick.loads(next_tick, await heir.local_store.get(next_tick)).state == "dissolved"
 
 
 async def test_store_host_and_heir_lost_the_error_says_no_node_can_go_on() -> None:
