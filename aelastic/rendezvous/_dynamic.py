@@ -232,7 +232,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         self._lock: anyio.Lock | None = None
         self._session: EphemeralSession | None = None
         self._heir: tuple[bool, str] | None = None  # (this node is the heir, its address)
-        self._member_view: _View | None = None  # the round this node was last admitted to
+        self._member_view: RoundView | None = None  # the round this node was last admitted to
         self._host_watch: StoreWatch | None = None  # notices a frozen store host (c10d)
 
     # -- plumbing ------------------------------------------------------------
