@@ -96,6 +96,11 @@ class Node:
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
 
+    async def go(self) -> None:
+        """Let a node started with ``hold=1`` join."""
+        assert self.process.stdin is not None
+        await self.process.stdin.send(b"go\n")
+
 
 @asynccontextmanager
 async def node(endpoint: str, min_nodes: int, max_nodes: int, **kw: str) -> AsyncIterator[Node]:

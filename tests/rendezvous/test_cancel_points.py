@@ -12,25 +12,32 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
+from anyio.abc import Process
 
 from aelastic.rendezvous import C10dRendezvousHandler
 from aelastic.rendezvous._ops import Ops
 from aelastic.store import TCPStoreClient
 
-from .test_c10d import NODE, Node, c10d
+from .test_c10d import Node, c10d
 
-#: Slow heartbeats: only a proper withdrawal lets the others regroup within the test's
-#: bound (a leaked ticket would hold them up for heartbeat_timeout = 60 s).
+NODE_POOL = Path(__file__).with_name("_node_pool.py")
+
+#: A slow heartbeat timeout: only a proper withdrawal lets the others regroup within the
+#: test's bound (a leaked ticket would hold them up for heartbeat_timeout = 60 s). The
+#: ticks themselves are frequent: the last points (into the admitted node's life) are the
+#: requests of its heartbeat, each a keep-alive interval after the one before.
 SLOW = {
-    "keep_alive_interval": "10",
-    "keep_alive_max_attempt": "6",
+    "keep_alive_interval": "0.5",
+    "heartbeat_timeout": "60",
     "last_call_timeout": "0.2",
     "join_timeout": "60",
     "read_timeout": "20",
@@ -102,19 +109,63 @@ def counting(handler: C10dRendezvousHandler, at: CancelAt) -> None:
     handler._ops = ops  # type: ignore[method-assign]
 
 
-class HeldNode(Node):
-    async def go(self) -> None:
+class Pool:
+    """The test's side of ``_node_pool.py``: one process hosting every peer node.
+
+    A node per run would cost an interpreter start (and aelastic's imports) twice per
+    cancellation point; the pool's nodes are separate handlers, each with its own store
+    connection, exactly as separate processes would be to the rendezvous.
+    """
+
+    def __init__(self, process: Process) -> None:
+        self.process = process
+        self._lines = Node(process)
+        self._pending: dict[str, deque[str]] = defaultdict(deque)
+
+    async def send(self, *words: str) -> None:
         assert self.process.stdin is not None
-        await self.process.stdin.send(b"go\n")
+        await self.process.stdin.send((" ".join(words) + "\n").encode())
+
+    async def line(self, name: str) -> str:
+        """The next line ``name`` printed (without the name); others' lines wait their turn."""
+        while not self._pending[name]:
+            who, _, rest = (await self._lines.line()).partition(" ")
+            self._pending[who].append(rest)
+        return self._pending[name].popleft()
+
+    @asynccontextmanager
+    async def node(self, name: str, run_id: str, hold: bool = False) -> AsyncIterator[PoolNode]:
+        """A node of ``run_id`` entered in the pool; joins at once unless ``hold``."""
+        await self.send("enter", name, run_id)
+        member = PoolNode(self, name)
+        if not hold:
+            await member.go()
+        try:
+            yield member
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.send("close", name)
+
+
+class PoolNode:
+    def __init__(self, pool: Pool, name: str) -> None:
+        self.pool = pool
+        self.name = name
+
+    async def go(self) -> None:
+        await self.pool.send("join", self.name)
+
+    async def line(self) -> str:
+        return await self.pool.line(self.name)
 
 
 @asynccontextmanager
-async def node_process(endpoint: str, run_id: str, hold: bool = False) -> AsyncIterator[HeldNode]:
-    conf = [f"{k}={v}" for k, v in {**SLOW, "is_host": "false", "hold": int(hold)}.items()]
-    cmd = [sys.executable, str(NODE), endpoint, run_id, "2", "2", *conf]
-    async with await anyio.open_process(cmd) as process:
+async def node_pool(endpoint: str) -> AsyncIterator[Pool]:
+    conf = [f"{k}={v}" for k, v in {**SLOW, "is_host": "false"}.items()]
+    cmd = [sys.executable, str(NODE_POOL), endpoint, "2", "2", *conf]
+    async with await anyio.open_process(cmd, stderr=None) as process:
         try:
-            yield HeldNode(process)
+            yield Pool(process)
         finally:
             if process.returncode is None:
                 process.kill()
@@ -146,7 +197,7 @@ async def victim_run(endpoint: str, run_id: str, at: CancelAt) -> bool:
     return scope.cancelled_caught
 
 
-async def run_beside(endpoint: str, run_id: str, peer: HeldNode, role: str, at: CancelAt) -> bool:
+async def run_beside(endpoint: str, run_id: str, peer: PoolNode, role: str, at: CancelAt) -> bool:
     """Run the victim with ``peer`` joining first (role member) or after it (coordinator)."""
     if role == "member":
         await peer.go()
@@ -167,44 +218,45 @@ async def run_beside(endpoint: str, run_id: str, peer: HeldNode, role: str, at: 
             at.ticket.set()  # cancelled before taking a ticket: let the peer join now
 
 
-@pytest.mark.timeout(600)  # two node processes per point: ~1 minute when the machine is idle
+@pytest.mark.timeout(600)  # two fresh peer nodes per point
 @pytest.mark.parametrize("role", ["member", "coordinator"])
 async def test_cancelled_at_every_store_request_leaves_nothing(
     store_server_process: tuple[str, int], role: str
 ) -> None:
     host, port = store_server_process
     endpoint = f"{host}:{port}"
-    # A full run, uncancelled: how many points a node passes until it is admitted
-    # (and it warms anyio's resolver thread pool up, part of the baseline).
-    async with node_process(endpoint, "full", hold=True) as peer:
-        assert await peer.line() == "entered"
-        full = CancelAt(float("inf"))
-        with anyio.fail_after(30):
-            await run_beside(endpoint, "full", peer, role, full)
-        assert (await peer.line()).startswith("admitted")
-    # Cancel at each point up to admission, and a few into the admitted node's life.
-    points = full.admitted_at + 2
-    assert points >= 8, points
-    for k in range(1, points + 1):
-        run_id = f"{role}{k}"
-        async with node_process(endpoint, run_id, hold=True) as peer:
+    async with node_pool(endpoint) as pool:
+        # A full run, uncancelled: how many points a node passes until it is admitted
+        # (and it warms anyio's resolver thread pool up, part of the baseline).
+        async with pool.node("peer", "full", hold=True) as peer:
             assert await peer.line() == "entered"
-            before = footprint()
-            at = CancelAt(k)
+            full = CancelAt(float("inf"))
             with anyio.fail_after(30):
-                cancelled = await run_beside(endpoint, run_id, peer, role, at)
-            assert cancelled, f"point {k} was never reached"
-            fds, threads, tasks = footprint()
-            assert fds <= before[0], f"cancelled at point {k}: {fds - before[0]} fds leaked"
-            assert threads <= before[1], f"cancelled at point {k}: a thread leaked"
-            assert tasks <= before[2], f"cancelled at point {k}: a task leaked"
-            # Nothing of the cancelled node holds the round up: a new node and the peer
-            # form a world of 2 long before the 60 s heartbeat timeout.
-            async with node_process(endpoint, run_id) as other:
-                assert await other.line() == "entered"
-                with anyio.fail_after(20):
-                    line = await other.line()
-                assert line.startswith("admitted") and line.split()[2] == "2", (k, line)
+                await run_beside(endpoint, "full", peer, role, full)
+                assert (await peer.line()).startswith("admitted")
+        # Cancel at each point up to admission, and a few into the admitted node's life.
+        points = full.admitted_at + 2
+        assert points >= 8, points
+        for k in range(1, points + 1):
+            run_id = f"{role}{k}"
+            async with pool.node(f"peer{k}", run_id, hold=True) as peer:
+                assert await peer.line() == "entered"
+                before = footprint()
+                at = CancelAt(k)
+                with anyio.fail_after(30):
+                    cancelled = await run_beside(endpoint, run_id, peer, role, at)
+                assert cancelled, f"point {k} was never reached"
+                fds, threads, tasks = footprint()
+                assert fds <= before[0], f"cancelled at point {k}: {fds - before[0]} fds leaked"
+                assert threads <= before[1], f"cancelled at point {k}: a thread leaked"
+                assert tasks <= before[2], f"cancelled at point {k}: a task leaked"
+                # Nothing of the cancelled node holds the round up: a new node and the peer
+                # form a world of 2 long before the 60 s heartbeat timeout.
+                async with pool.node(f"other{k}", run_id) as other:
+                    assert await other.line() == "entered"
+                    with anyio.fail_after(20):
+                        line = await other.line()
+                    assert line.startswith("admitted") and line.split()[2] == "2", (k, line)
 
 
 @pytest.mark.parametrize("when", ["entering", "joining"])

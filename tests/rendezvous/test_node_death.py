@@ -124,7 +124,9 @@ async def test_store_host_killed_the_heir_rehosts_and_survivors_go_on(addrs: str
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     endpoint = f"127.0.0.1:{port}"
-    conf = {**SLOW, "last_call_timeout": "3"}  # b and c start together: both join round 0
+    # All three join at once (each holds until told to go): round 0 holds all of them
+    # with a short last call, which the round of the two survivors then waits out.
+    conf = {**SLOW, "last_call_timeout": "1", "hold": "1"}
     async with AsyncExitStack() as stack:
         host = await stack.enter_async_context(node(endpoint, 2, 3, **{**conf, "is_host": "1"}))
         with anyio.fail_after(30):
@@ -136,11 +138,13 @@ async def test_store_host_killed_the_heir_rehosts_and_survivors_go_on(addrs: str
         b = await stack.enter_async_context(node(endpoint, 2, 3, **conf, local_addr=b_addr))
         c = await stack.enter_async_context(node(endpoint, 2, 3, **conf, local_addr=c_addr))
         with anyio.fail_after(30):
+            for n in (b, c):
+                assert await n.line() == "entered"
+            for n in (host, b, c):
+                await n.go()
             for n in (host, b, c):
                 line = await n.line()
-                while not line.startswith("admitted"):
-                    line = await n.line()
-                assert line.split()[2:] == ["3", "0"], line
+                assert line.split()[0] == "admitted" and line.split()[2:] == ["3", "0"], line
         host.kill()
         await host.process.wait()
         with anyio.fail_after(BOUND):

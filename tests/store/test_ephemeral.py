@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
@@ -143,24 +143,27 @@ async def test_sigkilled_client_is_noticed_at_once(store_server: StoreServer) ->
             assert await store_server.local_store.queue_pop("departed") == b"victim"
 
 
-@on_every_backend
-async def test_torch_server_raises_unsupported() -> None:
-    async with await anyio.open_process(
+@pytest.fixture(scope="module")
+def torch_server_port() -> Iterator[int]:
+    """torch's own TCPStore server in a subprocess, shared by the backends' runs (each
+    backend's client talks to it over its own sockets; torch's start-up costs seconds)."""
+    with subprocess.Popen(
         [sys.executable, TORCH_OPS, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     ) as proc:
         assert proc.stdout is not None and proc.stdin is not None
-        line = b""
-        with anyio.fail_after(60):
-            while not line.endswith(b"\n"):
-                line += await proc.stdout.receive(1)
-        port = int(line.split()[1])
         try:
-            async with TCPStoreClient("127.0.0.1", port, timeout=30) as client:
-                with anyio.fail_after(30), pytest.raises(StoreUnsupportedError, match="torch"):
-                    async with client.ephemeral():
-                        pass
-                # the client's other connections are unaffected
-                await client.set("k", "v")
-                assert await client.get("k") == b"v"
+            yield int(proc.stdout.readline().split()[1])
         finally:
-            await proc.stdin.aclose()
+            proc.stdin.close()
+            proc.wait(timeout=20)
+
+
+@on_every_backend
+async def test_torch_server_raises_unsupported(torch_server_port: int) -> None:
+    async with TCPStoreClient("127.0.0.1", torch_server_port, timeout=30) as client:
+        with anyio.fail_after(30), pytest.raises(StoreUnsupportedError, match="torch"):
+            async with client.ephemeral():
+                pass
+        # the client's other connections are unaffected
+        await client.set("k", "v")
+        assert await client.get("k") == b"v"
