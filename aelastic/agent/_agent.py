@@ -56,6 +56,9 @@ log = logging.getLogger("aelastic.agent")
 _TERMINAL_STATE_SYNC_ID = "torchelastic/agent/terminal_state"
 #: Bound on leaving the rendezvous during an abnormal exit (a dead backend must not hang us).
 _RDZV_SHUTDOWN_TIMEOUT = 10.0
+# How long the store's host waits after the exit barrier for its peers to acknowledge
+# it (they do within a round trip; only a peer that died since it arrived costs this).
+_EXIT_BARRIER_LINGER = 5.0
 
 
 class ElasticAgent(abc.ABC):
@@ -783,9 +786,12 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         watched requests (heartbeat timeout + at most 1 s probe, see
         ``rendezvous._hostwatch``), which never stop while this node is a member. This
         node's workers succeeded either way: it finishes. A node merely waiting to join
-        does not end it. Errors other than cancellation are logged, not raised.
+        does not end it. The node that hosts the store then waits (up to
+        ``_EXIT_BARRIER_LINGER`` s) until every peer acknowledged the barrier's end:
+        leaving closes the store, which would reset a peer whose wait the server had
+        not answered yet. Errors other than cancellation are logged, not raised.
         """
-        from ..store import barrier
+        from ..store import arrive_at_barrier, wait_for_departures
 
         wg = self._worker_group
         if self._store is None or wg.group_world_size is None:
@@ -797,16 +803,28 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         )
         started = time.monotonic()
         lost: list[str] = []
+        arrival: int | None = None
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._watch_for_lost_peers, tg.cancel_scope, lost)
-                await barrier(
+                arrival = await arrive_at_barrier(
                     self._store,
                     wg.group_world_size,
                     key_prefix=_TERMINAL_STATE_SYNC_ID,
                     timeout=self._exit_barrier_timeout,
                 )
                 tg.cancel_scope.cancel()
+            if arrival is not None and wg.spec.rdzv_handler.hosts_store:
+                # Our exit closes the store: serve until every peer has read the
+                # barrier's end (not cut short by a peer that leaves meanwhile: it
+                # acknowledged first, and the others may still be reading).
+                await wait_for_departures(
+                    self._store,
+                    wg.group_world_size,
+                    _TERMINAL_STATE_SYNC_ID,
+                    arrival,
+                    within=min(_EXIT_BARRIER_LINGER, self._exit_barrier_timeout),
+                )
         except Exception:
             log.exception(
                 "error waiting on the exit barrier after %.1f s", time.monotonic() - started

@@ -143,6 +143,10 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
     def _hosts_store(self) -> bool:
         return self.server is not None
 
+    @property
+    def hosts_store(self) -> bool:
+        return self._hosts_store()
+
     def _endpoint(self, host: str) -> str:
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 

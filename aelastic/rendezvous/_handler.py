@@ -171,6 +171,11 @@ class RendezvousHandler(AsyncContextManagerMixin, abc.ABC):
         """Whether workers should use the agent-hosted store (``TORCHELASTIC_USE_AGENT_STORE``)."""
         return False
 
+    @property
+    def hosts_store(self) -> bool:
+        """Whether this node serves the store its peers use (leaving the handler closes it)."""
+        return False
+
     @abc.abstractmethod
     async def next_rendezvous(self) -> RendezvousInfo:
         """Join the next round and wait until it completes with this node admitted.

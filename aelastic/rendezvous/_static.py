@@ -72,6 +72,10 @@ class StaticRendezvousHandler(RendezvousHandler):
         return True
 
     @property
+    def hosts_store(self) -> bool:
+        return self.server is not None
+
+    @property
     def _closed_key(self) -> str:
         return f"rdzv/{self._run_id}/static/closed"
 

@@ -28,9 +28,11 @@ from ._interface import to_bytes as to_bytes
 from ._local import LocalStore as LocalStore
 from ._prefix import PrefixStore as PrefixStore
 from ._server import StoreServer as StoreServer
+from ._utils import arrive_at_barrier as arrive_at_barrier
 from ._utils import barrier as barrier
 from ._utils import get_all as get_all
 from ._utils import synchronize as synchronize
+from ._utils import wait_for_departures as wait_for_departures
 
 __all__ = (
     "EphemeralSession",
@@ -51,8 +53,10 @@ __all__ = (
     "StoreUnsupportedError",
     "TCPStoreClient",
     "Value",
+    "arrive_at_barrier",
     "barrier",
     "get_all",
     "synchronize",
     "to_bytes",
+    "wait_for_departures",
 )

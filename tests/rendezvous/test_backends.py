@@ -25,6 +25,8 @@ async def test_c10d_host_and_clients_rendezvous_and_regroup() -> None:
         assert isinstance(host, C10dRendezvousHandler) and host.server is not None
         endpoint = f"127.0.0.1:{host.server.port}"
         async with c10d(endpoint, 2, 3) as b, c10d(endpoint, 2, 3) as c:
+            # the host's exit barrier waits for its peers before the store closes
+            assert host.hosts_store and not b.hosts_store and not c.hosts_store
             with anyio.fail_after(20):
                 infos = await rendezvous_all([host, b, c])
             assert sorted((i.rank, i.world_size) for i in infos) == [(0, 3), (1, 3), (2, 3)]
@@ -51,6 +53,7 @@ async def test_static_rank0_hosts_rank1_connects() -> None:
         async with static(f"127.0.0.1:{first.server.port}", 1) as second:
             a, b = await first.next_rendezvous(), await second.next_rendezvous()
             assert (a.rank, b.rank, a.world_size) == (0, 1, 2)
+            assert first.hosts_store and not second.hosts_store
             await second.set_closed()
             assert await first.is_closed()
 
