@@ -119,6 +119,13 @@ class Checkpoints:
         found.update(L.complete_steps(L.scan(self.memory_dir), ranks))
         return found
 
+    def _choose_alone(self, ranks: Sequence[int]) -> dict[int, int]:
+        """:meth:`_candidates`, then :meth:`_drop_newer` than the newest (blocking): the
+        choice of a round without other nodes, in one thread hop."""
+        found = self._candidates(ranks)
+        self._drop_newer(max(found, default=None))
+        return found
+
     def _drop_newer(self, step: int | None) -> None:
         """Delete the memory steps newer than ``step`` and interrupted saves (blocking).
 
@@ -172,10 +179,12 @@ class Checkpoints:
         elif group_world_size > 1:
             with contextlib.suppress(StoreError):  # the agreement below reports it
                 await announce_no_replicas(store, group_rank)
+        alone = group_world_size <= 1  # nothing to agree on: choose and drop in one hop
         async with self._limiter:
-            found = await anyio.to_thread.run_sync(self._candidates, list(ranks))
+            choose = self._choose_alone if alone else self._candidates
+            found = await anyio.to_thread.run_sync(choose, list(ranks))
         agreed: dict[int, int] | None = found
-        if group_world_size > 1:
+        if not alone:
             try:
                 agreed = await self._agree(
                     found, store, group_rank, group_world_size, membership_changed
@@ -185,7 +194,7 @@ class Checkpoints:
                 agreed = None
         found = agreed or {}
         step = max(found, default=None)
-        if agreed is not None:  # None: cut short, the next round decides
+        if agreed is not None and not alone:  # None: cut short, the next round decides
             async with self._limiter:
                 await anyio.to_thread.run_sync(self._drop_newer, step)
         self.resumed_step = step
@@ -312,6 +321,15 @@ def _safe(run_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:64]
 
 
+def _sweep_and_claim(name: str) -> tuple[list[str], tuple[str, int]]:
+    """Free what killed agents left, then claim this run's directory (blocking).
+
+    One thread hop for both: each hop costs the job's start a thread hand-off.
+    """
+    root = memory_root()
+    return sweep_abandoned(root), claim(root, name)
+
+
 @contextlib.asynccontextmanager
 async def open_checkpoints(
     run_id: str,
@@ -329,11 +347,9 @@ async def open_checkpoints(
     Cleanup survives cancellation (shielded): the last copy to ``persist_dir`` takes as
     long as the newest step takes to write, then the memory is freed.
     """
-    root = memory_root()
-    freed = await anyio.to_thread.run_sync(sweep_abandoned, root)
+    freed, (memory_dir, lock) = await anyio.to_thread.run_sync(_sweep_and_claim, _safe(run_id))
     if freed:
         log.warning("freed checkpoint memory that killed agents left behind: %s", freed)
-    memory_dir, lock = await anyio.to_thread.run_sync(claim, root, _safe(run_id))
     checkpoints = Checkpoints(memory_dir, persist_dir, emit)
     try:
         async with contextlib.AsyncExitStack() as stack:

@@ -124,7 +124,9 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
     from ..rendezvous import RendezvousGracefulExitError
     from ._exceptions import LaunchConfigError
     from ._launch import run_launch
+    from ._preimport import import_now, job_modules
 
+    import_now(job_modules(parsed.config))  # here, not in a thread once the loop runs
     if startup_gc_off:
         gc.freeze()  # what start-up made stays; later collections skip it
         gc.enable()

@@ -27,7 +27,7 @@ from .._tasks import background_tasks
 from ._build import PreparedJob, prepare_job
 from ._config import LaunchConfig
 from ._exceptions import JobSignalError, JobStoppedError
-from ._preimport import JOB_MODULES, import_off_loop
+from ._preimport import import_off_loop, job_modules
 
 if TYPE_CHECKING:
     from ..agent import RunResult, WorkerGroup, WorkerState
@@ -629,7 +629,7 @@ async def open_job(
         aelastic.health.HealthPortError: the health port cannot be bound (also an
             ``OSError``); the message names the port and the fix.
     """
-    await import_off_loop(_job_modules(config))
+    await import_off_loop(job_modules(config))
     prepared = prepare_job(config, entrypoint, args)
     job = Job(config, prepared)
     async with background_tasks() as tg:
@@ -639,15 +639,6 @@ async def open_job(
         await _start_status(tg, job, prepared)
         tg.start_soon(job._run, name=f"aelastic job {job.run_id}")
         yield job
-
-
-def _job_modules(config: LaunchConfig) -> tuple[str, ...]:
-    """What the job will import (imported off the loop before it starts)."""
-    http = ("aelastic.health._server", "aelastic.jobview._http")
-    extra: tuple[str, ...] = http if config.health_port is not None else ()
-    if config.rdzv_backend.startswith("etcd"):
-        extra += ("aelastic.rendezvous.etcd",)
-    return JOB_MODULES + extra
 
 
 async def _start_status(tg: anyio.abc.TaskGroup, job: Job, prepared: PreparedJob) -> None:

@@ -13,10 +13,14 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import anyio.to_thread
 
-__all__ = ("JOB_MODULES", "import_off_loop")
+if TYPE_CHECKING:
+    from ._config import LaunchConfig
+
+__all__ = ("JOB_MODULES", "import_now", "import_off_loop", "job_modules")
 
 #: Every module a local job imports (the agent and what it runs); the etcd backend and
 #: the health endpoint are added by the caller when the job uses them.
@@ -44,7 +48,22 @@ JOB_MODULES = (
 )
 
 
-def _import_all(names: list[str]) -> None:
+def job_modules(config: LaunchConfig) -> tuple[str, ...]:
+    """What a job of ``config`` will import: :data:`JOB_MODULES` and its optional parts."""
+    http = ("aelastic.health._server", "aelastic.jobview._http")
+    extra: tuple[str, ...] = http if config.health_port is not None else ()
+    if config.rdzv_backend.startswith("etcd"):
+        extra += ("aelastic.rendezvous.etcd",)
+    return JOB_MODULES + extra
+
+
+def import_now(names: Iterable[str]) -> None:
+    """Import the modules ``names`` in this thread; raises what an import raises.
+
+    For a launcher before its event loop runs (``python -m aelastic run``): its job then
+    finds everything imported and :func:`import_off_loop` needs no thread, whose start
+    and hand-offs would sit on the way to the workers' start.
+    """
     for name in names:
         importlib.import_module(name)
 
@@ -57,4 +76,4 @@ async def import_off_loop(names: Iterable[str] = JOB_MODULES) -> None:
     """
     missing = [name for name in names if name not in sys.modules]
     if missing:
-        await anyio.to_thread.run_sync(_import_all, missing)
+        await anyio.to_thread.run_sync(import_now, missing)

@@ -21,3 +21,19 @@ def test_the_first_open_job_imports_nothing_on_the_loop(backend: str) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.splitlines()[-1]) == []
+
+
+def test_the_cli_imports_the_jobs_modules_before_its_loop(tmp_path: Path) -> None:
+    """``aelastic run`` imports every module its job needs before the event loop starts,
+    so the job finds nothing left to import in a thread (a thread's start and hand-offs
+    would sit on the way to the workers' start)."""
+    noop = tmp_path / "noop.py"
+    noop.write_text("pass\n")
+    script = str(Path(__file__).parent / "scripts" / "cli_imports.py")
+    done = subprocess.run(
+        [sys.executable, script, str(noop)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    main_thread, other_threads = json.loads(done.stdout.splitlines()[-1])
+    assert "aelastic.nodes._gate" in main_thread
+    assert other_threads == []
