@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import anyio
 import pytest
 
 from ._nodes import HERE, cluster, free_port, wait_all
@@ -124,6 +125,29 @@ async def test_per_node_budget_is_torchruns_default(tmp_path: Path) -> None:
     """The same failures without the flag: each node spends its own one restart; job done."""
     codes = await _fail_in_turn(tmp_path)
     assert codes == [0, 0]
+
+
+async def test_a_store_host_that_fails_for_good_takes_its_peer_down_at_once(
+    tmp_path: Path,
+) -> None:
+    """The store's host (node 0) fails with no restart left and closes the rendezvous;
+    its store goes with it. Node 1, healthy, must exit 1 (rendezvous closed) at once,
+    not re-host the store as heir without ``closed`` and wait out join_timeout (60 s)."""
+    port = free_port()
+    state = tmp_path / "state"
+    state.mkdir()
+    async with cluster() as c:
+        nodes = []
+        for turn in (0, 1):
+            common = _two_nodes(port, "closer", f"{FAST},is_host={int(turn == 0)}")
+            worker = [HANG_WORKER, "fail-in-turn", str(turn), str(state)]
+            nodes.append(await c.start([*common, "--max-restarts", "0", *worker]))
+        (host_code,) = await wait_all(nodes[:1], 60)
+        with anyio.fail_after(15):  # join_timeout is 60 s
+            survivor_code = await nodes[1].wait()
+    assert (host_code, survivor_code) == (1, 1), nodes[1].err
+    assert "closed" in nodes[1].err and "store_moved" not in nodes[1].err, nodes[1].err
+    assert "lost; this node hosts its successor" not in nodes[1].err, nodes[1].err
 
 
 async def test_learned_timeouts_are_shared_through_the_store(tmp_path: Path) -> None:
