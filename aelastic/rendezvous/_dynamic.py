@@ -36,7 +36,9 @@ Algorithm (one round ``r``; keys in :mod:`._state`):
   down or lapses) dissolves the round: ``round`` goes from ``r`` to ``r+1`` by
   ``compare_set`` and a ``dissolved`` tick tells everyone at once.
 * **Close.** ``closed`` is set and a ``close`` message makes the coordinator publish
-  a ``closed`` tick; a coordinator checks ``closed`` when a round starts.
+  a ``closed`` tick; a coordinator checks ``closed`` when a round starts. A member that
+  saw the tick sets its ``done`` key (as does one leaving a round) and never joins again;
+  a closing store host waits for the other members' keys (bounded) before its store goes.
 * **Withdrawal.** A node whose join times out, fails or is cancelled pushes
   ``withdraw`` (the coordinator drops its ticket); a coordinator dissolves its round
   instead, so the others regroup in the next one at once.
@@ -428,6 +430,10 @@ class DynamicRendezvousHandler(RendezvousHandler):
             # The store may be gone, and the round with it: recovered below.
             with contextlib.suppress(RendezvousConnectionError):
                 await self._leave()
+            if self._saw_closed():
+                # Closed is final, and the store may be gone with its host by now: a
+                # join would find it lost and re-host it (without ``closed``) as heir.
+                raise RendezvousClosedError.for_run(self._run_id)
             self._shut = False
             self._event("join", f"node {self._addr}#{self._local_id} joins", state="INIT")
             deadline = anyio.current_time() + self._settings.join_timeout
@@ -578,12 +584,27 @@ class DynamicRendezvousHandler(RendezvousHandler):
             round=view.round,
         )
 
+    def _saw_closed(self) -> bool:
+        """This node saw the last round it was admitted to closed (no store request)."""
+        view = self._member_view
+        return view is not None and view.tick is not None and view.tick.state == "closed"
+
     async def is_closed(self) -> bool:
         await self._require_started()
+        if self._saw_closed():
+            return True
         return await self._ops().check(self._keys.closed)
 
     async def set_closed(self) -> None:
-        """Close the rendezvous: every pending and later join raises RendezvousClosedError."""
+        """Close the rendezvous: every pending and later join raises RendezvousClosedError.
+
+        On the node that hosts the store, returns once the other members of its round
+        saw the close (or left the round), waiting at most ``min(close_timeout,
+        heartbeat_timeout)`` for them (a dead member costs that bound, no more): the
+        store goes when this node leaves, and a member that had not read the ``closed``
+        tick by then would find the store lost, re-host it as heir (without ``closed``)
+        and wait out its ``join_timeout`` for a job that already failed.
+        """
         await self._require_started()
         ops, keys = self._ops(), self._keys
         with anyio.fail_after(self._settings.close_timeout):
@@ -591,6 +612,33 @@ class DynamicRendezvousHandler(RendezvousHandler):
             round_ = await ops.add(keys.round, 0)
             await ops.push(keys.inbox(round_), Message("close").dumps())
         self._event("close", f"rendezvous closed (round {round_})", state="SUCCEEDED")
+        if self._hosts_store():
+            await self._wait_until_members_done(round_)
+
+    async def _wait_until_members_done(self, round_: int) -> None:
+        """Wait (bounded, see :meth:`set_closed`) until the other members of this node's
+        round ``round_`` set their ``done`` key; never raises."""
+        view = self._member_view
+        if view is None or view.round != round_ or view.keys is not self._keys:
+            return  # not a member of the round the close went to: its joiners see ``closed``
+        tick = view.tick if view.tick is not None and view.tick.state == "running" else None
+        tick = tick or view.member_tick
+        if tick is None:
+            return
+        others = [t for t in range(tick.upto) if tick.is_member(t) and t != view.ticket]
+        if not others:
+            return
+        bound = min(self._settings.close_timeout, self._settings.heartbeat_timeout)
+        names = [self._keys.done(round_, t) for t in others]
+        with contextlib.suppress(StoreTimeoutError, RendezvousError):
+            await self._ops().multi_get(names, timeout=bound)
+
+    async def _done_with(self, view: RoundView) -> None:
+        """Tell a closing store host that this node is done with the view's round (see
+        :meth:`set_closed`). Best effort; a SET has no reply, so it costs no wait."""
+        if view.store is self._store and view.keys is self._keys:
+            with contextlib.suppress(RendezvousError, OSError):
+                await self._ops().set(self._keys.done(view.round, view.ticket), "1")
 
     async def num_nodes_waiting(self) -> int:
         """Nodes waiting to join a next round, spares excluded.
@@ -759,6 +807,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
                         with anyio.move_on_after(self._settings.read_timeout):
                             await view.done.wait()
                         await self._publish_dissolved(view.round)
+                await self._done_with(view)
             finally:
                 await self._stop(view, forget_now=True)
 
@@ -873,6 +922,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
             if tick.state == "lost":  # written by the store when the coordinator died
                 await self._coordinator_gone(view, tick, "its connection to the store closed")
                 return
+            if tick.state == "closed":
+                await self._done_with(view)
             view.publish(tick)
             if tick.state in ("dissolved", "closed") or ticket in tick.removed:
                 return
@@ -1130,6 +1181,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 msg = Message.loads(inbox, raw)
                 if msg.op == "close":
                     await publish("closed")
+                    await self._done_with(view)  # a closing store host waits for it
                     return
                 if msg.op in ("withdraw", "leave", "gone") and (
                     msg.ticket == 0 or tick.is_member(msg.ticket)

@@ -97,6 +97,11 @@ class Keys:
     def seen(self, r: int, ticket: int) -> str:
         return f"{self.base}/{r}/seen/{ticket}"
 
+    def done(self, r: int, ticket: int) -> str:
+        """Set by a member once it is done with round ``r``: it saw the round closed, or
+        left it (what a closing store host waits for before its store goes)."""
+        return f"{self.base}/{r}/done/{ticket}"
+
     def tick_latest(self, r: int) -> str:
         return f"{self.base}/{r}/tick"
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 import pytest
 
-from ._nodes import HERE, cluster, free_port, wait_all
+from ._nodes import HERE, Node, cluster, free_port, wait_all
 
 HANG_WORKER = str(HERE.parent / "agent" / "scripts" / "hang_worker.py")
 
@@ -94,22 +97,26 @@ async def test_a_rank_hangs_on_one_node_and_both_nodes_restart(tmp_path: Path) -
     assert len(_glob(tmp_path / "b", "hang2_*/attempt_*")) == 2
 
 
-async def _fail_in_turn(tmp_path: Path, *flags: str) -> list[int]:
-    """Node 0 (the store's host) fails in round 1, node 1 in round 2.
-
-    Node 1 is the one that may close the rendezvous, so the store it closes in stays up
-    with node 0: with the host closing it, node 0 could miss the close, re-host the store
-    as its heir and wait out the join timeout (60 s) before it exits 1 all the same.
-    """
+@asynccontextmanager
+async def _failing_in_turn(tmp_path: Path, run_id: str, *flags: str) -> AsyncIterator[list[Node]]:
+    """Two nodes running ``fail-in-turn``: node 0 (the store's host) fails in round 1,
+    node 1 in round 2."""
     port = free_port()
     state = tmp_path / "state"
     state.mkdir()
     async with cluster() as c:
         nodes = []
         for turn in (0, 1):
-            common = _two_nodes(port, "budget", f"{FAST},is_host={int(turn == 0)}")
+            common = _two_nodes(port, run_id, f"{FAST},is_host={int(turn == 0)}")
             worker = [HANG_WORKER, "fail-in-turn", str(turn), str(state)]
-            nodes.append(await c.start([*common, "--max-restarts", "1", *flags, *worker]))
+            nodes.append(await c.start([*common, *flags, *worker]))
+        yield nodes
+
+
+async def _fail_in_turn(tmp_path: Path, *flags: str) -> list[int]:
+    """Node 1 is the one that may close the rendezvous (the host closing it is
+    ``test_a_store_host_that_fails_for_good_takes_its_peer_down_at_once``)."""
+    async with _failing_in_turn(tmp_path, "budget", "--max-restarts", "1", *flags) as nodes:
         return await wait_all(nodes, 120)
 
 
@@ -124,6 +131,21 @@ async def test_per_node_budget_is_torchruns_default(tmp_path: Path) -> None:
     """The same failures without the flag: each node spends its own one restart; job done."""
     codes = await _fail_in_turn(tmp_path)
     assert codes == [0, 0]
+
+
+async def test_a_store_host_that_fails_for_good_takes_its_peer_down_at_once(
+    tmp_path: Path,
+) -> None:
+    """The store's host (node 0) fails with no restart left and closes the rendezvous;
+    its store goes with it. Node 1, healthy, must exit 1 (rendezvous closed) at once,
+    not re-host the store as heir without ``closed`` and wait out join_timeout (60 s)."""
+    async with _failing_in_turn(tmp_path, "closer", "--max-restarts", "0") as nodes:
+        (host_code,) = await wait_all(nodes[:1], 60)
+        with anyio.fail_after(15):  # join_timeout is 60 s
+            survivor_code = await nodes[1].wait()
+    assert (host_code, survivor_code) == (1, 1), nodes[1].err
+    assert "rendezvous 'closer' is closed" in nodes[1].err, nodes[1].err
+    assert "lost; this node hosts its successor" not in nodes[1].err, nodes[1].err
 
 
 async def test_learned_timeouts_are_shared_through_the_store(tmp_path: Path) -> None:
