@@ -40,7 +40,8 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from ..store import NotAStoreError, Store, StoreError, StoreServer, TCPStoreClient
-from ._dynamic import _TICKS_KEPT, DynamicRendezvousHandler, _open_session
+from ._coordinator import TICKS_KEPT
+from ._dynamic import DynamicRendezvousHandler, _open_session
 from ._exceptions import (
     RendezvousConnectionError,
     RendezvousEndpointError,
@@ -220,7 +221,7 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
         # store gone: self._view is None then) and the one it was joining, if any.
         for view in (self._member_view, self._view):
             if view is not None and view.tick is not None and view.keys is not None:
-                marks |= view.keys.dissolved_ticks(view.round, view.tick.n, _TICKS_KEPT)
+                marks |= view.keys.dissolved_ticks(view.round, view.tick.n, TICKS_KEPT)
         try:
             server, store, session = await tg.start(self._hold_store, cm, marks)
         except (StoreError, OSError) as error:
