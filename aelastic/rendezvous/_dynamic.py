@@ -68,7 +68,6 @@ client, an etcd-backed store) and optionally their own :class:`~._liveness.Liven
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import os
 import socket
@@ -81,13 +80,10 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from .._tasks import background_tasks
 from ..store import (
-    EphemeralSession,
-    OnCloseAction,
     PrefixStore,
     Store,
     StoreError,
     StoreTimeoutError,
-    StoreUnsupportedError,
 )
 from . import _events
 from ._coordinator import CoordinatorLink, RoundCoordinator, publish_tick
@@ -104,6 +100,7 @@ from ._hostwatch import StoreWatch
 from ._liveness import Liveness, StoreLiveness
 from ._ops import Ops
 from ._placement import Seat, rank_key
+from ._session import SessionActions, open_session
 from ._settings import DynamicSettings
 from ._state import (
     Keys,
@@ -116,8 +113,6 @@ from ._view import RoundView
 
 __all__ = ("DynamicSettings", "DynamicRendezvousHandler")
 
-_log = logging.getLogger("aelastic.rendezvous")
-
 _local_ids = iter(range(1 << 62))
 _local_ids_lock = threading.Lock()
 
@@ -125,17 +120,6 @@ _local_ids_lock = threading.Lock()
 def _next_local_id() -> int:
     with _local_ids_lock:
         return next(_local_ids)
-
-
-async def _open_session(stack: AsyncExitStack, store: Store) -> EphemeralSession | None:
-    """Open ``store``'s ephemeral session on ``stack``; None where the store has none."""
-    try:
-        return await stack.enter_async_context(store.ephemeral())
-    except StoreUnsupportedError:
-        return None
-    except (StoreError, OSError) as exc:
-        _log.warning("no ephemeral store session (%s); peers rely on heartbeats", exc)
-        return None
 
 
 async def _first_of(a: anyio.Event, b: anyio.Event) -> None:
@@ -214,7 +198,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         self._view_set = anyio.Event()
         self._shut = False
         self._lock: anyio.Lock | None = None
-        self._session: EphemeralSession | None = None
+        self._session_actions = SessionActions(run_id, self._settings, self._guard)
         self._heir: tuple[bool, str] | None = None  # (this node is the heir, its address)
         self._member_view: RoundView | None = None  # the round this node was last admitted to
         self._host_watch: StoreWatch | None = None  # notices a frozen store host (c10d)
@@ -341,7 +325,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         """Open a new ephemeral session after the store came back (the old one's
         connection closed with the link, and the server performed its actions)."""
         if self._stack is not None and self._store is not None:
-            self._session = await _open_session(self._stack, self._store)
+            self._session_actions.use(await open_session(self._stack, self._store))
 
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncIterator[DynamicRendezvousHandler]:
@@ -355,7 +339,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         # the exception its own __context__).
         async with background_tasks() as tg, AsyncExitStack() as stack:
             self._store = await self._open_store(stack, tg)
-            self._session = await _open_session(stack, self._store)
+            self._session_actions.use(await open_session(stack, self._store))
             self._start_watch(tg)
             self._stack, self._tg, self._shut = stack, tg, False
             self._lock = anyio.Lock()
@@ -368,13 +352,12 @@ class DynamicRendezvousHandler(RendezvousHandler):
                         anyio.move_on_after(self._settings.close_timeout),
                     ):
                         await self.shutdown()
-                        if self._session is not None:  # left cleanly: nothing to announce
-                            with self._guard():  # a frozen store host: no wait at all
-                                await self._session.cancel()
+                        await self._session_actions.cancel_all()  # left cleanly
                 except (StoreError, OSError):
                     pass  # the session's connection or the store's host is gone (or frozen)
                 finally:
-                    self._tg = self._stack = self._session = None
+                    self._tg = self._stack = None
+                    self._session_actions.use(None)
 
     @property
     def started(self) -> bool:
@@ -454,7 +437,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 await tg.start(self._background, view, self._coordinate)
             else:
                 # If this process dies, the store tells the coordinator at once.
-                await self._on_close(
+                await self._session_actions.on_close(
                     view, keys.inbox(round_), "queue_push", Message("gone", ticket).dumps()
                 )
                 placed = self._hosts_store() or self._rank_key is not None or self._last is not None
@@ -664,7 +647,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
             return  # its host is lost (frozen): requests would only wait
         ops, keys = self._ops(), self._keys
         with anyio.move_on_after(self._settings.read_timeout):
-            await self._cancel_actions(view.actions)
+            await self._session_actions.cancel(view.actions)
             if view.ticket == 0:
                 return
             try:
@@ -672,49 +655,6 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 await ops.delete(keys.node(view.round, view.ticket))
             except RendezvousError:
                 pass
-
-    # -- liveness tied to the store connection -------------------------------
-
-    async def _on_close(
-        self, view: RoundView, key: str, action: OnCloseAction, value: str
-    ) -> int | None:
-        """Have the store server do ``action`` on ``key`` if this process dies.
-
-        The server performs it when this node's session connection closes (SIGKILL,
-        crash): peers learn of the death at once instead of after a heartbeat timeout.
-        Best effort: without a session (a store that cannot, e.g. torch's server) or
-        when registering fails, heartbeats remain the only evidence.
-        """
-        session = self._session
-        if session is None:
-            return None
-        aid: int | None = None
-        # Never hold a join up for long (a session whose link broke may not answer).
-        with anyio.move_on_after(
-            min(self._settings.read_timeout, self._settings.heartbeat_timeout)
-        ):
-            try:
-                with self._guard():
-                    aid = await session.on_close(action, key, value)
-            except (StoreError, OSError) as exc:
-                _log.warning("rendezvous %s: no on-close action (%s)", self._run_id, exc)
-        if aid is None:
-            self._session = None  # heartbeats only, until the store is reconnected
-            return None
-        view.actions.append(aid)
-        return aid
-
-    async def _cancel_actions(self, actions: list[int]) -> None:
-        session = self._session
-        while actions:
-            aid = actions.pop()
-            if session is None:
-                continue
-            try:
-                with self._guard():
-                    await session.cancel(aid)
-            except (StoreError, OSError):
-                self._session = session = None
 
     async def _dissolve(self, round_: int) -> None:
         """Move joiners on to round ``round_ + 1`` (no-op if someone already did)."""
@@ -902,7 +842,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
             hosts_store=self._hosts_store(),
             seat=Seat(self._rank_key, self._last),
             event=self._event,
-            on_close=self._on_close,
-            cancel_actions=self._cancel_actions,
+            on_close=self._session_actions.on_close,
+            cancel_actions=self._session_actions.cancel,
         )
         await RoundCoordinator(view, link).run()
