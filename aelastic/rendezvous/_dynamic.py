@@ -63,6 +63,11 @@ MULTI_GET (its sweep), one MULTI_SET and two session calls (the next ``lost`` or
 cancelling the last) per tick. No wall clock crosses machines (see
 :mod:`._liveness`). Backends plug in a :class:`~aelastic.store.Store` (a TCPStore
 client, an etcd-backed store) and optionally their own :class:`~._liveness.Liveness`.
+
+This module holds the node's handler (joining, the member's watch, leaving); the
+coordinator is :class:`~._coordinator.RoundCoordinator`, which the handler drives
+through a :class:`~._coordinator.CoordinatorLink`, and the on-close actions are
+:class:`~._session.SessionActions`.
 """
 
 from __future__ import annotations
