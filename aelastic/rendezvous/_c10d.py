@@ -40,7 +40,8 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from ..store import NotAStoreError, Store, StoreError, StoreServer, TCPStoreClient
-from ._dynamic import _TICKS_KEPT, DynamicRendezvousHandler, _open_session
+from ._coordinator import TICKS_KEPT
+from ._dynamic import DynamicRendezvousHandler
 from ._exceptions import (
     RendezvousConnectionError,
     RendezvousEndpointError,
@@ -50,6 +51,7 @@ from ._exceptions import (
 from ._handler import RendezvousStoreInfo
 from ._hostwatch import HostState, StoreWatch, host_lost
 from ._params import DEFAULT_C10D_PORT, RendezvousParameters, parse_endpoint
+from ._session import open_session
 from ._settings import DynamicSettings
 from ._state import Keys
 
@@ -220,7 +222,7 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
         # store gone: self._view is None then) and the one it was joining, if any.
         for view in (self._member_view, self._view):
             if view is not None and view.tick is not None and view.keys is not None:
-                marks |= view.keys.dissolved_ticks(view.round, view.tick.n, _TICKS_KEPT)
+                marks |= view.keys.dissolved_ticks(view.round, view.tick.n, TICKS_KEPT)
         try:
             server, store, session = await tg.start(self._hold_store, cm, marks)
         except (StoreError, OSError) as error:
@@ -246,7 +248,8 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
                 "can carry the rendezvous on; restart the job"
             ) from exc
         self.server = server
-        old_store, self._store, self._session = self._store, store, session
+        old_store, self._store = self._store, store
+        self._session_actions.use(session)
         self.host = addr
         self._bootstrap = RendezvousStoreInfo(addr, self.port)
         self._master_endpoint = self._endpoint(addr)
@@ -304,7 +307,7 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
             else:
                 server, store = None, resource
                 await _open_wait_connection(resource)
-            session = await _open_session(stack, store)
+            session = await open_session(stack, store)
             task_status.started((server, store, session))
             await anyio.sleep_forever()
 

@@ -65,13 +65,16 @@ MULTI_GET (its sweep), one MULTI_SET and two session calls (the next ``lost`` or
 cancelling the last) per tick. No wall clock crosses machines (see
 :mod:`._liveness`). Backends plug in a :class:`~aelastic.store.Store` (a TCPStore
 client, an etcd-backed store) and optionally their own :class:`~._liveness.Liveness`.
+
+This module holds the node's handler (joining, the member's watch, leaving); the
+coordinator is :class:`~._coordinator.RoundCoordinator`, which the handler drives
+through a :class:`~._coordinator.CoordinatorLink`, and the on-close actions are
+:class:`~._session.SessionActions`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import logging
 import math
 import os
 import socket
@@ -84,16 +87,13 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from .._tasks import background_tasks
 from ..store import (
-    EphemeralSession,
-    OnCloseAction,
     PrefixStore,
     Store,
     StoreError,
     StoreTimeoutError,
-    StoreUnsupportedError,
 )
 from . import _events
-from ._alarm import InboxAlarm
+from ._coordinator import CoordinatorLink, RoundCoordinator, publish_tick
 from ._exceptions import (
     RendezvousClosedError,
     RendezvousConfigError,
@@ -102,31 +102,23 @@ from ._exceptions import (
     RendezvousGracefulExitError,
     RendezvousTimeoutError,
 )
-from ._guards import LostOrders
 from ._handler import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from ._hostwatch import StoreWatch
-from ._liveness import Liveness, StoreLiveness, TickClock
+from ._liveness import Liveness, StoreLiveness
 from ._ops import Ops
-from ._placement import Seat, place, rank_key
+from ._placement import Seat, rank_key
+from ._session import SessionActions, open_session
 from ._settings import DynamicSettings
 from ._state import (
     Keys,
     Message,
     Tick,
     descriptor,
-    descriptor_addr,
-    descriptor_seat,
-    live_members,
     moved_to_epoch,
 )
 from ._view import RoundView
 
 __all__ = ("DynamicSettings", "DynamicRendezvousHandler")
-
-#: How many old tick keys stay in the store besides the latest ones.
-_TICKS_KEPT = 8
-
-_log = logging.getLogger("aelastic.rendezvous")
 
 _local_ids = iter(range(1 << 62))
 _local_ids_lock = threading.Lock()
@@ -135,25 +127,6 @@ _local_ids_lock = threading.Lock()
 def _next_local_id() -> int:
     with _local_ids_lock:
         return next(_local_ids)
-
-
-#: Why the coordinator removes a ticket, by inbox message.
-_REASONS = {
-    "withdraw": "withdrew",
-    "leave": "left",
-    "gone": "died: its connection to the store closed",
-}
-
-
-async def _open_session(stack: AsyncExitStack, store: Store) -> EphemeralSession | None:
-    """Open ``store``'s ephemeral session on ``stack``; None where the store has none."""
-    try:
-        return await stack.enter_async_context(store.ephemeral())
-    except StoreUnsupportedError:
-        return None
-    except (StoreError, OSError) as exc:
-        _log.warning("no ephemeral store session (%s); peers rely on heartbeats", exc)
-        return None
 
 
 async def _first_of(a: anyio.Event, b: anyio.Event) -> None:
@@ -232,7 +205,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         self._view_set = anyio.Event()
         self._shut = False
         self._lock: anyio.Lock | None = None
-        self._session: EphemeralSession | None = None
+        self._session_actions = SessionActions(run_id, self._settings, self._guard)
         self._heir: tuple[bool, str] | None = None  # (this node is the heir, its address)
         self._member_view: RoundView | None = None  # the round this node was last admitted to
         self._host_watch: StoreWatch | None = None  # notices a frozen store host (c10d)
@@ -359,7 +332,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         """Open a new ephemeral session after the store came back (the old one's
         connection closed with the link, and the server performed its actions)."""
         if self._stack is not None and self._store is not None:
-            self._session = await _open_session(self._stack, self._store)
+            self._session_actions.use(await open_session(self._stack, self._store))
 
     @asynccontextmanager
     async def __asynccontextmanager__(self) -> AsyncIterator[DynamicRendezvousHandler]:
@@ -373,7 +346,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         # the exception its own __context__).
         async with background_tasks() as tg, AsyncExitStack() as stack:
             self._store = await self._open_store(stack, tg)
-            self._session = await _open_session(stack, self._store)
+            self._session_actions.use(await open_session(stack, self._store))
             self._start_watch(tg)
             self._stack, self._tg, self._shut = stack, tg, False
             self._lock = anyio.Lock()
@@ -386,13 +359,12 @@ class DynamicRendezvousHandler(RendezvousHandler):
                         anyio.move_on_after(self._settings.close_timeout),
                     ):
                         await self.shutdown()
-                        if self._session is not None:  # left cleanly: nothing to announce
-                            with self._guard():  # a frozen store host: no wait at all
-                                await self._session.cancel()
+                        await self._session_actions.cancel_all()  # left cleanly
                 except (StoreError, OSError):
                     pass  # the session's connection or the store's host is gone (or frozen)
                 finally:
-                    self._tg = self._stack = self._session = None
+                    self._tg = self._stack = None
+                    self._session_actions.use(None)
 
     @property
     def started(self) -> bool:
@@ -476,7 +448,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 await tg.start(self._background, view, self._coordinate)
             else:
                 # If this process dies, the store tells the coordinator at once.
-                await self._on_close(
+                await self._session_actions.on_close(
                     view, keys.inbox(round_), "queue_push", Message("gone", ticket).dumps()
                 )
                 placed = self._hosts_store() or self._rank_key is not None or self._last is not None
@@ -728,7 +700,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
             return  # its host is lost (frozen): requests would only wait
         ops, keys = self._ops(), self._keys
         with anyio.move_on_after(self._settings.read_timeout):
-            await self._cancel_actions(view.actions)
+            await self._session_actions.cancel(view.actions)
             if view.ticket == 0:
                 return
             try:
@@ -736,49 +708,6 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 await ops.delete(keys.node(view.round, view.ticket))
             except RendezvousError:
                 pass
-
-    # -- liveness tied to the store connection -------------------------------
-
-    async def _on_close(
-        self, view: RoundView, key: str, action: OnCloseAction, value: str
-    ) -> int | None:
-        """Have the store server do ``action`` on ``key`` if this process dies.
-
-        The server performs it when this node's session connection closes (SIGKILL,
-        crash): peers learn of the death at once instead of after a heartbeat timeout.
-        Best effort: without a session (a store that cannot, e.g. torch's server) or
-        when registering fails, heartbeats remain the only evidence.
-        """
-        session = self._session
-        if session is None:
-            return None
-        aid: int | None = None
-        # Never hold a join up for long (a session whose link broke may not answer).
-        with anyio.move_on_after(
-            min(self._settings.read_timeout, self._settings.heartbeat_timeout)
-        ):
-            try:
-                with self._guard():
-                    aid = await session.on_close(action, key, value)
-            except (StoreError, OSError) as exc:
-                _log.warning("rendezvous %s: no on-close action (%s)", self._run_id, exc)
-        if aid is None:
-            self._session = None  # heartbeats only, until the store is reconnected
-            return None
-        view.actions.append(aid)
-        return aid
-
-    async def _cancel_actions(self, actions: list[int]) -> None:
-        session = self._session
-        while actions:
-            aid = actions.pop()
-            if session is None:
-                continue
-            try:
-                with self._guard():
-                    await session.cancel(aid)
-            except (StoreError, OSError):
-                self._session = session = None
 
     async def _dissolve(self, round_: int) -> None:
         """Move joiners on to round ``round_ + 1`` (no-op if someone already did)."""
@@ -824,7 +753,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
             if last.state in ("dissolved", "closed"):
                 return
             n = last.n + 1
-        await self._publish(round_, Tick(n, "dissolved"))
+        await publish_tick(ops, self._keys, round_, Tick(n, "dissolved"))
 
     async def _abandon(self) -> None:
         """Drop the pending round without telling the store (it is unreachable); the
@@ -892,14 +821,6 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 view.done.set()
                 view.wake()
 
-    async def _publish(self, round_: int, tick: Tick) -> None:
-        keys = self._keys
-        raw = tick.dumps()
-        ops = self._ops()
-        await ops.multi_set([keys.tick(round_, tick.n), keys.tick_latest(round_)], [raw, raw])
-        if tick.n >= _TICKS_KEPT:
-            await ops.delete(keys.tick(round_, tick.n - _TICKS_KEPT))
-
     async def _watch(self, view: RoundView) -> None:
         """Member side: block on each next tick, acknowledge it, judge the coordinator."""
         ops, keys, s = self._ops(), self._keys, self._settings
@@ -948,66 +869,6 @@ class DynamicRendezvousHandler(RendezvousHandler):
                 await self._coordinator_gone(view, tick)
                 return
 
-    def _choose_heir(
-        self, round_: int, members: list[int], found: dict[int, bytes]
-    ) -> tuple[int, str]:
-        """The member that re-hosts the store if its host is lost: the first member (in
-        join order) that does not host it and whose descriptor was ``found``;
-        ``(-1, "")`` when no other member qualifies."""
-        if not self._hosts_store():
-            return 0, self._addr  # this coordinator, ticket 0, is the first member
-        for ticket in members[1:]:
-            if ticket in found:
-                return ticket, descriptor_addr(self._keys.node(round_, ticket), found[ticket])
-        return -1, ""
-
-    async def _descriptors(self, round_: int, members: list[int]) -> dict[int, bytes]:
-        """The other members' descriptors by ticket, where they matter: always on this
-        node's own store (when it hosts it: no network request; the heir is chosen from
-        them), else only when a member registered placement facts (``<r>/placed``: the
-        one CHECK a completion cost before, of which member hosts the store), then one
-        ``multi_get``. None of a fresh job's first round waits for a registration. A
-        registration still missing after ``min(keep_alive_interval, 1 s)`` (its holder
-        died before registering, or the request was lost with a connection) is left out,
-        found by one CHECK per member: a completing round is never held up for long."""
-        ops, others = self._ops(), members[1:]
-        names = [self._keys.node(round_, t) for t in others]
-        if not names or not (self._hosts_store() or await ops.check(self._keys.placed(round_))):
-            return {}
-        try:
-            bound = min(self._settings.keep_alive_interval, 1.0)
-            return dict(zip(others, await ops.multi_get(names, timeout=bound), strict=True))
-        except StoreTimeoutError:
-            return {
-                t: await ops.get(k)
-                for t, k in zip(others, names, strict=True)
-                if await ops.check(k)
-            }
-
-    def _ranking(
-        self, round_: int, members: list[int], found: dict[int, bytes]
-    ) -> tuple[int, tuple[int, ...]]:
-        """``(lead, order)`` of the running tick: the member hosting the store (-1: this
-        coordinator or none) and the members in rank order (empty: join order with the
-        lead first), by :func:`~._placement.place`."""
-        seats, lead = [Seat(self._rank_key, self._last)], 0 if self._hosts_store() else -1
-        for i, ticket in enumerate(members[1:], 1):
-            raw = found.get(ticket)
-            seat, host = (
-                (Seat(), False)
-                if raw is None
-                else descriptor_seat(self._keys.node(round_, ticket), raw)
-            )
-            seats.append(seat)
-            if host and lead < 0:
-                lead = i
-        lead_ticket = members[lead] if lead > 0 else -1
-        order = tuple(members[i] for i in place(seats, lead))
-        default = [t for t in members if t == lead_ticket] + [
-            t for t in members if t != lead_ticket
-        ]
-        return lead_ticket, () if list(order) == default else order
-
     async def _coordinator_gone(self, view: RoundView, tick: Tick | None, why: str = "") -> None:
         silent = not why
         why = why or f"it published no tick for {self._settings.heartbeat_timeout}s"
@@ -1025,190 +886,20 @@ class DynamicRendezvousHandler(RendezvousHandler):
         view.wake()
 
     async def _coordinate(self, view: RoundView) -> None:
-        """Ticket 0: decide round ``view.round`` alone; see the module docstring."""
-        alarm = InboxAlarm(
-            self._ops(), self._keys.inbox(view.round), self._settings.heartbeat_timeout
+        """Ticket 0: decide round ``view.round`` alone, see :mod:`._coordinator`."""
+        link = CoordinatorLink(
+            ops=self._ops(),
+            keys=self._keys,
+            settings=self._settings,
+            liveness=self._liveness,
+            min_nodes=self._min,
+            max_nodes=self._max,
+            addr=self._addr,
+            hosts_store=self._hosts_store(),
+            seat=Seat(self._rank_key, self._last),
+            event=self._event,
+            on_close=self._session_actions.on_close,
+            cancel_actions=self._session_actions.cancel,
+            done_with=self._done_with,
         )
-        keys, r = self._keys, view.round
-        error: Exception | None = None
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(alarm.run)
-
-            async def order(k: int) -> int | None:
-                return await self._on_close(view, keys.tick(r, k), "set", Tick(k, "lost").dumps())
-
-            async def withdraw(action_id: int) -> None:
-                if action_id in view.actions:
-                    view.actions.remove(action_id)
-                    await self._cancel_actions([action_id])
-
-            orders = LostOrders(order, withdraw, tg)
-            try:
-                await self._coordinate_round(view, alarm, orders)
-            except Exception as exc:  # raised below as is, not as an exception group
-                error = exc
-            finally:
-                tg.cancel_scope.cancel()
-        if error is not None:
-            raise error
-
-    async def _coordinate_round(
-        self, view: RoundView, alarm: InboxAlarm, orders: LostOrders
-    ) -> None:
-        ops, keys, s = self._ops(), self._keys, self._settings
-        r = view.round
-        inbox = keys.inbox(r)
-        clock = TickClock()
-        removed: set[int] = set()
-        n = -1
-
-        heir_ticket, heir, lead = -1, "", -1
-        ranking: tuple[int, ...] = ()
-
-        async def publish(state: str, upto: int = 0, world: int = 0, waiting: int = 0) -> Tick:
-            # Before tick n is out, the store holds an order to write a "lost" tick n+1
-            # if this process dies: members blocked on n+1 wake at once (see _guards).
-            # The order for n is cancelled after n is out (dying in between, both are
-            # written: still a "lost" tick wherever a member waits).
-            nonlocal n
-            n += 1
-            tick = Tick(n, state, upto, world, waiting, tuple(sorted(removed)))
-            if state == "running":
-                tick = dataclasses.replace(
-                    tick, heir_ticket=heir_ticket, heir=heir, lead=lead, order=ranking
-                )
-            going_on = state in ("joining", "running")
-            if going_on:
-                await orders.hold(n)
-            await self._publish(r, tick)
-            clock.publish(n, anyio.current_time())
-            view.publish(tick)
-            await orders.release(n if going_on else None)
-            return tick
-
-        async def dissolve(reason: str) -> None:
-            await self._dissolve(r)
-            await publish("dissolved")
-            self._event("dissolved", f"round {r} dissolved: {reason}")
-            # Only the latest tick matters now (late readers learn the round is over).
-            for old in range(max(0, n - _TICKS_KEPT), n):
-                await ops.delete(keys.tick(r, old))
-
-        def remove(tickets: list[int], why: str) -> None:
-            for t in tickets:
-                if t not in removed and t != 0:
-                    removed.add(t)
-                    self._event("node_removed", f"round {r}: ticket {t} removed ({why})")
-
-        orders.start(1)  # placed while the next request is in flight
-        if await ops.check(keys.closed):
-            await publish("closed")
-            return
-        await publish("joining")
-        clock.observe(0, anyio.current_time())
-        joined = 1
-        next_tick = anyio.current_time() + s.keep_alive_interval
-        last_call: float | None = None
-
-        # -- joining: wait for min, then last call or max ------------------------
-        while True:
-            wake_at = next_tick if last_call is None else min(next_tick, last_call)
-            candidates = [t for t in range(1, joined) if t not in removed]
-            sweep_at = self._liveness.next_sweep(clock, candidates)
-            raw = await alarm.pop(min(wake_at, sweep_at))
-            if raw is not None:
-                msg = Message.loads(inbox, raw)
-                if msg.op == "close":
-                    await publish("closed")
-                    return
-                if msg.op in ("withdraw", "leave", "gone"):
-                    remove([msg.ticket], _REASONS[msg.op])
-            now = anyio.current_time()
-            count = await ops.add(keys.joined(r), 0)
-            for t in range(joined, count):
-                clock.observe(t, now)
-            joined = max(joined, count)
-            if now >= next_tick:
-                if await ops.add(keys.round, 0) != r:
-                    await dissolve("a member judged this coordinator gone")
-                    return
-                candidates = [t for t in range(1, joined) if t not in removed]
-                gone = await self._liveness.lapsed(ops, keys, r, candidates, clock, now)
-                remove(gone, "heartbeat lapsed")
-                await publish("joining")
-                next_tick = now + s.keep_alive_interval
-            elif now >= sweep_at:  # a member's deadline passed between two ticks
-                gone = await self._liveness.lapsed(ops, keys, r, candidates, clock, now)
-                if gone:
-                    remove(gone, "heartbeat lapsed")
-                    await publish("joining")
-            live = joined - len(removed)
-            if live >= self._max:
-                break
-            if live >= self._min:
-                if last_call is None:
-                    last_call = now + s.last_call_timeout
-                    self._event(
-                        "last_call",
-                        f"round {r}: {live} nodes (min {self._min}); last call "
-                        f"for {s.last_call_timeout}s",
-                    )
-            else:
-                last_call = None
-            if last_call is not None and now >= last_call:
-                break
-
-        # -- complete: the first max_nodes live tickets, ranked by _placement ----
-        members = live_members(joined, removed, self._max)
-        upto = members[-1] + 1
-        world = len(members)
-        found = await self._descriptors(r, members)
-        heir_ticket, heir = self._choose_heir(r, members, found)
-        lead, ranking = self._ranking(r, members, found)
-
-        def waiting_count(total: int) -> int:
-            return total - upto - sum(1 for t in removed if t >= upto)
-
-        tick = await publish("running", upto, world, waiting_count(joined))
-        self._event("round_complete", f"round {r} complete with {world} nodes")
-
-        # -- running: heartbeat sweeps, waiting nodes, leaves, close -------------
-        others = [t for t in members if t != 0]
-        while True:
-            sweep_at = self._liveness.next_sweep(clock, others)
-            raw = await alarm.pop(min(next_tick, sweep_at))
-            if raw is not None:
-                msg = Message.loads(inbox, raw)
-                if msg.op == "close":
-                    await publish("closed")
-                    await self._done_with(view)  # a closing store host waits for it
-                    return
-                if msg.op in ("withdraw", "leave", "gone") and (
-                    msg.ticket == 0 or tick.is_member(msg.ticket)
-                ):
-                    if msg.ticket != 0:
-                        remove([msg.ticket], _REASONS[msg.op])
-                    await dissolve(f"ticket {msg.ticket}: {_REASONS[msg.op]}")
-                    return
-                if msg.op in ("withdraw", "leave", "gone") and msg.ticket >= upto:
-                    # A late arrival or spare went away: it no longer counts as waiting
-                    # (the members would otherwise restart to admit a dead node).
-                    remove([msg.ticket], _REASONS[msg.op])
-                if msg.op in ("waiting", "joined", "withdraw", "leave", "gone"):
-                    joined = max(joined, await ops.add(keys.joined(r), 0))
-                    if waiting_count(joined) != tick.waiting:
-                        tick = await publish("running", upto, world, waiting_count(joined))
-                continue
-            now = anyio.current_time()
-            if now >= next_tick or now >= sweep_at:
-                if now >= next_tick and await ops.add(keys.round, 0) != r:
-                    await dissolve("a member judged this coordinator gone")
-                    return
-                gone = await self._liveness.lapsed(ops, keys, r, others, clock, now)
-                if gone:
-                    remove(gone, "heartbeat lapsed")
-                    await dissolve(f"tickets {gone} lapsed")
-                    return
-                if now >= next_tick:
-                    tick = await publish("running", upto, world, tick.waiting)
-                    next_tick = now + s.keep_alive_interval
+        await RoundCoordinator(view, link).run()
