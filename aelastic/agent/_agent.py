@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -27,7 +27,6 @@ from ..progress import ProgressSnapshot
 from ..rendezvous import RendezvousConnectionError, RendezvousGracefulExitError, RendezvousInfo
 from ..store import Store
 from ._exceptions import AgentError, SignalException
-from ._hang import Hang, RoundProgress, hang_failures, report_hang
 from ._learned import LearnedTimeouts
 from ._policy import (
     UNINTERRUPTIBLE_STATE_TIMEOUT_ENV,
@@ -48,6 +47,9 @@ from ._restart_policy import RestartPolicy
 from ._round_gate import RoundGate
 from ._telemetry import AgentTelemetry, hostname
 from ._types import DEFAULT_ROLE, RunResult, Worker, WorkerGroup, WorkerSpec, WorkerState
+
+if TYPE_CHECKING:  # imported with hang detection only (see aelastic._features)
+    from ._hang import Hang, RoundProgress
 
 __all__ = ("ElasticAgent", "SimpleElasticAgent")
 
@@ -483,6 +485,8 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
                         lambda: self._worker_exit_codes(worker_group).keys()
                     )
                     hung = worker_group.workers[hang.local_rank]
+                    from ._hang import report_hang  # loaded: a RoundProgress exists
+
                     self._hang = await report_hang(
                         hang, progress, lambda name, md: self._emit(name, md, hung)
                     )
@@ -565,6 +569,8 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
     def _hang_result(self, wg: WorkerGroup, hang: Hang) -> RunResult:
         """FAILED, naming every hung worker, the root cause first (the others were stopped
         on purpose)."""
+        from ._hang import hang_failures  # loaded: a Hang exists
+
         failures = hang_failures(hang, self._stopped_exit_codes(wg))
         return RunResult(
             state=WorkerState.FAILED,
