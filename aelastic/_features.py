@@ -11,11 +11,13 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Mapping
+from typing import Protocol
 
 import anyio.to_thread
 
 __all__ = (
     "FILE_TIMER_ENV",
+    "HangSettings",
     "feature_modules",
     "file_timer_enabled",
     "hang_detection_enabled",
@@ -33,28 +35,51 @@ def file_timer_enabled(environ: Mapping[str, str]) -> bool:
     return environ.get(FILE_TIMER_ENV) == "1"
 
 
-def hang_detection_enabled(
-    *timeouts: float | None,
-    section_timeouts: Mapping[str, float] | None,
-    learn_timeouts: float | None,
-    max_no_progress_restarts: int | None,
-) -> bool:
-    """Whether any hang-detection setting is given (``timeouts``: the heartbeat ones)."""
-    given = (*timeouts, learn_timeouts, max_no_progress_restarts)
-    return any(value is not None for value in given) or bool(section_timeouts)
+class HangSettings(Protocol):
+    """The hang-detection settings of a job (a ``LaunchConfig`` or a ``WorkerSpec``)."""
+
+    @property
+    def initial_heartbeat_timeout(self) -> float | None: ...
+    @property
+    def heartbeat_timeout(self) -> float | None: ...
+    @property
+    def section_timeouts(self) -> Mapping[str, float] | None: ...
+    @property
+    def out_of_section_timeout(self) -> float | None: ...
+    @property
+    def learn_timeouts(self) -> float | None: ...
+    @property
+    def max_no_progress_restarts(self) -> int | None: ...
 
 
-def feature_modules(hang_detection: bool, environ: Mapping[str, str]) -> tuple[str, ...]:
-    """The optional modules a job with these features imports (the file timer captures
+def hang_detection_enabled(settings: HangSettings) -> bool:
+    """Whether any hang-detection setting is given."""
+    given = (
+        settings.initial_heartbeat_timeout,
+        settings.heartbeat_timeout,
+        settings.out_of_section_timeout,
+        settings.learn_timeouts,
+        settings.max_no_progress_restarts,
+    )
+    return any(value is not None for value in given) or bool(settings.section_timeouts)
+
+
+def feature_modules(settings: HangSettings, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The optional modules a job with these settings imports (the file timer captures
     stacks with hang detection's files, so it needs both)."""
     if file_timer_enabled(environ):
         return (_HANG, _FILE_TIMER)
-    return (_HANG,) if hang_detection else ()
+    return (_HANG,) if hang_detection_enabled(settings) else ()
+
+
+def _import_all(names: list[str]) -> None:
+    for name in names:
+        importlib.import_module(name)
 
 
 async def import_features(names: tuple[str, ...]) -> None:
-    """Import the modules ``names`` not imported yet, in a worker thread (no thread when
-    all are). Raises what an import raises. Cancellation: waits for the import under way."""
-    for name in names:
-        if name not in sys.modules:
-            await anyio.to_thread.run_sync(importlib.import_module, name)
+    """Import the modules ``names`` not imported yet, in one worker thread hop (none when
+    all are). Raises what an import raises. Cancellation: waits for the imports under way."""
+    missing = [name for name in names if name not in sys.modules]
+    if missing:
+        await anyio.to_thread.run_sync(_import_all, missing)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._features import feature_modules, file_timer_enabled, hang_detection_enabled, import_features
+from .._features import feature_modules, file_timer_enabled, import_features
 from .._net import is_loopback
 from ..checkpoint import Checkpoints, open_checkpoints
 from ..errors import ProcessFailure
@@ -556,21 +556,9 @@ class LocalElasticAgent(SimpleElasticAgent):
 
             explain_expired(result.failures.values(), self._file_timer)
 
-    def _feature_modules(self) -> tuple[str, ...]:
-        """The optional modules this agent's spec and environment turn on."""
-        spec = self._worker_group.spec
-        hang = hang_detection_enabled(
-            spec.initial_heartbeat_timeout,
-            spec.heartbeat_timeout,
-            spec.out_of_section_timeout,
-            section_timeouts=spec.section_timeouts,
-            learn_timeouts=spec.learn_timeouts,
-            max_no_progress_restarts=spec.max_no_progress_restarts,
-        )
-        return feature_modules(hang, os.environ)
-
     async def run(self, role: str = "default") -> RunResult:
-        await import_features(self._feature_modules())
+        # hang detection's and the file timer's modules when the spec or env turns them on
+        await import_features(feature_modules(self._worker_group.spec, os.environ))
         try:
             async with self._open_warm_pool(), self._open_file_timer(), self._open_checkpoints():
                 return await super().run(role)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import anyio.to_thread
 
-from .._features import feature_modules, hang_detection_enabled
+from .._features import feature_modules
 
 if TYPE_CHECKING:
     from ._config import LaunchConfig
@@ -57,15 +57,7 @@ def job_modules(config: LaunchConfig) -> tuple[str, ...]:
     extra: tuple[str, ...] = http if config.health_port is not None else ()
     if config.rdzv_backend.startswith("etcd"):
         extra += ("aelastic.rendezvous.etcd",)
-    hang = hang_detection_enabled(
-        config.initial_heartbeat_timeout,
-        config.heartbeat_timeout,
-        config.out_of_section_timeout,
-        section_timeouts=config.section_timeouts,
-        learn_timeouts=config.learn_timeouts,
-        max_no_progress_restarts=config.max_no_progress_restarts,
-    )
-    return JOB_MODULES + extra + feature_modules(hang, os.environ)
+    return JOB_MODULES + extra + feature_modules(config, os.environ)
 
 
 def import_now(names: Iterable[str]) -> None:
