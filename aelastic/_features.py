@@ -26,7 +26,7 @@ __all__ = (
 
 #: torchrun's switch: ``TORCHELASTIC_ENABLE_FILE_TIMER=1`` serves the workers' timers.
 FILE_TIMER_ENV = "TORCHELASTIC_ENABLE_FILE_TIMER"
-_HANG = "aelastic.agent._hang"
+_HANG = ("aelastic.agent._hang", "aelastic.agent._learned")
 _FILE_TIMER = "aelastic.agent._file_timer"
 
 
@@ -68,8 +68,8 @@ def feature_modules(settings: HangSettings, environ: Mapping[str, str]) -> tuple
     """The optional modules a job with these settings imports (the file timer captures
     stacks with hang detection's files, so it needs both)."""
     if file_timer_enabled(environ):
-        return (_HANG, _FILE_TIMER)
-    return (_HANG,) if hang_detection_enabled(settings) else ()
+        return (*_HANG, _FILE_TIMER)
+    return _HANG if hang_detection_enabled(settings) else ()
 
 
 def _import_all(names: list[str]) -> None:

@@ -302,7 +302,7 @@ class LocalElasticAgent(SimpleElasticAgent):
     def _open_round_progress(self, attempt_dir: str | None) -> RoundProgress | None:
         """This round's progress files when hang detection is on (closed with the round)."""
         spec = self._worker_group.spec
-        timeouts = self._learned.timeouts()
+        timeouts = self._progress_timeouts()
         wanted = spec.max_no_progress_restarts is not None or spec.learn_timeouts is not None
         if not timeouts.enabled and not wanted:
             return None

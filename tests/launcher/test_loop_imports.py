@@ -41,7 +41,11 @@ def test_a_job_with_hang_detection_and_the_file_timer_loads_them_off_the_loop() 
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.splitlines()[-1]) == {
         "on_loop": [],
-        "optional": ["aelastic.agent._hang", "aelastic.agent._file_timer"],
+        "optional": [
+            "aelastic.agent._hang",
+            "aelastic.agent._learned",
+            "aelastic.agent._file_timer",
+        ],
     }
 
 
@@ -64,6 +68,10 @@ def test_the_cli_imports_the_jobs_modules_before_its_loop(tmp_path: Path, file_t
     main_thread, other_threads, optional = json.loads(done.stdout.splitlines()[-1])
     assert "aelastic.nodes._gate" in main_thread
     assert other_threads == []
-    wanted = ["aelastic.agent._hang", "aelastic.agent._file_timer"] if file_timer else []
+    wanted = (
+        ["aelastic.agent._hang", "aelastic.agent._learned", "aelastic.agent._file_timer"]
+        if file_timer
+        else []
+    )
     assert optional == wanted
     assert set(wanted) <= set(main_thread)

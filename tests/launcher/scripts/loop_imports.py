@@ -1,6 +1,7 @@
 """Run one no-op job with ``open_job`` in a fresh interpreter; print, as JSON,
 ``{"on_loop": aelastic modules imported on the event loop's thread after the service
-started, "optional": which of hang detection's and the file timer's modules were loaded}``.
+started, "optional": which of the optional agent modules (hang detection's, learned
+timeouts', the file timer's) were loaded}``.
 
 ``loop_imports.py BACKEND [hang]`` (asyncio, trio; ``hang``: with a heartbeat timeout).
 """
@@ -43,5 +44,9 @@ async def main() -> None:
 
 
 anyio.run(main, backend=sys.argv[1])
-optional = [m for m in ("aelastic.agent._hang", "aelastic.agent._file_timer") if m in sys.modules]
+optional = [
+    m
+    for m in ("aelastic.agent._hang", "aelastic.agent._learned", "aelastic.agent._file_timer")
+    if m in sys.modules
+]
 print(json.dumps({"on_loop": on_loop, "optional": optional}))
