@@ -153,7 +153,7 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         #: The failed workers of the last failed round, published once they are stopped.
         self._last_failures: Mapping[int, ProcessFailure] = MappingProxyType({})
         self._restart_policy = RestartPolicy(spec)
-        #: Learned timeouts (``spec.learn_timeouts``), made at first use: see _timeouts.
+        #: Learned timeouts (``spec.learn_timeouts``), made at first use (_learned_timeouts).
         self._learned: LearnedTimeouts | None = None
         #: Health checks run before each round (None: none); see :mod:`aelastic.nodes`.
         self.node_gate: RoundGate | None = None
