@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -27,8 +27,6 @@ from ..progress import ProgressSnapshot
 from ..rendezvous import RendezvousConnectionError, RendezvousGracefulExitError, RendezvousInfo
 from ..store import Store
 from ._exceptions import AgentError, SignalException
-from ._hang import Hang, RoundProgress, hang_failures, report_hang
-from ._learned import LearnedTimeouts
 from ._policy import (
     UNINTERRUPTIBLE_STATE_TIMEOUT_ENV,
     Action,
@@ -48,6 +46,11 @@ from ._restart_policy import RestartPolicy
 from ._round_gate import RoundGate
 from ._telemetry import AgentTelemetry, hostname
 from ._types import DEFAULT_ROLE, RunResult, Worker, WorkerGroup, WorkerSpec, WorkerState
+
+if TYPE_CHECKING:  # imported with hang detection only (see aelastic._features)
+    from ..progress import ProgressTimeouts
+    from ._hang import Hang, RoundProgress
+    from ._learned import LearnedTimeouts
 
 __all__ = ("ElasticAgent", "SimpleElasticAgent")
 
@@ -150,7 +153,8 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         #: The failed workers of the last failed round, published once they are stopped.
         self._last_failures: Mapping[int, ProcessFailure] = MappingProxyType({})
         self._restart_policy = RestartPolicy(spec)
-        self._learned = LearnedTimeouts(spec, self._emit)
+        #: Learned timeouts (``spec.learn_timeouts``), made at first use (_learned_timeouts).
+        self._learned: LearnedTimeouts | None = None
         #: Health checks run before each round (None: none); see :mod:`aelastic.nodes`.
         self.node_gate: RoundGate | None = None
 
@@ -483,6 +487,8 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
                         lambda: self._worker_exit_codes(worker_group).keys()
                     )
                     hung = worker_group.workers[hang.local_rank]
+                    from ._hang import report_hang  # loaded: a RoundProgress exists
+
                     self._hang = await report_hang(
                         hang, progress, lambda name, md: self._emit(name, md, hung)
                     )
@@ -557,14 +563,32 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         progress = self._progress
         snapshots = list(progress.snapshots().values()) if progress is not None else []
         best = max((s.step for s in snapshots), default=-1)
-        if snapshots and decision.action is not Action.ABANDON:
-            await self._learned.update(snapshots)
+        learning = self._worker_group.spec.learn_timeouts is not None
+        if snapshots and learning and decision.action is not Action.ABANDON:
+            await self._learned_timeouts().update(snapshots)
         round_ = self._rdzv_info.round if self._rdzv_info is not None else self._attempt
         return await self._restart_policy.review(decision, attempt_best_step=best, round_=round_)
+
+    def _progress_timeouts(self) -> ProgressTimeouts:
+        """The hang-detection timeouts of the next round (the spec's, or learned ones)."""
+        spec = self._worker_group.spec
+        if spec.learn_timeouts is None:
+            return spec.progress_timeouts()
+        return self._learned_timeouts().timeouts()
+
+    def _learned_timeouts(self) -> LearnedTimeouts:
+        if self._learned is None:
+            # loaded with hang detection (aelastic._features) before the agent runs
+            from ._learned import LearnedTimeouts
+
+            self._learned = LearnedTimeouts(self._worker_group.spec, self._emit)
+        return self._learned
 
     def _hang_result(self, wg: WorkerGroup, hang: Hang) -> RunResult:
         """FAILED, naming every hung worker, the root cause first (the others were stopped
         on purpose)."""
+        from ._hang import hang_failures  # loaded: a Hang exists
+
         failures = hang_failures(hang, self._stopped_exit_codes(wg))
         return RunResult(
             state=WorkerState.FAILED,

@@ -33,6 +33,7 @@ from typing import Any
 
 import anyio
 
+from .._features import FILE_TIMER_ENV
 from ..errors import NOT_AVAILABLE, ProcessFailure
 from ..metrics import put_metric
 
@@ -46,7 +47,7 @@ __all__ = (
 
 log = logging.getLogger("aelastic.agent")
 
-ENABLE_ENV = "TORCHELASTIC_ENABLE_FILE_TIMER"
+ENABLE_ENV = FILE_TIMER_ENV
 TIMER_FILE_ENV = "TORCHELASTIC_TIMER_FILE"
 #: torch's limit: a request must fit in one atomic pipe write.
 _MAX_LINE = 4096

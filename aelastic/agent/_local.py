@@ -8,10 +8,11 @@ import signal
 import tempfile
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .._features import feature_modules, file_timer_enabled, import_features
 from .._net import is_loopback
 from ..checkpoint import Checkpoints, open_checkpoints
 from ..errors import ProcessFailure
@@ -34,24 +35,15 @@ from ..workers import (
 from ._agent import SimpleElasticAgent
 from ._env import substitute_local_rank, worker_env
 from ._exceptions import AgentConfigError
-from ._file_timer import (
-    ENABLE_ENV,
-    TIMER_FILE_ENV,
-    FileTimerServer,
-    explain_expired,
-    serve_file_timer,
-)
-from ._hang import (
-    RoundProgress,
-    progress_directory,
-    remove_empty_files,
-    stacks_env,
-    stacks_files,
-)
 from ._policy import restart_count
-from ._stacks import capture_stacks
 from ._telemetry import hostname
 from ._types import RunResult, WorkerGroup, WorkerSpec, WorkerState
+
+# Loaded only by a job with hang detection or torch's file timer (aelastic._features):
+# imported at the point of use, where run() has already imported them off the loop.
+if TYPE_CHECKING:
+    from ._file_timer import FileTimerServer
+    from ._hang import RoundProgress
 
 __all__ = ("LocalElasticAgent",)
 
@@ -310,10 +302,12 @@ class LocalElasticAgent(SimpleElasticAgent):
     def _open_round_progress(self, attempt_dir: str | None) -> RoundProgress | None:
         """This round's progress files when hang detection is on (closed with the round)."""
         spec = self._worker_group.spec
-        timeouts = self._learned.timeouts()
+        timeouts = self._progress_timeouts()
         wanted = spec.max_no_progress_restarts is not None or spec.learn_timeouts is not None
         if not timeouts.enabled and not wanted:
             return None
+        from ._hang import RoundProgress, stacks_files
+
         directory = self._progress_directory()
         ranks = list(range(spec.local_world_size))
         stacks = stacks_files(directory, self._attempt, attempt_dir, ranks)
@@ -325,6 +319,8 @@ class LocalElasticAgent(SimpleElasticAgent):
 
     def _progress_directory(self) -> str:
         if self._progress_dir is None:
+            from ._hang import progress_directory
+
             self._progress_dir = tempfile.TemporaryDirectory(
                 prefix="aelastic_progress_", dir=progress_directory()
             )
@@ -338,6 +334,8 @@ class LocalElasticAgent(SimpleElasticAgent):
             return {}
         if progress is not None:
             return progress.stacks_files
+        from ._hang import remove_empty_files, stacks_files
+
         ranks = list(range(self._worker_group.spec.local_world_size))
         stacks = stacks_files(self._progress_directory(), self._attempt, attempt_dir, ranks)
         assert self._round_stack is not None
@@ -348,7 +346,11 @@ class LocalElasticAgent(SimpleElasticAgent):
         if progress is not None:
             return progress.env(rank)
         path = self._timer_stacks.get(rank)
-        return {} if path is None else stacks_env(path)
+        if path is None:
+            return {}
+        from ._hang import stacks_env
+
+        return stacks_env(path)
 
     async def _capture_before_timer_kill(self, pid: int, scopes: list[str]) -> str | None:
         """A file timer expired: capture every local worker's stacks before the kill.
@@ -367,6 +369,8 @@ class LocalElasticAgent(SimpleElasticAgent):
         )
         alive = procs.alive
         targets = {r: (p, stacks[r]) for r, p in alive.items() if r in stacks}
+        from ._stacks import capture_stacks
+
         captured = await capture_stacks(targets)
         try:
             group = os.getpgid(pid)
@@ -530,9 +534,11 @@ class LocalElasticAgent(SimpleElasticAgent):
     @asynccontextmanager
     async def _open_file_timer(self) -> AsyncIterator[None]:
         """torchrun's ``TORCHELASTIC_ENABLE_FILE_TIMER=1``: serve the workers' expiration timers."""
-        if os.environ.get(ENABLE_ENV) != "1":
+        if not file_timer_enabled(os.environ):
             yield
             return
+        from ._file_timer import TIMER_FILE_ENV, serve_file_timer
+
         async with serve_file_timer(
             self._emit, os.environ.get(TIMER_FILE_ENV), self._capture_before_timer_kill
         ) as server:
@@ -546,9 +552,13 @@ class LocalElasticAgent(SimpleElasticAgent):
 
     def _explain_failures(self, result: RunResult) -> None:
         if self._file_timer is not None:
+            from ._file_timer import explain_expired
+
             explain_expired(result.failures.values(), self._file_timer)
 
     async def run(self, role: str = "default") -> RunResult:
+        # hang detection's and the file timer's modules when the spec or env turns them on
+        await import_features(feature_modules(self._worker_group.spec, os.environ))
         try:
             async with self._open_warm_pool(), self._open_file_timer(), self._open_checkpoints():
                 return await super().run(role)

@@ -11,19 +11,23 @@ in slices, like any Python code).
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import anyio.to_thread
 
+from .._features import feature_modules
+
 if TYPE_CHECKING:
     from ._config import LaunchConfig
 
 __all__ = ("JOB_MODULES", "import_now", "import_off_loop", "job_modules")
 
-#: Every module a local job imports (the agent and what it runs); the etcd backend and
-#: the health endpoint are added by the caller when the job uses them.
+#: Every module a local job imports (the agent and what it runs); the etcd backend, the
+#: health endpoint, hang detection and the file timer are added by :func:`job_modules`
+#: when the job uses them.
 JOB_MODULES = (
     "aelastic.store",
     "aelastic.rendezvous",
@@ -33,7 +37,6 @@ JOB_MODULES = (
     "aelastic.errors",
     "aelastic.agent",
     "aelastic.agent._local",
-    "aelastic.agent._file_timer",
     "aelastic.workers._processes",
     "aelastic.workers._warm",
     "aelastic.workers._callable",
@@ -54,7 +57,7 @@ def job_modules(config: LaunchConfig) -> tuple[str, ...]:
     extra: tuple[str, ...] = http if config.health_port is not None else ()
     if config.rdzv_backend.startswith("etcd"):
         extra += ("aelastic.rendezvous.etcd",)
-    return JOB_MODULES + extra
+    return JOB_MODULES + extra + feature_modules(config, os.environ)
 
 
 def import_now(names: Iterable[str]) -> None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from aelastic._features import FILE_TIMER_ENV
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "loop_imports.py")
 
@@ -20,20 +23,55 @@ def test_the_first_open_job_imports_nothing_on_the_loop(backend: str) -> None:
         [sys.executable, SCRIPT, backend], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.splitlines()[-1]) == []
+    # a job without hang detection or file timer never loads their modules
+    assert json.loads(done.stdout.splitlines()[-1]) == {"on_loop": [], "optional": []}
 
 
-def test_the_cli_imports_the_jobs_modules_before_its_loop(tmp_path: Path) -> None:
+def test_a_job_with_hang_detection_and_the_file_timer_loads_them_off_the_loop() -> None:
+    """With a heartbeat timeout and ``TORCHELASTIC_ENABLE_FILE_TIMER=1``, open_job loads
+    hang detection's and the file timer's modules, and still none on the loop's thread."""
+    env = {**os.environ, FILE_TIMER_ENV: "1"}
+    done = subprocess.run(
+        [sys.executable, SCRIPT, "asyncio", "hang"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        "on_loop": [],
+        "optional": [
+            "aelastic.agent._hang",
+            "aelastic.agent._learned",
+            "aelastic.agent._file_timer",
+        ],
+    }
+
+
+@pytest.mark.parametrize("file_timer", [False, True])
+def test_the_cli_imports_the_jobs_modules_before_its_loop(tmp_path: Path, file_timer: bool) -> None:
     """``aelastic run`` imports every module its job needs before the event loop starts,
     so the job finds nothing left to import in a thread (a thread's start and hand-offs
-    would sit on the way to the workers' start)."""
+    would sit on the way to the workers' start); the file timer's and hang detection's
+    modules only when ``TORCHELASTIC_ENABLE_FILE_TIMER=1`` asks for them."""
     noop = tmp_path / "noop.py"
     noop.write_text("pass\n")
     script = str(Path(__file__).parent / "scripts" / "cli_imports.py")
+    env = {k: v for k, v in os.environ.items() if k != FILE_TIMER_ENV}
+    if file_timer:
+        env[FILE_TIMER_ENV] = "1"
     done = subprocess.run(
-        [sys.executable, script, str(noop)], capture_output=True, text=True, timeout=60
+        [sys.executable, script, str(noop)], capture_output=True, text=True, timeout=60, env=env
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    main_thread, other_threads = json.loads(done.stdout.splitlines()[-1])
+    main_thread, other_threads, optional = json.loads(done.stdout.splitlines()[-1])
     assert "aelastic.nodes._gate" in main_thread
     assert other_threads == []
+    wanted = (
+        ["aelastic.agent._hang", "aelastic.agent._learned", "aelastic.agent._file_timer"]
+        if file_timer
+        else []
+    )
+    assert optional == wanted
+    assert set(wanted) <= set(main_thread)

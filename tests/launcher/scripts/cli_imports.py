@@ -1,6 +1,8 @@
 """Run ``aelastic run --standalone --nproc-per-node 1 <no-op>`` in this interpreter; print,
-as JSON, ``[imported in the main thread, imported in another thread]``: the module
-names each :func:`aelastic.launcher._preimport.import_now` call was given.
+as JSON, ``[imported in the main thread, imported in another thread, loaded optional
+modules]``: the module names each :func:`aelastic.launcher._preimport.import_now` call
+was given, and which of the optional agent modules (hang detection's, learned
+timeouts', the file timer's) were loaded.
 
 ``cli_imports.py SCRIPT``.
 """
@@ -24,5 +26,10 @@ def spy(names):  # type: ignore[no-untyped-def]
 
 preimport.import_now = spy
 code = main(["--standalone", "--nproc-per-node", "1", sys.argv[1]])
-print(json.dumps(calls))
+optional = [
+    m
+    for m in ("aelastic.agent._hang", "aelastic.agent._learned", "aelastic.agent._file_timer")
+    if m in sys.modules
+]
+print(json.dumps([*calls, optional]))
 sys.exit(code)

@@ -1,7 +1,9 @@
-"""Run one no-op job with ``open_job`` in a fresh interpreter; print, as JSON, the
-aelastic modules imported on the event loop's thread after the service started.
+"""Run one no-op job with ``open_job`` in a fresh interpreter; print, as JSON,
+``{"on_loop": aelastic modules imported on the event loop's thread after the service
+started, "optional": which of the optional agent modules (hang detection's, learned
+timeouts', the file timer's) were loaded}``.
 
-``loop_imports.py BACKEND`` (asyncio, trio).
+``loop_imports.py BACKEND [hang]`` (asyncio, trio; ``hang``: with a heartbeat timeout).
 """
 
 import importlib.abc
@@ -34,6 +36,7 @@ async def main() -> None:
         run_id="imports",
         rdzv_backend="c10d",
         rdzv_endpoint="127.0.0.1:0",
+        heartbeat_timeout=60.0 if sys.argv[2:] == ["hang"] else None,
     )
     sys.meta_path.insert(0, _Recorder())
     async with open_job(config, "/bin/true") as job:
@@ -41,4 +44,9 @@ async def main() -> None:
 
 
 anyio.run(main, backend=sys.argv[1])
-print(json.dumps(on_loop))
+optional = [
+    m
+    for m in ("aelastic.agent._hang", "aelastic.agent._learned", "aelastic.agent._file_timer")
+    if m in sys.modules
+]
+print(json.dumps({"on_loop": on_loop, "optional": optional}))
