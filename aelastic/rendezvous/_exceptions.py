@@ -3,8 +3,8 @@ where store errors become rendezvous errors (:func:`map_store_errors`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
+from types import TracebackType
 
 from .._exceptions import AelasticError, ConfigError, show_public_module
 from ..store import StoreClosedError, StoreConnectionError, StoreError, StoreTimeoutError
@@ -104,21 +104,37 @@ def rendezvous_error(exc: StoreError | OSError, action: str) -> RendezvousError:
     return RendezvousStateError(f"rendezvous store refused to {action}: {exc}")
 
 
-@contextmanager
-def map_store_errors(action: str, *, keep: tuple[type[StoreError], ...] = ()) -> Iterator[None]:
+def map_store_errors(
+    action: str, *, keep: tuple[type[StoreError], ...] = ()
+) -> AbstractContextManager[None]:
     """Raise store errors met inside the block as :func:`rendezvous_error` ``from`` them.
 
     ``keep`` lists store errors that pass through untranslated (a blocking read whose
-    caller handles its own :class:`~aelastic.store.StoreTimeoutError`).
+    caller handles its own :class:`~aelastic.store.StoreTimeoutError`). A plain class,
+    not a generator: it wraps every store request of the rendezvous.
     """
-    try:
-        yield
-    except keep:
-        raise
-    except RendezvousError:
-        raise  # already ours (a watched request whose store host was found lost)
-    except (StoreError, OSError) as exc:
-        raise rendezvous_error(exc, action) from exc
+    return _StoreErrorMap(action, keep)
+
+
+class _StoreErrorMap:
+    __slots__ = ("_action", "_keep")
+
+    def __init__(self, action: str, keep: tuple[type[StoreError], ...]) -> None:
+        self._action = action
+        self._keep = keep
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is None or isinstance(exc, self._keep):
+            return
+        if isinstance(exc, RendezvousError):
+            return  # already ours (a watched request whose store host was found lost)
+        if isinstance(exc, (StoreError, OSError)):
+            raise rendezvous_error(exc, self._action) from exc
 
 
 show_public_module(__name__, globals())

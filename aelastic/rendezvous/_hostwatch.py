@@ -14,8 +14,9 @@ accepted, and the node keeps trying the same store as before.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
+from types import TracebackType
 from typing import Literal
 
 import anyio
@@ -64,24 +65,10 @@ class StoreWatch:
         """End :meth:`run` (the watch is replaced); guards go on without a judge."""
         self._scope.cancel()
 
-    @contextmanager
-    def guard(self) -> Iterator[None]:
+    def guard(self) -> AbstractContextManager[None]:
         """Around one request: raise the verdict at once if the host is lost, or when it
         is declared lost while the request waits (the request is cancelled)."""
-        if self.lost is not None:
-            raise self.lost
-        scope = anyio.CancelScope()
-        self._pending.add(scope)
-        if len(self._pending) == 1:
-            self._changed.set()
-        try:
-            with scope:
-                yield
-        finally:
-            self._pending.discard(scope)
-        if scope.cancelled_caught and self.lost is not None:
-            raise self.lost
-        self.last_answer = anyio.current_time()
+        return _Guard(self)
 
     async def run(self) -> None:
         """Judge the host whenever a request waits and the store was silent for
@@ -107,3 +94,45 @@ class StoreWatch:
             self.lost = verdict
             for scope in list(self._pending):
                 scope.cancel()
+
+
+class _Guard:
+    """:meth:`StoreWatch.guard`: a plain class, not a generator (it wraps every request)."""
+
+    __slots__ = ("_scope", "_watch")
+
+    def __init__(self, watch: StoreWatch) -> None:
+        self._watch = watch
+        self._scope: anyio.CancelScope | None = None
+
+    def __enter__(self) -> None:
+        watch = self._watch
+        if watch.lost is not None:
+            raise watch.lost
+        scope = self._scope = anyio.CancelScope()
+        pending = watch._pending
+        pending.add(scope)
+        if len(pending) == 1:
+            watch._changed.set()
+        try:
+            scope.__enter__()
+        except BaseException:
+            pending.discard(scope)
+            raise
+
+    def __exit__(
+        self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        scope = self._scope
+        assert scope is not None
+        watch = self._watch
+        try:
+            swallowed = bool(scope.__exit__(typ, exc, tb))
+        finally:
+            watch._pending.discard(scope)
+        if exc is not None and not swallowed:
+            return False
+        if scope.cancelled_caught and watch.lost is not None:
+            raise watch.lost
+        watch.last_answer = anyio.current_time()
+        return swallowed
