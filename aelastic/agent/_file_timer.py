@@ -28,11 +28,11 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
+from .._dataclass import dataclass
 from .._features import FILE_TIMER_ENV
 from ..errors import NOT_AVAILABLE, ProcessFailure
 from ..metrics import put_metric

@@ -19,11 +19,11 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
+from .._dataclass import dataclass
 from .._stacks_dump import STACKS_FILE_ENV, STACKS_SIGNAL_ENV
 from ..errors import ProcessFailure
 from ..metrics import put_metric

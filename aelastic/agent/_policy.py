@@ -11,8 +11,9 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from .._dataclass import dataclass
 from ..progress import ProgressSnapshot, ProgressTimeouts
 from ._exceptions import AgentConfigError
 from ._types import WorkerState

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
+from .._dataclass import dataclass
 from ._exceptions import AgentError
 
 __all__ = ("RankAssignment", "RoleInfo", "assign_ranks", "identical_assignment")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Callable, Mapping, Set
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+from .._dataclass import dataclass
 from ._exceptions import AgentConfigError
 
 if TYPE_CHECKING:

@@ -19,7 +19,8 @@ import contextlib
 import os
 import re
 from collections.abc import Container, Iterable, Mapping
-from dataclasses import dataclass
+
+from .._dataclass import dataclass
 
 __all__ = (
     "DIR_ENV",

@@ -31,7 +31,6 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -39,6 +38,7 @@ import anyio.abc
 from anyio.abc import SocketAttribute
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from .._dataclass import dataclass
 from .._tasks import background_tasks
 from ..store import Store, StoreError
 from . import _layout as L

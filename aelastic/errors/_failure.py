@@ -6,8 +6,10 @@ import json
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from .._dataclass import dataclass
 
 __all__ = ("NOT_AVAILABLE", "ProcessFailure", "signal_name_of")
 

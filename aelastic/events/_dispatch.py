@@ -55,7 +55,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
@@ -63,6 +62,7 @@ import anyio.from_thread
 import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 
+from .._dataclass import dataclass
 from ._adapters import Handler, HandlerLike, run_each, run_on, same_handler
 from ._exceptions import EventHandlerError, EventsError, UnknownDestinationError
 from ._signal import AsyncWaiter, Signal, ThreadWaiter, Waiter

@@ -7,10 +7,11 @@ consumer of torch's events reads aelastic's unchanged and vice versa.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from enum import Enum
 from typing import Any, TypeVar
 
+from .._dataclass import dataclass
 from ._exceptions import EventFormatError
 
 __all__ = ("Event", "EventMetadataValue", "EventSource", "NodeState", "RdzvEvent")

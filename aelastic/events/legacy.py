@@ -29,9 +29,10 @@ import abc
 import json
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from .._dataclass import dataclass
 from ._adapters import Handler
 from ._dispatch import record as _record
 from ._dispatch import registry

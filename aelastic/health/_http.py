@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import anyio
 import h11
 from anyio.abc import ByteStream
+
+from .._dataclass import dataclass
 
 __all__ = ("Response", "Route", "serve_one")
 

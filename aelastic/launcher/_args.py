@@ -15,9 +15,9 @@ import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from .._dataclass import dataclass
 from .._ids import random_uuid4
 from ..workers import parse_preload
 from . import _checkpoint_args, _node_args, _progress_args

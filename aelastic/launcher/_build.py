@@ -10,9 +10,9 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._dataclass import dataclass
 from .._ids import random_uuid4
 from ._config import LaunchConfig
 from ._exceptions import LaunchConfigError

@@ -15,13 +15,13 @@ import signal
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing, asynccontextmanager
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
+from .._dataclass import dataclass
 from .._net import node_name
 from .._tasks import background_tasks
 from ._build import PreparedJob, prepare_job

@@ -19,11 +19,11 @@ import signal
 import subprocess
 import tempfile
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
+from .._dataclass import dataclass
 from .._entry_points import entry_points_of
 from ._exceptions import NodeHealthConfigError
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import logging
 import socket
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .._dataclass import dataclass
 from ._policy import ExclusionSettings, backoff_seconds, failures_in_window, should_exclude
 
 if TYPE_CHECKING:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from .._dataclass import dataclass
 
 __all__ = ("CheckResult", "HealthReport", "backoff_seconds", "report_of")
 

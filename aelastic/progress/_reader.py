@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import mmap
 import os
-from dataclasses import dataclass
 
+from .._dataclass import dataclass
 from . import _layout as L
 
 __all__ = ("ProgressFile", "ProgressSnapshot")

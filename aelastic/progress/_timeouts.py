@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from .._dataclass import dataclass
 from ._exceptions import ProgressTimeoutError
 
 __all__ = ("ProgressTimeouts", "parse_section_timeouts")

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
 
+from .._dataclass import dataclass
 from ..store import OnCloseAction, StoreTimeoutError
 from ._alarm import InboxAlarm
 from ._guards import LostOrders

@@ -5,13 +5,13 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio import AsyncContextManagerMixin
 from anyio.abc import TaskGroup, TaskStatus
 
+from .._dataclass import dataclass
 from ..store import Store
 
 if TYPE_CHECKING:

@@ -23,8 +23,9 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from .._dataclass import dataclass
 from ..store import StoreTimeoutError
 from ._ops import Ops
 from ._state import Keys, parse_int

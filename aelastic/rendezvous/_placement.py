@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from .._dataclass import dataclass
 from ._exceptions import RendezvousConfigError
 
 __all__ = ("Seat", "place", "rank_key", "check_rank_order", "seat_of")

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from .._dataclass import dataclass
 from ._exceptions import RendezvousConfigError
 from ._params import RendezvousParameters
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from .._dataclass import dataclass
 from ._exceptions import RendezvousStateError
 from ._placement import Seat, seat_of
 

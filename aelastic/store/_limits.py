@@ -9,11 +9,11 @@ depend on this module, never on the server, so the server can import them.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
+from .._dataclass import dataclass
 from ._exceptions import StoreConfigError
 from ._protocol import MAX_KEY_COUNT, MAX_KEY_SIZE, MAX_VALUE_SIZE
 from ._state import StoreState

@@ -11,7 +11,8 @@ so at activation it is told this state and rebuilds it (``_warm_boot.py``).
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass
+
+from .._dataclass import dataclass
 
 __all__ = ("SpawnSignals", "spawn_signals")
 

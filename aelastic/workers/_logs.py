@@ -23,9 +23,10 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import field
 from string import Template
 
+from .._dataclass import dataclass
 from .._exceptions import ConfigError
 from ._exceptions import WorkerStartError
 from ._spec import ProcessSpec

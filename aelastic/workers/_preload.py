@@ -21,8 +21,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
+from .._dataclass import dataclass
 from .._exceptions import ConfigError
 
 __all__ = ("AUTO", "PreloadPlan", "parse_preload")

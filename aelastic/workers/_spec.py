@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
+from .._dataclass import dataclass
 from ..errors import signal_name_of
 from ._std import Std
 

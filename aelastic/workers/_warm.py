@@ -38,9 +38,9 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .._dataclass import dataclass
 from ._dispositions import spawn_signals
 from ._pdeathsig import wrap_argv
 from ._preload import PreloadPlan

@@ -40,13 +40,13 @@ import random
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 
+from ..._dataclass import dataclass
 from ..._net import is_loopback
 from ..._tasks import background_tasks
 from ...store import StoreError

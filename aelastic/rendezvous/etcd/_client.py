@@ -21,7 +21,7 @@ import logging
 import math
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,6 +29,7 @@ import anyio
 import sniffio
 from anyio.abc import AsyncResource
 
+from ..._dataclass import dataclass
 from ...store import StoreConnectionError, StoreError
 from .._exceptions import RendezvousConfigError, RendezvousUnsupportedLoopError
 from ._exceptions import EtcdCompactedError, EtcdRequestError

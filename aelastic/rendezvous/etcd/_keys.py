@@ -13,7 +13,7 @@ and the next are adjacent key ranges:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..._dataclass import dataclass
 
 __all__ = ("RunKeys",)
 

@@ -4,9 +4,9 @@ connection keys, read from the rendezvous parameters."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
+from ..._dataclass import dataclass
 from .._exceptions import RendezvousConfigError
 from ._client import EtcdConfig, parse_endpoints
 

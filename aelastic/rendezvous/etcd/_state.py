@@ -6,9 +6,9 @@ functions; a value that is not what aelastic writes raises
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, cast
 
+from ..._dataclass import dataclass
 from .._exceptions import RendezvousStateError
 
 __all__ = ("Round", "encode_done", "parse_done", "parse_joiner", "parse_round", "state_error")
