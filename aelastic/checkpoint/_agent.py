@@ -29,7 +29,7 @@ from ..store import Store, StoreError
 from . import _layout as L
 from ._disk import write_step
 from ._exceptions import CheckpointError
-from ._owner import claim, sweep_abandoned
+from ._owner import claim, release_if_empty, sweep_abandoned
 from ._replica import PeerRound, Replicas, announce_no_replicas, open_replicas
 
 __all__ = ("Checkpoints", "open_checkpoints")
@@ -365,7 +365,8 @@ async def open_checkpoints(
         with anyio.CancelScope(shield=True):
             await checkpoints.persist()
             held = checkpoints.held_bytes()
-            await anyio.to_thread.run_sync(shutil.rmtree, memory_dir, True)
+            if not release_if_empty(memory_dir):
+                await anyio.to_thread.run_sync(shutil.rmtree, memory_dir, True)
             os.close(lock)
             if held:
                 emit("aelastic.checkpoint.freed", {"bytes": held})

@@ -17,7 +17,7 @@ import pytest
 from aelastic.checkpoint import _layout as L
 from aelastic.checkpoint._agent import Checkpoints, open_checkpoints
 from aelastic.checkpoint._disk import write_step
-from aelastic.checkpoint._owner import claim, sweep_abandoned
+from aelastic.checkpoint._owner import claim, release_if_empty, sweep_abandoned
 from aelastic.store import LocalStore
 
 
@@ -118,6 +118,36 @@ async def test_periodic_copy_then_last_copy_and_memory_freed_on_exit(tmp_path: P
     assert (disk / manifest["files"]["1"]).read_bytes() == b"y" * 50
     assert not await anyio.Path(memory).exists()
     assert events.seen[-1] == ("aelastic.checkpoint.freed", {"bytes": 450})
+
+
+async def test_unused_memory_is_freed_on_exit_without_a_worker_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events = Events()
+    async with open_checkpoints("run/unused", None, 1.0, events) as cp:
+        memory = cp.memory_dir
+        assert os.path.isdir(memory)  # noqa: ASYNC240 (a thread would defeat the patch below)
+
+        async def no_thread(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError(f"thread hand-off at exit: {args}")
+
+        monkeypatch.setattr(anyio.to_thread, "run_sync", no_thread)
+    assert not os.path.exists(memory)  # noqa: ASYNC240
+    assert events.seen == []  # nothing held, nothing freed to report
+
+
+def test_release_if_empty_leaves_a_directory_with_steps_to_the_caller(tmp_path: Path) -> None:
+    used, lock = claim(str(tmp_path), "used")
+    try:
+        commit(Path(used), 2, 0, 1)
+        assert not release_if_empty(used)
+        assert Path(used).is_dir()  # the caller removes the rest (it holds the lock's fd)
+    finally:
+        os.close(lock)
+    empty, lock = claim(str(tmp_path), "empty")
+    os.close(lock)
+    assert release_if_empty(empty) and not Path(empty).exists()
+    assert release_if_empty(empty)  # already gone: nothing left to free
 
 
 def test_disk_step_not_whole_keeps_the_older_whole_one(tmp_path: Path) -> None:
