@@ -72,7 +72,7 @@ def _make_dataclass(cls: type[_T], *, frozen: bool, init: bool) -> type[_T]:
         for name, method in _frozen_methods(cls, names).items():
             if name in cls.__dict__:
                 raise TypeError(f"Cannot overwrite attribute {name} in class {cls.__name__}")
-            setattr(cls, name, method)
+            _set_new(cls, name, method)
     if not explicit_hash:
         cls.__hash__ = _hash_method(fields) if frozen else None  # type: ignore[assignment]
     return cls
