@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import inspect
 import itertools
 import reprlib
 from collections.abc import Callable
@@ -58,13 +59,19 @@ def _make_dataclass(cls: type[_T], *, frozen: bool, init: bool) -> type[_T]:
     explicit_hash = not (
         class_hash is _MISSING or (class_hash is None and "__eq__" in cls.__dict__)
     )
+    documented = bool(cls.__dict__.get("__doc__"))
     # Fields, defaults and the class attributes as @dataclass sets them; no method made.
     dataclasses.dataclass(cls, init=False, repr=False, eq=False)
     params = cls.__dataclass_params__  # type: ignore[attr-defined]
     params.init, params.repr, params.eq, params.frozen = init, True, True, frozen
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    _refuse_unsupported(cls, fields)
     if init:
         _set_new(cls, "__init__", _init_method(cls, fields, frozen))
+        # what inspect.signature and help() show, built from the fields when asked
+        cls.__signature__ = _Signature()  # type: ignore[attr-defined]
+    if not documented:
+        cls.__doc__ = _Doc()  # type: ignore[assignment]
     _set_new(cls, "__repr__", _repr_method(fields))
     _set_new(cls, "__eq__", _eq_method(fields))
     if frozen:
@@ -74,14 +81,68 @@ def _make_dataclass(cls: type[_T], *, frozen: bool, init: bool) -> type[_T]:
                 raise TypeError(f"Cannot overwrite attribute {name} in class {cls.__name__}")
             _set_new(cls, name, method)
     if not explicit_hash:
-        cls.__hash__ = _hash_method(fields) if frozen else None  # type: ignore[assignment]
+        if frozen:
+            hash_method = _hash_method(fields)
+            hash_method.__qualname__ = f"{cls.__qualname__}.__hash__"
+            hash_method.__module__ = cls.__module__
+            cls.__hash__ = hash_method  # type: ignore[method-assign,assignment]
+        else:
+            cls.__hash__ = None  # type: ignore[assignment]
     return cls
 
 
 def _set_new(cls: type, name: str, method: Callable[..., Any]) -> None:
     if name not in cls.__dict__:
         method.__qualname__ = f"{cls.__qualname__}.{name}"
+        method.__module__ = cls.__module__
         setattr(cls, name, method)
+
+
+def _refuse_unsupported(cls: type, fields: tuple[dataclasses.Field[Any], ...]) -> None:
+    """``InitVar`` pseudo-fields and keyword-only fields (``kw_only``, ``KW_ONLY``) would
+    need more than the shared ``__init__`` does: refused, not half supported."""
+    initvar = getattr(dataclasses, "_FIELD_INITVAR", None)
+    for f in cls.__dataclass_fields__.values():  # type: ignore[attr-defined]
+        if initvar is not None and getattr(f, "_field_type", None) is initvar:
+            raise TypeError(f"{cls.__qualname__}.{f.name}: InitVar is not supported here")
+    for f in fields:
+        if getattr(f, "kw_only", False) is True:
+            raise TypeError(f"{cls.__qualname__}.{f.name}: keyword-only fields are not supported")
+
+
+class _Signature:
+    """``cls.__signature__``, made from the fields on first use (0.1-0.2 ms, not at import)."""
+
+    def __get__(self, obj: object, owner: type) -> inspect.Signature:
+        P = inspect.Parameter
+        parameters = []
+        for f in dataclasses.fields(owner):
+            if not f.init:
+                continue
+            kind, default = _default_of(f)
+            shown = default if kind is _Default.VALUE else P.empty
+            if kind is _Default.FACTORY:
+                shown = _Factory(default)
+            parameters.append(P(f.name, P.POSITIONAL_OR_KEYWORD, default=shown, annotation=f.type))
+        return inspect.Signature(parameters, return_annotation=None)
+
+
+class _Factory:
+    """How a signature shows a ``default_factory``: ``<factory>``, as ``@dataclass`` does."""
+
+    def __init__(self, factory: Any) -> None:
+        self.factory = factory
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+class _Doc:
+    """The docstring ``@dataclass`` gives a class without one: its name and signature."""
+
+    def __get__(self, obj: object, owner: type) -> str:
+        text = str(inspect.signature(owner)).replace(" -> None", "")
+        return owner.__name__ + text
 
 
 def _init_method(
@@ -89,10 +150,14 @@ def _init_method(
 ) -> Callable[..., None]:
     params = [(f.name, *_default_of(f)) for f in fields if f.init]
     names = [name for name, _, _ in params]
-    accepted = frozenset(names)
-    # fields outside __init__ that have a default: set as @dataclass sets them
-    later = [(f.name, *_default_of(f)) for f in fields if not f.init]
-    later = [entry for entry in later if entry[1] is not _Default.NONE]
+    position_of = {name: position for position, name in enumerate(names)}
+    # Outside __init__, only a default_factory is set per instance; a plain default stays
+    # on the class, where @dataclass leaves it too.
+    later: list[tuple[str, Callable[[], Any]]] = [
+        (f.name, f.default_factory)  # type: ignore[misc]
+        for f in fields
+        if not f.init and f.default_factory is not _MISSING
+    ]
     post_init = hasattr(cls, "__post_init__")
     assign = object.__setattr__ if frozen else setattr
     prefix = f"{cls.__qualname__}.__init__()"
@@ -107,15 +172,18 @@ def _init_method(
             raise TypeError(f"non-default argument {name!r} follows default argument")
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        if len(args) > len(names):
-            raise TypeError(f"{prefix} takes {takes} but {len(args) + 1} were given")
-        for key in kwargs:
-            if key not in accepted:
+        given = len(args)
+        if given > len(names):
+            raise TypeError(f"{prefix} takes {takes} but {given + 1} were given")
+        for key in kwargs:  # in the call's order, as Python reports the first
+            position = position_of.get(key)
+            if position is None:
                 raise TypeError(f"{prefix} got an unexpected keyword argument {key!r}")
+            if position < given:
+                raise TypeError(f"{prefix} got multiple values for argument {key!r}")
+        missing = []
         for position, (name, kind, default) in enumerate(params):
-            if position < len(args):
-                if name in kwargs:
-                    raise TypeError(f"{prefix} got multiple values for argument {name!r}")
+            if position < given:
                 value = args[position]
             elif name in kwargs:
                 value = kwargs[name]
@@ -124,14 +192,29 @@ def _init_method(
             elif kind is _Default.FACTORY:
                 value = default()
             else:
-                raise TypeError(f"{prefix} missing 1 required positional argument: {name!r}")
+                missing.append(name)
+                continue
             assign(self, name, value)
-        for name, kind, default in later:
-            assign(self, name, default() if kind is _Default.FACTORY else default)
+        if missing:
+            raise TypeError(f"{prefix} missing {_missing_text(missing)}")
+        for name, factory in later:
+            assign(self, name, factory())
         if post_init:
             self.__post_init__()
 
     return __init__
+
+
+def _missing_text(names: list[str]) -> str:
+    """Python's wording: ``1 required positional argument: 'a'``, ``2 ...: 'a' and 'b'``,
+    ``3 ...: 'a', 'b', and 'c'``."""
+    quoted = [repr(name) for name in names]
+    if len(quoted) == 1:
+        return f"1 required positional argument: {quoted[0]}"
+    listed = (
+        " and ".join(quoted) if len(quoted) == 2 else ", ".join(quoted[:-1]) + ", and " + quoted[-1]
+    )
+    return f"{len(quoted)} required positional arguments: {listed}"
 
 
 class _Default(enum.Enum):

@@ -76,6 +76,9 @@ def test_argument_errors_match(frozen: bool) -> None:
         ((1,), {"x": 2}),  # x twice
         ((1,), {"z": 2}),  # unknown keyword
         ((1,), {"seen": 2}),  # init=False field
+        ((), {"tags": []}),  # missing x, a keyword given
+        ((1, 2), {"y": 3, "z": 4}),  # y twice, then an unknown keyword: the first is reported
+        ((1,), {"z": 4, "x": 3}),  # an unknown keyword, then x twice
     ]:
         with pytest.raises(TypeError) as expected:
             std(*args, **kwargs)
@@ -203,3 +206,47 @@ def test_recursive_repr_does_not_loop() -> None:
     obj = Mutable("self")
     obj.values.append(obj)  # type: ignore[arg-type]
     assert repr(obj) == "Mutable(name='self', values=[...])"
+
+
+@BOTH
+def test_several_missing_arguments_are_named_together(deco: Decorator) -> None:
+    @deco
+    class Three:
+        a: int
+        b: int
+        c: int
+
+    for args, expected in [
+        ((), "missing 3 required positional arguments: 'a', 'b', and 'c'"),
+        ((1,), "missing 2 required positional arguments: 'b' and 'c'"),
+    ]:
+        with pytest.raises(TypeError, match=expected):
+            Three(*args)
+
+
+def test_signature_and_docstring_match() -> None:
+    import inspect
+
+    std, fast = _pair(frozen=True)
+    assert str(inspect.signature(fast)) == str(inspect.signature(std))
+    assert fast.__doc__ == std.__doc__  # a class without docstring: its name and signature
+    assert Frozen.__doc__ == "Frozen(name: 'str', values: 'tuple[int, ...]' = ())"
+
+
+def test_a_plain_default_outside_init_stays_on_the_class() -> None:
+    std, fast = _pair()
+    assert "seen" not in vars(std(1)) and "seen" not in vars(fast(1))
+    assert fast(1).seen == 7
+
+
+@pytest.mark.parametrize("kind", ["InitVar", "kw_only", "KW_ONLY"])
+def test_field_kinds_the_shared_init_cannot_take_are_refused(kind: str) -> None:
+    namespace: dict[str, Any] = {"dataclasses": dataclasses, "deco": fast_dataclass}
+    body = {
+        "InitVar": "    a: int\n    b: dataclasses.InitVar[int] = 0\n",
+        "kw_only": "    a: int = dataclasses.field(default=0, kw_only=True)\n",
+        "KW_ONLY": "    a: int\n    _: dataclasses.KW_ONLY\n    b: int = 0\n",
+    }[kind]
+    with pytest.raises(TypeError, match="not supported"):
+        # real annotations (not this module's postponed strings), as in a plain module
+        exec(compile(f"@deco\nclass C:\n{body}", "<test>", "exec", dont_inherit=True), namespace)
