@@ -71,6 +71,7 @@ class _Connection:
         "_data",
         "_drained",
         "_fast",
+        "_fd",
         "_frame_t0",
         "_held",
         "_host",
@@ -83,6 +84,7 @@ class _Connection:
         "_state",
         "_waiters",
         "closed",
+        "dispatched",
         "parser",
         "peer",
         "sock",
@@ -92,7 +94,10 @@ class _Connection:
         self._host = host
         self._state = host.state
         self.sock = sock
+        self._fd = sock.fileno()
         self.peer = peer
+        # served by the host's dispatcher (no task of its own), see _dispatch
+        self.dispatched = False
         limits = host.limits
         self.parser = RequestParser(
             max_key_size=limits.max_key_size,
@@ -183,6 +188,10 @@ class _Connection:
             log = logger.debug if quiet else logger.warning
             log("store %s: closing connection from %s: %s", self._host.address, self.peer, reason)
         self._cancel_waits()
+        if self.dispatched:  # no task of its own: one finishes it
+            self._leave_dispatcher()
+            if not self._host.closing:
+                self._host.spawn(self._finish_later, self)
         anyio.notify_closing(self.sock)
         self.sock.close()
 
@@ -234,8 +243,59 @@ class _Connection:
 
     # -- the connection's task ----------------------------------------------------------
 
-    async def serve(self) -> None:
-        """Serve until the peer closes, misbehaves or the server stops; then clean up."""
+    def readable(self) -> None:
+        """Read and serve what arrived, for the dispatcher (the connection is idle).
+
+        Synchronous and never raises: a failure closes the connection (and is
+        logged if it is a bug). If what arrived leaves work that must await (a
+        partial request, a request over many keys, answers piling up), the
+        connection leaves the dispatcher and continues in a task of its own
+        (:meth:`serve`).
+        """
+        try:
+            try:
+                data = self.sock.recv(RECV_SIZE)
+            except (BlockingIOError, InterruptedError):
+                return  # a stale event (the descriptor was reused)
+            except OSError as exc:
+                self.close(f"connection failed: {exc}", quiet=True)
+                return
+            if not data:
+                self.close()  # at EOF, which cannot be mid-request here
+                return
+            rest = self.data_received(data)
+            if self.closed:
+                return
+            if rest or self._outsize > _BATCH_LIMIT or self.parser.buffered:
+                self._leave_dispatcher()
+                self._host.spawn(functools.partial(self.serve, rest), self)
+        except Exception:
+            logger.exception("store %s: connection from %s failed", self._host.address, self.peer)
+            self.close()
+
+    def _leave_dispatcher(self) -> None:
+        dispatcher = self._host.dispatcher
+        if self.dispatched and dispatcher is not None:
+            self.dispatched = False
+            dispatcher.forget(self._fd)
+
+    def _idle(self) -> bool:
+        """Back to the dispatcher (if there is one): nothing held, nothing to await."""
+        dispatcher = self._host.dispatcher
+        if dispatcher is None or self.parser.buffered or self._outsize > _BATCH_LIMIT:
+            return False
+        self.dispatched = True
+        dispatcher.adopt(self, self._fd)
+        return True
+
+    async def serve(self, rest: list[Request] | None = None) -> None:
+        """Serve until the peer closes, misbehaves or the server stops; then clean up.
+
+        ``rest``: the dispatcher read the last data and left these requests (maybe
+        none: a partial request or backpressure) to this task. Returns early,
+        without cleaning up, when the connection is idle and a dispatcher takes it
+        back.
+        """
         more = False  # the last recv filled its buffer: more data is likely there
         # Waiting for readability costs far more than a recv (a reader registered
         # and removed each time). Peer requests often arrive while other
@@ -244,8 +304,14 @@ class _Connection:
         # it every 8th wait otherwise.
         peek = True
         waits = 0
+        handed_back = False
         try:
+            if rest is not None:
+                await self._after(rest)
             while not self.closed:  # closed by the server, maybe before this task ran
+                if self._idle():
+                    handed_back = True
+                    return
                 data: bytes | None = None
                 if more:
                     data = self._try_recv()
@@ -268,16 +334,7 @@ class _Connection:
                             f"({self.parser.buffered} bytes of a half-sent message dropped)"
                         )
                     return
-                rest = self.data_received(data)
-                if self.closed:
-                    return
-                while rest:
-                    await self._wait_drained()
-                    rest = await self._process_big(rest)
-                if self._outsize > _BATCH_LIMIT:
-                    await self._wait_drained()
-                if self._held or self.parser.buffered:
-                    await self._account()
+                await self._after(self.data_received(data))
                 more = len(data) == RECV_SIZE
                 if more:
                     await anyio.lowlevel.checkpoint()  # a fast sender: let others run
@@ -286,9 +343,30 @@ class _Connection:
         except OSError as exc:  # the socket failed under wait_readable/wait_writable
             self.close(f"connection failed: {exc}", quiet=True)
         finally:
-            self.close()
-            self._release_budget()
-            self.run_on_close()
+            if not handed_back:
+                self._finish()
+
+    async def _after(self, rest: list[Request]) -> None:
+        """After :meth:`data_received`: the requests it left, backpressure, the budget."""
+        if self.closed:
+            raise _Closed
+        while rest:
+            await self._wait_drained()
+            rest = await self._process_big(rest)
+        if self._outsize > _BATCH_LIMIT:
+            await self._wait_drained()
+        if self._held or self.parser.buffered:
+            await self._account()
+
+    def _finish(self) -> None:
+        """The connection ended: close, give back its buffer budget, run on-close actions."""
+        self.close()
+        self._release_budget()
+        self.run_on_close()
+        self._host.connections.discard(self)
+
+    async def _finish_later(self) -> None:
+        self._finish()
 
     def _try_recv(self) -> bytes | None:
         """One ``recv`` (``None``: nothing there yet); :class:`OSError` if the socket failed."""
