@@ -46,6 +46,8 @@ _EMPTY_POP = _I64.pack(0)
 _ONE = _I64.pack(1)
 _U64_unpack_from = _U64.unpack_from
 _U64_pack = _U64.pack
+#: A request's opcode and the u64 that follows it (a key length, or WAIT's key count).
+_OP_LEN_unpack_from = struct.Struct("<BQ").unpack_from
 
 #: Bytes read per wake-up (bounds the parsing done between two checkpoints).
 RECV_SIZE = 64 * 1024
@@ -128,11 +130,10 @@ class _Connection:
 
     def _write(self, data: bytes) -> None:
         """Send ``data`` now; what the kernel does not take waits in the outbox."""
-        if self.closed:
-            return
-        if self._outbox:
-            self._outbox.append(data)
-            self._outsize += len(data)
+        if self._outbox or self.closed:
+            if not self.closed:
+                self._outbox.append(data)
+                self._outsize += len(data)
             return
         try:
             n = self.sock.send(data)
@@ -264,6 +265,8 @@ class _Connection:
                 self.close()  # at EOF, which cannot be mid-request here
                 return
             rest = self.data_received(data)
+            if self._fast and self._outsize <= _BATCH_LIMIT:
+                return  # the common case: idle again (``_fast`` implies no ``rest``)
             if self.closed:
                 return
             if rest or self._outsize > _BATCH_LIMIT or self.parser.buffered:
@@ -446,14 +449,14 @@ class _Connection:
             pos = 0
             n = len(data)
             store = self._data
+            max_key = self._max_key
             out: list[bytes] = []
             size = 0
             while n - pos > 8:
-                op = data[pos]
+                op, k = _OP_LEN_unpack_from(data, pos)
                 if op == 1:  # SET
-                    k = _U64_unpack_from(data, pos + 1)[0]
                     e = pos + 9 + k
-                    if k > self._max_key or e + 8 > n:
+                    if k > max_key or e + 8 > n:
                         break
                     vl = _U64_unpack_from(data, e)[0]
                     end = e + 8 + vl
@@ -468,9 +471,8 @@ class _Connection:
                             out.clear()
                         self._state._wake(key)
                 elif op == 3:  # GET
-                    k = _U64_unpack_from(data, pos + 1)[0]
                     end = pos + 9 + k
-                    if k > self._max_key or end > n:
+                    if k > max_key or end > n:
                         break
                     v = store.get(data[pos + 9 : end], b"")
                     if len(v) > _FAST_VALUE_LIMIT or size > _BATCH_LIMIT:
@@ -478,11 +480,11 @@ class _Connection:
                     size += len(v)
                     out.append(_U64_pack(len(v)) + v)
                 elif op == 6:  # WAIT
-                    if n - pos < 17 or _U64_unpack_from(data, pos + 1)[0] != 1:
+                    if k != 1 or n - pos < 17:
                         break
                     k = _U64_unpack_from(data, pos + 9)[0]
                     end = pos + 17 + k
-                    if k > self._max_key or end > n or data[pos + 17 : end] not in store:
+                    if k > max_key or end > n or data[pos + 17 : end] not in store:
                         break
                     out.append(_STOP)
                 else:
