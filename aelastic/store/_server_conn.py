@@ -1,12 +1,16 @@
 """One client connection of :class:`~aelastic.store.StoreServer`: parse, apply, answer.
 
-The connection owns a non-blocking socket. Its task (:meth:`_Connection.serve`)
-waits with :func:`anyio.wait_readable` (every anyio backend), receives, and
-answers; answers are written with a plain non-blocking ``send``, also from the
-callbacks that wake a parked WAIT when another connection sets its key, so a wake
-costs no task switch. What the kernel does not take at once goes to an outbox
-that a drain task empties; while it is non-empty the connection reads nothing
-more (backpressure: a peer that does not read cannot make the server buffer).
+The connection owns a non-blocking socket. While it is idle (no partial request,
+nothing to await) it has no task: the server's dispatcher (:mod:`._dispatch`)
+calls :meth:`_Connection.readable` when its socket has data. Otherwise its own
+task (:meth:`_Connection.serve`) waits with :func:`anyio.wait_readable` (every
+anyio backend), receives, and answers, and hands the connection back to the
+dispatcher once it is idle. Answers are written with a plain non-blocking
+``send``, also from the callbacks that wake a parked WAIT when another connection
+sets its key, so a wake costs no task switch. What the kernel does not take at
+once goes to an outbox that a drain task empties; beyond ~4 MiB queued the
+connection reads nothing more (backpressure: a peer that does not read cannot make
+the server buffer).
 
 Work per wake-up is bounded: one ``recv`` of at most :data:`RECV_SIZE` bytes is
 parsed (linear, see :class:`RequestParser`), and requests over many keys
@@ -180,7 +184,12 @@ class _Connection:
     # -- lifetime -----------------------------------------------------------------------
 
     def close(self, reason: str | None = None, *, quiet: bool = False) -> None:
-        """Close the socket (idempotent); waits of this connection are dropped."""
+        """Close the socket (idempotent); waits of this connection are dropped.
+
+        A connection without a task of its own (served by the dispatcher) is
+        finished (budget, on-close actions) by a task spawned here, unless the
+        server is stopping.
+        """
         if self.closed:
             return
         self.closed = True
