@@ -1,7 +1,7 @@
 """Store throughput: our StoreServer vs torch's libuv TCPStore server, same torch clients.
 
     python benchmarks/store_throughput.py [--pairs 12000] [--clients 1,4,16] [--tasks 64]
-                                          [--repeat 3] [--no-uvloop]
+                                          [--repeat 3] [--no-uvloop | --loop trio]
 
 Each server runs in its own process. K client processes (stock
 ``torch.distributed.TCPStore`` clients, started once and reused) each do
@@ -105,9 +105,8 @@ def start_torch_server() -> tuple[subprocess.Popen[str], int]:
     return proc, int(line.split()[1])
 
 
-def start_our_server(uvloop: bool) -> tuple[subprocess.Popen[str], int]:
-    cmd = [sys.executable, "-m", "aelastic", "store", "--port", "0"]
-    cmd += ["--loop", "uvloop" if uvloop else "asyncio"]
+def start_our_server(loop: str) -> tuple[subprocess.Popen[str], int]:
+    cmd = [sys.executable, "-m", "aelastic", "store", "--port", "0", "--loop", loop]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = _readline(proc.stdout, "aelastic store listening on")
@@ -205,17 +204,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", default="1,4,16", help="client process counts")
     parser.add_argument("--tasks", type=int, default=64, help="tasks sharing our async client")
     parser.add_argument("--no-uvloop", action="store_true", help="run our server on asyncio")
+    parser.add_argument(
+        "--loop", choices=("uvloop", "asyncio", "trio"), help="our server's loop (default uvloop)"
+    )
     args = parser.parse_args(argv)
     ks = [int(x) for x in args.clients.split(",")]
     m = args.pairs
-    uvloop = not args.no_uvloop and importlib.util.find_spec("uvloop") is not None
+    loop = args.loop or ("asyncio" if args.no_uvloop else "uvloop")
+    if loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        loop = "asyncio"
 
     t_start = time.perf_counter()
     clients = Clients(max(ks))
     print(f"started {max(ks)} torch client processes in {time.perf_counter() - t_start:.1f} s")
     torch_proc, torch_port = start_torch_server()
-    our_proc, our_port = start_our_server(uvloop)
-    print(f"our server loop: {'uvloop' if uvloop else 'asyncio'}; {m} set+get pairs per run")
+    our_proc, our_port = start_our_server(loop)
+    print(f"our server loop: {loop}; {m} set+get pairs per run")
     print(load_average())
     print(
         f"{'clients':>8} {'torch ops/s':>12} {'ours ops/s':>12} {'ours/torch':>10}"

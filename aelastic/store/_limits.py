@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 
 from .._dataclass import dataclass
+from ._dispatch import Dispatcher
 from ._exceptions import StoreConfigError
 from ._protocol import MAX_KEY_COUNT, MAX_KEY_SIZE, MAX_VALUE_SIZE
 from ._state import StoreState
@@ -119,9 +120,12 @@ class BufferBudget:
 class ConnectionHost:
     """The server as its connections see it: data, limits, budget, name, task spawner.
 
-    ``spawn(func, connection)`` runs a connection's helper task (its outbox drain) in
-    the server's task group. :attr:`closing` is set when the server stops (on-close
-    actions are then not performed).
+    ``spawn(func, connection)`` runs a connection's task (its serving loop or its
+    outbox drain) in the server's task group. :attr:`closing` is set when the
+    server stops (on-close actions are then not performed). :attr:`connections`
+    holds the open connections (a connection removes itself when it ends);
+    :attr:`dispatcher` serves the idle ones while the server listens (None:
+    every connection has a task of its own).
     """
 
     def __init__(
@@ -136,6 +140,8 @@ class ConnectionHost:
         self.spawn = spawn
         self.address = ""
         self.closing = False
+        self.connections: set[Any] = set()
+        self.dispatcher: Dispatcher | None = None
         self._next_action_id = 0
 
     def new_action_id(self) -> int:

@@ -14,6 +14,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from .._net import is_loopback
 from .._tasks import background_tasks
+from ._dispatch import open_dispatcher
 from ._exceptions import StoreConfigError, StoreError
 from ._limits import (
     FRAME_TIMEOUT,
@@ -132,7 +133,7 @@ class StoreServer(AsyncContextManagerMixin):
         self._state = StoreState()
         self._hub = ConnectionHost(self._state, self.limits, self._spawn)
         self._hub.address = self.address
-        self._connections: set[_Connection] = set()
+        self._connections: set[_Connection] = self._hub.connections
         self._listener: socket.socket | None = None
         self._task_group = task_group
         self._tg: TaskGroup | None = None
@@ -233,6 +234,9 @@ class StoreServer(AsyncContextManagerMixin):
         self._hub.closing = False
         self.port = sock.getsockname()[1]
         self.local_store.name = self._hub.address = self.address
+        dispatcher = self._hub.dispatcher = open_dispatcher()
+        if dispatcher is not None:
+            tg.start_soon(dispatcher.run)
         tg.start_soon(self._accept_loop, sock)
         logger.info("store listening on %s", self.address)
 
@@ -291,6 +295,9 @@ class StoreServer(AsyncContextManagerMixin):
             anyio.notify_closing(listener)
             listener.close()
             logger.info("store %s stopped", self.address)
+        dispatcher, self._hub.dispatcher = self._hub.dispatcher, None
+        if dispatcher is not None:
+            dispatcher.close()
         for conn in list(self._connections):
             conn.close()  # wakes its task (and its drain) with ClosedResourceError
         self._connections.clear()
@@ -351,13 +358,11 @@ class StoreServer(AsyncContextManagerMixin):
             return
         conn = _Connection(self._hub, sock, peer)
         self._connections.add(conn)
-        self._tg.start_soon(self._serve, conn)
-
-    async def _serve(self, conn: _Connection) -> None:
-        try:
-            await self._guarded(conn.serve, conn)
-        finally:
-            self._connections.discard(conn)
+        if self._hub.dispatcher is not None:
+            conn.dispatched = True
+            self._hub.dispatcher.adopt(conn, sock.fileno())
+        else:
+            self._tg.start_soon(self._guarded, conn.serve, conn)
 
     async def _guarded(self, func: Callable[[], Awaitable[None]], conn: _Connection) -> None:
         # the task group encloses the host's code: a bug in one connection must not
@@ -369,6 +374,6 @@ class StoreServer(AsyncContextManagerMixin):
             conn.close()
 
     def _spawn(self, func: Callable[[], Awaitable[None]], conn: _Connection) -> None:
-        """Run ``func`` (a connection's outbox drain) in the server's task group."""
+        """Run ``func`` (a connection's task or outbox drain) in the server's task group."""
         if self._tg is not None:
             self._tg.start_soon(self._guarded, func, conn)

@@ -1,12 +1,16 @@
 """One client connection of :class:`~aelastic.store.StoreServer`: parse, apply, answer.
 
-The connection owns a non-blocking socket. Its task (:meth:`_Connection.serve`)
-waits with :func:`anyio.wait_readable` (every anyio backend), receives, and
-answers; answers are written with a plain non-blocking ``send``, also from the
-callbacks that wake a parked WAIT when another connection sets its key, so a wake
-costs no task switch. What the kernel does not take at once goes to an outbox
-that a drain task empties; while it is non-empty the connection reads nothing
-more (backpressure: a peer that does not read cannot make the server buffer).
+The connection owns a non-blocking socket. While it is idle (no partial request,
+nothing to await) it has no task: the server's dispatcher (:mod:`._dispatch`)
+calls :meth:`_Connection.readable` when its socket has data. Otherwise its own
+task (:meth:`_Connection.serve`) waits with :func:`anyio.wait_readable` (every
+anyio backend), receives, and answers, and hands the connection back to the
+dispatcher once it is idle. Answers are written with a plain non-blocking
+``send``, also from the callbacks that wake a parked WAIT when another connection
+sets its key, so a wake costs no task switch. What the kernel does not take at
+once goes to an outbox that a drain task empties; beyond ~4 MiB queued the
+connection reads nothing more (backpressure: a peer that does not read cannot make
+the server buffer).
 
 Work per wake-up is bounded: one ``recv`` of at most :data:`RECV_SIZE` bytes is
 parsed (linear, see :class:`RequestParser`), and requests over many keys
@@ -46,6 +50,8 @@ _EMPTY_POP = _I64.pack(0)
 _ONE = _I64.pack(1)
 _U64_unpack_from = _U64.unpack_from
 _U64_pack = _U64.pack
+#: A request's opcode and the u64 that follows it (a key length, or WAIT's key count).
+_OP_LEN_unpack_from = struct.Struct("<BQ").unpack_from
 
 #: Bytes read per wake-up (bounds the parsing done between two checkpoints).
 RECV_SIZE = 64 * 1024
@@ -71,6 +77,7 @@ class _Connection:
         "_data",
         "_drained",
         "_fast",
+        "_fd",
         "_frame_t0",
         "_held",
         "_host",
@@ -83,6 +90,7 @@ class _Connection:
         "_state",
         "_waiters",
         "closed",
+        "dispatched",
         "parser",
         "peer",
         "sock",
@@ -92,7 +100,10 @@ class _Connection:
         self._host = host
         self._state = host.state
         self.sock = sock
+        self._fd = sock.fileno()
         self.peer = peer
+        # served by the host's dispatcher (no task of its own), see _dispatch
+        self.dispatched = False
         limits = host.limits
         self.parser = RequestParser(
             max_key_size=limits.max_key_size,
@@ -123,11 +134,10 @@ class _Connection:
 
     def _write(self, data: bytes) -> None:
         """Send ``data`` now; what the kernel does not take waits in the outbox."""
-        if self.closed:
-            return
-        if self._outbox:
-            self._outbox.append(data)
-            self._outsize += len(data)
+        if self._outbox or self.closed:
+            if not self.closed:
+                self._outbox.append(data)
+                self._outsize += len(data)
             return
         try:
             n = self.sock.send(data)
@@ -174,7 +184,12 @@ class _Connection:
     # -- lifetime -----------------------------------------------------------------------
 
     def close(self, reason: str | None = None, *, quiet: bool = False) -> None:
-        """Close the socket (idempotent); waits of this connection are dropped."""
+        """Close the socket (idempotent); waits of this connection are dropped.
+
+        A connection without a task of its own (served by the dispatcher) is
+        finished (budget, on-close actions) by a task spawned here, unless the
+        server is stopping.
+        """
         if self.closed:
             return
         self.closed = True
@@ -183,6 +198,10 @@ class _Connection:
             log = logger.debug if quiet else logger.warning
             log("store %s: closing connection from %s: %s", self._host.address, self.peer, reason)
         self._cancel_waits()
+        if self.dispatched:  # no task of its own: one finishes it
+            self._leave_dispatcher()
+            if not self._host.closing:
+                self._host.spawn(self._finish_later, self)
         anyio.notify_closing(self.sock)
         self.sock.close()
 
@@ -234,8 +253,61 @@ class _Connection:
 
     # -- the connection's task ----------------------------------------------------------
 
-    async def serve(self) -> None:
-        """Serve until the peer closes, misbehaves or the server stops; then clean up."""
+    def readable(self) -> None:
+        """Read and serve what arrived, for the dispatcher (the connection is idle).
+
+        Synchronous and never raises: a failure closes the connection (and is
+        logged if it is a bug). If what arrived leaves work that must await (a
+        partial request, a request over many keys, answers piling up), the
+        connection leaves the dispatcher and continues in a task of its own
+        (:meth:`serve`).
+        """
+        try:
+            try:
+                data = self.sock.recv(RECV_SIZE)
+            except (BlockingIOError, InterruptedError):
+                return  # a stale event (the descriptor was reused)
+            except OSError as exc:
+                self.close(f"connection failed: {exc}", quiet=True)
+                return
+            if not data:
+                self.close()  # at EOF, which cannot be mid-request here
+                return
+            rest = self.data_received(data)
+            if self._fast and self._outsize <= _BATCH_LIMIT:
+                return  # the common case: idle again (``_fast`` implies no ``rest``)
+            if self.closed:
+                return
+            if rest or self._outsize > _BATCH_LIMIT or self.parser.buffered:
+                self._leave_dispatcher()
+                self._host.spawn(functools.partial(self.serve, rest), self)
+        except Exception:
+            logger.exception("store %s: connection from %s failed", self._host.address, self.peer)
+            self.close()
+
+    def _leave_dispatcher(self) -> None:
+        dispatcher = self._host.dispatcher
+        if self.dispatched and dispatcher is not None:
+            self.dispatched = False
+            dispatcher.forget(self._fd)
+
+    def _idle(self) -> bool:
+        """Back to the dispatcher (if there is one): nothing held, nothing to await."""
+        dispatcher = self._host.dispatcher
+        if dispatcher is None or self.parser.buffered or self._outsize > _BATCH_LIMIT:
+            return False
+        self.dispatched = True
+        dispatcher.adopt(self, self._fd)
+        return True
+
+    async def serve(self, rest: list[Request] | None = None) -> None:
+        """Serve until the peer closes, misbehaves or the server stops; then clean up.
+
+        ``rest``: the dispatcher read the last data and left these requests (maybe
+        none: a partial request or backpressure) to this task. Returns early,
+        without cleaning up, when the connection is idle and a dispatcher takes it
+        back.
+        """
         more = False  # the last recv filled its buffer: more data is likely there
         # Waiting for readability costs far more than a recv (a reader registered
         # and removed each time). Peer requests often arrive while other
@@ -244,8 +316,14 @@ class _Connection:
         # it every 8th wait otherwise.
         peek = True
         waits = 0
+        handed_back = False
         try:
+            if rest is not None:
+                await self._after(rest)
             while not self.closed:  # closed by the server, maybe before this task ran
+                if self._idle():
+                    handed_back = True
+                    return
                 data: bytes | None = None
                 if more:
                     data = self._try_recv()
@@ -268,16 +346,7 @@ class _Connection:
                             f"({self.parser.buffered} bytes of a half-sent message dropped)"
                         )
                     return
-                rest = self.data_received(data)
-                if self.closed:
-                    return
-                while rest:
-                    await self._wait_drained()
-                    rest = await self._process_big(rest)
-                if self._outsize > _BATCH_LIMIT:
-                    await self._wait_drained()
-                if self._held or self.parser.buffered:
-                    await self._account()
+                await self._after(self.data_received(data))
                 more = len(data) == RECV_SIZE
                 if more:
                     await anyio.lowlevel.checkpoint()  # a fast sender: let others run
@@ -286,9 +355,30 @@ class _Connection:
         except OSError as exc:  # the socket failed under wait_readable/wait_writable
             self.close(f"connection failed: {exc}", quiet=True)
         finally:
-            self.close()
-            self._release_budget()
-            self.run_on_close()
+            if not handed_back:
+                self._finish()
+
+    async def _after(self, rest: list[Request]) -> None:
+        """After :meth:`data_received`: the requests it left, backpressure, the budget."""
+        if self.closed:
+            raise _Closed
+        while rest:
+            await self._wait_drained()
+            rest = await self._process_big(rest)
+        if self._outsize > _BATCH_LIMIT:
+            await self._wait_drained()
+        if self._held or self.parser.buffered:
+            await self._account()
+
+    def _finish(self) -> None:
+        """The connection ended: close, give back its buffer budget, run on-close actions."""
+        self.close()
+        self._release_budget()
+        self.run_on_close()
+        self._host.connections.discard(self)
+
+    async def _finish_later(self) -> None:
+        self._finish()
 
     def _try_recv(self) -> bytes | None:
         """One ``recv`` (``None``: nothing there yet); :class:`OSError` if the socket failed."""
@@ -368,14 +458,14 @@ class _Connection:
             pos = 0
             n = len(data)
             store = self._data
+            max_key = self._max_key
             out: list[bytes] = []
             size = 0
             while n - pos > 8:
-                op = data[pos]
+                op, k = _OP_LEN_unpack_from(data, pos)
                 if op == 1:  # SET
-                    k = _U64_unpack_from(data, pos + 1)[0]
                     e = pos + 9 + k
-                    if k > self._max_key or e + 8 > n:
+                    if k > max_key or e + 8 > n:
                         break
                     vl = _U64_unpack_from(data, e)[0]
                     end = e + 8 + vl
@@ -390,9 +480,8 @@ class _Connection:
                             out.clear()
                         self._state._wake(key)
                 elif op == 3:  # GET
-                    k = _U64_unpack_from(data, pos + 1)[0]
                     end = pos + 9 + k
-                    if k > self._max_key or end > n:
+                    if k > max_key or end > n:
                         break
                     v = store.get(data[pos + 9 : end], b"")
                     if len(v) > _FAST_VALUE_LIMIT or size > _BATCH_LIMIT:
@@ -400,11 +489,11 @@ class _Connection:
                     size += len(v)
                     out.append(_U64_pack(len(v)) + v)
                 elif op == 6:  # WAIT
-                    if n - pos < 17 or _U64_unpack_from(data, pos + 1)[0] != 1:
+                    if k != 1 or n - pos < 17:
                         break
                     k = _U64_unpack_from(data, pos + 9)[0]
                     end = pos + 17 + k
-                    if k > self._max_key or end > n or data[pos + 17 : end] not in store:
+                    if k > max_key or end > n or data[pos + 17 : end] not in store:
                         break
                     out.append(_STOP)
                 else:
