@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import select
 import struct
+from collections.abc import Callable
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from aelastic.store import StoreServer, TCPStoreClient, _server
@@ -21,6 +23,15 @@ needs_epoll = pytest.mark.skipif(not hasattr(select, "epoll"), reason="no epoll:
 def _only(server: StoreServer) -> _Connection:
     (conn,) = server._connections
     return conn
+
+
+async def _until(ready: Callable[[], bool]) -> None:
+    """Let the server run until ``ready()``: its reads follow the client's sends by at least
+    one pass of the event loop, which ``wait_all_tasks_blocked`` does not wait for on asyncio
+    (a task waiting on a socket counts as blocked until the loop polls)."""
+    with anyio.fail_after(20):
+        while not ready():
+            await anyio.lowlevel.checkpoint()
 
 
 async def _receive_exactly(stream: anyio.abc.SocketStream, n: int) -> bytes:
@@ -41,14 +52,12 @@ async def test_a_request_split_across_reads_leaves_and_returns_to_the_dispatcher
     ):
         frame = P.request_set(b"/k", b"v" * 1000)
         await raw.send(VALIDATE + frame[:500])
-        await anyio.wait_all_tasks_blocked()  # the server has read what was sent
+        await _until(lambda: server.buffered_bytes == 500)  # the server read what was sent
         conn = _only(server)
         assert not conn.dispatched  # a partial request: in a task of its own
-        assert server.buffered_bytes == 500
         await raw.send(frame[500:] + P.request_get(b"/k"))
         assert await _receive_exactly(raw, 8 + 1000) == P.encode_bytes(b"v" * 1000)
-        await anyio.wait_all_tasks_blocked()
-        assert conn.dispatched  # idle again
+        await _until(lambda: conn.dispatched)  # idle again: back to the dispatcher
         assert server.buffered_bytes == 0
         # and served from the dispatcher, a request split in its header too
         get = P.request_get(b"/k")
@@ -141,8 +150,7 @@ async def test_an_idle_connection_that_closes_runs_its_on_close_actions() -> Non
             await _receive_exactly(raw, 8)
         with anyio.fail_after(10):
             assert await server.local_store.get("gone") == b"yes"
-        await anyio.wait_all_tasks_blocked()
-        assert server.num_connections == 0
+        await _until(lambda: server.num_connections == 0)
 
 
 @on_every_backend
