@@ -60,11 +60,18 @@ def sweep_abandoned(root: str) -> list[str]:
 def release_if_empty(path: str) -> bool:
     """Remove the claimed directory ``path`` if it holds nothing but its owner file.
 
-    Two system calls on tmpfs, cheap enough for the event loop: a job that saved no
-    checkpoint ends without a thread hand-off. Returns False, with the owner file gone,
-    when something else is left (the caller removes the rest; holding the lock's fd, it
-    is still the owner); True when ``path`` is gone.
+    A few system calls on tmpfs (the scan stops at the first other entry), cheap enough
+    for the event loop: a job that saved no checkpoint ends without a thread hand-off.
+    Returns False, touching nothing, when something else is there: the owner file stays
+    until the caller's ``rmtree``, so an agent killed before that still leaves a
+    directory the next sweep frees. True when ``path`` is gone.
     """
+    try:
+        with os.scandir(path) as entries:
+            if any(entry.name != _OWNER for entry in entries):
+                return False
+    except FileNotFoundError:
+        return True
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(path, _OWNER))
     try:
@@ -72,5 +79,5 @@ def release_if_empty(path: str) -> bool:
     except FileNotFoundError:
         return True
     except OSError:
-        return False
+        return False  # something appeared meanwhile: the caller's rmtree removes it
     return True

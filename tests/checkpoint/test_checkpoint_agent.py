@@ -142,6 +142,8 @@ def test_release_if_empty_leaves_a_directory_with_steps_to_the_caller(tmp_path: 
         commit(Path(used), 2, 0, 1)
         assert not release_if_empty(used)
         assert Path(used).is_dir()  # the caller removes the rest (it holds the lock's fd)
+        # untouched: a sweep can still free it if this agent dies before its rmtree
+        assert (Path(used) / ".owner").exists()
     finally:
         os.close(lock)
     empty, lock = claim(str(tmp_path), "empty")
