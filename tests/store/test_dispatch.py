@@ -135,7 +135,7 @@ async def test_a_parked_wait_of_an_idle_connection_is_answered_by_another_set() 
         TCPStoreClient(server.host, server.port, timeout=10) as setter,
     ):
         await waiter.send(VALIDATE + P.request_wait([b"/later"]))
-        await anyio.wait_all_tasks_blocked()
+        await _until(lambda: server._state.waiter_count() == 1)  # parked, not yet answered
         await setter.set("later", "1")
         assert await _receive_exactly(waiter, 1) == b"\x00"
         await waiter.send(P.request_get(b"/later"))
