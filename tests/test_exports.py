@@ -1,8 +1,8 @@
 """Every name a subpackage exports has a user outside that subpackage.
 
 A name in ``aelastic.<package>.__all__`` must be used by something that is not the
-package itself: another aelastic package, a test, a benchmark, an example, the README
-(as ``aelastic.<package>.<name>``, ``<package>.<name>`` or ``from aelastic.<package>
+package itself: another aelastic package, a test, a benchmark, an example, the README or
+``docs/`` (as ``aelastic.<package>.<name>``, ``<package>.<name>`` or ``from aelastic.<package>
 import <name>``), or be part of the signature of such a used name (a parameter, return,
 field or attribute type a caller needs to name). Error classes are public by nature
 (callers catch them; ``tests/test_exceptions.py`` checks that each is exported from its
@@ -119,7 +119,8 @@ def _outside_uses() -> set[tuple[str, str]]:
         for package, name in _uses_in_python(path):
             if package not in inside and not any(p.startswith(package + ".") for p in inside):
                 used.add((package, name))
-    for doc in (REPO / "README.md", REPO / "examples" / "README.md"):
+    docs = sorted((REPO / "docs").glob("*.md"))
+    for doc in (REPO / "README.md", REPO / "examples" / "README.md", *docs):
         if doc.exists():
             used.update(_uses_in_text(doc.read_text(), short=True))
     return used

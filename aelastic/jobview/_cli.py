@@ -162,8 +162,8 @@ async def _status(args: argparse.Namespace) -> None:
             await anyio.sleep(args.interval)
 
 
-def status_main(argv: Sequence[str]) -> int:
-    """``aelastic status``: 0, or 2 for bad flags, an unreachable store or unknown run."""
+def status_parser() -> argparse.ArgumentParser:
+    """``aelastic status``'s flags (the docs' examples are checked against it)."""
     p = _parser(_PROG, "Show every node of a run: state, round, ranks, step, steps/s, restarts.")
     p.add_argument(
         "--watch",
@@ -173,7 +173,12 @@ def status_main(argv: Sequence[str]) -> int:
     )
     p.add_argument("--interval", type=_positive, default=2.0, help="--watch refresh seconds")
     p.add_argument("--json", action="store_true", help="print the view as JSON")
-    return _run(p, argv, _status)
+    return p
+
+
+def status_main(argv: Sequence[str]) -> int:
+    """``aelastic status``: 0, or 2 for bad flags, an unreachable store or unknown run."""
+    return _run(status_parser(), argv, _status)
 
 
 # -- dashboard ------------------------------------------------------------------------
@@ -205,8 +210,8 @@ async def _dashboard(args: argparse.Namespace) -> None:
                     return
 
 
-def dashboard_main(argv: Sequence[str]) -> int:
-    """``aelastic dashboard``: serve the live page until SIGINT/SIGTERM (exit 0), 2 on errors."""
+def dashboard_parser() -> argparse.ArgumentParser:
+    """``aelastic dashboard``'s flags (the docs' examples are checked against it)."""
     prog = "python -m aelastic dashboard"
     p = _parser(prog, "Serve a run's live page (every node, steps/s over time) over HTTP.")
     p.add_argument("--port", type=int, default=8080, help="port to listen on (0: any free port)")
@@ -216,4 +221,9 @@ def dashboard_main(argv: Sequence[str]) -> int:
         default="127.0.0.1",
         help="address to listen on (default 127.0.0.1: this machine only)",
     )
-    return _run(p, argv, _dashboard)
+    return p
+
+
+def dashboard_main(argv: Sequence[str]) -> int:
+    """``aelastic dashboard``: serve the live page until SIGINT/SIGTERM (exit 0), 2 on errors."""
+    return _run(dashboard_parser(), argv, _dashboard)

@@ -44,7 +44,7 @@ class LaunchConfig:
 
     ``node_rank_order`` (``--node-rank-order``): ``"hostname"`` or ``"env:VAR"``; group
     ranks follow that topology key (the store's host first); dynamic backends only
-    (c10d, etcd). See the README section "Group ranks stay where they were".
+    (c10d, etcd). See docs/bad-nodes.md, "Group ranks stay where they were".
 
     ``redirects`` and ``tee`` take what ``-r``/``-t`` take: ``0``-``3``, a string such as
     ``"3"`` or ``"0:1,1:2"``, an ``aelastic.workers.Std`` or a ``{local_rank: Std}`` map.
@@ -144,7 +144,7 @@ class LaunchConfig:
     exclude_node_window: float = 3600.0
     exclude_node_cooldown: float = 300.0
     exclude_node_cooldown_max: float = 3600.0
-    # group ranks by a topology key: see the README section "Group ranks stay where they were"
+    # group ranks by a topology key: see docs/bad-nodes.md, "Group ranks stay where they were"
     node_rank_order: str | None = None
 
     def __post_init__(self) -> None:
