@@ -106,7 +106,9 @@ def flight_recorder_dump() -> bytes | None:
     Never imports torch: a worker that has not imported ``torch.distributed`` has no
     collectives to show. Of torch's recorders (NCCL's, then gloo's), the first with
     entries is returned; when none has any, the first available (it still shows the
-    process groups). Raises what torch raises.
+    process groups). Without each collective's Python stack: torch symbolises those
+    on first use, which took seconds (the stacks file shows where every thread is).
+    Raises what torch raises.
     """
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
@@ -120,7 +122,10 @@ def flight_recorder_dump() -> bytes | None:
         dump = getattr(c10d, name, None)
         if dump is None:
             continue
-        data: bytes = dump()
+        try:
+            data: bytes = dump(includeStackTraces=False)
+        except TypeError:  # a torch without that argument
+            data = dump()
         if pickle.loads(data).get("entries"):  # torch's own bytes
             return data
         first = first if first is not None else data

@@ -9,10 +9,10 @@ FIFO (no aelastic code ran in it, e.g. a cold worker without :mod:`aelastic.prog
 is skipped at once. Nothing here imports torch.
 
 :func:`torch_defaults` names the torch variables the agent sets for such a worker, each
-only when the user set neither it nor its alias: the recorder's buffer (torch 2.11 and
-later record 2000 entries by default; older releases record none) and where torch's
-own dumps (``TORCH_NCCL_DUMP_ON_TIMEOUT``, on a NCCL watchdog timeout) are written:
-next to the stacks.
+only when the user set neither it nor its older name: the recorder's buffer (2000
+entries, torch 2.13's default; some older releases record nothing by default) and
+where torch's own dumps (``TORCH_NCCL_DUMP_ON_TIMEOUT``, on a NCCL watchdog timeout)
+are written: next to the stacks.
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ FR_TIMEOUT = 3.0
 _SETTLE_INTERVAL = 0.005
 #: Entries in torch's ring buffer when the user did not say (torch's own default).
 TRACE_BUFFER_SIZE = "2000"
-#: ``{variable: aliases}`` (torch reads the first set of them).
-_BUFFER = ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE")
-_TEMP_FILE = ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE")
+#: Each variable, then its older name (torch reads either; 2.13 warns on the older one).
+_BUFFER = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+_TEMP_FILE = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 
 
 def flight_recorder_files(stacks_file: str) -> tuple[str, str]:
@@ -80,9 +80,9 @@ def torch_defaults(env: Mapping[str, str]) -> dict[str, str]:
     """The torch variables to add to a worker's ``env`` (never one the user set).
 
     Only for a worker asked for its flight recorder (``env`` names the dump file):
-    ``TORCH_NCCL_TRACE_BUFFER_SIZE=2000`` unless it or ``TORCH_FR_BUFFER_SIZE`` is set,
-    and ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` (the prefix of torch's own dumps, which add
-    the global rank) next to the dump unless it or ``TORCH_FR_DUMP_TEMP_FILE`` is set.
+    ``TORCH_FR_BUFFER_SIZE=2000`` unless it or ``TORCH_NCCL_TRACE_BUFFER_SIZE`` is set,
+    and ``TORCH_FR_DUMP_TEMP_FILE`` (the prefix of torch's own dumps, which add the
+    global rank) next to the dump unless it or ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` is set.
     """
     dump = env.get(FR_FILE_ENV)
     if not dump:

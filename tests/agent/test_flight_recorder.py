@@ -96,8 +96,8 @@ def test_torch_defaults_only_when_asked_and_never_over_the_users() -> None:
     asked = {FR_FILE_ENV: "/r/0/flight_recorder.pkl", FR_TRIGGER_ENV: "/r/0/fr.fifo"}
     assert torch_defaults({}) == {}
     assert torch_defaults(asked) == {
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
-        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/r/0/nccl_trace_rank_",
+        "TORCH_FR_BUFFER_SIZE": "2000",
+        "TORCH_FR_DUMP_TEMP_FILE": "/r/0/nccl_trace_rank_",
     }
     # Either name of each variable counts as the user's say (torch reads both).
     users = {"TORCH_FR_BUFFER_SIZE": "0", "TORCH_FR_DUMP_TEMP_FILE": "/mine/trace_"}
@@ -164,7 +164,7 @@ NCCL_ENV = {
     "TORCH_NCCL_BLOCKING_WAIT": "1",
     "TORCH_NCCL_DUMP_ON_TIMEOUT": "0",
     "TORCH_NCCL_TRACE_BUFFER_SIZE": "17",
-    "TORCH_FR_DUMP_TEMP_FILE": "/tmp/mine_",
+    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/tmp/mine_",
 }
 
 
@@ -175,7 +175,8 @@ async def test_nccl_variables_pass_through_unchanged(
     script.write_text(ENV_WORKER)
     for name, value in NCCL_ENV.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.delenv("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", raising=False)
+    for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_FR_BUFFER_SIZE"):
+        monkeypatch.delenv(name, raising=False)
     spec = local_spec(
         LocalRendezvous(),
         ("-u", str(script), str(tmp_path)),
@@ -189,7 +190,8 @@ async def test_nccl_variables_pass_through_unchanged(
     for rank in (0, 1):
         env = json.loads((tmp_path / f"{rank}.json").read_text())
         assert {k: env.get(k) for k in NCCL_ENV} == NCCL_ENV
-        assert "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in env  # its alias was the user's
+        # Their new names are not added either: torch would read those first.
+        assert "TORCH_FR_DUMP_TEMP_FILE" not in env and "TORCH_FR_BUFFER_SIZE" not in env
 
 
 async def test_a_hung_ddp_job_leaves_each_ranks_flight_recorder_beside_its_stacks(
