@@ -42,7 +42,8 @@ STACKS_FILE_ENV = "AELASTIC_STACKS_FILE"
 STACKS_SIGNAL_ENV = "AELASTIC_STACKS_SIGNAL"
 #: The FIFO the agent writes to when it wants torch's flight recorder dump.
 FR_TRIGGER_ENV = "AELASTIC_FR_TRIGGER"
-#: Where the worker writes that dump (torch's pickle, as its own dump-on-timeout writes).
+#: Where the worker writes that dump: this prefix plus its global rank (``RANK``), in
+#: torch's format and name (``python -m torch.distributed.flight_recorder.fr_trace``).
 FR_FILE_ENV = "AELASTIC_FR_FILE"
 
 #: torch's dump functions, most specific first: NCCL's recorder (CUDA events; CUDA builds
@@ -60,10 +61,10 @@ def register_from_env() -> None:
     """
     _register_stacks(os.environ.pop(STACKS_FILE_ENV, None), os.environ.pop(STACKS_SIGNAL_ENV, None))
     trigger = os.environ.pop(FR_TRIGGER_ENV, None)
-    out = os.environ.pop(FR_FILE_ENV, None)
-    if trigger and out:
+    prefix = os.environ.pop(FR_FILE_ENV, None)
+    if trigger and prefix:
         threading.Thread(
-            target=_serve_flight_recorder, args=(trigger, out), name="aelastic-fr", daemon=True
+            target=_serve_flight_recorder, args=(trigger, prefix), name="aelastic-fr", daemon=True
         ).start()
 
 
@@ -79,8 +80,8 @@ def _register_stacks(path: str | None, signum: str | None) -> None:
         return
 
 
-def _serve_flight_recorder(trigger: str, out: str) -> None:
-    """Wait for the agent's byte on ``trigger``, dump to ``out``, then remove ``trigger``."""
+def _serve_flight_recorder(trigger: str, prefix: str) -> None:
+    """Wait for the agent's byte on ``trigger``, dump to ``prefix<RANK>``, remove ``trigger``."""
     try:
         with open(trigger, "rb") as fifo:  # blocks (GIL released) until the agent opens it
             fifo.read(1)
@@ -89,6 +90,7 @@ def _serve_flight_recorder(trigger: str, out: str) -> None:
     try:
         data = flight_recorder_dump()
         if data is not None:
+            out = prefix + os.environ.get("RANK", "0")
             tmp = f"{out}.tmp"
             with open(tmp, "wb") as fp:
                 fp.write(data)

@@ -34,10 +34,13 @@ __all__ = (
     "flight_recorder_files",
     "remove_trigger",
     "torch_defaults",
+    "written_dumps",
 )
 
 log = logging.getLogger("aelastic.agent")
 
+#: The name of a dump, before the global rank (torch's own name for them).
+DUMP_PREFIX = "nccl_trace_rank_"
 #: How long one worker may take to write its dump (torch pickles at most its buffer).
 FR_TIMEOUT = 3.0
 _SETTLE_INTERVAL = 0.005
@@ -49,14 +52,31 @@ _TEMP_FILE = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 
 
 def flight_recorder_files(stacks_file: str) -> tuple[str, str]:
-    """``(trigger FIFO, dump file)`` next to ``stacks_file``.
+    """``(trigger FIFO, dump prefix)`` next to ``stacks_file``.
 
-    ``.../attempt_<n>/<local_rank>/stacks.txt`` gives ``fr.fifo`` and
-    ``flight_recorder.pkl`` in that directory; ``attempt_<n>_<r>.stacks.txt`` (no log
-    directory) gives ``attempt_<n>_<r>.fr.fifo`` and ``attempt_<n>_<r>.flight_recorder.pkl``.
+    The worker writes its dump to the prefix plus its global rank, the name torch's own
+    dumps have, so ``python -m torch.distributed.flight_recorder.fr_trace <attempt dir>``
+    reads every rank's. ``.../attempt_<n>/<local_rank>/stacks.txt`` gives ``fr.fifo``
+    and ``nccl_trace_rank_`` in that directory; ``attempt_<n>_<r>.stacks.txt`` (no log
+    directory) gives ``attempt_<n>_<r>.fr.fifo`` and ``attempt_<n>_<r>.nccl_trace_rank_``.
     """
     base = stacks_file.removesuffix("stacks.txt")
-    return f"{base}fr.fifo", f"{base}flight_recorder.pkl"
+    return f"{base}fr.fifo", f"{base}{DUMP_PREFIX}"
+
+
+def written_dumps(stacks_file: str) -> list[str]:
+    """The flight recorder dumps next to ``stacks_file`` (``<prefix><rank>``); never raises."""
+    prefix = flight_recorder_files(stacks_file)[1]
+    directory, start = os.path.split(prefix)
+    try:
+        names = os.listdir(directory or ".")
+    except OSError:
+        return []
+    return sorted(
+        os.path.join(directory, n)
+        for n in names
+        if n.startswith(start) and n[len(start) :].isdigit()
+    )
 
 
 def flight_recorder_env(stacks_file: str) -> dict[str, str]:
@@ -65,7 +85,7 @@ def flight_recorder_env(stacks_file: str) -> dict[str, str]:
     Empty when the FIFO cannot be created (a file system without FIFOs): that worker
     is then never asked. A FIFO left by an earlier round at that path is reused.
     """
-    trigger, dump = flight_recorder_files(stacks_file)
+    trigger, prefix = flight_recorder_files(stacks_file)
     try:
         os.mkfifo(trigger, 0o600)
     except FileExistsError:
@@ -73,33 +93,33 @@ def flight_recorder_env(stacks_file: str) -> dict[str, str]:
     except OSError as exc:
         log.debug("no flight recorder trigger at %s: %s", trigger, exc)
         return {}
-    return {FR_TRIGGER_ENV: trigger, FR_FILE_ENV: dump}
+    return {FR_TRIGGER_ENV: trigger, FR_FILE_ENV: prefix}
 
 
 def torch_defaults(env: Mapping[str, str]) -> dict[str, str]:
     """The torch variables to add to a worker's ``env`` (never one the user set).
 
-    Only for a worker asked for its flight recorder (``env`` names the dump file):
+    Only for a worker asked for its flight recorder (``env`` names the dump prefix):
     ``TORCH_FR_BUFFER_SIZE=2000`` unless it or ``TORCH_NCCL_TRACE_BUFFER_SIZE`` is set,
     and ``TORCH_FR_DUMP_TEMP_FILE`` (the prefix of torch's own dumps, which add the
-    global rank) next to the dump unless it or ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` is set.
+    global rank) the same prefix unless it or ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` is set.
     """
-    dump = env.get(FR_FILE_ENV)
-    if not dump:
+    prefix = env.get(FR_FILE_ENV)
+    if not prefix:
         return {}
     out = {}
     if not any(name in env for name in _BUFFER):
         out[_BUFFER[0]] = TRACE_BUFFER_SIZE
     if not any(name in env for name in _TEMP_FILE):
-        out[_TEMP_FILE[0]] = dump.removesuffix("flight_recorder.pkl") + "nccl_trace_rank_"
+        out[_TEMP_FILE[0]] = prefix
     return out
 
 
-def _answered(trigger: str, dump: str) -> tuple[bool, str | None]:
+def _answered(stacks_file: str, trigger: str) -> tuple[bool, str | None]:
     """``(whether the worker removed its FIFO, the dump's path if it wrote one)``."""
     if os.path.lexists(trigger):
         return False, None
-    return True, dump if os.path.exists(dump) else None
+    return True, next(iter(written_dumps(stacks_file)), None)
 
 
 async def dump_flight_recorder(stacks_file: str) -> str | None:
@@ -111,7 +131,7 @@ async def dump_flight_recorder(stacks_file: str) -> str | None:
     for the worker's sake (an OSError is logged). Cancellation: stops waiting; the
     worker may still write its dump.
     """
-    trigger, dump = flight_recorder_files(stacks_file)
+    trigger, prefix = flight_recorder_files(stacks_file)
     try:
         fd = os.open(trigger, os.O_WRONLY | os.O_NONBLOCK)
     except OSError as exc:
@@ -128,10 +148,10 @@ async def dump_flight_recorder(stacks_file: str) -> str | None:
     # Bounded: short looks for the worker removing its FIFO, once per hang.
     for _ in range(int(FR_TIMEOUT / _SETTLE_INTERVAL)):
         await anyio.sleep(_SETTLE_INTERVAL)
-        answered, written = _answered(trigger, dump)
+        answered, written = _answered(stacks_file, trigger)
         if answered:
             return written
-    log.warning("worker did not write its flight recorder dump within %s s: %s", FR_TIMEOUT, dump)
+    log.warning("worker did not write its flight recorder dump within %s s: %s", FR_TIMEOUT, prefix)
     return None
 
 

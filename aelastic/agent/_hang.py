@@ -28,7 +28,7 @@ from .._stacks_dump import STACKS_FILE_ENV, STACKS_SIGNAL_ENV
 from ..errors import ProcessFailure
 from ..metrics import put_metric
 from ..progress import FILE_ENV, ProgressFile, ProgressSnapshot, ProgressTimeouts
-from ._flight_recorder import flight_recorder_env, flight_recorder_files, remove_trigger
+from ._flight_recorder import flight_recorder_env, remove_trigger, written_dumps
 from ._policy import ProgressDeadline, progress_deadline
 from ._stacks import STACKS_SIGNAL, capture_stacks
 
@@ -294,10 +294,9 @@ def hang_failures(hang: Hang, exitcodes: Mapping[int, int]) -> dict[int, Process
             if hang.stacks_captured and worker.local_rank in hang.stacks_captured
             else "No stacks could be captured (no faulthandler registered, py-spy not installed)."
         )
-        if worker.stacks_file and os.path.exists(
-            dump := flight_recorder_files(worker.stacks_file)[1]
-        ):
-            stacks += f" torch's flight recorder: {dump}"
+        dumps = written_dumps(worker.stacks_file) if worker.stacks_file else []
+        if dumps:
+            stacks += f" torch's flight recorder: {', '.join(dumps)}"
         blame = (
             ""
             if not hang.peers

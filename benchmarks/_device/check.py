@@ -51,6 +51,7 @@ from common import (
     gpu_memory_by_pid,
     gpu_memory_of,
     idle_interpreters,
+    maps_library,
     nvidia_device_fds,
     records,
     wait_for,
@@ -134,13 +135,7 @@ def restart(name: str, work: str, env: dict[str, str], budget: Budget) -> dict[s
         evs = records(out)
         workers = [int(e["pid"]) for e in evs if e["event"] == "top"]
         if "preload" in name:
-            idle = idle_interpreters(proc.pid, workers)
-            table = gpu_memory_by_pid()
-            result["idle_pids"] = idle
-            result["idle_gpu_mib"] = gpu_memory_of(idle, table)
-            result["idle_device_files"] = {p: nvidia_device_fds(p) for p in idle}
-            result["worker_gpu_mib"] = gpu_memory_of(workers[-1:], table)
-            result["worker_device_files"] = nvidia_device_fds(workers[-1])
+            result.update(_idle_gpu(proc.pid, workers, budget))
         open(f"{out}.release", "w").close()
         code = _finish(proc, budget.deadline(120))
     finally:
@@ -168,9 +163,38 @@ def restart(name: str, work: str, env: dict[str, str], budget: Budget) -> dict[s
     result["ok"] = code == 0 and result["resumed_step"] == 5 and all(e["ok"] for e in pgs)
     if "preload" in name:
         result["ok"] &= bool(top1["preloaded"]) and not top1["cuda_at_top"] and cuda1["ok"]
+        result["ok"] &= bool(result["idle_pids"]) and all(result["idle_torch_loaded"])
         result["ok"] &= not any(result["idle_gpu_mib"].values())
         result["ok"] &= not any(result["idle_device_files"].values())
     return result
+
+
+def _idle_gpu(launcher: int, workers: list[int], budget: Budget) -> dict[str, Any]:
+    """The idle warm interpreters' GPU footprint, once they imported torch (<= 20 s)."""
+    deadline = budget.deadline(20)
+    idle = idle_interpreters(launcher, workers)
+    while time.monotonic() < deadline and not (
+        idle and all(maps_library(p, "libtorch") for p in idle)
+    ):
+        time.sleep(0.2)  # the replacement interpreter is still starting or importing
+        idle = idle_interpreters(launcher, workers)
+    try:
+        table, smi_error = gpu_memory_by_pid(), None
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        table, smi_error = None, f"{type(exc).__name__}: {exc}"
+    out: dict[str, Any] = {
+        "idle_pids": idle,
+        "idle_torch_loaded": [maps_library(p, "libtorch") for p in idle],
+        "idle_gpu_mib": gpu_memory_of(idle, table),
+        "idle_device_files": {p: nvidia_device_fds(p) for p in idle},
+        "idle_libcuda_loaded": [maps_library(p, "libcuda.so") for p in idle],
+        # nvidia-smi inside a container may list host pids: then the worker shows 0 too.
+        "worker_gpu_mib": gpu_memory_of(workers[-1:], table),
+        "worker_device_files": nvidia_device_fds(workers[-1]),
+    }
+    if smi_error:
+        out["nvidia_smi_error"] = smi_error
+    return out
 
 
 def checkpoint(work: str, env: dict[str, str], budget: Budget) -> dict[str, Any]:
@@ -206,7 +230,7 @@ def hang(mode: str, work: str, env: dict[str, str], budget: Budget) -> dict[str,
         os.path.join(root, "0") for root, dirs, _ in os.walk(logs) if root.endswith("attempt_0")
     ]
     stacks = os.path.join(rank_dir, "stacks.txt")
-    fr = os.path.join(rank_dir, "flight_recorder.pkl")
+    fr = os.path.join(rank_dir, "nccl_trace_rank_0")
     log = _read(err)
     late = re.search(r"noticed ([\d.]+) ms after the deadline", log)
     func = "hung_in_nccl_all_reduce" if mode == "nccl" else "hung_in_cuda_synchronize"

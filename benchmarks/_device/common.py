@@ -85,6 +85,15 @@ def nvidia_device_fds(pid: int) -> int:
     return count
 
 
+def maps_library(pid: int, name: str) -> bool:
+    """Whether ``pid`` has a file whose name contains ``name`` mapped (``/proc/<pid>/maps``)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return any(name in line for line in f)
+    except OSError:
+        return False
+
+
 def descendants(pid: int) -> list[int]:
     """Every live descendant of ``pid`` (from ``/proc/<n>/stat``)."""
     children: dict[int, list[int]] = {}

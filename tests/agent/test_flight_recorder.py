@@ -55,7 +55,7 @@ threading.Event().wait()
 def _worker(tmp_path: Path, collectives: int, *, asked: bool = True) -> Iterator[tuple[str, int]]:
     """A live worker: ``(its stacks file, its pid)`` (the trigger and dump sit beside it)."""
     stacks = str(tmp_path / "stacks.txt")
-    env = {**os.environ, **(flight_recorder_env(stacks) if asked else {})}
+    env = {**os.environ, "RANK": "3", **(flight_recorder_env(stacks) if asked else {})}
     with subprocess.Popen(
         [sys.executable, "-c", WORKER, str(collectives)],
         env=env,
@@ -84,16 +84,16 @@ def _entries(path: str) -> list[dict[str, Any]]:
 def test_files_sit_next_to_the_stacks() -> None:
     assert flight_recorder_files("/r/attempt_0/1/stacks.txt") == (
         "/r/attempt_0/1/fr.fifo",
-        "/r/attempt_0/1/flight_recorder.pkl",
+        "/r/attempt_0/1/nccl_trace_rank_",
     )
     assert flight_recorder_files("/p/attempt_0_1.stacks.txt") == (
         "/p/attempt_0_1.fr.fifo",
-        "/p/attempt_0_1.flight_recorder.pkl",
+        "/p/attempt_0_1.nccl_trace_rank_",
     )
 
 
 def test_torch_defaults_only_when_asked_and_never_over_the_users() -> None:
-    asked = {FR_FILE_ENV: "/r/0/flight_recorder.pkl", FR_TRIGGER_ENV: "/r/0/fr.fifo"}
+    asked = {FR_FILE_ENV: "/r/0/nccl_trace_rank_", FR_TRIGGER_ENV: "/r/0/fr.fifo"}
     assert torch_defaults({}) == {}
     assert torch_defaults(asked) == {
         "TORCH_FR_BUFFER_SIZE": "2000",
@@ -110,9 +110,8 @@ async def test_a_hung_gloo_worker_writes_its_flight_recorder(tmp_path: Path) -> 
     with _worker(tmp_path, 3) as (stacks, _pid):
         with anyio.fail_after(30):
             dump = await dump_flight_recorder(stacks)
-        trigger, expected = flight_recorder_files(stacks)
-        assert dump == expected
-        assert _files(trigger) == ["flight_recorder.pkl"]  # the FIFO gone: the worker's "done"
+        assert dump == str(tmp_path / "nccl_trace_rank_3")  # its RANK: torch's own name
+        assert _files(stacks) == ["nccl_trace_rank_3"]  # the FIFO gone: the worker's "done"
         entries = _entries(dump)
         assert [e["profiling_name"] for e in entries] == ["gloo:all_reduce"] * 3
         assert entries[-1]["input_sizes"] == [[8]]
@@ -144,7 +143,7 @@ async def test_capture_stacks_writes_the_flight_recorder_too(tmp_path: Path) -> 
     with _worker(tmp_path, 1) as (stacks, pid):
         with anyio.fail_after(30):
             await capture_stacks({0: (pid, stacks)})
-        assert len(_entries(flight_recorder_files(stacks)[1])) == 1
+        assert len(_entries(flight_recorder_files(stacks)[1] + "3")) == 1
 
 
 ENV_WORKER = """
@@ -215,11 +214,11 @@ async def test_a_hung_ddp_job_leaves_each_ranks_flight_recorder_beside_its_stack
     assert result.state is WorkerState.FAILED
     (run_dir,) = (tmp_path / "logs").glob("test-run_*")
     for rank in (0, 1):
-        dump = run_dir / "attempt_0" / str(rank) / "flight_recorder.pkl"
+        dump = run_dir / "attempt_0" / str(rank) / f"nccl_trace_rank_{rank}"
         assert f"torch's flight recorder: {dump}" in result.failures[rank].message
         assert not (dump.parent / "fr.fifo").exists()
         names = [e["profiling_name"] for e in _entries(str(dump))]
         assert names and set(names) == {"gloo:all_reduce"}
     # Rank 0 waits in the all-reduce of step 3: its last entry never completed.
-    last = _entries(str(run_dir / "attempt_0" / "0" / "flight_recorder.pkl"))[-1]
+    last = _entries(str(run_dir / "attempt_0" / "0" / "nccl_trace_rank_0"))[-1]
     assert last["state"] != "completed", last
