@@ -12,8 +12,21 @@
 # set; prints the table either way. What each check measures: benchmarks/_device/check.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-$(command -v python3 || command -v python)}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# $PYTHON, else the first of python3 and python that imports torch.
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+    for candidate in python3 python; do
+        if command -v "$candidate" >/dev/null && "$candidate" -c "import torch" 2>/dev/null; then
+            PY=$(command -v "$candidate")
+            break
+        fi
+    done
+fi
+if [ -z "$PY" ]; then
+    echo "device_check: no python3 or python here imports torch; set PYTHON=/path/to/python" >&2
+    exit 2
+fi
 for module in torch anyio h11; do
     if ! "$PY" -c "import $module" 2>/dev/null; then
         echo "device_check: $PY cannot import $module; this check needs torch, anyio and h11" >&2
