@@ -167,15 +167,10 @@ NCCL_ENV = {
 }
 
 
-async def test_nccl_variables_pass_through_unchanged(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def _worker_envs(tmp_path: Path) -> list[dict[str, str]]:
+    """Each worker's environment after its first heartbeat, hang detection on."""
     script = tmp_path / "env_worker.py"
     script.write_text(ENV_WORKER)
-    for name, value in NCCL_ENV.items():
-        monkeypatch.setenv(name, value)
-    for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_FR_BUFFER_SIZE"):
-        monkeypatch.delenv(name, raising=False)
     spec = local_spec(
         LocalRendezvous(),
         ("-u", str(script), str(tmp_path)),
@@ -186,11 +181,34 @@ async def test_nccl_variables_pass_through_unchanged(
     with anyio.fail_after(60):
         result = await LocalElasticAgent(spec).run()
     assert result.state is WorkerState.SUCCEEDED
-    for rank in (0, 1):
-        env = json.loads((tmp_path / f"{rank}.json").read_text())
+    return [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in (0, 1)]
+
+
+async def test_nccl_variables_pass_through_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in NCCL_ENV.items():
+        monkeypatch.setenv(name, value)
+    for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_FR_BUFFER_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for env in await _worker_envs(tmp_path):
         assert {k: env.get(k) for k in NCCL_ENV} == NCCL_ENV
         # Their new names are not added either: torch would read those first.
         assert "TORCH_FR_DUMP_TEMP_FILE" not in env and "TORCH_FR_BUFFER_SIZE" not in env
+
+
+async def test_flight_recorder_defaults_when_the_user_set_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in (*NCCL_ENV, "TORCH_FR_DUMP_TEMP_FILE", "TORCH_FR_BUFFER_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for rank, env in enumerate(await _worker_envs(tmp_path)):
+        (run_dir,) = (tmp_path / "logs").glob("test-run_*")
+        assert env["TORCH_FR_BUFFER_SIZE"] == "2000"
+        prefix = run_dir / "attempt_0" / str(rank) / "nccl_trace_rank_"
+        assert env["TORCH_FR_DUMP_TEMP_FILE"] == str(prefix)
+        # Taken out by the worker at once: processes it starts do not inherit them.
+        assert FR_TRIGGER_ENV not in env and FR_FILE_ENV not in env
 
 
 async def test_a_hung_ddp_job_leaves_each_ranks_flight_recorder_beside_its_stacks(
