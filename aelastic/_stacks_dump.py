@@ -106,11 +106,11 @@ def flight_recorder_dump() -> bytes | None:
     """torch's flight recorder dump (pickle bytes), or None without a process group.
 
     Imports nothing of torch that is not loaded: a worker that has not imported
-    ``torch.distributed`` has no collectives to show. Of torch's recorders (NCCL's, then gloo's), the first with
-    entries is returned; when none has any, the first available (it still shows the
-    process groups). Without each collective's Python stack: torch symbolises those
-    on first use, which took seconds (the stacks file shows where every thread is).
-    Raises what torch raises.
+    ``torch.distributed`` has no collectives to show. Of torch's recorders (NCCL's,
+    then gloo's), the first with entries is returned; when none has any, the first
+    available (it still shows the process groups). Without each collective's Python
+    stack: torch symbolises those on first use, which took seconds (the stacks file
+    shows where every thread is). Raises what torch raises.
     """
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
