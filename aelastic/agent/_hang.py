@@ -28,6 +28,7 @@ from .._stacks_dump import STACKS_FILE_ENV, STACKS_SIGNAL_ENV
 from ..errors import ProcessFailure
 from ..metrics import put_metric
 from ..progress import FILE_ENV, ProgressFile, ProgressSnapshot, ProgressTimeouts
+from ._flight_recorder import flight_recorder_env, remove_trigger, written_dumps
 from ._policy import ProgressDeadline, progress_deadline
 from ._stacks import STACKS_SIGNAL, capture_stacks
 
@@ -211,13 +212,23 @@ class RoundProgress:
 
 
 def stacks_env(path: str) -> dict[str, str]:
-    """A worker's environment asking it to dump its stacks to ``path`` on our signal."""
-    return {STACKS_FILE_ENV: path, STACKS_SIGNAL_ENV: str(STACKS_SIGNAL)}
+    """A worker's environment asking it to dump its stacks to ``path`` on our signal.
+
+    Also creates the worker's flight recorder trigger next to ``path`` and names it
+    (:func:`~aelastic.agent._flight_recorder.flight_recorder_env`).
+    """
+    return {
+        STACKS_FILE_ENV: path,
+        STACKS_SIGNAL_ENV: str(STACKS_SIGNAL),
+        **flight_recorder_env(path),
+    }
 
 
 def remove_empty_files(paths: Iterable[str]) -> None:
-    """Remove the (stacks) files nothing was written to; never raises."""
+    """Remove the (stacks) files nothing was written to, and their flight recorder
+    triggers; never raises."""
     for path in paths:
+        remove_trigger(path)
         with contextlib.suppress(OSError):
             if os.stat(path).st_size == 0:
                 os.remove(path)
@@ -283,6 +294,9 @@ def hang_failures(hang: Hang, exitcodes: Mapping[int, int]) -> dict[int, Process
             if hang.stacks_captured and worker.local_rank in hang.stacks_captured
             else "No stacks could be captured (no faulthandler registered, py-spy not installed)."
         )
+        dumps = written_dumps(worker.stacks_file) if worker.stacks_file else []
+        if dumps:
+            stacks += f" torch's flight recorder: {', '.join(dumps)}"
         blame = (
             ""
             if not hang.peers

@@ -35,6 +35,7 @@ from ..workers import (
 from ._agent import SimpleElasticAgent
 from ._env import substitute_local_rank, worker_env
 from ._exceptions import AgentConfigError
+from ._flight_recorder import torch_defaults
 from ._policy import restart_count
 from ._telemetry import hostname
 from ._types import RunResult, WorkerGroup, WorkerSpec, WorkerState
@@ -247,6 +248,7 @@ class LocalElasticAgent(SimpleElasticAgent):
                 extra={**extra, **self._stacks_env(progress, rank)},
                 virtual_local_rank=spec.virtual_local_rank,
             )
+            env.update(torch_defaults(env))  # the flight recorder's, when it is asked for
             self._error_files[rank] = error_file
             specs.append(
                 dests.process_spec(rank, self._worker_args(spec, rank), env, self._worker_cwd)

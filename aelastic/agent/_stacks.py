@@ -6,7 +6,9 @@ do), writing to their ``attempt_<n>/<local_rank>/stacks.txt``. A real-time signa
 is used so it never clashes with ``--signals-to-handle`` (SIGUSR1/SIGUSR2
 included); it is sent only to a process whose ``/proc/<pid>/status`` shows a
 handler for it (an unhandled real-time signal would kill the process). Workers
-without one are dumped with ``py-spy`` when it is installed.
+without one are dumped with ``py-spy`` when it is installed. Meanwhile each worker
+that waits on its flight recorder trigger writes torch's flight recorder dump next to
+its stacks (:mod:`aelastic.agent._flight_recorder`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from collections.abc import Collection, Mapping
 
 import anyio
 import anyio.lowlevel
+
+from ._flight_recorder import dump_flight_recorder
 
 __all__ = ("STACKS_SIGNAL", "capture_stacks", "handles_signal")
 
@@ -122,14 +126,21 @@ async def capture_stacks(
     """Dump the stacks of ``{local_rank: (pid, stacks file)}`` concurrently.
 
     Returns ``{local_rank: how}`` for the workers whose stacks were written: ``"faulthandler"``
-    or ``"py-spy"``. Bounded (a worker that cannot dump is skipped after
-    :data:`CAPTURE_TIMEOUT`, py-spy after 5 s); never raises for a worker that is gone
+    or ``"py-spy"``. Concurrently, each worker waiting on its flight recorder trigger
+    is asked for torch's dump (written next to its stacks file, logged). Bounded (a
+    worker that cannot dump is skipped after :data:`CAPTURE_TIMEOUT`, py-spy after 5 s,
+    a flight recorder dump after 3 s); never raises for a worker that is gone
     or refuses (an OSError for one worker is logged and skips only that worker).
     Cancellation: stops waiting; dumps already requested may still land.
     """
     captured: dict[int, str] = {}
     # On PATH, or beside this interpreter (a virtual environment that is not activated).
     py_spy = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
+
+    async def flight_recorder(path: str) -> None:
+        dump = await dump_flight_recorder(path)
+        if dump is not None:
+            log.error("torch's flight recorder written: %s", dump)
 
     async def one(rank: int, pid: int, path: str) -> None:
         try:
@@ -143,5 +154,6 @@ async def capture_stacks(
 
     async with anyio.create_task_group() as tg:
         for rank, (pid, path) in targets.items():
+            tg.start_soon(flight_recorder, path)
             tg.start_soon(one, rank, pid, path)
     return captured

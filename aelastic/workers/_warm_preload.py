@@ -19,6 +19,11 @@ stderr by the first interpreter that meets the failure (an ``O_EXCL`` marker fil
 in the pool's report directory), so once per job. Learned names that fail are
 dropped quietly: the worker tried them too (optional imports that fail are
 recorded like the others).
+
+Importing torch does not initialise CUDA, and nothing here does: an idle interpreter
+holds no CUDA context and no GPU memory. A module whose import initialises CUDA
+(``torch.cuda.init()``, a tensor on the device at import) is reported the same way,
+once per job, and a learned one is not imported by the other idle interpreters.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ TYPE_CHECKING = False  # run from source by _warm_boot.py: no typing import at r
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ("Preloader", "record_imports")
+__all__ = ("Preloader", "cuda_initialized", "record_imports")
 
 #: Seconds between two looks at the learned-module files.
 LEARN_INTERVAL = 1.0
@@ -44,6 +49,15 @@ _LOWEST_PRIORITY = 19
 
 def _excluded(name: str, prefixes: Sequence[str]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def cuda_initialized() -> bool:
+    """Whether torch initialised CUDA in this interpreter (never imports torch)."""
+    cuda = sys.modules.get("torch.cuda")
+    try:
+        return bool(cuda is not None and cuda.is_initialized())
+    except Exception:  # a half-imported torch
+        return False
 
 
 class Preloader:
@@ -114,22 +128,37 @@ class Preloader:
         named = name in self._named
         if not named and self._is_job_code(name):
             return
+        if not named and os.path.exists(os.path.join(self._report_dir, f"cuda:{name}")):
+            return  # it initialised CUDA in another idle interpreter: not learned again
+        cuda_before = cuda_initialized()
         try:
             __import__(name)
         except BaseException as exc:
             if named:
-                self._report(name, exc)
+                text = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else ""
+                text = text or type(exc).__name__
+                self._report(name, f"cannot import {name!r} ({text}); skipped")
+            return
+        if not cuda_before and cuda_initialized():
+            self._report(
+                f"cuda:{name}",
+                f"importing {name!r} initialised CUDA in an idle interpreter (a CUDA context"
+                f" and GPU memory held while it waits); "
+                + ("keep it out of --preload" if named else f"--preload-exclude {name}"),
+            )
 
-    def _report(self, name: str, exc: BaseException) -> None:
+    def _report(self, marker_name: str, text: str) -> None:
+        """Write ``text`` on the agent's stderr once per job (an ``O_EXCL`` marker file)."""
         try:
             marker = os.open(
-                os.path.join(self._report_dir, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600
+                os.path.join(self._report_dir, marker_name),
+                os.O_CREAT | os.O_EXCL | os.O_WRONLY,
+                0o600,
             )
         except OSError:
             return  # another interpreter reported it (or the pool is gone)
         os.close(marker)
-        text = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
-        line = f"aelastic: --preload: cannot import {name!r} ({text}); skipped\n"
+        line = f"aelastic: --preload: {text}\n"
         with contextlib.suppress(OSError):
             os.write(self._report_fd, line.encode(errors="replace"))
 

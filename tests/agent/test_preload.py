@@ -69,6 +69,8 @@ async def test_auto_preload_restarts_with_torch_imported(
         # torch and the learned colorsys were there before the script's first line;
         # wave is excluded; boom_mod fails to import (reported once, below).
         assert tops[1, rank]["preloaded"] == ["colorsys", "torch"], tops[1, rank]
+        # ...and the idle interpreter that imported torch never initialised CUDA.
+        assert tops[1, rank]["cuda_initialized"] is False
     assert [e["rank"] for e in events if e["event"] == "crash"] == [1]
     err = capfd.readouterr().err
     assert err.count("--preload: cannot import 'boom_mod' (RuntimeError: boom at import)") == 1

@@ -129,3 +129,22 @@ def test_parse_preload() -> None:
     assert parse_preload(["a", "a"]) == ("a",)
     with pytest.raises(ValueError, match="'torch/optim' is not a module name"):
         parse_preload("torch/optim")
+
+
+async def test_a_preload_that_initialises_cuda_is_reported_once(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Stands in for a module that initialises CUDA at import (no GPU here): it leaves a
+    ``torch.cuda`` whose ``is_initialized()`` is true, the only thing the guard reads."""
+    _write(
+        tmp_path / "job" / "cuda_at_import.py",
+        "import sys, types\n"
+        "cuda = types.SimpleNamespace(is_initialized=lambda: True)\n"
+        "sys.modules.setdefault('torch.cuda', cuda)\n",
+    )
+    _, second, _ = await _run_twice(tmp_path, ["colorsys", "cuda_at_import"])
+    assert second["preloaded"] == ["colorsys"]
+    err = capfd.readouterr().err
+    line = "--preload: importing 'cuda_at_import' initialised CUDA in an idle interpreter"
+    assert err.count(line) == 1, err
+    assert "keep it out of --preload" in err

@@ -9,8 +9,9 @@ parameters.
 
 Appends JSON lines to ``--out`` (one ``O_APPEND`` write each):
 ``{"event": "top", ...}`` before anything else is imported (which of torch,
-colorsys and wave were already in ``sys.modules``; then the script imports the
-``--import`` modules and sets the ``--set-env`` variable, before ``import torch``),
+colorsys and wave were already in ``sys.modules``, whether CUDA was initialised;
+then the script imports the ``--import`` modules and sets the ``--set-env``
+variable, before ``import torch``),
 ``{"event": "crash", "t": ...}``, ``{"event": "step", ...}`` after the first
 step of each attempt (``t``: wall clock), and ``{"event": "final", ...}`` on rank 0
 (checksum of the parameters, ``torch.get_num_threads()``, the variable read back).
@@ -20,6 +21,8 @@ import sys
 
 # First: nothing of this script imported yet. Which of these did the launcher preload?
 PRELOADED = sorted(m for m in ("colorsys", "torch", "wave") if m in sys.modules)
+# A preloaded torch must not have initialised CUDA in the idle interpreter.
+CUDA_AT_TOP = "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized()
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
@@ -54,6 +57,7 @@ def begin(preloaded: list[str]) -> tuple[argparse.Namespace, int, int]:
     attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     rank = int(os.environ["RANK"])
     top = {"attempt": attempt, "rank": rank, "pid": os.getpid(), "preloaded": PRELOADED}
+    top["cuda_initialized"] = CUDA_AT_TOP
     record(opts.out, event="top", t=time.time(), **top)
     return opts, attempt, rank
 
