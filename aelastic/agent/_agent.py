@@ -60,6 +60,9 @@ log = logging.getLogger("aelastic.agent")
 _TERMINAL_STATE_SYNC_ID = "torchelastic/agent/terminal_state"
 #: Bound on leaving the rendezvous during an abnormal exit (a dead backend must not hang us).
 _RDZV_SHUTDOWN_TIMEOUT = 10.0
+#: How long a job that failed for good waits for its other local workers to exit on
+#: their own before stopping them (so simultaneous failures are all reported).
+_FAILURE_GRACE = 1.0
 # How long the store's host waits after the exit barrier for its peers to acknowledge
 # it (they do within a round trip; only a peer that died since it arrived costs this).
 _EXIT_BARRIER_LINGER = 5.0
@@ -288,8 +291,12 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
                 finally:
                     self._run_scope = None
             if self._signal is not None and result is None:
+                started = self._attempt >= 0
                 raise SignalException(
-                    f"agent received {self._signal.name}; workers were stopped", self._signal
+                    f"agent received {self._signal.name}; "
+                    + ("its workers were stopped" if started else "no worker had started yet"),
+                    self._signal,
+                    workers_started=started,
                 )
         except RendezvousGracefulExitError as exc:
             log.info("[%s] rendezvous asked this node to exit gracefully: %s", role, exc)
@@ -425,6 +432,8 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
             await self._initialize_workers(wg)
             while True:
                 decision = await self._wait_for_outcome(wg)
+                if decision.action is Action.FAIL and self._hang is None:
+                    await self._collect_simultaneous_exits(wg)
                 if decision.action in (Action.RESTART, Action.FAIL, Action.REJOIN):
                     # Stop the failed or hung group before the review's store requests
                     # (up to 40 s): its peers must not run on meanwhile. The progress
@@ -496,6 +505,21 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
                         wg.group_rank,
                     )
                 await self._restart_workers(wg)
+
+    async def _collect_simultaneous_exits(self, worker_group: WorkerGroup) -> None:
+        """Before the stop that ends a failed job: give the local workers still running
+        up to ``_FAILURE_GRACE`` s to exit on their own.
+
+        Workers that fail together (a syntax error in every rank) are then all reported
+        as failures, as torchrun's, rather than as workers this agent stopped. Returns
+        once every worker has exited; a worker that keeps running (blocked in a
+        collective) costs the whole grace, once, at the end of a failed job. Errors
+        propagate as :meth:`_wait_for_worker_exit`'s.
+        """
+        lws = worker_group.spec.local_world_size
+        with anyio.move_on_after(_FAILURE_GRACE):
+            while len(self._worker_exit_codes(worker_group)) < lws:
+                await self._wait_for_worker_exit(worker_group)
 
     async def _wait_for_outcome(self, worker_group: WorkerGroup) -> Decision:
         """Race the workers' exits against a membership change; return the first decision.

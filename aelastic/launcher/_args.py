@@ -340,7 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
             "exit status: 0 every worker of this node succeeded; 1 the job failed (summary "
             "on stderr, root cause last); 93 stopped by --max-no-progress-restarts (do not "
             "requeue); 94 this node failed --node-health-check and the job ended without "
-            "it; 2 a bad option or value, nothing started; 128+N "
+            "it; 95 this node was excluded (--exclude-node-after) and the job ended "
+            "without it; 2 a bad option or value, nothing started; 128+N "
             "stopped by handled signal N (workers got N first). LOGLEVEL=INFO|DEBUG shows "
             "the agent's log."
         ),
