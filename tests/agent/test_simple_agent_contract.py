@@ -31,6 +31,8 @@ from aelastic.agent import (
 from aelastic.errors import ProcessFailure
 from aelastic.rendezvous import RendezvousParameters, get_rendezvous_handler
 
+pytestmark = pytest.mark.anyio  # no worker processes: every backend (asyncio, uvloop, trio)
+
 
 class MinimalAgent(SimpleElasticAgent):
     """torch's TestAgent: only the four hooks of seed 004."""
