@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import socket
 
-__all__ = ("is_loopback", "node_name")
+__all__ = ("free_port", "is_loopback", "node_name")
 
 
 @functools.lru_cache(maxsize=1)
@@ -33,3 +33,23 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def free_port(host: str = "localhost") -> int:
+    """A TCP port free on ``host`` now (bound to port 0, then released; torch's
+    ``_get_socket_with_port``). Another process may take it before it is used.
+
+    Raises:
+        OSError: no socket can be bound on ``host``.
+    """
+    error: OSError | None = None
+    for family, kind, proto, _, address in socket.getaddrinfo(
+        host, 0, socket.AF_UNSPEC, socket.SOCK_STREAM
+    ):
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                sock.bind(address)
+                return int(sock.getsockname()[1])
+        except OSError as exc:
+            error = exc
+    raise error or OSError(f"no address to bind a free port on {host!r}")

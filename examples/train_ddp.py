@@ -1,7 +1,7 @@
 """A tiny DDP training job (gloo, CPU) that checkpoints and resumes: run it under aelastic.
 
     python -m aelastic run --standalone --nproc-per-node 2 --max-restarts 1 \\
-        examples/train_ddp.py --steps 40 --checkpoint /tmp/ckpt.bin --crash-at-step 25
+        examples/train_ddp.py --steps 40 --checkpoint "$(mktemp -d)/ckpt.bin" --crash-at-step 25
 
 Everything is deterministic: a fixed seed builds the model, and the batch of step ``s``
 on rank ``r`` is drawn from a generator seeded with ``(s, r)``. So a run that crashes

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .._net import free_port
 from ..errors import ProcessFailure
 from ..events import EventSource
 from ..metrics import prof, put_metric
@@ -59,6 +60,9 @@ log = logging.getLogger("aelastic.agent")
 _TERMINAL_STATE_SYNC_ID = "torchelastic/agent/terminal_state"
 #: Bound on leaving the rendezvous during an abnormal exit (a dead backend must not hang us).
 _RDZV_SHUTDOWN_TIMEOUT = 10.0
+#: How long a job that failed for good waits for its other local workers to exit on
+#: their own before stopping them (so simultaneous failures are all reported).
+_FAILURE_GRACE = 1.0
 # How long the store's host waits after the exit barrier for its peers to acknowledge
 # it (they do within a round trip; only a peer that died since it arrived costs this).
 _EXIT_BARRIER_LINGER = 5.0
@@ -84,8 +88,11 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
     """An agent for one :class:`WorkerSpec`; subclasses say how workers start and stop.
 
     Subclass hooks (all called from the task running :meth:`run`):
-    :meth:`_start_workers`, :meth:`_stop_workers`, :meth:`_wait_for_worker_exit`,
-    :meth:`_worker_exit_codes`, :meth:`_monitor_workers`, :meth:`_shutdown`.
+    :meth:`_start_workers`, :meth:`_stop_workers`, :meth:`_monitor_workers`,
+    :meth:`_shutdown` (seed 004's four, enough for a working agent), and
+    :meth:`_wait_for_worker_exit` with :meth:`_worker_exit_codes` (default: poll
+    ``_monitor_workers`` every ``spec.monitor_interval`` s; override them to learn of
+    an exit the moment it happens, as :class:`LocalElasticAgent` does).
     Resources a round needs (processes, the workers' store) go on
     ``self._round_stack``, closed when the round ends, even on cancellation.
 
@@ -157,6 +164,8 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         self._learned: LearnedTimeouts | None = None
         #: Health checks run before each round (None: none); see :mod:`aelastic.nodes`.
         self.node_gate: RoundGate | None = None
+        #: The exits the default (polling) _wait_for_worker_exit saw in this round.
+        self._polled_exit_codes: Mapping[int, int] = {}
 
     # -- public -----------------------------------------------------------------------
 
@@ -251,6 +260,10 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         times; membership changes restart it without spending that budget. On
         success the agent waits in the exit barrier for the other nodes.
 
+        Every run ends with :meth:`_shutdown` (seed 004's contract; shielded, bounded
+        by ``shutdown_timeout`` + 10 s, an error logged), with the terminating signal
+        when there is one.
+
         Cancellation: cancelling the task awaiting ``run()`` stops the workers
         (SIGTERM, then SIGKILL after ``shutdown_timeout``), closes the round's
         resources, leaves the rendezvous (``shutdown()``, shielded and bounded) and
@@ -278,8 +291,12 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
                 finally:
                     self._run_scope = None
             if self._signal is not None and result is None:
+                started = self._attempt >= 0
                 raise SignalException(
-                    f"agent received {self._signal.name}; workers were stopped", self._signal
+                    f"agent received {self._signal.name}; "
+                    + ("its workers were stopped" if started else "no worker had started yet"),
+                    self._signal,
+                    workers_started=started,
                 )
         except RendezvousGracefulExitError as exc:
             log.info("[%s] rendezvous asked this node to exit gracefully: %s", role, exc)
@@ -297,6 +314,7 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         finally:
             self._running = False
         assert result is not None
+        await self._release(signal.SIGTERM)  # seed 004: _shutdown() ends every run
         self._total_execution_time = int(time.monotonic() - start)
         self._record_metrics(result)
         self._record_worker_events(result)
@@ -320,13 +338,44 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         Must cope with workers already gone; safe to call twice.
         """
 
-    @abc.abstractmethod
     async def _wait_for_worker_exit(self, worker_group: WorkerGroup) -> None:
-        """Return when one more local worker has exited (the moment it does)."""
+        """Return when one more local worker has exited (the moment it does).
 
-    @abc.abstractmethod
+        This default is seed 004's polling agent, for subclasses that only implement
+        :meth:`_monitor_workers`: it calls it every ``spec.monitor_interval`` seconds
+        and returns once the group is no longer ``HEALTHY`` (its exit codes then come
+        from that result, see :meth:`_worker_exit_codes`). Subclasses that learn of an
+        exit as it happens override both.
+
+        Raises:
+            AgentError: ``_monitor_workers`` reported a state the agent cannot act on
+                (``UNKNOWN``, ``INIT``...).
+        """
+        while True:
+            await anyio.sleep(worker_group.spec.monitor_interval)
+            result = await self._monitor_workers(worker_group)
+            state = result.state
+            if state is WorkerState.HEALTHY:
+                continue
+            if state is WorkerState.SUCCEEDED:
+                codes = {w.local_rank: 0 for w in worker_group.workers}
+            elif state in (WorkerState.FAILED, WorkerState.UNHEALTHY):
+                failed = {f.local_rank: f.exitcode or 1 for f in result.failures.values()}
+                codes = failed or {w.local_rank: 1 for w in worker_group.workers}
+            else:
+                raise AgentError(
+                    f"[{worker_group.spec.role}] _monitor_workers reported the worker group"
+                    f" in state {state.value}; expected HEALTHY, SUCCEEDED, FAILED or UNHEALTHY"
+                )
+            self._polled_exit_codes = codes
+            return
+
     def _worker_exit_codes(self, worker_group: WorkerGroup) -> Mapping[int, int]:
-        """``{local_rank: exitcode}`` of the workers exited so far in this round."""
+        """``{local_rank: exitcode}`` of the workers exited so far in this round.
+
+        This default reports what the polling :meth:`_wait_for_worker_exit` saw.
+        """
+        return self._polled_exit_codes
 
     @abc.abstractmethod
     async def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
@@ -338,7 +387,8 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
 
     @abc.abstractmethod
     async def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM) -> None:
-        """Release what the agent holds outside a round (called once, on abnormal exit)."""
+        """Release what the agent holds outside a round; called once at the end of every
+        :meth:`run` (``death_sig``: the terminating signal, else SIGTERM)."""
 
     def _explain_failures(self, result: RunResult) -> None:
         """Amend the failures' messages with what only the agent knows (default: nothing)."""
@@ -375,96 +425,101 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         spec = wg.spec
         role = spec.role
         log.info("[%s] starting workers for entrypoint: %s", role, spec.get_entrypoint_name())
-        while True:
-            async with AsyncExitStack() as stack:
-                self._round_stack = stack
-                try:
-                    await self._initialize_workers(wg)
-                    decision = await self._wait_for_outcome(wg)
-                    if decision.action in (Action.RESTART, Action.FAIL, Action.REJOIN):
-                        # Stop the failed or hung group before the review's store requests
-                        # (up to 40 s): its peers must not run on meanwhile. The progress
-                        # snapshots the review reads stay mapped until the round ends.
-                        await self._stop_workers(wg)
-                    if decision.action is Action.REJOIN:
-                        # A worker that failed on its own while the change came in (its
-                        # exit not delivered yet, or its error file written) makes this
-                        # round a failure, not a free membership restart.
-                        decision = decide_after_membership_change(
-                            self._failed_before_stop_codes(wg).values(),
-                            spec.local_world_size,
-                            self._remaining_restarts,
-                        )
-                    remaining_before = self._remaining_restarts
-                    decision = await self._review_decision(decision)
-                    if self.node_gate is not None:  # repeated failures: this node steps out
-                        decision = await self.node_gate.review(
-                            decision,
-                            remaining_before,
-                            self._describe_outcome(wg),
-                            spec.rdzv_handler,
-                            self._emit,
-                        )
-                    wg.state = decision.state
-                    put_metric(f"workers.{role}.remaining_restarts", self._remaining_restarts)
-                    put_metric(f"workers.{role}.{wg.state.value}", 1)
-                    if decision.action is Action.SUCCEED:
-                        result = await self._monitor_workers(wg)
-                        log.info("[%s] worker group successfully finished", role)
-                        await self._exit_barrier()
-                        return result
-                    if decision.action is Action.FAIL:
-                        # Stop first: a peer that failed on its own while the first
-                        # exit was handled is then in the result too.
-                        await self._stop_workers(wg)
-                        result = await self._monitor_workers(wg)
-                        if self._hang is not None:
-                            result = self._hang_result(wg, self._hang)
-                        result.no_progress = self._restart_policy.stopped_for_no_progress
-                        if self.node_gate is not None:  # the job's excluded nodes, if any
-                            result.notes = await self.node_gate.notes(spec.rdzv_handler)
-                        self._explain_failures(result)
-                        self._last_failures = MappingProxyType(dict(result.failures))
-                        wg.state = WorkerState.FAILED
-                        log.error(
-                            "[%s] worker group FAILED, no restarts left: %s",
-                            role,
-                            self._describe_outcome(wg),
-                        )
-                        await self._close_rendezvous()
-                        return result
-                    if decision.action is Action.ABANDON:
-                        return await self._abandon_host(wg)
-                    if decision.action is Action.RESTART:
-                        log.warning(
-                            "[%s] worker group FAILED (%s); %d/%d restarts left, restarting",
-                            role,
-                            self._describe_outcome(wg),
-                            self._remaining_restarts,
-                            spec.max_restarts,
-                        )
-                        self._remaining_restarts = decision.remaining_restarts
-                    else:
-                        log.info(
-                            "[%s] rendezvous membership changed (group_rank=%s); restarting"
-                            " the worker group without spending a restart",
-                            role,
-                            wg.group_rank,
-                        )
-                    await self._restart_workers(wg)
-                    if decision.action is Action.RESTART:
-                        await anyio.sleep(self._restart_policy.backoff_seconds())
-                    stuck = self._unkillable_workers(wg)
-                    if stuck:
-                        wg.state = WorkerState.UNKNOWN
-                        raise AgentError(
-                            f"[{role}] worker(s) survived SIGKILL and cannot be reaped"
-                            f" (local_rank: pid {stuck}); they are probably in uninterruptible"
-                            " sleep (state D: a hung GPU, NCCL, RDMA or network file system"
-                            " call). Not restarting on this host: recycle it."
-                        )
-                finally:
-                    self._round_stack = None
+        async with AsyncExitStack() as rounds:
+            # the round's resources; _restart_workers closes them and opens the next's
+            self._round_stack = AsyncExitStack()
+            rounds.push_async_exit(self._close_round)
+            await self._initialize_workers(wg)
+            while True:
+                decision = await self._wait_for_outcome(wg)
+                if decision.action is Action.FAIL and self._hang is None:
+                    await self._collect_simultaneous_exits(wg)
+                if decision.action in (Action.RESTART, Action.FAIL, Action.REJOIN):
+                    # Stop the failed or hung group before the review's store requests
+                    # (up to 40 s): its peers must not run on meanwhile. The progress
+                    # snapshots the review reads stay mapped until the round ends.
+                    await self._stop_workers(wg)
+                if decision.action is Action.REJOIN:
+                    # A worker that failed on its own while the change came in (its
+                    # exit not delivered yet, or its error file written) makes this
+                    # round a failure, not a free membership restart.
+                    decision = decide_after_membership_change(
+                        self._failed_before_stop_codes(wg).values(),
+                        spec.local_world_size,
+                        self._remaining_restarts,
+                    )
+                remaining_before = self._remaining_restarts
+                decision = await self._review_decision(decision)
+                if self.node_gate is not None:  # repeated failures: this node steps out
+                    decision = await self.node_gate.review(
+                        decision,
+                        remaining_before,
+                        self._describe_outcome(wg),
+                        spec.rdzv_handler,
+                        self._emit,
+                    )
+                wg.state = decision.state
+                put_metric(f"workers.{role}.remaining_restarts", self._remaining_restarts)
+                put_metric(f"workers.{role}.{wg.state.value}", 1)
+                if decision.action is Action.SUCCEED:
+                    result = await self._monitor_workers(wg)
+                    log.info("[%s] worker group successfully finished", role)
+                    await self._exit_barrier()
+                    return result
+                if decision.action is Action.FAIL:
+                    # Stop first: a peer that failed on its own while the first
+                    # exit was handled is then in the result too.
+                    await self._stop_workers(wg)
+                    result = await self._monitor_workers(wg)
+                    if self._hang is not None:
+                        result = self._hang_result(wg, self._hang)
+                    result.no_progress = self._restart_policy.stopped_for_no_progress
+                    if self.node_gate is not None:  # the job's excluded nodes, if any
+                        result.notes = await self.node_gate.notes(spec.rdzv_handler)
+                    self._explain_failures(result)
+                    self._last_failures = MappingProxyType(dict(result.failures))
+                    wg.state = WorkerState.FAILED
+                    log.error(
+                        "[%s] worker group FAILED, no restarts left: %s",
+                        role,
+                        self._describe_outcome(wg),
+                    )
+                    await self._close_rendezvous()
+                    return result
+                if decision.action is Action.ABANDON:
+                    return await self._abandon_host(wg)
+                if decision.action is Action.RESTART:
+                    log.warning(
+                        "[%s] worker group FAILED (%s); %d/%d restarts left, restarting",
+                        role,
+                        self._describe_outcome(wg),
+                        self._remaining_restarts,
+                        spec.max_restarts,
+                    )
+                    self._remaining_restarts = decision.remaining_restarts
+                else:
+                    log.info(
+                        "[%s] rendezvous membership changed (group_rank=%s); restarting"
+                        " the worker group without spending a restart",
+                        role,
+                        wg.group_rank,
+                    )
+                await self._restart_workers(wg)
+
+    async def _collect_simultaneous_exits(self, worker_group: WorkerGroup) -> None:
+        """Before the stop that ends a failed job: give the local workers still running
+        up to ``_FAILURE_GRACE`` s to exit on their own.
+
+        Workers that fail together (a syntax error in every rank) are then all reported
+        as failures, as torchrun's, rather than as workers this agent stopped. Returns
+        once every worker has exited; a worker that keeps running (blocked in a
+        collective) costs the whole grace, once, at the end of a failed job. Errors
+        propagate as :meth:`_wait_for_worker_exit`'s.
+        """
+        lws = worker_group.spec.local_world_size
+        with anyio.move_on_after(_FAILURE_GRACE):
+            while len(self._worker_exit_codes(worker_group)) < lws:
+                await self._wait_for_worker_exit(worker_group)
 
     async def _wait_for_outcome(self, worker_group: WorkerGroup) -> Decision:
         """Race the workers' exits against a membership change; return the first decision.
@@ -648,6 +703,7 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         await self._rendezvous(worker_group)
         log.info("[%s] starting worker group", role)
         self._attempt += 1
+        self._polled_exit_codes = {}
         worker_ids = await self._start_workers(worker_group)
         for local_rank, worker_id in worker_ids.items():
             worker_group.workers[local_rank].id = worker_id
@@ -657,16 +713,49 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
 
     @prof
     async def _restart_workers(self, worker_group: WorkerGroup) -> None:
-        """Stop every local worker; the caller's loop re-rendezvous and starts them again."""
-        log.info("[%s] stopping worker group", worker_group.spec.role)
+        """Restart the group (seed 004's contract): stop every local worker, rendezvous
+        again and start fresh workers; the group ends ``HEALTHY``.
+
+        In between, the round's resources (``self._round_stack``) are closed and a new
+        stack is opened for the next round, and a restart after a failure (the group
+        is ``FAILED``) publishes the failure (:attr:`last_failures`) and waits the
+        restart policy's backoff. Cancellation: as :meth:`run`'s.
+
+        Raises:
+            AgentError: a worker survived SIGKILL (state D): not restarted on this host.
+        """
+        role = worker_group.spec.role
+        failed = worker_group.state is WorkerState.FAILED
+        log.info("[%s] stopping worker group", role)
         await self._stop_workers(worker_group)
-        if worker_group.state is WorkerState.FAILED:  # a failure restarted: publish it
+        if failed:  # a failure restarted: publish it
             result = await self._monitor_workers(worker_group)
             if self._hang is not None:
                 result = self._hang_result(worker_group, self._hang)
             self._explain_failures(result)
             self._last_failures = MappingProxyType(dict(result.failures))
         worker_group.state = WorkerState.STOPPED
+        if failed:
+            await anyio.sleep(self._restart_policy.backoff_seconds())
+        stuck = self._unkillable_workers(worker_group)
+        if stuck:
+            worker_group.state = WorkerState.UNKNOWN
+            raise AgentError(
+                f"[{role}] worker(s) survived SIGKILL and cannot be reaped (local_rank: pid"
+                f" {stuck}); they are probably in uninterruptible sleep (state D: a hung GPU,"
+                " NCCL, RDMA or network file system call). Not restarting on this host:"
+                " recycle it."
+            )
+        if self._round_stack is not None:  # inside run(): the next round's resources
+            await self._round_stack.aclose()
+            self._round_stack = AsyncExitStack()
+        await self._initialize_workers(worker_group)
+
+    async def _close_round(self, *exc_info: Any) -> bool:
+        """Close the current round's resources on leaving :meth:`_invoke_run` (as an
+        ``async with`` of that stack would, seeing how it was left)."""
+        stack, self._round_stack = self._round_stack, None
+        return False if stack is None else bool(await stack.__aexit__(*exc_info))
 
     @prof
     async def _rendezvous(self, worker_group: WorkerGroup) -> None:
@@ -728,14 +817,16 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
     async def _worker_store_endpoint(self) -> tuple[str, int, bool]:
         """Group rank 0: decide (and host, if needed) the workers' store; ``(addr, port, agent)``.
 
-        ``agent`` is ``TORCHELASTIC_USE_AGENT_STORE``. Subclasses host the store on
-        ``self._round_stack``; this default honours an explicit ``master_port``: True
-        when the rendezvous serves that port itself (``use_agent_store`` and its
-        bootstrap endpoint), else False (worker rank 0 then hosts torch's store).
+        ``agent`` is ``TORCHELASTIC_USE_AGENT_STORE``. Subclasses may host the store on
+        ``self._round_stack``. This default (seed 004's) hosts none: without a
+        ``master_port`` it takes ``master_addr``, else ``local_addr``, else this host's
+        name, and a port free now (worker rank 0 then hosts torch's store there); with
+        one, ``agent`` is True when the rendezvous serves that port itself
+        (``use_agent_store`` and its bootstrap endpoint), else False.
         """
         spec = self._worker_group.spec
         if spec.master_port is None:
-            raise AgentError("this agent cannot host a store: set WorkerSpec.master_port")
+            return spec.master_addr or spec.local_addr or hostname(), free_port(), False
         boot = None if self._rdzv_info is None else self._rdzv_info.bootstrap_store_info
         # The rendezvous itself serves that endpoint (torch's static backend): workers
         # must connect to it as clients rather than bind it.
@@ -913,13 +1004,18 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
             except Exception:
                 log.exception("could not close the rendezvous after the job failed")
 
-    async def _leave_rendezvous(self) -> None:
-        """Abnormal exit: release local resources and leave the rendezvous, shielded, bounded."""
+    async def _release(self, sig: signal.Signals) -> None:
+        """:meth:`_shutdown` with ``sig``: shielded, bounded, an error logged."""
         with anyio.move_on_after(self._shutdown_timeout + _RDZV_SHUTDOWN_TIMEOUT, shield=True):
             try:
-                await self._shutdown(self._signal or signal.SIGTERM)
+                await self._shutdown(sig)
             except Exception:
                 log.exception("error while shutting the agent down")
+
+    async def _leave_rendezvous(self) -> None:
+        """Abnormal exit: release local resources and leave the rendezvous, shielded, bounded."""
+        await self._release(self._signal or signal.SIGTERM)
+        with anyio.move_on_after(_RDZV_SHUTDOWN_TIMEOUT, shield=True):
             try:
                 await self._worker_group.spec.rdzv_handler.shutdown()
             except Exception:

@@ -22,12 +22,14 @@ class SignalException(AgentError):
     """The agent was told to terminate by a forwarded signal (``agent.send_signal``).
 
     Raised by ``agent.run()`` after the workers were stopped with ``sigval`` (then
-    SIGKILL after the shutdown timeout). ``sigval`` is the :class:`signal.Signals`.
+    SIGKILL after the shutdown timeout). ``sigval`` is the :class:`signal.Signals`;
+    ``workers_started`` is False when the signal came before any worker started.
     """
 
-    def __init__(self, msg: str, sigval: signal.Signals) -> None:
+    def __init__(self, msg: str, sigval: signal.Signals, *, workers_started: bool = True) -> None:
         super().__init__(msg)
         self.sigval = sigval
+        self.workers_started = workers_started
 
 
 class NoProgressError(ChildFailedError):

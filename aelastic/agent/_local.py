@@ -460,6 +460,12 @@ class LocalElasticAgent(SimpleElasticAgent):
             return {}
         return {rank: e.exitcode for rank, e in self._procs.exits.items()}
 
+    def _stderr_file(self, local_rank: int) -> str | None:
+        """The file this round's worker ``local_rank`` writes its stderr to (None: the
+        console)."""
+        dests = self._log_destinations
+        return None if dests is None else dests.stderrs.get(local_rank)
+
     @prof
     async def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
         spec = worker_group.spec
@@ -479,6 +485,7 @@ class LocalElasticAgent(SimpleElasticAgent):
                     exitcode=exit_.exitcode,
                     error_file=self._error_files.get(rank),
                     exit_time=exit_.timestamp,
+                    stderr_file=self._stderr_file(rank),
                 )
         if failures:
             return RunResult(state=WorkerState.FAILED, failures=failures)

@@ -70,13 +70,31 @@ class AgentTelemetry:
             )
         )
 
-    def get_event_failed(self) -> Event:
-        """The agent's FAILED event (with the current traceback as ``raw_error``)."""
-        return self._construct_event("FAILED", EventSource.AGENT, raw_error=traceback.format_exc())
+    def get_event_failed(self, error: BaseException | None = None) -> Event:
+        """The agent's FAILED event, ``raw_error`` being ``error``'s traceback (default:
+        the exception being handled, as torch's)."""
+        raw_error = (
+            traceback.format_exc()
+            if error is None
+            else "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        )
+        return self._construct_event("FAILED", EventSource.AGENT, raw_error=raw_error)
 
     def get_event_succeeded(self) -> Event:
         """The agent's SUCCEEDED event."""
         return self._construct_event("SUCCEEDED", EventSource.AGENT)
+
+    def record_status(self, error: BaseException | None = None) -> None:
+        """Record the run's final status to the spec's ``event_log_handler``, as torch's
+        launcher does after ``agent.run()``: SUCCEEDED when the run returned (even with
+        failed workers), FAILED (with ``error``'s traceback) when it raised.
+
+        The launcher (:func:`aelastic.open_job`, hence ``launch``, ``elastic_launch``,
+        ``launch_agent`` and ``aelastic run``) calls it once per run; code that runs an
+        agent itself calls it likewise. Never raises (a failing handler is logged);
+        never blocks.
+        """
+        self._record(self.get_event_succeeded() if error is None else self.get_event_failed(error))
 
     def _record_worker_events(self, result: RunResult) -> None:
         for worker in self._worker_group.workers:

@@ -86,11 +86,15 @@ class WorkerSpec:
             picklable-by-reference Python callable run in a spawned interpreter.
         args: arguments of ``entrypoint`` (coerced with ``str`` for binaries).
         max_restarts: failures the agent restarts before returning FAILED.
-        monitor_interval: accepted for torchrun compatibility; unused (exits are
-            noticed the moment they happen, nothing polls).
+        monitor_interval: how often a :class:`SimpleElasticAgent` subclass that only
+            implements ``_monitor_workers`` is polled (seed 004's agent);
+            :class:`LocalElasticAgent` ignores it (it notices exits the moment they
+            happen, nothing polls).
         master_port, master_addr: a fixed endpoint for the workers' store. With
             ``master_port`` unset the group-rank-0 agent hosts a fresh store per round
-            on ``master_addr or local_addr`` (or loopback/hostname) and an ephemeral port.
+            on ``master_addr or local_addr`` (or loopback/hostname) and an ephemeral port
+            (a bare :class:`SimpleElasticAgent` subclass hosts none: it hands worker
+            rank 0 a free port on that address, as torch's agent does).
         local_addr: this node's address, advertised for the hosted worker store.
         redirects, tee: std stream redirection and tee, for all or per local rank.
         shutdown_timeout: grace between the stop signal and SIGKILL, one deadline for all.

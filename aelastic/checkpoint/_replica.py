@@ -387,10 +387,18 @@ class Replicas:
     async def _handle(self, stream: anyio.abc.SocketStream) -> None:
         """One peer's request. Never raises: a broken exchange only loses its copy."""
         async with stream:
+            receiver = BufferedByteReceiveStream(stream)
+            # A stray connection (a port scan, a probe) is no peer: a debug line, no more.
             try:
-                receiver = BufferedByteReceiveStream(stream)
                 request = await _receive_line(receiver)
-                op = request["op"]
+            except _PEER_ERRORS as exc:
+                log.debug("checkpoint listener: ignored a connection (%s)", _why(exc))
+                return
+            op = request.get("op") if isinstance(request, dict) else None
+            if op not in ("push", "offer", "fetch"):
+                log.debug("checkpoint listener: ignored a connection that is not a peer's")
+                return
+            try:
                 if op == "push":
                     step, world = int(request["step"]), int(request["world"])
                     files = request["files"]

@@ -27,8 +27,9 @@ def _memory_dir() -> str:
     root = os.environ.get(L.DIR_ENV)
     if not root:
         raise CheckpointError(
-            f"aelastic.checkpoint.save: {L.DIR_ENV} is not set; run the script under "
-            "'python -m aelastic run' (the agent owns the memory checkpoints live in)"
+            f"aelastic.checkpoint.save needs the launcher: {L.DIR_ENV} is not set. Run "
+            "the script under 'python -m aelastic run', whose agent keeps the memory "
+            "the checkpoints live in"
         )
     return root
 

@@ -51,6 +51,8 @@ class ProcessFailure:
     exitcode: int
     error_file: str | None
     exit_time: float | None = None
+    #: The worker's stderr log, when it went to a file (named in the generated message).
+    stderr_file: str | None = None
     error_file_data: dict[str, Any] = field(init=False)
     message: Any = field(init=False)
     timestamp: int = field(init=False)
@@ -106,11 +108,16 @@ class ProcessFailure:
             "category": "system_terminated_error",
             "retryability": "False",
         }
-        return (
-            f"Process {self.pid} exited with code {self.exitcode} and wrote no error file."
-            " Decorate the entry point with @aelastic.errors.record (or torch's @record)"
-            " to get its traceback here; its stderr log has the output."
+        text = (
+            f"Process {self.pid} exited with code {self.exitcode} and wrote no error file:"
+            " it failed before its entry point ran (a syntax or import error, say), or its"
+            " entry point is not decorated with @aelastic.errors.record (or torch's"
+            " @record), which puts the traceback here."
         )
+        stderr = self.stderr_file
+        if stderr and os.path.isfile(stderr):
+            text += f" Its stderr: {stderr}"
+        return text
 
     def signal_name(self) -> str:
         """The signal's name (``"SIGKILL"``) for a signal death, else ``"<N/A>"``."""

@@ -340,7 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
             "exit status: 0 every worker of this node succeeded; 1 the job failed (summary "
             "on stderr, root cause last); 93 stopped by --max-no-progress-restarts (do not "
             "requeue); 94 this node failed --node-health-check and the job ended without "
-            "it; 2 a bad option or value, nothing started; 128+N "
+            "it; 95 this node was excluded (--exclude-node-after) and the job ended "
+            "without it; 2 a bad option or value, nothing started; 128+N "
             "stopped by handled signal N (workers got N first). LOGLEVEL=INFO|DEBUG shows "
             "the agent's log."
         ),
@@ -584,6 +585,27 @@ def parse_signals(value: str, source: str) -> str:
     return ",".join(out)
 
 
+#: torchrun's plugin group for ``--logs-specs`` (its entry points name LogsSpecs classes).
+LOGS_SPECS_GROUP = "torchrun.logs_specs"
+
+
+def check_logs_specs(name: str) -> None:
+    """Refuse ``--logs-specs NAME`` when no installed plugin provides ``NAME`` (torchrun
+    refuses it too: nothing starts). A provided one is accepted, then ignored.
+
+    Raises:
+        UsageError: no entry point ``NAME`` in the ``torchrun.logs_specs`` group.
+    """
+    from .._entry_points import entry_points_of
+
+    if not any(ep.name == name for ep in entry_points_of(LOGS_SPECS_GROUP)):
+        raise UsageError(
+            f"--logs-specs {name!r}: no installed package provides it (entry point group"
+            f" {LOGS_SPECS_GROUP!r}); drop the flag (aelastic lays out logs with --log-dir,"
+            " -r, -t, --local-ranks-filter) or install the plugin"
+        )
+
+
 def check_std_spec(value: str, source: str, local_world_size: int) -> str:
     """Validate a ``-r``/``-t`` value: a digit 0-3 or a map ``local_rank:digit,...``."""
     from ..workers import Std, to_map
@@ -690,6 +712,7 @@ def parse_run_args(
         warnings.append(f"--numa-binding {numa} is accepted but has no effect in aelastic")
     logs_specs = v.str_("logs_specs")
     if logs_specs is not None:
+        check_logs_specs(logs_specs)
         warnings.append(
             f"--logs-specs {logs_specs} is accepted but ignored: aelastic uses its own "
             "log layout (--log-dir, -r, -t, --local-ranks-filter)"

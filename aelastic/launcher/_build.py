@@ -38,7 +38,8 @@ def entrypoint_name(entrypoint: Callable[..., Any] | str | None, args: Sequence[
     """The name used in logs and errors (torch's rule).
 
     A callable's ``__name__``; for the Python interpreter the first argument that is not
-    an option (the script or module); otherwise the string itself.
+    an option (the script or module), ``""`` when there is none; otherwise the string
+    itself.
     """
     if callable(entrypoint):
         return str(getattr(entrypoint, "__name__", repr(entrypoint)))
@@ -48,7 +49,7 @@ def entrypoint_name(entrypoint: Callable[..., Any] | str | None, args: Sequence[
         names = [str(a) for a in args if not str(a).startswith("-")]
         if names[:1] == ["aelastic.errors._run_script"]:
             names = names[1:]  # run --run-path: name the script, not its runner
-        return next(iter(names), entrypoint)
+        return next(iter(names), "")
     return entrypoint
 
 

@@ -145,7 +145,8 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
         return 1
     except SignalException as exc:
         _record_for_scheduler(exc)
-        _err(f"stopped by {exc.sigval.name}; the workers were stopped")
+        what = "the workers were stopped" if exc.workers_started else "no worker had started"
+        _err(f"stopped by {exc.sigval.name}; {what}")
         return 128 + int(exc.sigval)
     except LaunchConfigError as exc:
         _err(f"error: {exc}")

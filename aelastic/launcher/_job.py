@@ -550,6 +550,12 @@ class Job:
         :meth:`stop` ends here). A job that ends before its group ever changed state
         (stopped or failed during its first rendezvous) leaves ``INIT`` for ``STOPPED``
         (``UNKNOWN`` after an error), so its last transition says how it ended.
+
+        Every path that runs a job (``launch``, ``elastic_launch``, ``launch_agent``,
+        ``open_job``, ``aelastic run``) comes here: the agent's final status event
+        (torch's ``torchelastic.worker.status.SUCCEEDED``/``FAILED``, source AGENT) is
+        recorded here, once, to the config's ``event_log_handler``, before the job's
+        event streams end.
         """
         with self._run_scope:
             try:
@@ -568,8 +574,14 @@ class Job:
             except Exception as exc:
                 self._outcome = exc
             finally:
-                if self._outcome is None:  # a BaseException such as KeyboardInterrupt
-                    self._outcome = JobStoppedError(f"job {self.run_id!r} was interrupted")
+                outcome = self._outcome
+                if outcome is None:  # a BaseException such as KeyboardInterrupt
+                    outcome = JobStoppedError(f"job {self.run_id!r} was interrupted")
+                    self._outcome = outcome
+                # torch's launch_agent: one AGENT status event, SUCCEEDED when the run
+                # returned (even with failed workers), FAILED when it raised or stopped
+                error = outcome if isinstance(outcome, BaseException) else None
+                self._agent.record_status(error)
                 self._leave_init()
                 self._agent.get_worker_group().remove_state_listener(self._on_state)
                 self._take_failures()

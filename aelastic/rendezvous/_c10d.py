@@ -43,9 +43,9 @@ from ..store import NotAStoreError, Store, StoreError, StoreServer, TCPStoreClie
 from ._coordinator import TICKS_KEPT
 from ._dynamic import DynamicRendezvousHandler
 from ._exceptions import (
+    RendezvousConfigError,
     RendezvousConnectionError,
     RendezvousEndpointError,
-    RendezvousError,
     RendezvousNonRetryableError,
 )
 from ._handler import RendezvousStoreInfo
@@ -369,7 +369,7 @@ def create_c10d_handler(params: RendezvousParameters) -> C10dRendezvousHandler:
     """Registry factory of the ``c10d``/``tcp`` backend."""
     store_type = str(params.get("store_type", "tcp")).lower()
     if store_type != "tcp":
-        raise RendezvousError(
+        raise RendezvousConfigError(
             f"rendezvous config store_type={store_type!r} is not supported; use store_type=tcp"
         )
     return C10dRendezvousHandler(params, DynamicSettings.from_params(params))

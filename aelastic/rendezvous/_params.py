@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -127,6 +128,10 @@ class RendezvousParameters:
         return value
 
 
+#: A host name or IPv4 address, as torch's ``parse_rendezvous_endpoint`` accepts it.
+_HOST_NAME = re.compile(r"[\w.-]+")
+
+
 def _is_ipv6(text: str) -> bool:
     try:
         ipaddress.IPv6Address(text.split("%", 1)[0])  # a zone (%eth0) may follow
@@ -138,14 +143,21 @@ def _is_ipv6(text: str) -> bool:
 def parse_endpoint(endpoint: str, default_port: int | None) -> tuple[str, int]:
     """Split ``host[:port]`` or ``[ipv6]:port`` into ``(host, port)``.
 
+    Accepts and refuses what torch's ``parse_rendezvous_endpoint`` does: an empty
+    endpoint is ``localhost`` on ``default_port``; a host name is letters, digits,
+    ``.``, ``-`` and ``_`` (so ``~`` or ``"host :123"`` are refused) and a ``:`` must be
+    followed by a port.
+
     Raises :class:`RendezvousConfigError` naming the endpoint when it is malformed or has no
     port and ``default_port`` is None.
     """
     text = endpoint.strip()
     if not text:
-        raise RendezvousConfigError(
-            "the rendezvous endpoint is empty; pass --rdzv-endpoint host:port"
-        )
+        if default_port is None:
+            raise RendezvousConfigError(
+                "the rendezvous endpoint is empty; pass --rdzv-endpoint host:port"
+            )
+        return "localhost", default_port
     host: str
     port_text: str | None
     if text.startswith("["):
@@ -180,7 +192,17 @@ def parse_endpoint(endpoint: str, default_port: int | None) -> tuple[str, int]:
             port_text = None
     if not host:
         raise RendezvousConfigError(f"rendezvous endpoint {endpoint!r} has no host")
-    if port_text is None or port_text == "":
+    if not _HOST_NAME.fullmatch(host) and not _is_ipv6(host):
+        raise RendezvousConfigError(
+            f"rendezvous endpoint {endpoint!r}: host {host!r} is not a host name or an IP"
+            " address (letters, digits, '.', '-' and '_' only); pass host:port"
+        )
+    if port_text == "":
+        raise RendezvousConfigError(
+            f"rendezvous endpoint {endpoint!r} ends with ':' but names no port; pass"
+            f" host:port (e.g. {host}:29500) or the host alone"
+        )
+    if port_text is None:
         if default_port is None:
             raise RendezvousConfigError(
                 f"rendezvous endpoint {endpoint!r} has no port; pass host:port (e.g. {host}:29500)"

@@ -119,7 +119,7 @@ class RendezvousHandlerRegistry:
             self._load_plugins()
             factory = self._factories.get(name)
         if factory is None:
-            raise RendezvousError(
+            raise RendezvousConfigError(
                 f"unknown rendezvous backend {backend!r}; choose one of "
                 f"{', '.join(self.names())} or install a plugin registered under the "
                 f"entry-point group {ENTRY_POINT_GROUP!r}"
@@ -129,13 +129,14 @@ class RendezvousHandlerRegistry:
     def create_handler(self, params: RendezvousParameters) -> RendezvousHandler:
         """Build the handler of ``params.backend``.
 
-        Raises RendezvousError for an unknown backend, RendezvousConfigError for bad parameters.
+        Raises RendezvousConfigError (a ``ValueError``) for an unknown backend, a plugin
+        whose handler reports another backend name, or bad parameters.
         """
         name, factory = self._resolve(params.backend)
         handler = factory(params)
         reported = handler.get_backend()
         if reported not in (name, params.backend):
-            raise RendezvousError(
+            raise RendezvousConfigError(
                 f"rendezvous backend {name!r} built a handler that reports backend "
                 f"{reported!r}; the plugin's get_backend() must return {name!r}"
             )

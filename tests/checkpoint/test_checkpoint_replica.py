@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -135,6 +136,28 @@ async def test_a_peer_sending_garbage_is_refused(tmp_path: Path, bad: bytes) -> 
             with anyio.fail_after(10):
                 assert json.loads(await stream.receive()) == {"steps": {}}
     assert os.listdir(a) == []
+
+
+@pytest.mark.parametrize("stray", [b"", b"GET / HTTP/1.0\r\n\r\n", b"[1, 2]\n"])
+async def test_a_stray_connection_is_a_debug_line_not_a_warning(
+    tmp_path: Path, stray: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A port scan or a probe of the listener is no peer's failed exchange (issue 31)."""
+    store = LocalStore()
+    caplog.set_level(logging.DEBUG, logger="aelastic.checkpoint")
+    async with open_replicas(str(tmp_path), 1, MANUAL) as ra:
+        await ra.join(peer_round(store, 0, 1, (0,)))
+        address = json.loads(await store.get(f"{KEY}/0"))
+        async with await anyio.connect_tcp("127.0.0.1", address["port"]) as stream:
+            if stray:
+                await stream.send(stray)
+            await stream.send_eof()
+            with anyio.fail_after(15), pytest.raises(anyio.EndOfStream):
+                await stream.receive()  # closed without an answer
+    mine = [r for r in caplog.records if r.name == "aelastic.checkpoint"]
+    assert [r.levelno for r in mine if r.levelno >= logging.WARNING] == []
+    assert any("ignored a connection" in r.getMessage() for r in mine)
+    assert not any("JSONDecodeError" in r.getMessage() for r in mine if r.levelno > logging.DEBUG)
 
 
 async def test_a_node_without_copies_holds_no_one_up(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +130,14 @@ def test_help_states_each_default_once(capsys: pytest.CaptureFixture[str]) -> No
         assert text.count("default") <= 1, text
         assert "(default: )" not in text and "(default: None)" not in text, text
     assert "(default: 1:1)" in out  # defaults are still shown
+
+
+def test_logs_specs_no_plugin_provides_starts_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    marker = tmp_path / "started"
+    script = tmp_path / "w.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    assert main(["--standalone", "--logs-specs", "nope", str(script)]) == 2
+    assert "--logs-specs 'nope': no installed package provides it" in capsys.readouterr().err
+    assert not marker.exists()

@@ -7,7 +7,13 @@ import sys
 import pytest
 
 from aelastic.launcher import LaunchConfig, LaunchConfigError
-from aelastic.launcher._args import UsageError, count_gpus, parse_run_args, split_filters
+from aelastic.launcher._args import (
+    LOGS_SPECS_GROUP,
+    UsageError,
+    count_gpus,
+    parse_run_args,
+    split_filters,
+)
 
 
 def parse(*argv: str, **env: str):  # type: ignore[no-untyped-def]
@@ -145,9 +151,28 @@ def test_run_path_and_no_python_and_macro_kept() -> None:
     assert parse("--run-path", "x.py", PYTHON_EXEC="/opt/py").entrypoint == sys.executable
 
 
-def test_numa_and_logs_specs_accepted_with_warning() -> None:
+def test_numa_and_logs_specs_accepted_with_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib.metadata import EntryPoint
+
+    import aelastic._entry_points
+
+    provided = [EntryPoint("mine", "pkg.logs:MineSpecs", LOGS_SPECS_GROUP)]
+    monkeypatch.setattr(
+        aelastic._entry_points,
+        "entry_points_of",
+        lambda group: provided if group == LOGS_SPECS_GROUP else [],
+    )
     r = parse("--numa-binding", "node", "--logs-specs", "mine", "x.py")
     assert len(r.warnings) == 2 and "numa" in r.warnings[0]
+    assert "--logs-specs mine is accepted but ignored" in r.warnings[1]
+
+
+def test_logs_specs_no_plugin_provides_is_refused() -> None:
+    # torchrun: ValueError "Could not find entrypoint under 'torchrun.logs_specs[nope]'"
+    with pytest.raises(UsageError, match=r"--logs-specs 'nope': no installed package"):
+        parse("--logs-specs", "nope", "x.py")
+    with pytest.raises(ValueError):
+        parse("--logs-specs", "nope", "x.py")
 
 
 def test_duplicate_filter_syntax() -> None:

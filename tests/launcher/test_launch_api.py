@@ -109,3 +109,13 @@ def test_health_port_flag_and_torchrun_variable() -> None:
         parse_run_args(["x.py"], environ={"TORCHELASTIC_HEALTH_CHECK_PORT": "http"})
     with pytest.raises(UsageError, match="--health-port 70000: a TCP port is 0-65535"):
         parse_run_args(["--health-port", "70000", "x.py"], environ={})
+
+
+def test_entrypoint_name_follows_torchs_rule() -> None:
+    from aelastic.launcher._launch import entrypoint_name
+
+    assert entrypoint_name(sys.executable, []) == ""  # torch's _get_entrypoint_name
+    assert entrypoint_name(sys.executable, ["-u"]) == ""
+    assert entrypoint_name(sys.executable, ["-u", "train.py", "--lr"]) == "train.py"
+    assert entrypoint_name("/bin/echo", []) == "/bin/echo"
+    assert entrypoint_name(None, []) == ""

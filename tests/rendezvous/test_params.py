@@ -72,6 +72,9 @@ def test_config_accessors() -> None:
         ("[::1]:77", ("::1", 77)),
         ("[::1]", ("::1", 29400)),
         ("fe80::1", ("fe80::1", 29400)),
+        ("", ("localhost", 29400)),  # torch's default: localhost
+        ("  ", ("localhost", 29400)),
+        ("my_host-1.example.com:7", ("my_host-1.example.com", 7)),
     ],
 )
 def test_parse_endpoint(text: str, expected: tuple[str, int]) -> None:
@@ -79,7 +82,21 @@ def test_parse_endpoint(text: str, expected: tuple[str, int]) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["", "host:x", "host:70000", "[::1", ":5", "a:b:c", "[host]:5", "1:2:3:4:5:6:7:8:9"]
+    "text",
+    [
+        "host:x",
+        "host:70000",
+        "[::1",
+        ":5",
+        "a:b:c",
+        "[host]:5",
+        "1:2:3:4:5:6:7:8:9",
+        # refused by torch's parse_rendezvous_endpoint too
+        "~",
+        "~:123",
+        "dummy.com :123",
+        "dummy.com:",
+    ],
 )
 def test_parse_endpoint_rejects(text: str) -> None:
     with pytest.raises(RendezvousConfigError, match="endpoint"):
@@ -95,6 +112,17 @@ def test_endpoint_with_several_colons_fails_at_once_naming_the_fix() -> None:
 def test_parse_endpoint_requires_port_without_default() -> None:
     with pytest.raises(RendezvousError, match="has no port"):
         parse_endpoint("host", None)
+    with pytest.raises(RendezvousConfigError, match="empty"):
+        parse_endpoint("", None)
+
+
+def test_parse_endpoint_messages_name_the_problem() -> None:
+    with pytest.raises(ValueError, match=r"host '~' is not a host name"):
+        parse_endpoint("~:123", 29400)
+    with pytest.raises(ValueError, match=r"host 'dummy.com ' is not a host name"):
+        parse_endpoint("dummy.com :123", 29400)
+    with pytest.raises(ValueError, match=r"ends with ':' but names no port"):
+        parse_endpoint("dummy.com:", 29400)
 
 
 def test_registry_builtins_and_alias() -> None:
@@ -113,6 +141,17 @@ def test_registry_builtins_and_alias() -> None:
 def test_registry_unknown_backend_lists_choices() -> None:
     with pytest.raises(RendezvousError, match=r"unknown rendezvous backend 'nope'.*c10d"):
         create_handler(params(backend="nope"))
+    # a configuration error: a ValueError, as the README's rule says (torch: ValueError)
+    with pytest.raises(RendezvousConfigError):
+        create_handler(params(backend="nope"))
+    with pytest.raises(ValueError):
+        get_rendezvous_handler(params(backend="nope"))
+
+
+def test_invalid_c10d_store_type_is_a_config_error() -> None:
+    with pytest.raises(RendezvousConfigError, match=r"store_type='file'.*store_type=tcp"):
+        create_handler(params(store_type="file"))
+    assert isinstance(create_handler(params(store_type="TCP")), C10dRendezvousHandler)
 
 
 def test_static_needs_rank_and_fixed_world() -> None:
@@ -147,7 +186,7 @@ def test_register_plugin_and_conflict() -> None:
     with pytest.raises(ValueError, match="already registered"):
         registry.register("static", lambda p: StaticRendezvousHandler(p))
     registry.register("mine", factory)
-    with pytest.raises(RendezvousError, match="reports backend 'static'"):
+    with pytest.raises(RendezvousConfigError, match="reports backend 'static'"):
         registry.create_handler(params(backend="mine", rank=0, min_nodes=2))
 
 
@@ -164,7 +203,7 @@ def test_plugins_load_from_entry_points(monkeypatch: pytest.MonkeyPatch) -> None
         registry_module, "entry_points", lambda group: eps if group == "aelastic.rendezvous" else []
     )
     registry = RendezvousHandlerRegistry()
-    with pytest.raises(RendezvousError, match="reports backend 'static'"):
+    with pytest.raises(ValueError, match="reports backend 'static'"):
         # Loaded on first use; the handler must report the plugin's own name.
         registry.create_handler(params(backend="mystatic", rank=0, min_nodes=2))
     assert "mystatic" in registry.names() and "broken" not in registry.names()
