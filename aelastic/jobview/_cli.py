@@ -118,7 +118,8 @@ async def _refused_at_once(host: str, port: int, within: float) -> None:
     except OSError as exc:
         if _refused(exc):
             raise _Unreachable(
-                f"nothing listens at {host}:{port} (connection refused): the job has ended "
+                f"cannot reach the rendezvous store at {host}:{port}: nothing listens there "
+                "(connection refused): the job has ended "
                 "(its store went with the node that hosted it) or has not started; --watch "
                 "waits for it"
             ) from None

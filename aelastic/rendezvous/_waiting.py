@@ -48,7 +48,8 @@ def waiting_message(
         f"has waited {waited:.0f} s for its peers ({progress}; min_nodes={min_nodes}, "
         f"max_nodes={max_nodes}); it waits up to {left:.0f} s more (join_timeout="
         f"{join_timeout:g}). Start the other nodes with --rdzv-backend {backend} "
-        f"--rdzv-endpoint {endpoint} --rdzv-id {run_id}"
+        f"--rdzv-endpoint {endpoint} --rdzv-id {run_id} (python -m aelastic status with "
+        "these flags lists the nodes that joined)"
     )
 
 
