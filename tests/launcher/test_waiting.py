@@ -8,6 +8,7 @@ the job has ended. Real ``aelastic run`` processes; their stderr lines are read.
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import sys
@@ -109,3 +110,25 @@ async def test_standalone_says_run_id_store_and_health_port(tmp_path: Path) -> N
         )
     assert ended.returncode == 2
     assert b"connection refused" in ended.stderr and b"has ended" in ended.stderr
+
+
+async def test_nodes_that_finish_apart_both_exit_0(tmp_path: Path) -> None:
+    """torch's test_workers_drift_fail with two ``aelastic run`` processes on c10d: A's
+    worker ends at once, A's exit barrier (1 s) times out and A exits; B's worker runs
+    on until A is gone, is not restarted, and B exits 0 too."""
+    out, marker = tmp_path / "out", tmp_path / "b-may-finish"
+    out.mkdir()
+    common = [
+        "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+        "--rdzv-id", "drift", "--exit-barrier-timeout", "1", "--max-restarts", "1",
+    ]  # fmt: skip
+    async with cluster() as c:
+        a = await c.start([*common, WORKER, str(out), "--finish-at-world", "2", "--tag", "a"])
+        b = await c.start([*common, WORKER, str(out), "--when-file", str(marker), "--tag", "b"])
+        with anyio.fail_after(120):
+            assert await a.wait() == 0, a.err
+            marker.touch()
+            assert await b.wait() == 0, b.err
+    records = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+    assert sorted(r["tag"] for r in records) == ["a", "b"], "a worker was restarted"
+    assert {r["TORCHELASTIC_RESTART_COUNT"] for r in records} == {"0"}
