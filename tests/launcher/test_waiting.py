@@ -38,17 +38,20 @@ def etcd() -> Iterator[EtcdServer]:
 
 
 async def _waiting_line(backend: str, endpoint: str, run_id: str, tmp_path: Path) -> str:
-    """Start one node of two; return its first "still waiting" line."""
+    """Start one node of two; return its first "still waiting" line, once ``aelastic
+    status`` also lists the waiting node (in state INIT)."""
+    flags = ["--rdzv-backend", backend, "--rdzv-endpoint", endpoint, "--rdzv-id", run_id]
     async with cluster() as c:
         node = await c.start(
-            [
-                "--nnodes", "2", "--rdzv-backend", backend, "--rdzv-endpoint", endpoint,
-                "--rdzv-id", run_id, "--rdzv-conf", "wait_report_interval=0.2",
-                WORKER, str(tmp_path),
-            ]
+            ["--nnodes", "2", *flags, "--rdzv-conf", "wait_report_interval=0.2",
+             WORKER, str(tmp_path)]
         )  # fmt: skip
+        watch = await c.start([*flags, "--watch", "--json", "--interval", "0.2"], launcher=STATUS)
         with anyio.fail_after(60):
             await node.wait_for_err("has waited")
+            await watch.wait_for_line(lambda line: line.startswith("{"))
+    view = json.loads(next(line for line in watch.lines if line.startswith("{")))
+    assert [n["state"] for n in view["nodes"]] == ["INIT"]
     (line,) = [ln for ln in node.err.splitlines() if "has waited" in ln][:1]
     return line
 
