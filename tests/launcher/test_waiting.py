@@ -65,6 +65,21 @@ async def test_c10d_node_waiting_for_peers_says_who_and_how(tmp_path: Path) -> N
     assert f"--rdzv-endpoint {endpoint} --rdzv-id waitc" in line
 
 
+async def test_c10d_node_waiting_for_the_store_says_which_and_how(tmp_path: Path) -> None:
+    endpoint = f"127.0.0.1:{free_port()}"  # nothing listens there yet
+    async with cluster() as c:
+        node = await c.start(
+            ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+             "--rdzv-id", "waits", "--rdzv-conf", "is_host=false,wait_report_interval=0.2",
+             WORKER, str(tmp_path)]
+        )  # fmt: skip
+        with anyio.fail_after(60):
+            await node.wait_for_err("to accept connections")
+    line = next(ln for ln in node.err.splitlines() if "to accept connections" in ln)
+    assert "rendezvous 'waits' (c10d): this node has waited" in line
+    assert f"the rendezvous store at {endpoint}" in line and "python -m aelastic store" in line
+
+
 async def test_etcd_node_waiting_for_peers_says_who_and_how(
     etcd: EtcdServer, tmp_path: Path
 ) -> None:
