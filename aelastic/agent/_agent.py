@@ -563,7 +563,11 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
                 tg.cancel_scope.cancel()
 
             tg.start_soon(watch_exits)
-            tg.start_soon(self._watch_peer_finished, worker_group, peer_finished)
+            handler = spec.rdzv_handler
+            if handler.get_backend() == "c10d" and not handler.hosts_store:
+                # a peer may host this round's store and take it along when it finishes:
+                # learn its mark now (the others read it when the membership changes)
+                tg.start_soon(self._watch_peer_finished, worker_group, peer_finished)
             tg.start_soon(watch_membership)
             if dstate_timeout is not None:
                 tg.start_soon(watch_uninterruptible, dstate_timeout)
@@ -577,8 +581,10 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         """Set ``finished`` once a node of this round marks its workers finished.
 
         Push-based (a store ``wait``), so the mark reaches this node before the finished
-        node's departure does, even when that node hosted the store. Never raises: a
-        store that is lost or refuses only ends the watch.
+        node's departure does, even when that node hosted the store. Holds one store
+        connection per node for the round, so it runs only where the store may leave
+        with a peer (c10d, not hosted here). Never raises: a store that is lost or
+        refuses only ends the watch.
         """
         store = worker_group.store
         if store is None:
