@@ -541,12 +541,19 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
                 tg.cancel_scope.cancel()
 
             peer_finished = anyio.Event()
+            handler = spec.rdzv_handler
+            # A peer may host this round's store and take it along when it finishes:
+            # learn its mark as it is set (elsewhere it is read when the membership
+            # changes: a frozen store host must not delay that reading).
+            watch_finished = handler.get_backend() == "c10d" and not handler.hosts_store
 
             async def watch_membership() -> None:
                 try:
                     await spec.rdzv_handler.wait_for_membership_change()
                     codes = self._worker_exit_codes(worker_group).values()
-                    finished = await self._peer_finished(worker_group, peer_finished)
+                    finished = await self._peer_finished(
+                        worker_group, peer_finished if watch_finished else None
+                    )
                     decision = decide_after_membership_change(
                         codes, lws, self._remaining_restarts, finished
                     )
@@ -563,10 +570,7 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
                 tg.cancel_scope.cancel()
 
             tg.start_soon(watch_exits)
-            handler = spec.rdzv_handler
-            if handler.get_backend() == "c10d" and not handler.hosts_store:
-                # a peer may host this round's store and take it along when it finishes:
-                # learn its mark now (the others read it when the membership changes)
+            if watch_finished:
                 tg.start_soon(self._watch_peer_finished, worker_group, peer_finished)
             tg.start_soon(watch_membership)
             if dstate_timeout is not None:
@@ -598,19 +602,22 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         except (StoreError, RendezvousError, OSError) as exc:
             log.debug("stopped watching for a finished peer: %s", exc)
 
-    async def _peer_finished(self, worker_group: WorkerGroup, seen: anyio.Event) -> bool:
-        """Whether a node of this round finished its workers: the mark seen by
-        :meth:`_watch_peer_finished`, else a bounded look in the store (False when the
-        store cannot answer)."""
-        await anyio.lowlevel.checkpoint()  # let a mark delivered with the change land
-        if seen.is_set() or worker_group.store is None:
+    async def _peer_finished(self, worker_group: WorkerGroup, seen: anyio.Event | None) -> bool:
+        """Whether a node of this round finished its workers: the mark ``seen`` by
+        :meth:`_watch_peer_finished` when it runs, else a look in the store (bounded;
+        False when the store cannot answer)."""
+        if seen is not None:
+            await anyio.lowlevel.checkpoint()  # let a mark delivered with the change land
             return seen.is_set()
+        store = worker_group.store
+        if store is None:
+            return False
         with anyio.move_on_after(_PEER_FINISHED_CHECK_TIMEOUT):
             try:
-                return await worker_group.store.check([_PEER_FINISHED_KEY])
+                return await store.check([_PEER_FINISHED_KEY])
             except (StoreError, RendezvousError, OSError):
                 pass
-        return seen.is_set()
+        return False
 
     async def _mark_finished(self) -> None:
         """Tell this round's peers that this node's workers all succeeded (best effort,

@@ -91,6 +91,7 @@ class StatusPublisher:
     def wake(self) -> None:
         """Publish soon: the rendezvous handler was entered, so its store is reachable and
         a node that waits for its peers shows in ``aelastic status``. Never blocks."""
+        self._urgent = True  # not held back by the failed write before the store was up
         self._wake.set()
 
     async def read_view(self) -> dict[str, Any]:

@@ -54,7 +54,7 @@ class _Agent(LocalElasticAgent):
         self.change_judged = anyio.Event()
         self.in_barrier = anyio.Event()
 
-    async def _peer_finished(self, worker_group: WorkerGroup, seen: anyio.Event) -> bool:
+    async def _peer_finished(self, worker_group: WorkerGroup, seen: anyio.Event | None) -> bool:
         finished = await super()._peer_finished(worker_group, seen)
         self.change_judged.set()
         return finished

@@ -111,11 +111,13 @@ async def test_standalone_says_run_id_store_and_health_port(tmp_path: Path) -> N
         assert store is not None and health is not None, node.err
         endpoint, run_id = store.groups()
         assert await anyio.to_thread.run_sync(_get, health.group(1) + "healthz") == 200
-        with anyio.fail_after(120):
-            shown = await anyio.run_process(
-                [*STATUS, "--rdzv-endpoint", endpoint, "--rdzv-id", run_id], check=False
-            )
-        assert shown.returncode == 0, shown.stderr.decode()
+        # status finds the job with what was printed (--watch: until its first write)
+        flags = ["--rdzv-endpoint", endpoint, "--rdzv-id", run_id]
+        watch = await c.start([*flags, "--watch", "--json", "--interval", "0.2"], launcher=STATUS)
+        with anyio.fail_after(60):
+            await watch.wait_for_line(lambda line: line.startswith("{"))
+        view = json.loads(next(line for line in watch.lines if line.startswith("{")))
+        assert view["run_id"] == run_id and len(view["nodes"]) == 1
         node.process.send_signal(signal.SIGTERM)
         with anyio.fail_after(60):
             await node.wait()
