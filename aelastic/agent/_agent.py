@@ -9,6 +9,7 @@ change wake the agent the moment they happen.
 from __future__ import annotations
 
 import abc
+import contextlib
 import logging
 import os
 import signal
@@ -19,14 +20,20 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 
 from .._net import free_port
 from ..errors import ProcessFailure
 from ..events import EventSource
 from ..metrics import prof, put_metric
 from ..progress import ProgressSnapshot
-from ..rendezvous import RendezvousConnectionError, RendezvousGracefulExitError, RendezvousInfo
-from ..store import Store
+from ..rendezvous import (
+    RendezvousConnectionError,
+    RendezvousError,
+    RendezvousGracefulExitError,
+    RendezvousInfo,
+)
+from ..store import Store, StoreError, StoreTimeoutError
 from ._exceptions import AgentError, SignalException
 from ._policy import (
     UNINTERRUPTIBLE_STATE_TIMEOUT_ENV,
@@ -58,6 +65,9 @@ __all__ = ("ElasticAgent", "SimpleElasticAgent")
 log = logging.getLogger("aelastic.agent")
 
 _TERMINAL_STATE_SYNC_ID = "torchelastic/agent/terminal_state"
+#: Set in the round's store by a node whose workers all succeeded, before its exit
+#: barrier: its peers then know its departure ends the job, not the round's membership.
+_PEER_FINISHED_KEY = "aelastic/agent/peer_finished"
 #: Bound on leaving the rendezvous during an abnormal exit (a dead backend must not hang us).
 _RDZV_SHUTDOWN_TIMEOUT = 10.0
 #: How long a job that failed for good waits for its other local workers to exit on
@@ -66,6 +76,8 @@ _FAILURE_GRACE = 1.0
 # How long the store's host waits after the exit barrier for its peers to acknowledge
 # it (they do within a round trip; only a peer that died since it arrived costs this).
 _EXIT_BARRIER_LINGER = 5.0
+#: Bound on writing or reading the finished mark (a lost store must not hold a node).
+_PEER_FINISHED_CHECK_TIMEOUT = 5.0
 
 
 class ElasticAgent(abc.ABC):
@@ -583,18 +595,38 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
                     errors.append(exc)
                 tg.cancel_scope.cancel()
 
+            peer_finished = anyio.Event()
+            handler = spec.rdzv_handler
+            # A peer may host this round's store and take it along when it finishes:
+            # learn its mark as it is set (elsewhere it is read when the membership
+            # changes: a frozen store host must not delay that reading).
+            watch_finished = handler.get_backend() == "c10d" and not handler.hosts_store
+
             async def watch_membership() -> None:
                 try:
                     await spec.rdzv_handler.wait_for_membership_change()
                     codes = self._worker_exit_codes(worker_group).values()
-                    decided.append(
-                        decide_after_membership_change(codes, lws, self._remaining_restarts)
+                    finished = await self._peer_finished(
+                        worker_group, peer_finished if watch_finished else None
                     )
+                    decision = decide_after_membership_change(
+                        codes, lws, self._remaining_restarts, finished
+                    )
+                    if decision.action is Action.WAIT:
+                        log.info(
+                            "[%s] a peer finished its workers and left; this node's workers "
+                            "keep running (the job is ending, not changing membership)",
+                            spec.role,
+                        )
+                        return  # nothing to rejoin: the workers' exits decide
+                    decided.append(decision)
                 except Exception as exc:
                     errors.append(exc)
                 tg.cancel_scope.cancel()
 
             tg.start_soon(watch_exits)
+            if watch_finished:
+                tg.start_soon(self._watch_peer_finished, worker_group, peer_finished)
             tg.start_soon(watch_membership)
             if dstate_timeout is not None:
                 tg.start_soon(watch_uninterruptible, dstate_timeout)
@@ -603,6 +635,56 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         if decided:
             return decided[0]
         raise errors[0]
+
+    async def _watch_peer_finished(self, worker_group: WorkerGroup, finished: anyio.Event) -> None:
+        """Set ``finished`` once a node of this round marks its workers finished.
+
+        Push-based (a store ``wait``), so the mark reaches this node before the finished
+        node's departure does, even when that node hosted the store. Holds one store
+        connection per node for the round, so it runs only where the store may leave
+        with a peer (c10d, not hosted here). Never raises: a store that is lost or
+        refuses only ends the watch.
+        """
+        store = worker_group.store
+        if store is None:
+            return
+        try:
+            while True:
+                with contextlib.suppress(StoreTimeoutError):
+                    await store.wait([_PEER_FINISHED_KEY])
+                    finished.set()
+                    return
+        except (StoreError, RendezvousError, OSError) as exc:
+            log.debug("stopped watching for a finished peer: %s", exc)
+
+    async def _peer_finished(self, worker_group: WorkerGroup, seen: anyio.Event | None) -> bool:
+        """Whether a node of this round finished its workers: the mark ``seen`` by
+        :meth:`_watch_peer_finished` when it runs, else a look in the store (bounded;
+        False when the store cannot answer)."""
+        if seen is not None:
+            await anyio.lowlevel.checkpoint()  # let a mark delivered with the change land
+            return seen.is_set()
+        store = worker_group.store
+        if store is None:
+            return False
+        with anyio.move_on_after(_PEER_FINISHED_CHECK_TIMEOUT):
+            try:
+                return await store.check([_PEER_FINISHED_KEY])
+            except (StoreError, RendezvousError, OSError):
+                pass
+        return False
+
+    async def _mark_finished(self) -> None:
+        """Tell this round's peers that this node's workers all succeeded (best effort,
+        bounded): its departure after the exit barrier then does not restart theirs."""
+        store = self._store
+        if store is None:
+            return
+        with anyio.move_on_after(_PEER_FINISHED_CHECK_TIMEOUT):
+            try:
+                await store.set(_PEER_FINISHED_KEY, str(self._worker_group.group_rank))
+            except (StoreError, RendezvousError, OSError) as exc:
+                log.debug("could not mark this node finished: %s", exc)
 
     def _describe_outcome(self, wg: WorkerGroup) -> str:
         if self._hang is not None:
@@ -893,6 +975,9 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
     async def _exit_barrier(self) -> None:
         """Wait up to ``exit_barrier_timeout`` for every node to finish its workers.
 
+        First marks this node finished in the round's store: a peer whose workers still
+        run when this node leaves (the barrier timed out) keeps them running instead of
+        taking the departure for a membership change.
         Keeps this agent (and the workers' store it may host) alive until the other
         nodes are done. Ends early when a peer will never arrive: the rendezvous was
         closed (a node failed for good), a participant left or lapsed (pytorch
@@ -916,18 +1001,24 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
             wg.state.value,
             self._exit_barrier_timeout,
         )
+        await self._mark_finished()
         started = time.monotonic()
         lost: list[str] = []
         arrival: int | None = None
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._watch_for_lost_peers, tg.cancel_scope, lost)
-                arrival = await arrive_at_barrier(
-                    self._store,
-                    wg.group_world_size,
-                    key_prefix=_TERMINAL_STATE_SYNC_ID,
-                    timeout=self._exit_barrier_timeout,
-                )
+                try:
+                    arrival = await arrive_at_barrier(
+                        self._store,
+                        wg.group_world_size,
+                        key_prefix=_TERMINAL_STATE_SYNC_ID,
+                        timeout=self._exit_barrier_timeout,
+                    )
+                except StoreTimeoutError:  # a peer's workers still run: normal drift
+                    lost.append("the other nodes' workers were still running")
+                except (StoreError, RendezvousError) as exc:  # e.g. its host already left
+                    lost.append(f"the store is unreachable ({exc})")
                 tg.cancel_scope.cancel()
             if arrival is not None and wg.spec.rdzv_handler.hosts_store:
                 # Our exit closes the store: serve until every peer has read the

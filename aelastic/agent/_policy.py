@@ -111,7 +111,10 @@ def decide_after_exit(
 
 
 def decide_after_membership_change(
-    exitcodes: Collection[int], local_world_size: int, remaining_restarts: int
+    exitcodes: Collection[int],
+    local_world_size: int,
+    remaining_restarts: int,
+    peer_finished: bool = False,
 ) -> Decision:
     """Decide after the rendezvous reported a membership change (a node waiting, a peer lost).
 
@@ -119,9 +122,15 @@ def decide_after_membership_change(
     (a failure or a complete success observed at the same moment wins: it is what the
     workers did). Membership restarts never spend the budget, so the workers'
     ``TORCHELASTIC_RESTART_COUNT`` is unchanged.
+
+    ``peer_finished``: a node of this round finished its workers successfully. The job
+    is then ending, not changing: the finished node leaves (its exit barrier may time
+    out before this node's workers are done) and never rejoins, so a new round could
+    only wait for it until ``join_timeout``. The workers keep running (WAIT); their
+    own exits decide.
     """
     local = decide_after_exit(exitcodes, local_world_size, remaining_restarts)
-    if local.action is not Action.WAIT:
+    if local.action is not Action.WAIT or peer_finished:
         return local
     return Decision(Action.REJOIN, WorkerState.HEALTHY, remaining_restarts)
 

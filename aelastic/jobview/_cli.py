@@ -91,6 +91,8 @@ async def open_status_store(args: argparse.Namespace) -> AsyncIterator[Store]:
             yield found[0]
         return
     host, port = parse_endpoint(args.rdzv_endpoint, DEFAULT_C10D_PORT)
+    if not getattr(args, "watch", False):
+        await _refused_at_once(host, port, args.timeout)
     client = TCPStoreClient(host, port, timeout=args.timeout, connect_timeout=args.timeout)
     async with AsyncExitStack() as stack:
         try:  # only connecting is "unreachable", not an error of the block
@@ -100,6 +102,38 @@ async def open_status_store(args: argparse.Namespace) -> AsyncIterator[Store]:
                 f"cannot reach the rendezvous store at {host}:{port}: {exc}"
             ) from None
         yield PrefixStore(f"{STATUS_PREFIX}/{args.rdzv_id}", client)
+
+
+async def _refused_at_once(host: str, port: int, within: float) -> None:
+    """Raise ``_Unreachable`` at once when nothing listens at ``host:port``.
+
+    A c10d store lives in the agent that hosts it: refused means the job has ended (or
+    not started), and retrying for ``--timeout`` would only delay saying so. One
+    connection attempt, closed at once; any other outcome is left to the client.
+    """
+    try:
+        with anyio.move_on_after(within):
+            stream = await anyio.connect_tcp(host, port)
+            await stream.aclose()
+    except OSError as exc:
+        if _refused(exc):
+            raise _Unreachable(
+                f"cannot reach the rendezvous store at {host}:{port}: nothing listens there "
+                "(connection refused): the job has ended "
+                "(its store went with the node that hosted it) or has not started; --watch "
+                "waits for it"
+            ) from None
+        # unreachable in another way: the client's retries and message decide
+
+
+def _refused(exc: BaseException | None) -> bool:
+    """Whether every connection attempt behind ``exc`` was refused (anyio chains them)."""
+    if isinstance(exc, ConnectionRefusedError):
+        return True
+    group = getattr(exc, "exceptions", None)  # an exception group (Python 3.10: a backport)
+    if isinstance(group, tuple) and group:
+        return all(_refused(e) for e in group)
+    return exc is not None and exc.__cause__ is not None and _refused(exc.__cause__)
 
 
 def _fail(prog: str, args: argparse.Namespace, exc: BaseException) -> int:

@@ -88,6 +88,12 @@ class StatusPublisher:
         self.history.mark(time.time() if when is None else when, kind, detail)
         self._wake.set()
 
+    def wake(self) -> None:
+        """Publish soon: the rendezvous handler was entered, so its store is reachable and
+        a node that waits for its peers shows in ``aelastic status``. Never blocks."""
+        self._urgent = True  # not held back by the failed write before the store was up
+        self._wake.set()
+
     async def read_view(self) -> dict[str, Any]:
         """Every node's status in this job's store (see :func:`read_view`).
 

@@ -560,6 +560,8 @@ class Job:
         with self._run_scope:
             try:
                 async with self._prepared.handler:
+                    if self.status_publisher is not None:
+                        self.status_publisher.wake()  # visible while it waits for peers
                     self._outcome = await self._agent.run()
             except anyio.get_cancelled_exc_class():
                 how = (

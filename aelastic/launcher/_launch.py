@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable, Sequence
+from contextlib import aclosing
 from functools import partial
 from typing import Any
 
 import anyio
 
+from .._tasks import background_tasks
+from ..rendezvous import C10dRendezvousHandler
 from ._build import entrypoint_name, parse_signals
 from ._config import LaunchConfig
 from ._job import Job, open_job
@@ -26,8 +29,12 @@ async def run_launch(
     args: Sequence[Any],
     *,
     handle_signals: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> dict[int, Any]:
     """:func:`launch`, optionally trapping ``config.signals_to_handle`` (the CLI's path).
+
+    ``say`` (the CLI's): called with a line that says where to look at the job when
+    a port was picked at start (``--health-port 0``, ``--standalone``'s store).
 
     With ``handle_signals`` the process's handlers for those signals are replaced while
     the launch runs (only the main thread may do this): each received signal makes the
@@ -35,10 +42,35 @@ async def run_launch(
     is raised once they are gone.
     """
     signals = parse_signals(config.signals_to_handle) if handle_signals else []
-    async with open_job(config, entrypoint, *args) as job:
+    async with open_job(config, entrypoint, *args) as job, background_tasks() as tg:
+        if say is not None:
+            tg.start_soon(_say_where, job, say)
         if not signals:
             return await job.wait()
         return await _wait_forwarding(job, signals)
+
+
+async def _say_where(job: Job, say: Callable[[str], None]) -> None:
+    """Say where to look at the job when the system picked the port: the health endpoint
+    of ``--health-port 0``, and the rendezvous store this node hosts on a port picked at
+    start (``--standalone``), with the run id and the ``aelastic status`` command."""
+    if job.health_address is not None and job.config.health_port == 0:
+        host, port = job.health_address
+        shown = f"[{host}]" if ":" in host else host
+        say(f"health endpoint at http://{shown}:{port}/ (--health-port 0 picked port {port})")
+    handler = job._prepared.handler
+    if not isinstance(handler, C10dRendezvousHandler) or handler.port != 0:
+        return
+    async with aclosing(job.state_changes()) as changes:
+        async for _ in changes:  # the store is up once the handler was entered
+            server = handler.server
+            if server is not None:
+                say(
+                    f"run id {job.run_id}, rendezvous store at {server.address}; see it with "
+                    f"python -m aelastic status --rdzv-endpoint {server.address} "
+                    f"--rdzv-id {job.run_id}"
+                )
+                return
 
 
 async def _wait_forwarding(job: Job, signals: list[signal.Signals]) -> dict[int, Any]:

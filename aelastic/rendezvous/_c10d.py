@@ -54,6 +54,7 @@ from ._params import DEFAULT_C10D_PORT, RendezvousParameters, parse_endpoint
 from ._session import open_session
 from ._settings import DynamicSettings
 from ._state import Keys
+from ._waiting import reporting_wait
 
 __all__ = ("C10dRendezvousHandler", "create_c10d_handler", "is_local_address")
 
@@ -123,8 +124,19 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
         connect = min(timeout, self.settings.join_timeout)
         bound = "read_timeout" if connect == timeout else "join_timeout"
         client = TCPStoreClient(host, port, timeout=timeout, connect_timeout=connect)
+
+        async def waiting(waited: float) -> str:
+            return (
+                f"rendezvous {self._run_id!r} (c10d): this node has waited {waited:.0f} s for "
+                f"the rendezvous store at {self._master_endpoint} to accept connections; it "
+                f"waits up to {max(0.0, connect - waited):.0f} s more ({bound}={connect:g}). "
+                "Start the node that hosts it (an agent on that host) or 'python -m aelastic "
+                f"store --host {host} --port {port}'"
+            )
+
         try:
-            await stack.enter_async_context(client)
+            async with reporting_wait(waiting, self.settings.wait_report_interval):
+                await stack.enter_async_context(client)
         except NotAStoreError as exc:
             raise RendezvousEndpointError(
                 f"the rendezvous endpoint {self._master_endpoint} is not a store: {exc}; give "

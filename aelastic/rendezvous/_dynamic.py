@@ -117,6 +117,7 @@ from ._state import (
     moved_to_epoch,
 )
 from ._view import RoundView
+from ._waiting import reporting_wait, waiting_message
 
 __all__ = ("DynamicSettings", "DynamicRendezvousHandler")
 
@@ -410,17 +411,18 @@ class DynamicRendezvousHandler(RendezvousHandler):
             self._event("join", f"node {self._addr}#{self._local_id} joins", state="INIT")
             deadline = anyio.current_time() + self._settings.join_timeout
             try:
-                while True:
-                    try:
-                        info, was_spare = await self._attempt(tg, deadline)
-                    except RendezvousConnectionError as exc:
-                        await self._abandon()  # the store is unreachable: nothing to tell it
-                        await self._recover_store(exc, deadline)
-                        continue
-                    if info is not None:
-                        return info
-                    if was_spare:
-                        deadline = anyio.current_time() + self._settings.join_timeout
+                async with reporting_wait(self._waiting, self._settings.wait_report_interval):
+                    while True:
+                        try:
+                            info, was_spare = await self._attempt(tg, deadline)
+                        except RendezvousConnectionError as exc:
+                            await self._abandon()  # the store is unreachable: tell nobody
+                            await self._recover_store(exc, deadline)
+                            continue
+                        if info is not None:
+                            return info
+                        if was_spare:
+                            deadline = anyio.current_time() + self._settings.join_timeout
             except RendezvousTimeoutError:
                 self._event("timeout", "join timed out", state="FAILED")
                 await self._withdraw()
@@ -518,6 +520,29 @@ class DynamicRendezvousHandler(RendezvousHandler):
         self._view = view
         self._view_set.set()
         self._view_set = anyio.Event()
+
+    async def _waiting(self, waited: float) -> str:
+        """The "still waiting" line of a joining node (one store read: the round's joins)."""
+        view = self._view
+        progress = "no round joined yet"
+        if view is not None:
+            tick = view.tick
+            joined = await self._ops().add(self._keys.joined(view.round), 0)
+            joined -= len(tick.removed) if tick is not None else 0
+            nodes = "node" if joined == 1 else "nodes"
+            progress = f"round {view.round}: {joined} {nodes} joined"
+            if tick is not None and tick.state == "running" and not tick.is_member(view.ticket):
+                progress += "; this node is a spare of a full round"
+        return waiting_message(
+            backend=self.get_backend(),
+            run_id=self._run_id,
+            endpoint=self._master_endpoint or "the given store",
+            min_nodes=self._min,
+            max_nodes=self._max,
+            waited=waited,
+            join_timeout=self._settings.join_timeout,
+            progress=progress,
+        )
 
     def _describe(self, tick: Tick | None) -> str:
         if tick is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .._dataclass import dataclass
 from ._exceptions import RendezvousConfigError
 from ._params import RendezvousParameters
+from ._waiting import WAIT_REPORT_INTERVAL
 
 __all__ = ("DynamicSettings",)
 
@@ -25,6 +26,8 @@ class DynamicSettings:
     keep_alive_max_attempt: int = 3
     heartbeat_timeout: float = 15.0
     read_timeout: float = 60.0
+    #: Seconds between two "still waiting for peers" lines while joining.
+    wait_report_interval: float = WAIT_REPORT_INTERVAL
 
     @classmethod
     def from_params(cls, params: RendezvousParameters) -> DynamicSettings:
@@ -44,4 +47,7 @@ class DynamicSettings:
             keep_alive_max_attempt=attempts,
             heartbeat_timeout=params.get_positive_float("heartbeat_timeout", interval * attempts),
             read_timeout=params.get_positive_float("read_timeout", 60.0),
+            wait_report_interval=params.get_positive_float(
+                "wait_report_interval", WAIT_REPORT_INTERVAL
+            ),
         )

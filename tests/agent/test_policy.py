@@ -38,6 +38,12 @@ def test_membership_change_restarts_for_free() -> None:
     assert d.remaining_restarts == 0
 
 
+def test_a_finished_peer_leaving_is_no_membership_change() -> None:
+    d = decide_after_membership_change([0], 2, 1, peer_finished=True)
+    assert d.action is Action.WAIT and d.state is WorkerState.HEALTHY
+    assert decide_after_membership_change([1], 2, 1, peer_finished=True).action is Action.RESTART
+
+
 def test_local_outcome_wins_over_membership_change() -> None:
     assert decide_after_membership_change([1], 2, 1).action is Action.RESTART
     assert decide_after_membership_change([0, 0], 2, 1).action is Action.SUCCEED

@@ -63,6 +63,7 @@ from .._exceptions import (
 )
 from .._handler import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from .._placement import place, rank_key, seat_of
+from .._waiting import reporting_wait, waiting_message
 from ._client import (
     EtcdClient,
     EtcdConfig,
@@ -314,7 +315,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
                 try:
-                    info = await self._rendezvous(scope, spare)
+                    async with reporting_wait(self._waiting, self.settings.wait_report_interval):
+                        info = await self._rendezvous(scope, spare)
                 except StoreError as exc:
                     raise rendezvous_error(exc, f"join rendezvous {self._run_id!r}") from exc
             if scope.cancelled_caught:
@@ -336,6 +338,19 @@ class EtcdRendezvousHandler(RendezvousHandler):
             rank=info.rank,
         )
         return info
+
+    async def _waiting(self, waited: float) -> str:
+        """The "still waiting" line of a joining node (no request: what it last saw)."""
+        return waiting_message(
+            backend=self._backend,
+            run_id=self._run_id,
+            endpoint=self.client.config.describe(),
+            min_nodes=self._min,
+            max_nodes=self._max,
+            waited=waited,
+            join_timeout=self.settings.join_timeout,
+            progress=self._progress,
+        )
 
     def _join_timeout(self, timeout: float) -> RendezvousError:
         self._record("RENDEZVOUS_TIMEOUT", "join timeout", state="FAILED")

@@ -17,6 +17,7 @@ endpoint; cancellation cancels the RPC in flight.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import math
 import random
@@ -238,13 +239,26 @@ class EtcdClient(AsyncResource):
     # -- lifecycle ---------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close every channel. Idempotent; shielded from cancellation, bounded (5 s)."""
+        """Close every channel and free it, so that nothing of gRPC runs afterwards.
+
+        Idempotent; shielded from cancellation, bounded (5 s). grpc.aio stops its
+        poller thread only when the last channel object is freed, and a cancelled call
+        keeps its channel in a reference cycle (through its read coroutine's frame) until
+        the garbage collector runs. A process that forks while that thread lives gives
+        its child a gRPC that hangs or crashes in ``gc.collect()``, so the cycles are
+        collected here, once, when a channel was open.
+        """
         self._closed = True
+        opened = False
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
             for ep in self._endpoints:
                 channel, ep.channel = ep.channel, None
                 if channel is not None:
+                    opened = True
                     await channel.close(grace=None)
+                    del channel
+        if opened:
+            gc.collect()
 
     @property
     def closed(self) -> bool:

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..._dataclass import dataclass
 from .._exceptions import RendezvousConfigError
+from .._waiting import WAIT_REPORT_INTERVAL
 from ._client import EtcdConfig, parse_endpoints
 
 __all__ = ("EtcdRendezvousSettings", "settings_from_params")
@@ -23,6 +24,8 @@ class EtcdRendezvousSettings:
     keep_alive_interval: float = 5.0
     keep_alive_max_attempt: int = 3
     prefix: str = "/aelastic/rdzv"
+    #: Seconds between two "still waiting for peers" lines while joining.
+    wait_report_interval: float = WAIT_REPORT_INTERVAL
 
     @property
     def lease_ttl(self) -> int:
@@ -89,6 +92,7 @@ def settings_from_params(params: Any) -> tuple[EtcdConfig, EtcdRendezvousSetting
         keep_alive_interval=positive("keep_alive_interval", 5.0),
         keep_alive_max_attempt=int(attempts),
         prefix="/" + (text("etcd_prefix") or "/aelastic/rdzv").strip("/"),
+        wait_report_interval=positive("wait_report_interval", WAIT_REPORT_INTERVAL),
     )
     if settings.last_call_timeout < 0:
         raise RendezvousConfigError("rendezvous config last_call_timeout must be >= 0")

@@ -1,0 +1,43 @@
+"""Use the etcd rendezvous, leave it, then fork: ``_fork_after.py ENDPOINT RUN_ID``.
+
+Forks twice with multiprocessing's ``fork`` start method, once while the event loop
+still runs and once after it ended; each child runs ``gc.collect()``. Prints
+``threads <n>`` (the threads alive before each fork) and ``child <exitcode>``, and
+``child hung`` when a child does not end within 20 s (it is then killed).
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import sys
+import threading
+
+import anyio
+
+from aelastic.rendezvous import RendezvousParameters, get_rendezvous_handler
+
+
+def fork_and_collect() -> None:
+    print(f"threads {threading.active_count()}", flush=True)
+    child = multiprocessing.get_context("fork").Process(target=gc.collect)
+    child.start()
+    child.join(20)
+    if child.exitcode is None:
+        child.kill()
+        child.join()
+        print("child hung", flush=True)
+    else:
+        print(f"child {child.exitcode}", flush=True)
+
+
+async def main(endpoint: str, run_id: str) -> None:
+    params = RendezvousParameters("etcd", endpoint, run_id, 1, 1, join_timeout=30)
+    async with get_rendezvous_handler(params) as handler:
+        await handler.next_rendezvous()
+    fork_and_collect()
+
+
+if __name__ == "__main__":
+    anyio.run(main, sys.argv[1], sys.argv[2])
+    fork_and_collect()
