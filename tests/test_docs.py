@@ -27,6 +27,8 @@ DOCS = [REPO / "README.md", REPO / "examples" / "README.md", *sorted((REPO / "do
 _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 _SUBSTITUTION = re.compile(r"\$\([^)]*\)")
+#: a command line: ``[VAR=value ...] python -m aelastic ARGS`` (not a log line quoting one)
+_COMMAND = re.compile(r"^\s*(?:\w+=\S+\s+)*python -m aelastic (.*)$")
 
 
 def _parsed(parser: Callable[[], argparse.ArgumentParser]) -> Callable[[list[str]], object]:
@@ -54,8 +56,9 @@ def _commands() -> Iterator[tuple[Path, str]]:
     for doc in DOCS:
         for block in _FENCE.findall(doc.read_text()):
             for line in block.replace("\\\n", " ").splitlines():
-                if "python -m aelastic " in line:
-                    yield doc, line.split("python -m aelastic ", 1)[1]
+                shown = _COMMAND.match(line)
+                if shown:
+                    yield doc, shown.group(1)
 
 
 def _ids(pairs: Sequence[tuple[Path, str]]) -> list[str]:
