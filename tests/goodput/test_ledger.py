@@ -135,7 +135,8 @@ def test_summary_line_and_record() -> None:
         "steps_kept",
         "steps_lost",
     }
-    assert set(record["badput_s"]) == set(BADPUT)  # type: ignore[arg-type]
+    badput = record["badput_s"]
+    assert isinstance(badput, dict) and set(badput) == set(BADPUT)
     again = Ledger.from_record(record)
     assert again.seconds == pytest.approx(dict(ledger.seconds), abs=1e-3)
 
