@@ -80,9 +80,9 @@ class GoodputRecorder:
         self._begin = end
 
     def reclassify(self, cause: str) -> None:
-        """The last attempt ended for ``cause`` after all (e.g. a membership change turned
-        out to be a node lost, once the next round is smaller)."""
-        if self.attempts and self.attempts[-1].cause is not None and cause in RESTART_CAUSES:
+        """The last attempt, ended by a membership change, ended for ``cause`` after all
+        (a node lost, once the next round is smaller). Otherwise nothing changes."""
+        if self.attempts and self.attempts[-1].cause == "membership" and cause in RESTART_CAUSES:
             last = self.attempts[-1]
             self.attempts[-1] = Attempt(
                 last.begin_ns, last.started_ns, last.end_ns, cause, last.fault_ns, last.ranks

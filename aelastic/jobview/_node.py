@@ -125,6 +125,7 @@ def node_status(
         "hangs": job.hang_count,
         "last_hang": _hang(job),
         "history": history.to_json(),
+        "goodput": job.goodput(),
         "interval": interval,  # the reader's staleness bound is 3 of them
         "time": round(wall, 2),
     }

@@ -132,7 +132,14 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
         gc.enable()
     try:
         anyio.run(
-            partial(run_launch, parsed.config, parsed.entrypoint, parsed.args, handle_signals=True)
+            partial(
+                run_launch,
+                parsed.config,
+                parsed.entrypoint,
+                parsed.args,
+                handle_signals=True,
+                goodput_line=True,
+            )
         )
     except NoProgressError as exc:
         _record_for_scheduler(exc)

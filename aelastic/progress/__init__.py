@@ -23,6 +23,7 @@ from ._reader import ProgressSnapshot as ProgressSnapshot
 from ._timeouts import ProgressTimeouts as ProgressTimeouts
 from ._timeouts import parse_section_timeouts as parse_section_timeouts
 from ._worker import attached as attached
+from ._worker import checkpoint_blocked as checkpoint_blocked
 from ._worker import heartbeat as heartbeat
 from ._worker import section as section
 from ._worker import step as step
@@ -34,6 +35,7 @@ __all__ = (
     "ProgressTimeoutError",
     "ProgressTimeouts",
     "attached",
+    "checkpoint_blocked",
     "heartbeat",
     "parse_section_timeouts",
     "section",
