@@ -10,8 +10,6 @@ Imports nothing but the standard library.
 
 from ._categories import BADPUT as BADPUT
 from ._categories import CATEGORIES as CATEGORIES
-from ._categories import PRODUCTIVE as PRODUCTIVE
-from ._categories import RESTART_CAUSES as RESTART_CAUSES
 from ._ledger import Attempt as Attempt
 from ._ledger import Ledger as Ledger
 from ._ledger import RankSteps as RankSteps
@@ -22,8 +20,6 @@ from ._recorder import GoodputRecorder as GoodputRecorder
 __all__ = (
     "BADPUT",
     "CATEGORIES",
-    "PRODUCTIVE",
-    "RESTART_CAUSES",
     "Attempt",
     "GoodputRecorder",
     "Ledger",
