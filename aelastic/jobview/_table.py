@@ -90,4 +90,4 @@ def table(view: dict[str, Any]) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     summary = view.get("goodput_summary")
     breakdown = [f"job {printable(summary, 400)}"] if summary else []
-    return "\n".join([head, *breakdown, *lines])
+    return "\n".join([head, *lines, *breakdown])
