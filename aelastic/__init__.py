@@ -16,7 +16,7 @@ enforces this, and that no two modules import each other)::
 
     0. base: _dataclass _entry_points _exceptions _features _ids _lazy _net _stacks_dump _tasks
     1. store errors metrics progress goodput
-    2. events
+    2. events integrations
     3. workers rendezvous checkpoint
     4. agent
     5. health nodes

@@ -2,11 +2,13 @@
 
     ddp_worker.py LOG_DIR
 
-Attempt 0 runs steps 0..20, then global rank 1 crashes (exit 3). Attempt 1 resumes
+Phase 0 runs steps 0..20, then global rank 1 crashes (exit 3). Phase 1 resumes
 after step 10 (a rollback of 10 steps) and runs to step 40, then global rank 0 hangs
-(no more steps, no heartbeat) until the agent stops it. Attempt 2 resumes after step
+(no more steps, no heartbeat) until the agent stops it. Phase 2 resumes after step
 30 and runs to step 60. Each step: a DDP forward/backward (an all-reduce) and 30 ms.
-Every line of ``LOG_DIR/rank<r>.log``: ``<attempt> <what> <step> <monotonic ns>``.
+The phase follows from the highest step either rank logged (an attempt that a
+membership change restarts before its first step repeats its phase). Every line of
+``LOG_DIR/rank<r>.log``: ``<phase> <what> <step> <monotonic ns>``.
 """
 
 from __future__ import annotations
@@ -26,9 +28,20 @@ RESUME = {0: 0, 1: 11, 2: 31}
 LAST = {0: 20, 1: 40, 2: 60}
 
 
+def _phase(log_dir: str) -> int:
+    done = -1
+    for name in ("rank0.log", "rank1.log"):
+        try:
+            with open(os.path.join(log_dir, name)) as f:
+                done = max([done, *(int(line.split()[2]) for line in f if " step " in line)])
+        except FileNotFoundError:
+            pass
+    return 0 if done < LAST[0] else 1 if done < LAST[1] else 2
+
+
 def main(log_dir: str) -> None:
     rank = int(os.environ["RANK"])
-    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    attempt = _phase(log_dir)
     log = open(os.path.join(log_dir, f"rank{rank}.log"), "a", buffering=1)  # noqa: SIM115
 
     def write(what: str, value: int) -> None:

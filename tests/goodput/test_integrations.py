@@ -1,0 +1,45 @@
+"""``aelastic.integrations``: steps from an unchanged training loop (a real torch worker)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from aelastic.progress import ProgressFile
+
+LOOP = """
+import torch
+from aelastic.integrations import report_optimizer_steps
+model = torch.nn.Linear(2, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+report_optimizer_steps(optimizer, start=5)  # resumed after step 4
+for _ in range(3):
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+try:
+    report_optimizer_steps(object())
+except TypeError as exc:
+    print(exc)
+"""
+
+
+def test_optimizer_steps_are_reported_as_steps(tmp_path: Path) -> None:
+    progress = ProgressFile(str(tmp_path / "w.progress"))
+    env = {**os.environ, "AELASTIC_PROGRESS_FILE": progress.path}
+    done = subprocess.run(
+        [sys.executable, "-c", LOOP], env=env, check=True, capture_output=True, text=True
+    )
+    snap = progress.snapshot()
+    assert (snap.first_step, snap.step) == (5, 7)
+    assert "object has no register_step_post_hook" in done.stdout
+
+
+def test_importing_the_integrations_loads_no_framework() -> None:
+    code = (
+        "import sys, aelastic.integrations as i; i.__all__;"
+        "print(sorted(m for m in ('torch', 'lightning', 'accelerate') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "[]"
