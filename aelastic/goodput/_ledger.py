@@ -9,7 +9,9 @@ Times are ``time.monotonic_ns()`` of one host. An attempt is split in three span
   reported is ``rollback`` (at the attempt's mean step time); the time ranks blocked
   saving checkpoints is ``checkpoint_save``; the rest is ``productive``;
 * ``[last step, end)``: after a failure, the unfinished work up to the fault is
-  ``rollback`` and the fault to its notice ``detection``; after a clean end, ``other``.
+  ``rollback`` and the fault to its notice ``detection`` (a fault on another node, a
+  membership change or node loss, counts from the last step); after a clean end,
+  ``other``.
 
 The slowest rank sets each figure: an attempt steps once every rank has (the latest
 first step) and has reached the lowest rank's last step. An attempt without steps is
@@ -253,11 +255,19 @@ def compute(
     )
 
 
+#: Causes whose fault happened on another node: unless told, the workers' last step is
+#: when they stopped (their peers' fault), so the wait for the notice is ``detection``.
+_ELSEWHERE = ("membership", "node_loss")
+
+
 def _fault(attempt: Attempt, lo: int, hi: int) -> int:
-    """When the attempt's fault happened, within ``[lo, hi]`` (its notice when unknown)."""
+    """When the attempt's fault happened, within ``[lo, hi]``: when unknown, at its notice
+    (a fault of this node's workers) or at ``lo`` (the last step: another node's)."""
     if attempt.cause is None:
         return hi
-    fault = hi if attempt.fault_ns is None else attempt.fault_ns
+    fault = attempt.fault_ns
+    if fault is None:
+        fault = lo if attempt.cause in _ELSEWHERE else hi
     return min(max(fault, lo), hi)
 
 

@@ -183,7 +183,7 @@ def test_recorder_feeds_the_same_ledger() -> None:
         "waiting": 1.0,
         "startup": 2.0,
         "productive": 2.0 + 1.0 - 0.5,
-        "rollback": 1.0,  # the last step at 5 s to the change at 6 s
+        "detection": 1.0,  # another node's fault: from the last step at 5 s to the notice
         "restart.node_loss": 2.0,
         "other": 1.0 + 0.5,
     }
