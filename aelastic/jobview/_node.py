@@ -77,7 +77,7 @@ def _hang(job: NodeSource) -> dict[str, Any] | None:
 
 def worker_rows(job: NodeSource) -> list[dict[str, Any]]:
     """The local workers: ranks, pid, last ``aelastic.progress`` step and heartbeat age
-    (None when the worker reports nothing: hang detection off, or not using it)."""
+    (None when the worker reports nothing: it does not use ``aelastic.progress``)."""
     mono = time.monotonic_ns()
     progress = job.progress()
     rows = []

@@ -269,7 +269,7 @@ class Job:
 
     def progress(self) -> dict[int, ProgressSnapshot]:
         """``{local_rank: ProgressSnapshot}`` of the running workers' ``aelastic.progress``
-        reports (empty when the round has no progress files: hang detection off)."""
+        reports (every round has progress files; empty between rounds)."""
         return self._agent.progress_snapshots()
 
     def goodput(self) -> dict[str, Any] | None:

@@ -1,4 +1,5 @@
-"""Progress reporting for workers, and what the agent reads of it to detect hangs.
+"""Progress reporting for workers, and what the agent reads of it: hangs, and the steps
+and checkpoint times of the goodput ledger (``aelastic.goodput``; on for every job).
 
 In a worker::
 
