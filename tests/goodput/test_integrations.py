@@ -43,3 +43,34 @@ def test_importing_the_integrations_loads_no_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "[]"
+
+
+TRAINER = """
+import torch
+import pytorch_lightning as pl
+from aelastic.integrations import LightningCallback
+
+class Tiny(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+    def training_step(self, batch, _):
+        return self.layer(batch[0]).sum()
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(8, 2)), batch_size=2)
+trainer = pl.Trainer(
+    max_steps=6, callbacks=[LightningCallback()], accelerator="cpu", logger=False,
+    enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+)
+trainer.fit(Tiny(), data)
+"""
+
+
+def test_a_lightning_trainer_reports_its_global_step(tmp_path: Path) -> None:
+    progress = ProgressFile(str(tmp_path / "w.progress"))
+    env = {**os.environ, "AELASTIC_PROGRESS_FILE": progress.path}
+    subprocess.run([sys.executable, "-c", TRAINER], env=env, check=True, capture_output=True)
+    snap = progress.snapshot()
+    assert (snap.first_step, snap.step) == (1, 6)  # global_step after each training batch
