@@ -305,8 +305,8 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         assert result is not None
         self._total_execution_time = int(time.monotonic() - start)
         self._record_metrics(result)
-        self._record_worker_events(result)
         self._record_goodput()
+        self._record_worker_events(result)
         return result
 
     def _record_goodput(self) -> None:
