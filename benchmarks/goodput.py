@@ -216,7 +216,7 @@ def report(results: dict[str, dict[str, object]]) -> None:
         torch = f"{g / float(base):8.2f}" if base else f"{'-':>8}"  # type: ignore[arg-type]
         ledger = r.get("ledger")
         seen = (
-            f"   {ledger['ratio']:.1%}, {ledger.get('productive', 0.0) or g * ledger['wall']:.1f}"
+            f"   {ledger['ratio']:.1%}, {ledger['ratio'] * ledger['wall']:.1f}"
             f" / {r['kept_s']} s, {ledger.get('rollback', 0.0):.1f} / {r['rerun_s']} s"
             if isinstance(ledger, dict)
             else "   -"
