@@ -46,10 +46,11 @@ class GoodputRecorder:
     @contextlib.contextmanager
     def wait(self) -> Iterator[None]:
         """Time spent waiting for other nodes (a rendezvous, the exit barrier)."""
-        start = self.clock()
+        start = self._wait_from = self.clock()
         try:
             yield
         finally:
+            self._wait_from = None
             self.waits.append((start, self.clock()))
 
     def attempt_started(self) -> None:
@@ -101,15 +102,22 @@ class GoodputRecorder:
             self._end = self.clock()
 
     def ledger(self) -> Ledger | None:
-        """The ledger so far (None before the launch)."""
+        """The ledger so far (None before the launch). Live, the running attempt counts
+        the steps reported so far, a wait under way is ``waiting`` and the time since a
+        failure ``restart.<cause>``."""
         if self.launch_ns is None:
             return None
-        attempts = list(self.attempts)
-        if attempts and attempts[-1].end_ns is None and self.steps is not None:
-            last = attempts[-1]
-            attempts[-1] = Attempt(last.begin_ns, last.started_ns, ranks=tuple(self.steps()))
         now = self._end if self._end is not None else self.clock()
-        return compute(self.launch_ns, attempts, now, self.waits, self.charges)
+        attempts = list(self.attempts)
+        last = attempts[-1] if attempts else None
+        if last is not None and last.end_ns is None and self.steps is not None:
+            attempts[-1] = Attempt(last.begin_ns, last.started_ns, ranks=tuple(self.steps()))
+        elif last is not None and last.cause is not None and self._end is None:
+            attempts.append(Attempt(begin_ns=self._begin or now, started_ns=now))  # restarting
+        waits = self.waits
+        if self._wait_from is not None and self._end is None:
+            waits = [*waits, (self._wait_from, now)]
+        return compute(self.launch_ns, attempts, now, waits, self.charges)
 
     def restarts(self) -> Mapping[str, int]:
         """Attempts that ended on a fault, per cause."""

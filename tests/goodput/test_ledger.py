@@ -170,6 +170,13 @@ def test_recorder_feeds_the_same_ledger() -> None:
     assert live is not None and seconds(live) == {"waiting": 1, "startup": 2, "productive": 3}
     rec.attempt_ended([steps(0, 3, 9, 5)], "membership", noticed_ns=6 * S)
     rec.reclassify("node_loss")
+    now[0] = int(6.5 * S)
+    with rec.wait():  # live, mid-rendezvous: the wait so far, and restarting
+        now[0] = int(6.6 * S)
+        live = rec.ledger()
+        assert live is not None and seconds(live)["waiting"] == pytest.approx(1.1)
+        assert seconds(live)["restart.node_loss"] == pytest.approx(0.5)
+        now[0] = int(6.7 * S)
     now[0] = 7 * S
     rec.attempt_started()
     now[0] = 10 * S
@@ -180,11 +187,11 @@ def test_recorder_feeds_the_same_ledger() -> None:
     ledger = rec.ledger()
     assert ledger is not None
     assert seconds(ledger) == {
-        "waiting": 1.0,
         "startup": 2.0,
         "productive": 2.0 + 1.0 - 0.5,
         "detection": 1.0,  # another node's fault: from the last step at 5 s to the notice
-        "restart.node_loss": 2.0,
+        "restart.node_loss": 2.0 - 0.2,
+        "waiting": 1.0 + 0.2,
         "other": 1.0 + 0.5,
     }
     assert dict(rec.restarts()) == {"node_loss": 1}
