@@ -11,17 +11,18 @@ from aelastic.progress import ProgressFile
 
 LOOP = """
 import torch
-from aelastic.integrations import report_optimizer_steps
+from aelastic.integrations import report_accelerate_steps, report_optimizer_steps
 model = torch.nn.Linear(2, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 report_optimizer_steps(optimizer, start=5)  # resumed after step 4
 for _ in range(3):
     model(torch.ones(1, 2)).sum().backward()
     optimizer.step()
-try:
-    report_optimizer_steps(object())
-except TypeError as exc:
-    print(exc)
+for report in (report_optimizer_steps, report_accelerate_steps):
+    try:
+        report(object())
+    except TypeError as exc:
+        print(exc)
 """
 
 
@@ -33,7 +34,9 @@ def test_optimizer_steps_are_reported_as_steps(tmp_path: Path) -> None:
     )
     snap = progress.snapshot()
     assert (snap.first_step, snap.step) == (5, 7)
+    # the wrong object: one error naming the fix, not a deep traceback
     assert "object has no register_step_post_hook" in done.stdout
+    assert "call it after accelerator.prepare(model, optimizer, ...)" in done.stdout
 
 
 def test_importing_the_integrations_loads_no_framework() -> None:
