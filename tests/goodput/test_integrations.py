@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
+
+from aelastic.launcher import LaunchConfig, open_job
 from aelastic.progress import ProgressFile
 
 LOOP = """
@@ -71,9 +74,23 @@ trainer.fit(Tiny(), data)
 """
 
 
-def test_a_lightning_trainer_reports_its_global_step(tmp_path: Path) -> None:
-    progress = ProgressFile(str(tmp_path / "w.progress"))
-    env = {**os.environ, "AELASTIC_PROGRESS_FILE": progress.path}
-    subprocess.run([sys.executable, "-c", TRAINER], env=env, check=True, capture_output=True)
-    snap = progress.snapshot()
-    assert (snap.first_step, snap.step) == (1, 6)  # global_step after each training batch
+async def test_a_lightning_trainer_job_has_a_ledger_of_steps(tmp_path: Path) -> None:
+    """A real Trainer under the agent: the callback's steps reach the job's ledger."""
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER)
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=1,
+        rdzv_backend="c10d",
+        rdzv_endpoint="127.0.0.1:0",
+        max_restarts=0,
+    )
+    with anyio.fail_after(240):
+        async with open_job(config, sys.executable, "-u", str(script)) as job:
+            await job.wait()
+            record = job.goodput()
+    assert record is not None
+    # global_step 1..6 after each training batch; the first step counts to the start-up
+    assert (record["steps_kept"], record["steps_lost"]) == (6, 0)
+    assert 0 < record["productive_s"] < record["wall_s"]
