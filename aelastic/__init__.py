@@ -3,9 +3,10 @@
 Importing aelastic never imports torch. Subpackages: ``aelastic.store``,
 ``aelastic.rendezvous``, ``aelastic.agent``, ``aelastic.workers``,
 ``aelastic.errors``, ``aelastic.events``, ``aelastic.metrics``, ``aelastic.progress``
-(the workers' progress reporting for hang detection), ``aelastic.checkpoint`` (checkpoints
-in memory the agent owns), ``aelastic.health``, ``aelastic.jobview`` (the whole job's
-status, table and live page); the launch API
+(the workers' progress reporting: steps, hang detection), ``aelastic.goodput`` (where
+the run's time went), ``aelastic.checkpoint`` (checkpoints in memory the agent owns),
+``aelastic.health``, ``aelastic.jobview`` (the whole job's status, table and live
+page); the launch API
 (``LaunchConfig``, ``launch``, ``open_job``, ``elastic_launch``) is in ``aelastic.launcher``.
 
 Layers, lowest first. A module imports from its own package, from a lower layer, and
@@ -14,8 +15,8 @@ from another package only what that package's ``__init__`` exports (never one of
 enforces this, and that no two modules import each other)::
 
     0. base: _dataclass _entry_points _exceptions _features _ids _lazy _net _stacks_dump _tasks
-    1. store errors metrics progress
-    2. events
+    1. store errors metrics progress goodput
+    2. events integrations
     3. workers rendezvous checkpoint
     4. agent
     5. health nodes

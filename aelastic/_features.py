@@ -67,10 +67,11 @@ def hang_detection_enabled(settings: HangSettings) -> bool:
 
 def feature_modules(settings: HangSettings, environ: Mapping[str, str]) -> tuple[str, ...]:
     """The optional modules a job with these settings imports (the file timer captures
-    stacks with hang detection's files, so it needs both)."""
+    stacks with hang detection's files, so it needs both). The progress files
+    (``aelastic.agent._hang``) are always on: the goodput ledger reads the steps."""
     if file_timer_enabled(environ):
         return (*_HANG, _FILE_TIMER)
-    return _HANG if hang_detection_enabled(settings) else ()
+    return _HANG if hang_detection_enabled(settings) else _HANG[:1]
 
 
 def _import_all(names: list[str]) -> None:

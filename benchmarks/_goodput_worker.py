@@ -15,8 +15,11 @@ started: the faults fall at the same wall times whatever the restarts cost. Ever
 stops once the wall clock passes ``--t0 + --duration`` (agreed by an all-reduce each
 step, so the ranks stop after the same step). Rank 0 appends JSON lines to ``--out``:
 ``{"e": "start", "a": attempt, "from": step, "t": ...}`` when a worker resumed and
-finished its first step, ``{"e": "step"}`` for every step done, and
-``{"e": "final", "step": ..., "a": ...}`` at the end.
+finished its first step, ``{"e": "step", "s": step, "t": end, "d": seconds}`` for every
+step done (``d``: from the step's start to its end, checkpoint included), and
+``{"e": "final", "step": ..., "a": ...}`` at the end. Every rank reports its steps with
+``aelastic.progress.step`` and its disk checkpoint's blocking time with
+``checkpoint_blocked`` (no-ops under torchrun): the goodput ledger's input.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from aelastic import checkpoint
+from aelastic import checkpoint, progress
 
 
 def emit(fd: int, **record: object) -> None:
@@ -70,7 +73,9 @@ def main() -> int:
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
     elif os.path.exists(opts.path):
+        loading = time.monotonic_ns()
         state = torch.load(opts.path, weights_only=False)
+        progress.checkpoint_blocked("load", time.monotonic_ns() - loading)
         start = int(state["step"])
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -89,6 +94,7 @@ def main() -> int:
         if rank == 1 and time.time() >= fault:
             sys.stdout.flush()
             os._exit(1)
+        began = time.time()
         optimizer.zero_grad()
         nn.functional.mse_loss(ddp(x), y).backward()
         optimizer.step()
@@ -99,12 +105,16 @@ def main() -> int:
             if opts.checkpoint == "memory":
                 checkpoint.save(state, step=step)
             elif rank == 0:
+                saving = time.monotonic_ns()
                 torch.save(state, opts.path + ".tmp")
                 os.replace(opts.path + ".tmp", opts.path)
+                progress.checkpoint_blocked("save", time.monotonic_ns() - saving)
+        progress.step(step)
         if rank == 0:
+            now = time.time()
             if step == start + 1 and attempt > 0:
-                emit(out, e="start", a=attempt, t=time.time(), **{"from": start})
-            emit(out, e="step")
+                emit(out, e="start", a=attempt, t=now, **{"from": start})
+            emit(out, e="step", s=step, t=now, d=now - began)
     if rank == 0:
         emit(out, e="final", step=step, a=attempt, t=time.time())
     return 0  # no destroy_process_group: main()'s teardown then hung now and then (gloo, futex)

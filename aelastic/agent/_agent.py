@@ -25,6 +25,7 @@ import anyio.lowlevel
 from .._net import free_port
 from ..errors import ProcessFailure
 from ..events import EventSource
+from ..goodput import GoodputRecorder, RankSteps
 from ..metrics import prof, put_metric
 from ..progress import ProgressSnapshot
 from ..rendezvous import (
@@ -178,6 +179,9 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         self.node_gate: RoundGate | None = None
         #: The exits the default (polling) _wait_for_worker_exit saw in this round.
         self._polled_exit_codes: Mapping[int, int] = {}
+        #: Where this node's time went (:mod:`aelastic.goodput`), fed by the loop below.
+        self.goodput = GoodputRecorder()
+        self.goodput.steps = self._rank_steps
 
     # -- public -----------------------------------------------------------------------
 
@@ -290,6 +294,7 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
             raise AgentError("agent.run() is already running; an agent runs one group at a time")
         self._running = True
         start = time.monotonic()
+        self.goodput.launched()
         result: RunResult | None = None
         try:
             with anyio.CancelScope() as scope:
@@ -325,12 +330,33 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
             raise
         finally:
             self._running = False
+            self.goodput.finished()
         assert result is not None
         await self._release(signal.SIGTERM)  # seed 004: _shutdown() ends every run
         self._total_execution_time = int(time.monotonic() - start)
         self._record_metrics(result)
+        self._record_goodput()
         self._record_worker_events(result)
         return result
+
+    def _record_goodput(self) -> None:
+        """The ``aelastic.goodput`` event: this node's ledger at the end of the run, flat
+        (``wall_s``, ``productive_s``, ``ratio``, ``badput.<category>``, the step counts
+        and the summary line)."""
+        ledger = self.goodput.ledger()
+        if ledger is None:
+            return
+        record = ledger.record()
+        badput = record.pop("badput_s")
+        assert isinstance(badput, dict)
+        self._emit(
+            "aelastic.goodput",
+            {
+                **record,
+                **{f"badput.{c}": s for c, s in badput.items()},
+                "summary": ledger.summary(),
+            },
+        )
 
     # -- hooks for subclasses ------------------------------------------------------------
 
@@ -444,6 +470,7 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
             await self._initialize_workers(wg)
             while True:
                 decision = await self._wait_for_outcome(wg)
+                noticed_ns, first_action = time.monotonic_ns(), decision.action
                 if decision.action is Action.FAIL and self._hang is None:
                     await self._collect_simultaneous_exits(wg)
                 if decision.action in (Action.RESTART, Action.FAIL, Action.REJOIN):
@@ -462,6 +489,7 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
                     )
                 remaining_before = self._remaining_restarts
                 decision = await self._review_decision(decision)
+                reviewed = decision
                 if self.node_gate is not None:  # repeated failures: this node steps out
                     decision = await self.node_gate.review(
                         decision,
@@ -470,13 +498,15 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
                         spec.rdzv_handler,
                         self._emit,
                     )
+                self._attempt_ended(first_action, decision, noticed_ns, decision is not reviewed)
                 wg.state = decision.state
                 put_metric(f"workers.{role}.remaining_restarts", self._remaining_restarts)
                 put_metric(f"workers.{role}.{wg.state.value}", 1)
                 if decision.action is Action.SUCCEED:
                     result = await self._monitor_workers(wg)
                     log.info("[%s] worker group successfully finished", role)
-                    await self._exit_barrier()
+                    with self.goodput.wait():
+                        await self._exit_barrier()
                     return result
                 if decision.action is Action.FAIL:
                     # Stop first: a peer that failed on its own while the first
@@ -686,6 +716,49 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
             except (StoreError, RendezvousError, OSError) as exc:
                 log.debug("could not mark this node finished: %s", exc)
 
+    def _rank_steps(self) -> list[RankSteps]:
+        """The running round's steps per local rank, as the goodput ledger reads them."""
+        progress = self._progress
+        if progress is None:
+            return []
+        return [
+            RankSteps(
+                s.first_step,
+                s.first_step_ns,
+                s.step,
+                s.step_ns,
+                s.checkpoint_save_ns,
+                s.checkpoint_load_ns,
+            )
+            if s.attached
+            else RankSteps()
+            for s in progress.snapshots().values()
+        ]
+
+    def _attempt_ended(
+        self, first: Action, decision: Decision, noticed_ns: int, excluded: bool
+    ) -> None:
+        """Tell the goodput ledger how this round ended: finished, or why it failed
+        (``first``: the action the round's outcome asked for, before any review;
+        ``excluded``: the node gate took this node out)."""
+        fault_ns: int | None = None
+        cause: str | None
+        if decision.action is Action.SUCCEED:
+            cause = None
+        elif self._hang is not None:
+            from ._hang import last_progress_ns  # loaded: a Hang exists
+
+            cause, fault_ns = "hang", last_progress_ns(self._hang.snapshot)
+        elif self._stuck:
+            cause = "hang"
+        elif excluded:
+            cause = "exclusion"
+        elif decision.action is Action.REJOIN and first is Action.REJOIN:
+            cause = "membership"  # a node lost, once the next round is smaller
+        else:
+            cause = "crash"
+        self.goodput.attempt_ended(self._rank_steps(), cause, fault_ns, noticed_ns)
+
     def _describe_outcome(self, wg: WorkerGroup) -> str:
         if self._hang is not None:
             return self._hang.describe()
@@ -787,6 +860,7 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         self._attempt += 1
         self._polled_exit_codes = {}
         worker_ids = await self._start_workers(worker_group)
+        self.goodput.attempt_started()
         for local_rank, worker_id in worker_ids.items():
             worker_group.workers[local_rank].id = worker_id
         worker_group.state = WorkerState.HEALTHY
@@ -853,7 +927,10 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
             if self.node_gate is not None:  # an unhealthy node stays out of the round
                 await self.node_gate.admit(spec.rdzv_handler, self._emit)
             started = time.monotonic()
-            info = await spec.rdzv_handler.next_rendezvous()
+            with self.goodput.wait():
+                info = await spec.rdzv_handler.next_rendezvous()
+            if info.world_size < (worker_group.group_world_size or 0):
+                self.goodput.reclassify("node_loss")
             self._rdzv_info = info
             self._store = info.store
             worker_group.store = info.store

@@ -108,6 +108,8 @@ class RoundProgress:
     ``RoundProgress(directory, attempt, local_ranks, stacks_files, timeouts)`` creates
     the files; :meth:`env` is what each worker needs in its environment; call
     :meth:`started` right after the workers started; :meth:`close` unmaps the files.
+    ``dump_stacks=False`` (steps only, for the goodput ledger): the workers are not asked
+    to dump their stacks on our signal.
     """
 
     def __init__(
@@ -116,8 +118,10 @@ class RoundProgress:
         attempt: int,
         stacks_files: Mapping[int, str],
         timeouts: ProgressTimeouts,
+        dump_stacks: bool = True,
     ) -> None:
         self.timeouts = timeouts
+        self.dump_stacks = dump_stacks
         self.stacks_files = dict(stacks_files)
         self.files: dict[int, ProgressFile] = {}
         self.pids: dict[int, int] = {}
@@ -131,10 +135,10 @@ class RoundProgress:
             raise
 
     def env(self, local_rank: int) -> dict[str, str]:
-        return {
-            FILE_ENV: self.files[local_rank].path,
-            **stacks_env(self.stacks_files[local_rank]),
-        }
+        env = {FILE_ENV: self.files[local_rank].path}
+        if self.dump_stacks:
+            env.update(stacks_env(self.stacks_files[local_rank]))
+        return env
 
     def started(self, pids: Mapping[int, int]) -> None:
         """The workers run now (their initial timeout counts from here)."""

@@ -301,19 +301,19 @@ class LocalElasticAgent(SimpleElasticAgent):
             finally:
                 self._checkpoints = None
 
-    def _open_round_progress(self, attempt_dir: str | None) -> RoundProgress | None:
-        """This round's progress files when hang detection is on (closed with the round)."""
+    def _open_round_progress(self, attempt_dir: str | None) -> RoundProgress:
+        """This round's progress files (closed with the round): always, for the steps of
+        the goodput ledger; with stacks dumps when hang detection or the file timer is on."""
         spec = self._worker_group.spec
         timeouts = self._progress_timeouts()
         wanted = spec.max_no_progress_restarts is not None or spec.learn_timeouts is not None
-        if not timeouts.enabled and not wanted:
-            return None
+        dump = timeouts.enabled or wanted or self._file_timer is not None
         from ._hang import RoundProgress, stacks_files
 
         directory = self._progress_directory()
         ranks = list(range(spec.local_world_size))
-        stacks = stacks_files(directory, self._attempt, attempt_dir, ranks)
-        progress = RoundProgress(directory, self._attempt, stacks, timeouts)
+        stacks = stacks_files(directory, self._attempt, attempt_dir if dump else None, ranks)
+        progress = RoundProgress(directory, self._attempt, stacks, timeouts, dump)
         assert self._round_stack is not None
         self._round_stack.callback(self._close_round_progress, progress)
         self._progress = progress

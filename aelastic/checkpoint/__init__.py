@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 from ._disk import check_writable as check_writable
 from ._exceptions import CheckpointError as CheckpointError
-from ._worker import load as load
-from ._worker import save as save
+from ._timed import load as load
+from ._timed import save as save
 
 if TYPE_CHECKING:
     from ._agent import Checkpoints as Checkpoints

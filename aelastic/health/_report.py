@@ -105,4 +105,25 @@ def metrics_text(job: JobView) -> str:
             f"# TYPE aelastic_job_{name} {kind}",
             f"aelastic_job_{name}{{{labels}}} {value}",
         ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _goodput_lines(job.goodput(), labels)) + "\n"
+
+
+def _goodput_lines(record: dict[str, Any] | None, labels: str) -> list[str]:
+    """This node's goodput ledger (``aelastic.goodput``): ratio, productive and badput."""
+    if record is None:
+        return []
+    badput = record.get("badput_s") or {}
+    return [
+        "# HELP aelastic_goodput_ratio Productive time over wall time since the launch.",
+        "# TYPE aelastic_goodput_ratio gauge",
+        f"aelastic_goodput_ratio{{{labels}}} {record['ratio']}",
+        "# HELP aelastic_productive_seconds_total Time of the steps that are kept.",
+        "# TYPE aelastic_productive_seconds_total counter",
+        f"aelastic_productive_seconds_total{{{labels}}} {record['productive_s']}",
+        "# HELP aelastic_badput_seconds_total Time lost, by category (docs/goodput.md).",
+        "# TYPE aelastic_badput_seconds_total counter",
+        *(
+            f'aelastic_badput_seconds_total{{{labels},category="{_escape(c)}"}} {s}'
+            for c, s in badput.items()
+        ),
+    ]

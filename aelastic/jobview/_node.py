@@ -77,7 +77,7 @@ def _hang(job: NodeSource) -> dict[str, Any] | None:
 
 def worker_rows(job: NodeSource) -> list[dict[str, Any]]:
     """The local workers: ranks, pid, last ``aelastic.progress`` step and heartbeat age
-    (None when the worker reports nothing: hang detection off, or not using it)."""
+    (None when the worker reports nothing: it does not use ``aelastic.progress``)."""
     mono = time.monotonic_ns()
     progress = job.progress()
     rows = []
@@ -125,6 +125,7 @@ def node_status(
         "hangs": job.hang_count,
         "last_hang": _hang(job),
         "history": history.to_json(),
+        "goodput": job.goodput(),
         "interval": interval,  # the reader's staleness bound is 3 of them
         "time": round(wall, 2),
     }

@@ -19,16 +19,18 @@ _COLUMNS = (
     "STEPS/S",
     "HEARTBEAT",
     "RESTARTS",
+    "GOODPUT",
     "LAST FAILURE",
 )
 _MAX_CELL = 60
 
 
-def printable(value: Any) -> str:
-    """``value`` as one line of printable text (control characters shown as ``?``)."""
+def printable(value: Any, limit: int = _MAX_CELL) -> str:
+    """``value`` as one line of printable text (control characters shown as ``?``), at
+    most ``limit`` characters."""
     text = "-" if value is None else str(value)
     text = "".join(c if c.isprintable() else "?" for c in text)
-    return text if len(text) <= _MAX_CELL else text[: _MAX_CELL - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _ranks(workers: list[dict[str, Any]]) -> str:
@@ -52,6 +54,12 @@ def _failure(node: dict[str, Any]) -> str:
     return f"rank {failure.get('global_rank')} {failure.get('message', '')}".strip()
 
 
+def _ratio(record: Any) -> str:
+    if not isinstance(record, dict) or not isinstance(record.get("ratio"), (int, float)):
+        return "-"
+    return f"{100 * record['ratio']:.1f}%"
+
+
 def _row(node: dict[str, Any]) -> list[str]:
     beat = node.get("heartbeat_age_ms")
     rate = node.get("steps_per_s")
@@ -65,6 +73,7 @@ def _row(node: dict[str, Any]) -> list[str]:
         "-" if rate is None else f"{rate:.2f}",
         "-" if beat is None else f"{beat / 1000:.1f}s",
         printable(restarts),
+        _ratio(node.get("goodput")),
         printable(_failure(node)),
     ]
 
@@ -79,4 +88,6 @@ def table(view: dict[str, Any]) -> str:
         f"{printable(view['round'])}" + (f", {stale} stale" if stale else "")
     )
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    return "\n".join([head, *lines])
+    summary = view.get("goodput_summary")
+    breakdown = [f"job {printable(summary, 400)}"] if summary else []
+    return "\n".join([head, *lines, *breakdown])

@@ -13,6 +13,7 @@ import json
 import time
 from typing import Any
 
+from ..goodput import combine
 from ..store import Store
 from ._exceptions import JobViewError
 from ._keys import INDEX_KEY, node_key
@@ -73,7 +74,8 @@ def steps_per_second(samples: list[list[Any]]) -> float | None:
 def summarize(run_id: str, docs: list[dict[str, Any]], now: float | None = None) -> dict[str, Any]:
     """The job view: ``{"run_id", "time", "round", "nodes": [...]}``, the nodes sorted by
     group rank, each its status plus ``step``, ``steps_per_s``, ``heartbeat_age_ms``,
-    ``age_s`` and ``stale``."""
+    ``age_s`` and ``stale``; ``goodput`` combines the nodes' ledgers (every node that
+    published one, those that left included: :func:`aelastic.goodput.combine`)."""
     wall = time.time() if now is None else now
     nodes = []
     for doc in docs:
@@ -95,9 +97,12 @@ def summarize(run_id: str, docs: list[dict[str, Any]], now: float | None = None)
         key=lambda n: (n.get("group_rank") is None, n.get("group_rank") or 0, str(n.get("node")))
     )
     rounds = [n["round"] for n in nodes if isinstance(n.get("round"), int) and not n["stale"]]
+    ledger = combine([n["goodput"] for n in nodes if isinstance(n.get("goodput"), dict)])
     return {
         "run_id": run_id,
         "time": round(wall, 2),
         "round": max(rounds, default=None),
+        "goodput": None if ledger is None else ledger.record(),
+        "goodput_summary": None if ledger is None else ledger.summary(),
         "nodes": nodes,
     }

@@ -139,6 +139,7 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
                 parsed.args,
                 handle_signals=True,
                 say=_err,
+                goodput_line=True,
             )
         )
     except NoProgressError as exc:

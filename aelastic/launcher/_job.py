@@ -269,8 +269,21 @@ class Job:
 
     def progress(self) -> dict[int, ProgressSnapshot]:
         """``{local_rank: ProgressSnapshot}`` of the running workers' ``aelastic.progress``
-        reports (empty when the round has no progress files: hang detection off)."""
+        reports (every round has progress files; empty between rounds)."""
         return self._agent.progress_snapshots()
+
+    def goodput(self) -> dict[str, Any] | None:
+        """Where this node's time went since the launch (:mod:`aelastic.goodput`):
+        ``{"wall_s", "productive_s", "ratio", "badput_s": {category: s}, "steps_kept",
+        "steps_lost"}`` (steps None when the workers report none); None before the run
+        starts. The whole job's (every node's, combined) is ``aelastic status --json``'s."""
+        ledger = self._agent.goodput.ledger()
+        return None if ledger is None else ledger.record()
+
+    def goodput_summary(self) -> str | None:
+        """This node's ledger as one line: ``goodput 96.1% of 312.0 s: restart 2.1 s (2), ...``."""
+        ledger = self._agent.goodput.ledger()
+        return None if ledger is None else ledger.summary()
 
     def node_health(self) -> dict[str, Any] | None:
         """The last health check pass before a round (``/status``'s ``node_health``):

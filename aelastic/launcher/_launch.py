@@ -7,6 +7,7 @@ A thin layer over :func:`aelastic.open_job` (the job handle); ``elastic_launch``
 from __future__ import annotations
 
 import signal
+import sys
 from collections.abc import Callable, Sequence
 from contextlib import aclosing
 from functools import partial
@@ -30,6 +31,7 @@ async def run_launch(
     *,
     handle_signals: bool = False,
     say: Callable[[str], None] | None = None,
+    goodput_line: bool = False,
 ) -> dict[int, Any]:
     """:func:`launch`, optionally trapping ``config.signals_to_handle`` (the CLI's path).
 
@@ -39,15 +41,21 @@ async def run_launch(
     With ``handle_signals`` the process's handlers for those signals are replaced while
     the launch runs (only the main thread may do this): each received signal makes the
     agent stop its workers with that signal, and :class:`aelastic.agent.SignalException`
-    is raised once they are gone.
+    is raised once they are gone. With ``goodput_line`` this node's goodput ledger is
+    printed to stderr as one line when the job ends, however it ends.
     """
     signals = parse_signals(config.signals_to_handle) if handle_signals else []
     async with open_job(config, entrypoint, *args) as job, background_tasks() as tg:
         if say is not None:
             tg.start_soon(_say_where, job, say)
-        if not signals:
-            return await job.wait()
-        return await _wait_forwarding(job, signals)
+        try:
+            if not signals:
+                return await job.wait()
+            return await _wait_forwarding(job, signals)
+        finally:
+            line = job.goodput_summary() if goodput_line else None
+            if line is not None:
+                print(f"aelastic: {line}", file=sys.stderr, flush=True)
 
 
 async def _say_where(job: Job, say: Callable[[str], None]) -> None:

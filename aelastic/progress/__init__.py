@@ -1,4 +1,5 @@
-"""Progress reporting for workers, and what the agent reads of it to detect hangs.
+"""Progress reporting for workers, and what the agent reads of it: hangs, and the steps
+and checkpoint times of the goodput ledger (``aelastic.goodput``; on for every job).
 
 In a worker::
 
@@ -23,6 +24,7 @@ from ._reader import ProgressSnapshot as ProgressSnapshot
 from ._timeouts import ProgressTimeouts as ProgressTimeouts
 from ._timeouts import parse_section_timeouts as parse_section_timeouts
 from ._worker import attached as attached
+from ._worker import checkpoint_blocked as checkpoint_blocked
 from ._worker import heartbeat as heartbeat
 from ._worker import section as section
 from ._worker import step as step
@@ -34,6 +36,7 @@ __all__ = (
     "ProgressTimeoutError",
     "ProgressTimeouts",
     "attached",
+    "checkpoint_blocked",
     "heartbeat",
     "parse_section_timeouts",
     "section",

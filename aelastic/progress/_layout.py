@@ -17,7 +17,11 @@ __all__ = (
     "ATTACHED",
     "ATTACH_NS",
     "BEATS",
+    "CKPT_LOAD_NS",
+    "CKPT_SAVE_NS",
     "FILE_ENV",
+    "FIRST_STEP",
+    "FIRST_STEP_NS",
     "LAST_BEAT_NS",
     "MAGIC",
     "MAX_GAP_NS",
@@ -57,6 +61,10 @@ SECTION = 7  # 1-based index of the innermost open section; 0: none
 SECTION_NS = 8  # when that section was entered
 SECTION_EXIT_NS = 9  # the latest section exit (0: sections never used)
 NAMES = 10  # section names registered so far
+FIRST_STEP = 11  # the first step of this attempt (valid once FIRST_STEP_NS is set)
+FIRST_STEP_NS = 12  # when it was reported (0: no step yet)
+CKPT_SAVE_NS = 13  # total time blocked in aelastic.checkpoint.save
+CKPT_LOAD_NS = 14  # total time blocked in aelastic.checkpoint.load
 SLOTS = 16
 
 NAMES_OFFSET = SLOTS * 8

@@ -26,6 +26,13 @@ class ProgressSnapshot:
     section_exit_ns: int
     #: ``{section name: longest time spent in it (ns)}``.
     longest_sections_ns: dict[str, int]
+    #: When the latest step was reported; the attempt's first step and when (0: none).
+    step_ns: int = 0
+    first_step: int = -1
+    first_step_ns: int = 0
+    #: Total time blocked saving / loading checkpoints (``checkpoint_blocked``).
+    checkpoint_save_ns: int = 0
+    checkpoint_load_ns: int = 0
 
 
 class ProgressFile:
@@ -63,6 +70,11 @@ class ProgressFile:
             section_ns=s[L.SECTION_NS],
             section_exit_ns=s[L.SECTION_EXIT_NS],
             longest_sections_ns={name: longest for name, longest in names},
+            step_ns=s[L.STEP_NS],
+            first_step=s[L.FIRST_STEP],
+            first_step_ns=s[L.FIRST_STEP_NS] if attached else 0,
+            checkpoint_save_ns=s[L.CKPT_SAVE_NS],
+            checkpoint_load_ns=s[L.CKPT_LOAD_NS],
         )
 
     def _names(self, count: int) -> list[tuple[str, int]]:

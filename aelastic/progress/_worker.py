@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from .._stacks_dump import register_from_env
 from . import _layout as L
 
-__all__ = ("attached", "heartbeat", "section", "step")
+__all__ = ("attached", "checkpoint_blocked", "heartbeat", "section", "step")
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -36,6 +36,8 @@ _map: mmap.mmap | None = None
 _name_ids: dict[str, int] = {}
 #: Open sections, innermost last: (index, entered_ns).
 _open: list[tuple[int, int]] = []
+#: Whether the worker called step() itself (then a checkpoint's step is not counted).
+_own_steps = False
 
 
 def _attach() -> None:
@@ -106,12 +108,41 @@ def step(value: int | None = None) -> None:
     The agent compares the highest step of each attempt with the best one before it
     to stop a job that keeps restarting without progress (``--max-no-progress-restarts``).
     """
+    global _own_steps
+    _own_steps = True
+    _step(value)
+
+
+def _step(value: int | None) -> None:
     s = _slots
     if s is None:
         return
     s[L.STEP] = s[L.STEP] + 1 if value is None else int(value)
-    s[L.STEP_NS] = _now()
+    now = s[L.STEP_NS] = _now()
+    if not s[L.FIRST_STEP_NS]:  # the goodput ledger's start of stepping
+        s[L.FIRST_STEP] = s[L.STEP]
+        s[L.FIRST_STEP_NS] = now
     heartbeat()
+
+
+def checkpoint_blocked(kind: str, ns: int, step: int | None = None) -> None:
+    """Add ``ns`` nanoseconds this rank blocked saving (``kind="save"``) or loading
+    (``"load"``) a checkpoint: the goodput ledger's ``checkpoint_save`` / ``_load``.
+    ``step``: the step a save holds, counted as the worker's step unless the worker
+    calls :func:`step` itself.
+
+    ``aelastic.checkpoint`` reports its own; call it around another checkpoint library's
+    blocking save or load. A no-op outside an agent's worker.
+    """
+    s = _slots
+    if s is None:
+        return
+    slot = {"save": L.CKPT_SAVE_NS, "load": L.CKPT_LOAD_NS}.get(kind)
+    if slot is None:
+        raise ValueError(f"checkpoint_blocked: kind={kind!r}; use 'save' or 'load'")
+    s[slot] += max(0, int(ns))
+    if step is not None and kind == "save" and not _own_steps:
+        _step(step)
 
 
 def _name_id(name: str) -> int:

@@ -71,6 +71,14 @@ async def test_events_and_metrics_of_a_run_with_one_restart(
     assert inner["local_rank"] == [md["global_rank"]]
     rdzv = next(e for e in received if e.name.endswith("RENDEZVOUS"))
     assert rdzv.source is events.EventSource.AGENT and rdzv.metadata["duration_ms"] is not None
+    # the run's goodput ledger, before the workers' final statuses
+    ledger = next(e.metadata for e in received if e.name == "aelastic.goodput")
+    badput = {k: v for k, v in ledger.items() if k.startswith("badput.")}
+    assert float(ledger["productive_s"]) + sum(map(float, badput.values())) == pytest.approx(  # type: ignore[arg-type]
+        ledger["wall_s"], abs=0.01
+    )
+    assert float(ledger["badput.restart.crash"]) > 0  # type: ignore[arg-type]
+    assert str(ledger["summary"]).startswith("goodput ")
 
     values = {m.name: m.value for m in collected.data}
     assert values["workers.trainer.run_total"] == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from aelastic.goodput import BADPUT
 from aelastic.jobview import History, summarize, table
 
 
@@ -53,3 +54,20 @@ def test_the_table_cannot_be_steered_by_control_characters() -> None:
     lines = text.splitlines()
     assert len(lines) == 3 and "evil?[31mnode??" in lines[2]
     assert "HEALTHY (stale 90s)" in lines[2] and "rank 3 exited 1?[2J" in lines[2]
+
+
+def test_goodput_column_and_the_combined_breakdown() -> None:
+    def record(wall: float, productive: float) -> dict[str, object]:
+        badput = dict.fromkeys(BADPUT, 0.0)
+        badput["startup"] = wall - productive
+        return {"wall_s": wall, "productive_s": productive, "ratio": productive / wall,
+                "badput_s": badput, "steps_kept": 10, "steps_lost": 0}  # fmt: skip
+
+    docs = [_doc("a", 2, goodput=record(10.0, 9.0)), _doc("b", 2, goodput=record(5.0, 2.0))]
+    view = summarize("r", [*docs, _doc("c", 2)], now=1000.0)
+    # node-seconds, scaled to the longest wall time: a node that left keeps its share
+    assert view["goodput"]["productive_s"] == round(10.0 * 11.0 / 15.0, 3)
+    lines = table(view).splitlines()
+    assert "GOODPUT" in lines[1]
+    assert "90.0%" in lines[2] and "40.0%" in lines[3] and "40.0%" not in lines[4]
+    assert lines[-1] == "job goodput 73.3% of 10.0 s: startup 2.7 s"

@@ -27,6 +27,7 @@ class _Dom(html.parser.HTMLParser):
         self.tags: list[str] = []
         self.cells: list[str] = []
         self.polylines: list[str] = []
+        self.rects: list[str] = []  # the goodput bar's categories
         self.title = ""
         self.text = ""
         self._in: str | None = None
@@ -35,6 +36,8 @@ class _Dom(html.parser.HTMLParser):
         self.tags.append(tag)
         if tag == "polyline":
             self.polylines.append(dict(attrs).get("points") or "")
+        if tag == "rect":
+            self.rects.append(dict(attrs).get("data-category") or "")
         if tag in ("td", "title"):
             self._in = tag
             if tag == "td":
@@ -108,3 +111,5 @@ async def test_the_page_shows_both_nodes_a_chart_and_hostile_strings_as_text(
     assert f"{HOSTILE_NODE}  excluded  {HOSTILE_ERROR}" in dom.text  # the mark, as text
     drawn = [p for p in dom.polylines if len(p.split()) >= 2]
     assert len(drawn) == 2, dom.polylines  # a line of steps/s per live node
+    assert "productive" in dom.rects and "restart" in dom.rects  # the goodput bar
+    assert "goodput " in dom.text and "% of " in dom.text

@@ -72,6 +72,12 @@ async def test_status_of_a_live_two_node_job_with_one_restart(tmp_path: Path) ->
             assert lines[1].split()[:3] == ["NODE", "STATE", "ROUND"]
             assert any("HEALTHY (stale 1" in line and "gone-host:1" in line for line in lines)
             assert any("rank " in line and "exited 3" in line for line in lines)
+            # the job's goodput: a column per node, the combined breakdown last
+            assert "GOODPUT" in lines[1] and lines[-1].startswith("job goodput ")
+            assert set(view["goodput"]) == {
+                "wall_s", "productive_s", "ratio", "badput_s", "steps_kept", "steps_lost",
+            }  # fmt: skip
+            assert view["goodput"]["steps_kept"] > 0
 
             # The dashboard command serves the same view, on loopback, until SIGTERM.
             dashboard = await anyio.open_process([*DASHBOARD, *flags, "--port", "0"])

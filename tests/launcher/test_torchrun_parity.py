@@ -63,14 +63,16 @@ ALLOWED: dict[tuple[str, str], str] = {
         "--run-path: the failure summary names the script; torchrun names its internal "
         "run_script_path function"
     ),
-    ("*", "checkpoint env"): (
-        "aelastic.checkpoint: AELASTIC_CHECKPOINT_* tell save() and load() where the agent's "
-        "memory is and which step to resume from (torchrun has no such service)"
+    ("*", "checkpoint env"): (  # the README's marker; now every AELASTIC_* variable
+        "AELASTIC_* variables of aelastic's own worker services: AELASTIC_CHECKPOINT_* tell "
+        "aelastic.checkpoint where the agent's memory is and which step to resume from, "
+        "AELASTIC_PROGRESS_FILE where aelastic.progress reports steps (the goodput ledger); "
+        "torchrun has no such services"
     ),
 }
 
 #: The variables of aelastic's own worker services, compared as "checkpoint env".
-_CHECKPOINT_ENV = "AELASTIC_CHECKPOINT_"
+_AELASTIC_ENV = "AELASTIC_"
 
 
 @dataclass(frozen=True)
@@ -279,7 +281,7 @@ def _env_pairs(theirs: Run, ours: Run) -> dict[str, tuple[Any, Any]]:
     pairs: dict[str, tuple[Any, Any]] = {}
     for rank in ("0", "1"):
         a, b = _env(theirs, rank), _env(ours, rank)
-        mine = [name for name in b if name.startswith(_CHECKPOINT_ENV)]
+        mine = [name for name in b if name.startswith(_AELASTIC_ENV)]
         pairs[f"checkpoint env (rank {rank})"] = ([], mine)
         b = {k: v for k, v in b.items() if k not in mine}
         pairs[f"env names (rank {rank})"] = (sorted(a), sorted(b))

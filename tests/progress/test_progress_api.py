@@ -206,3 +206,29 @@ def test_a_spawned_child_does_not_attach_for_its_parent(tmp_path: Path) -> None:
     snap = progress.snapshot()
     assert (snap.step, snap.beats) == (5, 1)
     progress.close()
+
+
+GOODPUT_WORKER = """
+import sys
+from aelastic.progress import checkpoint_blocked, step
+if sys.argv[1] == "own":
+    step(7); step()
+    checkpoint_blocked("save", 5, step=99)  # the worker reports steps: not a step
+else:
+    checkpoint_blocked("save", 10, step=5)
+    checkpoint_blocked("save", 10, step=6)
+checkpoint_blocked("load", 3)
+"""
+
+
+@pytest.mark.parametrize(("mode", "first", "last", "saved"), [("own", 7, 8, 5), ("ckpt", 5, 6, 20)])
+def test_first_step_and_checkpoint_blocking_for_the_goodput_ledger(
+    tmp_path: Path, mode: str, first: int, last: int, saved: int
+) -> None:
+    progress = ProgressFile(str(tmp_path / "w.progress"))
+    env = {**os.environ, "AELASTIC_PROGRESS_FILE": progress.path}
+    subprocess.run([sys.executable, "-c", GOODPUT_WORKER, mode], env=env, check=True)
+    snap = progress.snapshot()
+    assert (snap.first_step, snap.step) == (first, last)
+    assert snap.step_ns >= snap.first_step_ns > snap.attach_ns
+    assert (snap.checkpoint_save_ns, snap.checkpoint_load_ns) == (saved, 3)

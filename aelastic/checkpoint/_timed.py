@@ -1,0 +1,41 @@
+"""``save`` and ``load`` as the worker calls them: the checkpoint calls of ``_worker``,
+timed for the goodput ledger (``aelastic.progress.checkpoint_blocked``).
+
+A completed ``save(obj, step=n)`` also reports step ``n`` (``aelastic.progress.step``)
+unless the worker reports steps itself, so a loop that only checkpoints is counted.
+Importing ``aelastic.progress`` attaches the worker to its agent's progress file; both
+calls are no-ops for it outside an agent's worker.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import _worker
+
+__all__ = ("load", "save")
+
+
+def save(obj: Any, *, step: int) -> None:
+    from .. import progress
+
+    started = time.monotonic_ns()
+    _worker.save(obj, step=step)
+    progress.checkpoint_blocked("save", time.monotonic_ns() - started, step)
+
+
+save.__doc__ = _worker.save.__doc__
+
+
+def load(*, rank: int | None = None, map_location: Any = "cpu") -> tuple[int, Any] | None:
+    from .. import progress
+
+    started = time.monotonic_ns()
+    try:
+        return _worker.load(rank=rank, map_location=map_location)
+    finally:
+        progress.checkpoint_blocked("load", time.monotonic_ns() - started)
+
+
+load.__doc__ = _worker.load.__doc__

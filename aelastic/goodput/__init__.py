@@ -1,0 +1,29 @@
+"""Goodput: where each second of a run went, split into categories that add up to it.
+
+``productive`` (the time of the steps that are kept) and the badput categories
+(:data:`BADPUT`: ``startup``, ``restart.<cause>``, ``detection``, ``rollback``,
+``checkpoint_save``, ``checkpoint_load``, ``waiting``, ``other``), computed from the
+facts the agent sees (:class:`GoodputRecorder`) by plain functions (:func:`compute`,
+:func:`combine` for the whole job). See ``docs/goodput.md`` for the definitions.
+Imports nothing but the standard library.
+"""
+
+from ._categories import BADPUT as BADPUT
+from ._categories import CATEGORIES as CATEGORIES
+from ._ledger import Attempt as Attempt
+from ._ledger import Ledger as Ledger
+from ._ledger import RankSteps as RankSteps
+from ._ledger import combine as combine
+from ._ledger import compute as compute
+from ._recorder import GoodputRecorder as GoodputRecorder
+
+__all__ = (
+    "BADPUT",
+    "CATEGORIES",
+    "Attempt",
+    "GoodputRecorder",
+    "Ledger",
+    "RankSteps",
+    "combine",
+    "compute",
+)
