@@ -57,10 +57,11 @@ class ReplicaGroupsResult:
 
 def group_config(config: LaunchConfig, group_id: int, groups: int, lighthouse: str) -> LaunchConfig:
     """``config`` for replica group ``group_id``: its own run id, torchft's variables."""
+    extra = config.env or {}
     return dataclasses.replace(
         config,
         run_id=group_run_id(config.run_id, group_id),
-        env={**(config.env or {}), **group_env(group_id, groups, lighthouse)},
+        env={**extra, **group_env(group_id, groups, lighthouse, {**os.environ, **extra})},
     )
 
 

@@ -100,6 +100,15 @@ class Lighthouse:
         self.tail: deque[str] = deque(maxlen=_KEPT_LINES)
         self.failure: LighthouseError | None = None
         self.log_file: anyio.AsyncFile[str] | None = None
+        #: how many times a Lighthouse process started listening
+        self.starts = 0
+        self._listened = anyio.Event()
+
+    async def wait_started(self, count: int) -> None:
+        """Return once the Lighthouse has started listening ``count`` times in all
+        (``restarts + 1`` after a restart)."""
+        while self.starts < count:
+            await self._listened.wait()
 
     @property
     def url(self) -> str:
@@ -179,6 +188,9 @@ class Lighthouse:
                     + (" | ".join(list(self.tail)[-3:]) or "no output")
                 )
             self.port = port
+            self.starts += 1
+            self._listened.set()
+            self._listened = anyio.Event()
             listening()
             while await self._line(lines) is not None:
                 pass

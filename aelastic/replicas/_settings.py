@@ -8,6 +8,8 @@ spent its restart budget (:func:`after_group_failure`).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from .._dataclass import dataclass
@@ -126,13 +128,27 @@ def parse_lighthouse_url(url: str) -> tuple[str, int]:
     return parts.hostname, port
 
 
-def group_env(group_id: int, groups: int, lighthouse: str) -> dict[str, str]:
-    """The variables torchft's workers read (as torchft's own ``torchx`` launch sets them)."""
-    return {
+#: torchft's manager retries a failed Lighthouse request this many times, sleeping
+#: ``max(0.1 s, quorum timeout / (retries + 1))`` between tries: 600 keeps it at 0.1 s
+#: for quorum timeouts up to a minute, so a restarted Lighthouse is found again at
+#: once (torchft's default, 0, leaves the quorum hanging until the quorum timeout).
+QUORUM_RETRIES = 600
+
+
+def group_env(
+    group_id: int, groups: int, lighthouse: str, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The variables torchft's workers read: the three torchft's own ``torchx`` launch
+    sets, and ``TORCHFT_QUORUM_RETRIES`` (:data:`QUORUM_RETRIES`) unless ``environ``
+    (the launcher's environment) sets it."""
+    env = {
         "REPLICA_GROUP_ID": str(group_id),
         "NUM_REPLICA_GROUPS": str(groups),
         "TORCHFT_LIGHTHOUSE": lighthouse,
     }
+    if "TORCHFT_QUORUM_RETRIES" not in (os.environ if environ is None else environ):
+        env["TORCHFT_QUORUM_RETRIES"] = str(QUORUM_RETRIES)
+    return env
 
 
 def group_run_id(run_id: str, group_id: int) -> str:

@@ -6,8 +6,10 @@ the gradients through the torchft Manager, commit. Appends one JSON line per ste
 participants, restart count) and, at the end, the parameters to
 ``params-rg<ID>.json``. ``FT_CRASH`` = ``"<group>:<step>"`` makes that group's
 first attempt exit 1 at that step (``<group>:always`` crashes every attempt before
-its Manager starts). ``FT_STEPS`` steps in all, ``FT_STEP_SLEEP`` seconds of
-"compute" per step.
+its Manager starts); ``FT_RESTART_DELAY`` seconds of start-up for a restarted
+attempt. ``FT_STEPS`` steps in all, ``FT_STEP_SLEEP`` seconds of "compute" per step.
+Other records: ``start`` (the attempt's interpreter runs main), ``quorum`` (its first
+quorum returned: the group is back in), ``crash``.
 """
 
 from __future__ import annotations
@@ -33,57 +35,58 @@ def main() -> None:
     crashes = crash_group == str(group) and (crash_at == "always" or attempt == 0)
     if crashes and crash_at == "always":
         sys.exit(3)
+    path = os.path.join(log_dir, f"steps-rg{group}.jsonl")
+    with open(path, "a", buffering=1) as out:
+        out.write(json.dumps({"t": time.time(), "start": True, "attempt": attempt}) + "\n")
+        if attempt > 0:
+            time.sleep(float(os.environ.get("FT_RESTART_DELAY", "0")))
 
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 2)
-    inner = torch.optim.SGD(model.parameters(), lr=0.1)
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2)
+        inner = torch.optim.SGD(model.parameters(), lr=0.1)
 
-    def load_state(state: dict[str, object]) -> None:
-        model.load_state_dict(state["model"])  # type: ignore[arg-type]
-        inner.load_state_dict(state["optim"])  # type: ignore[arg-type]
+        def load_state(state: dict[str, object]) -> None:
+            model.load_state_dict(state["model"])  # type: ignore[arg-type]
+            inner.load_state_dict(state["optim"])  # type: ignore[arg-type]
 
-    manager = Manager(
-        pg=ProcessGroupGloo(timeout=timedelta(seconds=10)),
-        load_state_dict=load_state,
-        state_dict=lambda: {"model": model.state_dict(), "optim": inner.state_dict()},
-        min_replica_size=1,
-        replica_id=f"rg{group}",
-        use_async_quorum=False,
-        timeout=timedelta(seconds=10),
-        quorum_timeout=timedelta(seconds=30),
-        connect_timeout=timedelta(seconds=10),
-    )
-    optimizer = OptimizerWrapper(manager, inner)
-    x = torch.arange(8, dtype=torch.float32).reshape(2, 4) / 8
-    out = open(os.path.join(log_dir, f"steps-rg{group}.jsonl"), "a", buffering=1)
-    while manager.current_step() < steps:
-        optimizer.zero_grad()
-        loss = model(x + group).square().sum()
-        loss.backward()
-        for p in model.parameters():
-            assert p.grad is not None
-            manager.allreduce(p.grad).wait()
-        time.sleep(pause)
-        if crashes and manager.current_step() == int(crash_at):
-            out.write(json.dumps({"t": time.time(), "crash": True, "group": group}) + "\n")
-            os._exit(1)
-        optimizer.step()
-        out.write(
-            json.dumps(
-                {
-                    "t": time.time(),
-                    "group": group,
-                    "attempt": attempt,
-                    "step": manager.current_step(),
-                    "participants": manager.num_participants(),
-                }
-            )
-            + "\n"
+        manager = Manager(
+            pg=ProcessGroupGloo(timeout=timedelta(seconds=10)),
+            load_state_dict=load_state,
+            state_dict=lambda: {"model": model.state_dict(), "optim": inner.state_dict()},
+            min_replica_size=1,
+            replica_id=f"rg{group}",
+            use_async_quorum=False,
+            timeout=timedelta(seconds=10),
+            quorum_timeout=timedelta(seconds=30),
+            connect_timeout=timedelta(seconds=10),
         )
-    params = [p.detach().flatten().tolist() for p in model.parameters()]
-    with open(os.path.join(log_dir, f"params-rg{group}.json"), "w") as f:
-        json.dump(params, f)
-    manager.shutdown(wait=False)
+        optimizer = OptimizerWrapper(manager, inner)
+        x = torch.arange(8, dtype=torch.float32).reshape(2, 4) / 8
+        joined = False
+        while manager.current_step() < steps:
+            optimizer.zero_grad()
+            if not joined:
+                joined = True
+                record = {"quorum": True, "attempt": attempt, "step": manager.current_step()}
+                out.write(json.dumps({"t": time.time(), **record}) + "\n")
+            loss = model(x + group).square().sum()
+            loss.backward()
+            for p in model.parameters():
+                assert p.grad is not None
+                manager.allreduce(p.grad).wait()
+            time.sleep(pause)
+            if crashes and manager.current_step() == int(crash_at):
+                out.write(json.dumps({"t": time.time(), "crash": True, "group": group}) + "\n")
+                os._exit(1)
+            optimizer.step()
+            record = {"group": group, "attempt": attempt, "step": manager.current_step()}
+            record["participants"] = manager.num_participants()
+            out.write(json.dumps({"t": time.time(), **record}) + "\n")
+            print(f"FT_STEP {group} {manager.current_step()}", flush=True)
+        params = [p.detach().flatten().tolist() for p in model.parameters()]
+        with open(os.path.join(log_dir, f"params-rg{group}.json"), "w") as f:
+            json.dump(params, f)
+        manager.shutdown(wait=False)
 
 
 if __name__ == "__main__":
