@@ -20,10 +20,6 @@ import sys
 import time
 from datetime import timedelta
 
-import torch
-from torchft import Manager, ProcessGroupGloo
-from torchft.optim import OptimizerWrapper
-
 
 def main() -> None:
     group = int(os.environ["REPLICA_GROUP_ID"])
@@ -35,6 +31,10 @@ def main() -> None:
     crashes = crash_group == str(group) and (crash_at == "always" or attempt == 0)
     if crashes and crash_at == "always":
         sys.exit(3)
+    import torch  # after the crash above: a crash-looping group restarts fast
+    from torchft import Manager, ProcessGroupGloo
+    from torchft.optim import OptimizerWrapper
+
     path = os.path.join(log_dir, f"steps-rg{group}.jsonl")
     with open(path, "a", buffering=1) as out:
         out.write(json.dumps({"t": time.time(), "start": True, "attempt": attempt}) + "\n")
