@@ -2,8 +2,8 @@
 
 Each step: start the quorum, one forward/backward on a fixed batch, an allreduce of
 the gradients through the torchft Manager, commit. Appends one JSON line per step to
-``$FT_LOG_DIR/steps-rg<REPLICA_GROUP_ID>.jsonl`` (wall time, step, committed,
-participants, restart count) and, at the end, the parameters to
+``$FT_LOG_DIR/steps-rg<REPLICA_GROUP_ID>.jsonl`` (wall time, when its quorum returned,
+step, participants, restart count) and, at the end, the parameters to
 ``params-rg<ID>.json``. ``FT_CRASH`` = ``"<group>:<step>"`` makes that group's
 first attempt exit 1 at that step (``<group>:always`` crashes every attempt before
 its Manager starts); ``FT_RESTART_DELAY`` seconds of start-up for a restarted
@@ -65,6 +65,7 @@ def main() -> None:
         joined = False
         while manager.current_step() < steps:
             optimizer.zero_grad()
+            quorum_at = time.time()
             if not joined:
                 joined = True
                 record = {"quorum": True, "attempt": attempt, "step": manager.current_step()}
@@ -80,6 +81,7 @@ def main() -> None:
                 os._exit(1)
             optimizer.step()
             record = {"group": group, "attempt": attempt, "step": manager.current_step()}
+            record["q"] = quorum_at
             record["participants"] = manager.num_participants()
             out.write(json.dumps({"t": time.time(), **record}) + "\n")
             print(f"FT_STEP {group} {manager.current_step()}", flush=True)
