@@ -127,6 +127,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--crash-at", type=int, default=15)
     parser.add_argument("--modes", default="torchrun,aelastic-per-group,aelastic")
+    parser.add_argument("--keep", default="", help="keep each run's records under this dir")
     args = parser.parse_args()
     modes = args.modes.split(",")
     print(f"load average before: {loadavg()}")
@@ -134,6 +135,9 @@ def main() -> None:
     for i in range(args.repeat):
         for mode in modes:  # interleaved: the machine's load falls on every mode alike
             with tempfile.TemporaryDirectory(prefix=f"rg-{mode}-") as d:
+                if args.keep:
+                    d = os.path.join(args.keep, f"{mode}-{i}")
+                    os.makedirs(d)
                 t0 = time.time()
                 run(mode, Path(d), args.steps, args.crash_at)
                 m = measure(Path(d))

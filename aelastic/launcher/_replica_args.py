@@ -26,7 +26,8 @@ OPTIONS: tuple[Option, ...] = (
         "str",
         None,
         "run a torchft job as N replica groups, each its own rendezvous, stores and restart "
-        "budget; one node with no rendezvous flags runs all N (see docs/replica-groups.md)",
+        "budget; one node with no rendezvous flags runs all N; implies --preload auto "
+        "unless given (see docs/replica-groups.md)",
     ),
     (
         ("--replica-group-id",),

@@ -77,10 +77,18 @@ async def check_lighthouse(url: str, within: float = 5.0) -> None:
     except TimeoutError:
         raise LighthouseError(f"--lighthouse {url}: no answer within {within:g} s; {fix}") from None
     except (OSError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        reason = _reason(exc)
         raise LighthouseError(f"--lighthouse {url}: {reason}; {fix}") from None
     if not head.startswith(b"HTTP/1."):
         raise LighthouseError(f"--lighthouse {url}: what answers is not a torchft Lighthouse")
+
+
+def _reason(exc: BaseException) -> str:
+    """``Connection refused`` rather than anyio's ``All connection attempts failed``."""
+    cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+    if isinstance(cause, OSError) and cause.errno:
+        return os.strerror(cause.errno)
+    return str(cause) or type(cause).__name__
 
 
 class Lighthouse:

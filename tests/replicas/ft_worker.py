@@ -2,14 +2,16 @@
 
 Each step: start the quorum, one forward/backward on a fixed batch, an allreduce of
 the gradients through the torchft Manager, commit. Appends one JSON line per step to
-``$FT_LOG_DIR/steps-rg<REPLICA_GROUP_ID>.jsonl`` (wall time, when its quorum returned,
-step, participants, restart count) and, at the end, the parameters to
-``params-rg<ID>.json``. ``FT_CRASH`` = ``"<group>:<step>"`` makes that group's
-first attempt exit 1 at that step (``<group>:always`` crashes every attempt before
-its Manager starts); ``FT_RESTART_DELAY`` seconds of start-up for a restarted
-attempt. ``FT_STEPS`` steps in all, ``FT_STEP_SLEEP`` seconds of "compute" per step.
-Other records: ``start`` (the attempt's interpreter runs main), ``quorum`` (its first
-quorum returned: the group is back in), ``crash``.
+``$FT_LOG_DIR/steps-rg<REPLICA_GROUP_ID>.jsonl`` (wall time, when its quorum
+returned, step, participants, restart count) and, at the end, the parameters to
+``params-rg<ID>.json``. Other records: ``start`` (an attempt's interpreter runs
+main), ``quorum`` (its first quorum returned: the group is back in), ``crash``.
+
+``FT_CRASH`` = ``"<group>:<step>"`` makes that group's first attempt exit 1 at that
+step or the first after it (a late group joins healed, past it); ``<group>:always``
+crashes every attempt before its Manager starts. ``FT_RESTART_DELAY``: seconds of
+start-up for a restarted attempt. ``FT_STEPS`` steps in all, ``FT_STEP_SLEEP``
+seconds of "compute" per step.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def main() -> None:
                 assert p.grad is not None
                 manager.allreduce(p.grad).wait()
             time.sleep(pause)
-            if crashes and manager.current_step() == int(crash_at):
+            if crashes and manager.current_step() >= int(crash_at):
                 out.write(json.dumps({"t": time.time(), "crash": True, "group": group}) + "\n")
                 os._exit(1)
             optimizer.step()

@@ -51,7 +51,8 @@ async def test_an_address_where_nothing_answers_is_one_clear_error() -> None:
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
         port = listener.extra(anyio.abc.SocketAttribute.local_port)
         await listener.aclose()  # nothing listens there now
-        with pytest.raises(LighthouseError, match=rf"--lighthouse http://127.0.0.1:{port}: "):
+        expected = rf"--lighthouse http://127.0.0.1:{port}: Connection refused; start"
+        with pytest.raises(LighthouseError, match=expected):
             await check_lighthouse(f"http://127.0.0.1:{port}")
 
 
@@ -77,6 +78,7 @@ def test_replica_group_flags_and_their_environment_variables() -> None:
     assert parsed.replica_groups is not None
     assert parsed.replica_groups.local_groups() == [0, 1, 2]
     assert parsed.replica_groups.lighthouse is None
+    assert parsed.config.preload == ("auto",)  # a restarted group skips its imports
     env = {"PET_REPLICA_GROUPS": "4", "PET_REPLICA_GROUP_ID": "2", "PET_LIGHTHOUSE": "http://h:9"}
     flags = ["--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--nnodes", "2", "t.py"]
     groups = parse_run_args(flags, env).replica_groups
