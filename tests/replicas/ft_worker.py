@@ -7,8 +7,9 @@ returned, step, participants, restart count) and, at the end, the parameters to
 ``params-rg<ID>.json``. Other records: ``start`` (an attempt's interpreter runs
 main), ``quorum`` (its first quorum returned: the group is back in), ``crash``.
 
-``FT_CRASH`` = ``"<group>:<step>"`` makes that group's first attempt exit 1 at that
-step or the first after it (a late group joins healed, past it); ``<group>:always``
+``FT_CRASH`` = ``"<group>:<step>"`` makes that group's first attempt exit 1 at the
+first step from that one on in which every group takes part (on a loaded machine a
+group may start seconds after the others, and join healed); ``<group>:always``
 crashes every attempt before its Manager starts. ``FT_RESTART_DELAY``: seconds of
 start-up for a restarted attempt. ``FT_STEPS`` steps in all, ``FT_STEP_SLEEP``
 seconds of "compute" per step.
@@ -78,7 +79,8 @@ def main() -> None:
                 assert p.grad is not None
                 manager.allreduce(p.grad).wait()
             time.sleep(pause)
-            if crashes and manager.current_step() >= int(crash_at):
+            everyone = manager.num_participants() == int(os.environ["NUM_REPLICA_GROUPS"])
+            if crashes and everyone and manager.current_step() >= int(crash_at):
                 out.write(json.dumps({"t": time.time(), "crash": True, "group": group}) + "\n")
                 os._exit(1)
             optimizer.step()
