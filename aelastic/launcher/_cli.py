@@ -12,13 +12,13 @@ Exit status:
   or the agent could not carry on (a one-line ``aelastic run: error: ...``).
 * ``2``: a bad flag or value (one line naming it and the fix); no worker was started.
   Also ``--replica-groups`` without torchft installed.
+* ``128 + signum``: a handled signal (``--signals-to-handle``) stopped the job, e.g. 143
+  for SIGTERM and 130 for SIGINT; the workers received the same signal first, then
+  SIGKILL after ``--shutdown-timeout``. (torchrun exits 1 with a traceback here.)
 
 With ``--replica-groups`` (torchft replica groups, ``docs/replica-groups.md``), ``0``
 means at least one group completed; a group excluded after spending its restart
 budget is named on stderr, and ``1`` means every group was excluded.
-* ``128 + signum``: a handled signal (``--signals-to-handle``) stopped the job, e.g. 143
-  for SIGTERM and 130 for SIGINT; the workers received the same signal first, then
-  SIGKILL after ``--shutdown-timeout``. (torchrun exits 1 with a traceback here.)
 
 No Python traceback is printed for any of these; ``LOGLEVEL=DEBUG`` shows the agent's log.
 

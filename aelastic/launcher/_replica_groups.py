@@ -84,8 +84,8 @@ async def run_replica_groups(
     Cancellation stops every group (as :func:`launch` does) and the Lighthouse.
 
     Raises:
-        aelastic.errors.ChildFailedError: every group was excluded: the first excluded
-            group's last failure (with the others named in its notes).
+        aelastic.errors.ChildFailedError: every group was excluded: the last failure of
+            the lowest-numbered group.
         aelastic.replicas.LighthouseError: ``--lighthouse`` does not answer, or the
             supervised Lighthouse could not be (re)started.
         aelastic.replicas.ReplicaGroupConfigError: torchft is not installed.
