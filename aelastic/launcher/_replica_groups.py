@@ -55,13 +55,21 @@ class ReplicaGroupsResult:
     lighthouse_url: str = ""
 
 
-def group_config(config: LaunchConfig, group_id: int, groups: int, lighthouse: str) -> LaunchConfig:
-    """``config`` for replica group ``group_id``: its own run id, torchft's variables."""
+def group_config(
+    config: LaunchConfig, group_id: int, groups: ReplicaGroups, lighthouse: str
+) -> LaunchConfig:
+    """``config`` for replica group ``group_id``: its own run id, torchft's variables;
+    when this node runs several groups, a fixed ``health_port`` becomes port + id (a
+    health endpoint each)."""
     extra = config.env or {}
+    port = config.health_port
+    if port and groups.group_id is None:
+        port += group_id
     return dataclasses.replace(
         config,
         run_id=group_run_id(config.run_id, group_id),
-        env={**extra, **group_env(group_id, groups, lighthouse, {**os.environ, **extra})},
+        env={**extra, **group_env(group_id, groups.groups, lighthouse, {**os.environ, **extra})},
+        health_port=port,
     )
 
 
@@ -103,7 +111,7 @@ async def run_replica_groups(
     lighthouse: Lighthouse | None = None
 
     async def run_group(group_id: int, url: str, scope: anyio.CancelScope) -> None:
-        cfg = group_config(config, group_id, groups.groups, url)
+        cfg = group_config(config, group_id, groups, url)
         while True:
             try:
                 async with open_job(cfg, entrypoint, *args) as job:

@@ -12,7 +12,7 @@ import pytest
 
 from aelastic.errors import ChildFailedError
 from aelastic.launcher import LaunchConfig
-from aelastic.launcher._replica_groups import run_replica_groups
+from aelastic.launcher._replica_groups import group_config, run_replica_groups
 from aelastic.replicas import ReplicaGroups, check_lighthouse
 
 pytest.importorskip("torchft")
@@ -70,3 +70,12 @@ async def test_the_job_fails_when_every_group_is_excluded(tmp_path: Path) -> Non
             _config(), sys.executable, ["-c", WORKER, str(tmp_path), "0,1"], ReplicaGroups(2)
         )
     assert failed.value.get_first_failure()[1].exitcode == 3
+
+
+def test_groups_on_one_node_get_a_health_endpoint_each() -> None:
+    config = _config(health_port=9000)
+    ports = [group_config(config, k, ReplicaGroups(3), "http://h:1").health_port for k in range(3)]
+    assert ports == [9000, 9001, 9002]
+    many_nodes = ReplicaGroups(3, group_id=2, lighthouse="http://h:1")
+    assert group_config(config, 2, many_nodes, "http://h:1").health_port == 9000
+    assert group_config(_config(), 1, ReplicaGroups(3), "http://h:1").health_port is None
