@@ -1,7 +1,7 @@
 """A fault in one of three torchft replica groups: what it costs the others, and itself.
 
-Three replica groups of one worker each (``tests/replicas/ft_worker.py``: torchft
-Manager, gloo, a 4x2 linear model, ~50 ms steps); group 1's worker exits 1 at step
+Three (``--groups``) replica groups of one worker each (``tests/replicas/ft_worker.py``:
+torchft Manager, gloo, a 4x2 linear model, ~50 ms steps); group 1's worker exits 1 at step
 ``--crash-at``. Launched three ways, side by side in one run:
 
 * ``torchrun``: torchft's documented launch, one ``torchrun`` per group
@@ -34,7 +34,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = str(ROOT / "tests" / "replicas" / "ft_worker.py")
-GROUPS = 3
 TORCHFT_README_LIGHTHOUSE = ["--min_replicas", "1", "--quorum_tick_ms", "100",
                              "--join_timeout_ms", "10000"]  # fmt: skip
 
@@ -45,12 +44,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run(mode: str, out: Path, steps: int, crash_at: int) -> None:
+def run(mode: str, out: Path, groups: int, steps: int, crash_at: int) -> None:
     env = {**os.environ, "FT_LOG_DIR": str(out), "FT_STEPS": str(steps),
            "FT_CRASH": f"1:{crash_at}", "PYTHONPATH": str(ROOT)}  # fmt: skip
     logs = open(out / "launch.log", "w")  # noqa: SIM115 - closed below
     if mode == "aelastic":
-        argv = [sys.executable, "-m", "aelastic", "run", "--replica-groups", str(GROUPS),
+        argv = [sys.executable, "-m", "aelastic", "run", "--replica-groups", str(groups),
                 "--max-restarts", "2", "--preload", "auto", WORKER]  # fmt: skip
         subprocess.run(argv, env=env, stdout=logs, stderr=logs, check=True, timeout=300)
         logs.close()
@@ -65,8 +64,8 @@ def run(mode: str, out: Path, steps: int, crash_at: int) -> None:
     )  # fmt: skip
     procs = []
     try:
-        for group in range(GROUPS):
-            genv = {**env, "REPLICA_GROUP_ID": str(group), "NUM_REPLICA_GROUPS": str(GROUPS),
+        for group in range(groups):
+            genv = {**env, "REPLICA_GROUP_ID": str(group), "NUM_REPLICA_GROUPS": str(groups),
                     "TORCHFT_LIGHTHOUSE": f"http://127.0.0.1:{port}"}  # fmt: skip
             if mode == "torchrun":
                 argv = [sys.executable, "-m", "torch.distributed.run",
@@ -87,12 +86,12 @@ def run(mode: str, out: Path, steps: int, crash_at: int) -> None:
         logs.close()
 
 
-def measure(out: Path) -> dict[str, float]:
+def measure(out: Path, groups: int) -> dict[str, float]:
     records = {g: [json.loads(x) for x in (out / f"steps-rg{g}.jsonl").read_text().splitlines()]
-               for g in range(GROUPS)}  # fmt: skip
+               for g in range(groups)}  # fmt: skip
     crash = next(r["t"] for r in records[1] if r.get("crash"))
     stall = (0.0, 0.0, 0.0)
-    for group in (0, 2):
+    for group in (g for g in range(groups) if g != 1):
         steps = [r for r in records[group] if "participants" in r and r["t"] >= crash - 1]
         for a, b in itertools.pairwise(steps):
             if b["t"] - a["t"] > stall[0]:
@@ -124,6 +123,7 @@ def loadavg() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--groups", type=int, default=3, help="replica groups (>= 2)")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--crash-at", type=int, default=15)
     parser.add_argument("--modes", default="torchrun,aelastic-per-group,aelastic")
@@ -139,8 +139,8 @@ def main() -> None:
                     d = os.path.join(args.keep, f"{mode}-{i}")
                     os.makedirs(d)
                 t0 = time.time()
-                run(mode, Path(d), args.steps, args.crash_at)
-                m = measure(Path(d))
+                run(mode, Path(d), args.groups, args.steps, args.crash_at)
+                m = measure(Path(d), args.groups)
                 results[mode].append(m)
                 shown = " ".join(f"{k}={v * 1000:.0f}ms" for k, v in m.items())
                 print(
