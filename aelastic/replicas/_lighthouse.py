@@ -40,6 +40,21 @@ _MAX_FAILED_STARTS = 5
 _KEPT_LINES = 50
 
 
+_MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lighthouse_main.py")
+
+
+def _runs_alone(binary: str) -> bool:
+    """Whether ``binary`` is torchft's script run by this interpreter (then this
+    interpreter can run the extension without it)."""
+    try:
+        with open(binary, "rb") as f:
+            head = f.read(512)
+    except OSError:
+        return False
+    mine = b"#!" + os.fsencode(sys.executable) + b"\n"
+    return head.startswith(mine) and b"torchft._torchft import lighthouse_main" in head
+
+
 def lighthouse_binary() -> str:
     """The path of ``torchft_lighthouse``: beside this interpreter, else on ``PATH``.
 
@@ -101,6 +116,9 @@ class Lighthouse:
 
     def __init__(self, binary: str, settings: LighthouseSettings) -> None:
         self.binary = binary
+        #: what runs it: the extension alone (see ``_lighthouse_main``), not the script
+        #: torchft installs, which imports torch first (seconds per restart)
+        self.command = [sys.executable, _MAIN] if _runs_alone(binary) else [binary]
         self.settings = settings
         self.port = 0
         self.pid: int | None = None
@@ -127,8 +145,8 @@ class Lighthouse:
     ) -> None:
         """Run the Lighthouse until cancelled, restarting it whenever it exits.
 
-        Started once the first process listens; a first start that fails raises
-        :class:`LighthouseError`. When it later fails to come back
+        Started once the first process listens, or with ``failure`` set when that
+        first start fails. When it later fails to come back
         ``_MAX_FAILED_STARTS`` times in a row, the error is kept in ``failure`` and
         ``scope`` (the block using it) is cancelled.
         """
@@ -145,8 +163,10 @@ class Lighthouse:
                 code = await self._run_once(listening)
             except LighthouseError as exc:
                 failed_starts += 1
-                if first[0]:
-                    raise
+                if first[0]:  # raised by open_lighthouse, not from inside its task group
+                    self.failure = exc
+                    task_status.started()
+                    return
                 if failed_starts >= _MAX_FAILED_STARTS:
                     self.failure = exc
                     scope.cancel()
@@ -171,7 +191,7 @@ class Lighthouse:
         SIGKILL after 2 s; shielded, bounded).
         """
         process = await anyio.open_process(
-            [self.binary, *self.settings.argv(self.port)],
+            [*self.command, *self.settings.argv(self.port)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -182,18 +202,19 @@ class Lighthouse:
             assert process.stdout is not None
             lines = BufferedByteReceiveStream(process.stdout)
             port = 0
+            ended = False
             with anyio.move_on_after(self.settings.start_timeout):
-                while not port:
+                while not port and not ended:
                     line = await self._line(lines)
-                    if line is None:
-                        break
-                    match = _LISTENING.search(line)
+                    ended = line is None
+                    match = _LISTENING.search(line or b"")
                     port = int(match.group(1)) if match else 0
             if not port:
+                why = "exited" if ended else f"stayed silent {self.settings.start_timeout:g} s"
                 raise LighthouseError(
-                    f"{self.binary} did not start listening (port {self.port or 'any'}) "
-                    f"within {self.settings.start_timeout:g} s: "
-                    + (" | ".join(list(self.tail)[-3:]) or "no output")
+                    f"{self.binary} {why} before listening on {self.settings.host}:"
+                    f"{self.port or 'any port'}: "
+                    + (" | ".join(list(self.tail)[-1:]) or "no output")
                 )
             self.port = port
             self.starts += 1
@@ -258,9 +279,10 @@ async def open_lighthouse(settings: LighthouseSettings | None = None) -> AsyncIt
                 await anyio.open_file(lighthouse.settings.log_path, "a", buffering=1)
             )
         await tg.start(lighthouse._keep, tg.cancel_scope)
-        try:
-            yield lighthouse
-        finally:
-            tg.cancel_scope.cancel()
-    if lighthouse.failure is not None:  # the block was cancelled for it
+        if lighthouse.failure is None:
+            try:
+                yield lighthouse
+            finally:
+                tg.cancel_scope.cancel()
+    if lighthouse.failure is not None:  # the first start failed, or the block was cancelled
         raise lighthouse.failure

@@ -46,6 +46,13 @@ async def test_the_lighthouse_is_restarted_on_its_port_when_it_dies(tmp_path: Pa
         await check_lighthouse(url, within=5)
 
 
+async def test_a_lighthouse_that_cannot_start_is_one_clear_error() -> None:
+    settings = LighthouseSettings(host="192.0.2.1")  # TEST-NET: not this machine's
+    with anyio.fail_after(60), pytest.raises(LighthouseError, match="exited before listening"):
+        async with open_lighthouse(settings):
+            pytest.fail("entered without a Lighthouse")
+
+
 async def test_an_address_where_nothing_answers_is_one_clear_error() -> None:
     with anyio.fail_after(30):
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
