@@ -147,6 +147,8 @@ async def test_a_killed_lighthouse_is_restarted_and_the_job_completes(tmp_path: 
     assert killed, "the job ended before step 10"
     assert code == 0, err
     assert "the torchft Lighthouse was restarted 1 time(s)" in err
+    for group in (0, 1):  # the managers found the new Lighthouse: no worker restarted
+        assert {r["attempt"] for r in _records(tmp_path, group) if "attempt" in r} == {0}
     assert _params(tmp_path, 0) == _params(tmp_path, 1)
 
 
