@@ -15,16 +15,19 @@ import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .._dataclass import dataclass
 from .._ids import random_uuid4
 from ..workers import parse_preload
-from . import _checkpoint_args, _node_args, _progress_args
+from . import _checkpoint_args, _node_args, _progress_args, _replica_args
 from ._config import DEFAULT_SIGNALS, LaunchConfig
 from ._exceptions import LaunchConfigError
 from ._exceptions import UsageError as UsageError
 from ._option_table import Option
+
+if TYPE_CHECKING:
+    from ..replicas import ReplicaGroups
 
 __all__ = (
     "PROG",
@@ -59,6 +62,8 @@ class RunArgs:
     script: str = ""
     #: "python" (a script file), "module" (-m) or "binary" (--no-python)
     script_kind: str = "python"
+    #: ``--replica-groups``: run the job as torchft replica groups (None: one job)
+    replica_groups: ReplicaGroups | None = None
 
     def missing_script(self) -> str | None:
         """A one-line problem if the script or binary does not exist here, else None.
@@ -303,6 +308,7 @@ _OPTIONS: tuple[Option, ...] = (
     ),
     *_checkpoint_args.OPTIONS,  # aelastic.checkpoint's disk copy
     *_node_args.OPTIONS,  # node health checks and exclusion (aelastic.nodes)
+    *_replica_args.OPTIONS,  # torchft replica groups (aelastic.replicas)
     (
         ("--health-port", "--health_port"),
         "health_port",
@@ -736,10 +742,14 @@ def parse_run_args(
     backend: str = v.str_("rdzv_backend")
     endpoint: str = v.str_("rdzv_endpoint")
     run_id: str = v.str_("rdzv_id")
-    if v.flag("standalone") or (
+    standalone = v.flag("standalone") or (
         backend == "static" and not endpoint and master_port is None and max_nodes == 1
-    ):
+    )
+    if standalone:
         backend, endpoint, run_id = "c10d", _STANDALONE_ENDPOINT, random_uuid4()
+    replicas = _replica_args.replica_groups(v, standalone=standalone)
+    if replicas is not None and not v.given("preload") and not (no_python and not run_path):
+        preload = ("auto",)  # a failed group's restart skips the imports: it rejoins sooner
     if master_port is None:
         master_port = 29500
     if backend == "static":
@@ -815,4 +825,4 @@ def parse_run_args(
     except LaunchConfigError as exc:  # pragma: no cover - the checks above come first
         raise UsageError(str(exc)) from None
     kind = "binary" if no_python and not run_path else "module" if module else "python"
-    return RunArgs(config, entrypoint, args, set_env, tuple(warnings), script, kind)
+    return RunArgs(config, entrypoint, args, set_env, tuple(warnings), script, kind, replicas)

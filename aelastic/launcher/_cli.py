@@ -11,9 +11,14 @@ Exit status:
 * ``1``: the job failed (the ``ChildFailedError`` summary is on stderr, root cause last)
   or the agent could not carry on (a one-line ``aelastic run: error: ...``).
 * ``2``: a bad flag or value (one line naming it and the fix); no worker was started.
+  Also ``--replica-groups`` without torchft installed.
 * ``128 + signum``: a handled signal (``--signals-to-handle``) stopped the job, e.g. 143
   for SIGTERM and 130 for SIGINT; the workers received the same signal first, then
   SIGKILL after ``--shutdown-timeout``. (torchrun exits 1 with a traceback here.)
+
+With ``--replica-groups`` (torchft replica groups, ``docs/replica-groups.md``), ``0``
+means at least one group completed; a group excluded after spending its restart
+budget is named on stderr, and ``1`` means every group was excluded.
 
 No Python traceback is printed for any of these; ``LOGLEVEL=DEBUG`` shows the agent's log.
 
@@ -122,6 +127,7 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
     from ..errors import ChildFailedError
     from ..nodes import NodeUnhealthyError
     from ..rendezvous import RendezvousGracefulExitError
+    from ..replicas import ReplicaGroupConfigError
     from ._exceptions import LaunchConfigError
     from ._launch import run_launch
     from ._preimport import import_now, job_modules
@@ -131,17 +137,28 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
         gc.freeze()  # what start-up made stays; later collections skip it
         gc.enable()
     try:
-        anyio.run(
-            partial(
-                run_launch,
-                parsed.config,
-                parsed.entrypoint,
-                parsed.args,
-                handle_signals=True,
-                say=_err,
-                goodput_line=True,
+        if parsed.replica_groups is not None:
+            from ._replica_groups import report_replica_groups, run_replica_groups
+
+            job = partial(run_replica_groups, groups=parsed.replica_groups)
+            report_replica_groups(
+                anyio.run(
+                    partial(job, parsed.config, parsed.entrypoint, parsed.args, handle_signals=True)
+                ),
+                _err,
             )
-        )
+        else:
+            anyio.run(
+                partial(
+                    run_launch,
+                    parsed.config,
+                    parsed.entrypoint,
+                    parsed.args,
+                    handle_signals=True,
+                    say=_err,
+                    goodput_line=True,
+                )
+            )
     except NoProgressError as exc:
         _record_for_scheduler(exc)
         print(exc.format_msg(), file=sys.stderr, flush=True)
@@ -166,6 +183,9 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
     except RendezvousGracefulExitError as exc:  # a spare node let go: nothing failed
         _err(f"exiting: {exc}")
         return 0
+    except ReplicaGroupConfigError as exc:  # torchft not installed
+        _err(f"error: {exc}")
+        return 2
     except KeyboardInterrupt:
         _err("interrupted")
         return 130

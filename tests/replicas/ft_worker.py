@@ -1,0 +1,99 @@
+"""A torchft data-parallel worker for the replica-group tests and benchmark.
+
+Each step: start the quorum, one forward/backward on a fixed batch, an allreduce of
+the gradients through the torchft Manager, commit. Appends one JSON line per step to
+``$FT_LOG_DIR/steps-rg<REPLICA_GROUP_ID>.jsonl`` (wall time, when its quorum
+returned, step, participants, restart count) and, at the end, the parameters to
+``params-rg<ID>.json``. Other records: ``start`` (an attempt's interpreter runs
+main), ``quorum`` (its first quorum returned: the group is back in), ``crash``.
+
+``FT_CRASH`` = ``"<group>:<step>"`` makes that group's first attempt exit 1 at the
+first step from that one on in which every group takes part (on a loaded machine a
+group may start seconds after the others, and join healed); ``<group>:always``
+crashes every attempt before its Manager starts. ``FT_RESTART_DELAY``: seconds of
+start-up for a restarted attempt. ``FT_STEPS`` steps in all, ``FT_STEP_SLEEP``
+seconds of "compute" per step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+
+
+def main() -> None:
+    group = int(os.environ["REPLICA_GROUP_ID"])
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    log_dir = os.environ["FT_LOG_DIR"]
+    steps = int(os.environ.get("FT_STEPS", "40"))
+    pause = float(os.environ.get("FT_STEP_SLEEP", "0.05"))
+    crash_group, _, crash_at = os.environ.get("FT_CRASH", ":").partition(":")
+    crashes = crash_group == str(group) and (crash_at == "always" or attempt == 0)
+    if crashes and crash_at == "always":
+        sys.exit(3)
+    import torch  # after the crash above: a crash-looping group restarts fast
+    from torchft import Manager, ProcessGroupGloo
+    from torchft.optim import OptimizerWrapper
+
+    path = os.path.join(log_dir, f"steps-rg{group}.jsonl")
+    with open(path, "a", buffering=1) as out:
+        out.write(json.dumps({"t": time.time(), "start": True, "attempt": attempt}) + "\n")
+        if attempt > 0:
+            time.sleep(float(os.environ.get("FT_RESTART_DELAY", "0")))
+
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2)
+        inner = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def load_state(state: dict[str, object]) -> None:
+            model.load_state_dict(state["model"])  # type: ignore[arg-type]
+            inner.load_state_dict(state["optim"])  # type: ignore[arg-type]
+
+        manager = Manager(
+            pg=ProcessGroupGloo(timeout=timedelta(seconds=10)),
+            load_state_dict=load_state,
+            state_dict=lambda: {"model": model.state_dict(), "optim": inner.state_dict()},
+            min_replica_size=1,
+            replica_id=f"rg{group}",
+            use_async_quorum=False,
+            timeout=timedelta(seconds=10),
+            quorum_timeout=timedelta(seconds=30),
+            connect_timeout=timedelta(seconds=10),
+        )
+        optimizer = OptimizerWrapper(manager, inner)
+        x = torch.arange(8, dtype=torch.float32).reshape(2, 4) / 8
+        joined = False
+        while manager.current_step() < steps:
+            optimizer.zero_grad()
+            quorum_at = time.time()
+            if not joined:
+                joined = True
+                record = {"quorum": True, "attempt": attempt, "step": manager.current_step()}
+                out.write(json.dumps({"t": time.time(), **record}) + "\n")
+            loss = model(x + group).square().sum()
+            loss.backward()
+            for p in model.parameters():
+                assert p.grad is not None
+                manager.allreduce(p.grad).wait()
+            time.sleep(pause)
+            everyone = manager.num_participants() == int(os.environ["NUM_REPLICA_GROUPS"])
+            if crashes and everyone and manager.current_step() >= int(crash_at):
+                out.write(json.dumps({"t": time.time(), "crash": True, "group": group}) + "\n")
+                os._exit(1)
+            optimizer.step()
+            record = {"group": group, "attempt": attempt, "step": manager.current_step()}
+            record["q"] = quorum_at
+            record["participants"] = manager.num_participants()
+            out.write(json.dumps({"t": time.time(), **record}) + "\n")
+            print(f"FT_STEP {group} {manager.current_step()}", flush=True)
+        params = [p.detach().flatten().tolist() for p in model.parameters()]
+        with open(os.path.join(log_dir, f"params-rg{group}.json"), "w") as f:
+            json.dump(params, f)
+        manager.shutdown(wait=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""``aelastic run --replica-groups``: real torchft workers (gloo), the real Lighthouse.
+
+One worker per group, a 4x2 linear model, ~50 ms steps; each worker logs its steps
+(``ft_worker.py``). A group's crash restarts that group alone while the others step
+on; a Lighthouse killed mid-run comes back; a group that crashes at every start is
+excluded and the job completes with the others.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+pytest.importorskip("torchft")
+# each test runs a whole job: seconds alone, more on a loaded machine
+pytestmark = pytest.mark.timeout(300)
+
+WORKER = str(Path(__file__).with_name("ft_worker.py"))
+#: a job's whole run, generous for a loaded two-core machine
+JOB_TIMEOUT = 240
+
+
+def _records(log_dir: Path, group: int) -> list[dict[str, Any]]:
+    path = log_dir / f"steps-rg{group}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _steps(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if "participants" in r]
+
+
+def _params(log_dir: Path, group: int) -> list[list[float]]:
+    return json.loads((log_dir / f"params-rg{group}.json").read_text())  # type: ignore[no-any-return]
+
+
+async def _run(
+    log_dir: Path,
+    flags: list[str],
+    env: dict[str, str],
+    on_line: Callable[[str, int], Awaitable[None]] | None = None,
+) -> tuple[int, str]:
+    """Run ``aelastic run FLAGS ft_worker.py``; ``(exit status, stderr)``.
+
+    ``on_line(line, pid)`` sees each line of the job's stdout (the workers' output)."""
+    argv = [sys.executable, "-m", "aelastic", "run", *flags, WORKER]
+    full_env = {**os.environ, "FT_LOG_DIR": str(log_dir), "LOGLEVEL": "WARNING", **env}
+    err = bytearray()
+    with anyio.fail_after(JOB_TIMEOUT):
+        process = await anyio.open_process(
+            argv, stdin=subprocess.DEVNULL, env=full_env, start_new_session=True
+        )
+        try:
+            assert process.stdout is not None and process.stderr is not None
+            stdout, stderr = process.stdout, process.stderr
+
+            async def drain_err() -> None:
+                async for chunk in stderr:
+                    err.extend(chunk)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drain_err)
+                lines = BufferedByteReceiveStream(stdout)
+                while True:
+                    try:
+                        line = await lines.receive_until(b"\n", 1 << 20)
+                    except (anyio.EndOfStream, anyio.IncompleteRead):
+                        break
+                    if on_line is not None:
+                        await on_line(line.decode(errors="replace"), process.pid)
+            code = await process.wait()
+        finally:
+            if process.returncode is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                with anyio.CancelScope(shield=True):
+                    await process.wait()
+            with anyio.CancelScope(shield=True):
+                await process.aclose()
+    return code, err.decode(errors="replace")
+
+
+def _lighthouse_pid(parent: int) -> int:
+    """The pid of the Lighthouse child of ``parent`` (read from /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        if ppid == parent and (b"_lighthouse_main.py" in argv or b"torchft_lighthouse" in argv):
+            return int(entry.name)
+    raise AssertionError(f"no Lighthouse child of {parent}")
+
+
+async def test_a_crashed_group_restarts_alone_and_the_others_keep_stepping(
+    tmp_path: Path,
+) -> None:
+    # group 1 crashes at step 8 and takes 3 s to start again; the Lighthouse would
+    # wait 60 s for its heartbeat to expire: the healthy groups step on through both
+    # (200 steps: >= 10 s, so they are still running when it comes back)
+    flags = ["--replica-groups", "3", "--max-restarts", "1", "--preload", "auto"]
+    flags += ["--lighthouse-heartbeat-timeout", "60"]
+    env = {"FT_CRASH": "1:8", "FT_RESTART_DELAY": "3", "FT_STEPS": "200"}
+    code, err = await _run(tmp_path, flags, env)
+    assert code == 0, err
+    crashed = _records(tmp_path, 1)
+    crash = next(r["t"] for r in crashed if r.get("crash"))
+    back = next(r["t"] for r in crashed if r.get("quorum") and r["attempt"] == 1)
+    for group in (0, 2):
+        steps = _steps(_records(tmp_path, group))
+        assert {r["attempt"] for r in steps} == {0}  # never restarted
+        # stepped while group 1 was away, in a quorum of the two healthy groups (the
+        # steps whose quorum was formed after the crash)
+        away = [r for r in steps if crash < r["q"] and r["t"] < back]
+        assert away and all(r["participants"] == 2 for r in away), steps
+        # no gap anywhere near the 3 s restart or the 60 s heartbeat expiry
+        gaps = [b["t"] - a["t"] for a, b in itertools.pairwise(steps)]
+        assert max(gaps) < 3, gaps
+    # the failed group came back into the quorum and caught up (healed from a peer)
+    rejoined = [r for r in _steps(crashed) if r["attempt"] == 1]
+    assert rejoined[0]["step"] > 8 and rejoined[-1]["participants"] == 3
+    assert _params(tmp_path, 0) == _params(tmp_path, 1) == _params(tmp_path, 2)
+
+
+async def test_a_killed_lighthouse_is_restarted_and_the_job_completes(tmp_path: Path) -> None:
+    killed: list[int] = []
+
+    async def kill_at_step_10(line: str, pid: int) -> None:
+        if not killed and line.startswith("FT_STEP 0 10"):
+            killed.append(_lighthouse_pid(pid))
+            os.kill(killed[0], signal.SIGKILL)
+
+    flags = ["--replica-groups", "2", "--max-restarts", "2"]
+    code, err = await _run(tmp_path, flags, {"FT_STEPS": "25"}, kill_at_step_10)
+    assert killed, "the job ended before step 10"
+    assert code == 0, err
+    assert "the torchft Lighthouse was restarted 1 time(s)" in err
+    assert _params(tmp_path, 0) == _params(tmp_path, 1)
+
+
+async def test_a_group_crashing_at_every_start_is_excluded_and_the_job_completes(
+    tmp_path: Path,
+) -> None:
+    flags = ["--replica-groups", "3", "--max-restarts", "1", "--spare-replica-groups", "1"]
+    code, err = await _run(tmp_path, flags, {"FT_CRASH": "2:always", "FT_STEPS": "15"})
+    assert code == 0, err
+    assert "spare replica groups took a failed group's place 1 time(s)" in err
+    assert "replica group 2 was excluded" in err and "exit code 3" in err
+    assert not (tmp_path / "steps-rg2.jsonl").exists()  # never reached its Manager
+    assert _steps(_records(tmp_path, 0))[-1]["step"] == 15
+    assert _params(tmp_path, 0) == _params(tmp_path, 1)
