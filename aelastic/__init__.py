@@ -5,8 +5,9 @@ Importing aelastic never imports torch. Subpackages: ``aelastic.store``,
 ``aelastic.errors``, ``aelastic.events``, ``aelastic.metrics``, ``aelastic.progress``
 (the workers' progress reporting for hang detection), ``aelastic.checkpoint`` (checkpoints
 in memory the agent owns), ``aelastic.health``, ``aelastic.jobview`` (the whole job's
-status, table and live page); the launch API
-(``LaunchConfig``, ``launch``, ``open_job``, ``elastic_launch``) is in ``aelastic.launcher``.
+status, table and live page), ``aelastic.stragglers`` (slow nodes found while the job
+runs); the launch API (``LaunchConfig``, ``launch``, ``open_job``, ``elastic_launch``) is
+in ``aelastic.launcher``.
 
 Layers, lowest first. A module imports from its own package, from a lower layer, and
 from another package only what that package's ``__init__`` exports (never one of its
@@ -18,7 +19,7 @@ enforces this, and that no two modules import each other)::
     2. events
     3. workers rendezvous checkpoint
     4. agent
-    5. health nodes
+    5. health nodes stragglers
     6. jobview
     7. launcher
     8. command line: cli
