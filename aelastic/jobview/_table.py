@@ -19,6 +19,7 @@ _COLUMNS = (
     "STEPS/S",
     "HEARTBEAT",
     "RESTARTS",
+    "SLOW",
     "LAST FAILURE",
 )
 _MAX_CELL = 60
@@ -52,6 +53,19 @@ def _failure(node: dict[str, Any]) -> str:
     return f"rank {failure.get('global_rank')} {failure.get('message', '')}".strip()
 
 
+def _slow(node: dict[str, Any]) -> str:
+    """``node 0.70`` (every rank slow) or ``rank 3 0.71`` from the node's straggler
+    verdict; ``-`` when it is not slow (or detection is off)."""
+    stragglers = node.get("stragglers")
+    slow = stragglers.get("slow") if isinstance(stragglers, dict) else None
+    if not isinstance(slow, dict) or not slow.get("ranks"):
+        return "-"
+    ranks = slow["ranks"]
+    if slow.get("whole_node"):
+        return f"node {min(ranks.values()):.2f}"
+    return "rank " + ",".join(f"{r} {s:.2f}" for r, s in ranks.items())
+
+
 def _row(node: dict[str, Any]) -> list[str]:
     beat = node.get("heartbeat_age_ms")
     rate = node.get("steps_per_s")
@@ -65,6 +79,7 @@ def _row(node: dict[str, Any]) -> list[str]:
         "-" if rate is None else f"{rate:.2f}",
         "-" if beat is None else f"{beat / 1000:.1f}s",
         printable(restarts),
+        printable(_slow(node)),
         printable(_failure(node)),
     ]
 

@@ -20,7 +20,6 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._exceptions import StragglerConfigError as StragglerConfigError
-    from ._policy import ACTIONS as ACTIONS
     from ._policy import NodeVerdict as NodeVerdict
     from ._policy import RankScore as RankScore
     from ._policy import RateWindow as RateWindow
@@ -34,7 +33,6 @@ if TYPE_CHECKING:
     from ._watch import StragglerWatch as StragglerWatch
 
 __all__ = (
-    "ACTIONS",
     "NodeVerdict",
     "RankScore",
     "RateWindow",

@@ -156,8 +156,8 @@ class StragglerWatch:
         """One sample of this node's workers, one exchange with the store, one decision."""
         medians = self.sample(now)
         shared = await self._share(medians)
-        if shared is None:
-            return
+        if shared is None:  # no store (static backend): this node's ranks among themselves
+            shared = {r: (self.node, m, self._windows[r].best or m) for r, m in medians.items()}
         await self.decide(shared, now)
 
     def sample(self, now: float) -> dict[int, float]:
