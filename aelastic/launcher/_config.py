@@ -48,7 +48,8 @@ class LaunchConfig:
 
     Straggler detection (``straggler_action``: ``"report"``, the default, ``"exclude"``
     or ``"off"``; ``straggler_threshold``, ``straggler_window``,
-    ``straggler_min_duration``, ``straggler_timeout``): see :mod:`aelastic.stragglers`.
+    ``straggler_min_duration``, ``straggler_timeout``, ``straggler_warmup``): see
+    :mod:`aelastic.stragglers`.
 
     ``redirects`` and ``tee`` take what ``-r``/``-t`` take: ``0``-``3``, a string such as
     ``"3"`` or ``"0:1,1:2"``, an ``aelastic.workers.Std`` or a ``{local_rank: Std}`` map.
@@ -156,6 +157,7 @@ class LaunchConfig:
     straggler_window: float = 10.0
     straggler_min_duration: float = 20.0
     straggler_timeout: float = 120.0
+    straggler_warmup: float = 60.0
 
     def __post_init__(self) -> None:
         if not 0 < self.min_nodes <= self.max_nodes:

@@ -50,6 +50,13 @@ OPTIONS: tuple[Option, ...] = (
         "seconds a score must stay below the threshold before the rank is reported",
     ),
     (
+        ("--straggler-warmup",),
+        "straggler_warmup",
+        "str",
+        "60",
+        "seconds after the workers start before their ranks are scored (start-up is uneven)",
+    ),
+    (
         ("--straggler-timeout",),
         "straggler_timeout",
         "str",
@@ -69,7 +76,7 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
     from ..stragglers import StragglerConfigError
 
     fields: dict[str, Any] = {"straggler_action": v.str_("straggler_action") or "report"}
-    for name in ("threshold", "window", "min_duration", "timeout"):
+    for name in ("threshold", "window", "min_duration", "timeout", "warmup"):
         dest = f"straggler_{name}"
         raw = v.str_(dest)
         try:
@@ -97,4 +104,5 @@ def settings_of(fields: Any) -> StragglerSettings:
         window=get("straggler_window"),
         min_duration=get("straggler_min_duration"),
         timeout=get("straggler_timeout"),
+        warmup=get("straggler_warmup"),
     )

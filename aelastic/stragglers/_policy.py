@@ -54,8 +54,11 @@ MIN_SAMPLES = 3
 class StragglerSettings:
     """``--straggler-*``: the action, the score threshold, the window whose median scores
     a rank, how long a score must stay low before it is reported (``min_duration``), and
-    how long before a slow node is excluded (``timeout``, action ``exclude``). Samples
-    are taken every :attr:`interval` seconds (a tenth of the window, 0.1 to 1 s).
+    how long before a slow node is excluded (``timeout``, action ``exclude``), and how
+    long after its workers start a node's ranks are not scored (``warmup``: imports and
+    process-group setup take each rank a different time, and nothing is in lockstep
+    yet). Samples are taken every :attr:`interval` seconds (a tenth of the window, 0.1
+    to 1 s).
 
     Raises:
         StragglerConfigError: a value out of range (see :meth:`check`).
@@ -66,6 +69,7 @@ class StragglerSettings:
     window: float = 10.0
     min_duration: float = 20.0
     timeout: float = 120.0
+    warmup: float = 60.0
 
     def __post_init__(self) -> None:
         self.check()
@@ -83,8 +87,9 @@ class StragglerSettings:
         for name, value in (("window", self.window), ("min-duration", self.min_duration)):
             if not value > 0:
                 raise StragglerConfigError(f"--straggler-{name} {value}: need seconds > 0")
-        if not self.timeout >= 0:
-            raise StragglerConfigError(f"--straggler-timeout {self.timeout}: need seconds >= 0")
+        for name, value in (("timeout", self.timeout), ("warmup", self.warmup)):
+            if not value >= 0:
+                raise StragglerConfigError(f"--straggler-{name} {value}: need seconds >= 0")
 
     @property
     def enabled(self) -> bool:

@@ -111,6 +111,8 @@ class StragglerWatch:
         self._windows: dict[int, RateWindow] = {}
         self._last: dict[int, tuple[int, float, float]] = {}  # rank: (pid, busy, mono)
         self._round: int | None = None
+        self._pids: set[int | None] = set()
+        self._started = 0.0  # when the current workers were first seen
         self._token: object | None = None
 
     def status(self) -> dict[str, Any]:
@@ -162,13 +164,17 @@ class StragglerWatch:
 
     def sample(self, now: float) -> dict[int, float]:
         """Read every local worker's busy time; return ``{global rank: median rate}``."""
-        if self.job.round != self._round:  # a new round: new workers, new ranks
-            self._round = self.job.round
+        workers = [w for w in self.job.workers() if w.pid is not None]
+        pids = {w.pid for w in workers}
+        if self.job.round != self._round or pids != self._pids:  # new workers: start over
+            self._round, self._pids, self._started = self.job.round, pids, now
             self._windows.clear()
             self._last.clear()
+        if now - self._started < self.settings.warmup:
+            return {}
         window = self.settings.window
         medians = {}
-        for worker in self.job.workers():
+        for worker in workers:
             rank, pid = worker.global_rank, worker.pid
             if pid is None:
                 continue

@@ -63,6 +63,7 @@ def even(rank: int, t: float) -> float:
         ({"window": 0.0}, "--straggler-window 0.0: need seconds > 0"),
         ({"min_duration": -1.0}, "--straggler-min-duration"),
         ({"timeout": -1.0}, "--straggler-timeout -1.0"),
+        ({"warmup": -1.0}, "--straggler-warmup -1.0: need seconds >= 0"),
         ({"action": "kill"}, "choose one of report, exclude, off"),
     ],
 )
