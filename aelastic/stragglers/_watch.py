@@ -113,6 +113,7 @@ class StragglerWatch:
         self._round: int | None = None
         self._pids: set[int | None] = set()
         self._started = 0.0  # when the current workers were first seen
+        self._held_since: float | None = None  # a first report held back (see _hold)
         self._token: object | None = None
 
     def status(self) -> dict[str, Any]:
@@ -228,6 +229,8 @@ class StragglerWatch:
         self.tracker.update(self.scores, now)
         mine = [v for v in node_verdicts(self.scores, self.tracker.slow) if v.node == self.node]
         verdict = mine[0] if mine else None
+        if verdict is not None and self.verdict is None and self._hold(verdict, now):
+            verdict = None
         previous, self.verdict = self.verdict, verdict
         wall = time.time()
         onset = None
@@ -248,6 +251,24 @@ class StragglerWatch:
                 self.excluded = True
                 if self.exclude is not None:
                     await self.exclude(self._reason(verdict))
+
+    def _hold(self, verdict: NodeVerdict, now: float) -> bool:
+        """Whether to hold a first report back while other ranks of this node are slow but
+        not confirmed yet (for at most one window): a whole node slows down at once, and
+        its ranks are confirmed a sample or two apart; one report names the node."""
+        pending = [
+            s.global_rank
+            for s in self.scores
+            if s.node == self.node
+            and s.global_rank in self.tracker.since
+            and s.global_rank not in verdict.ranks
+        ]
+        if not pending:
+            self._held_since = None
+            return False
+        if self._held_since is None:
+            self._held_since = now
+        return now - self._held_since < self.settings.window
 
     def _reason(self, verdict: NodeVerdict) -> str:
         slow = self.intervals[-1].seconds(time.time()) if self.intervals else 0.0
