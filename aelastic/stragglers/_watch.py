@@ -114,6 +114,7 @@ class StragglerWatch:
         self._pids: set[int | None] = set()
         self._started = 0.0  # when the current workers were first seen
         self._held_since: float | None = None  # a first report held back (see _hold)
+        self._errors: set[str] = set()  # kinds of errors logged as warnings already
         self._token: object | None = None
 
     def status(self) -> dict[str, Any]:
@@ -153,7 +154,11 @@ class StragglerWatch:
             try:
                 await self.tick(anyio.current_time())
             except Exception as exc:  # best effort: the job must not fail on its watch
-                log.warning("straggler detection skipped a sample: %s", exc)
+                # once per kind of error: a store that is gone for a while must not spam
+                kind = type(exc).__name__
+                level = logging.DEBUG if kind in self._errors else logging.WARNING
+                self._errors.add(kind)
+                log.log(level, "straggler detection skipped a sample: %s: %s", kind, exc)
 
     async def tick(self, now: float) -> None:
         """One sample of this node's workers, one exchange with the store, one decision."""
