@@ -254,7 +254,7 @@ def exclusion(tmp: Path, action: str, onset: int = 200, factor: float = 1.5) -> 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--only", default="cost,delay,false,exclude")
+    p.add_argument("--only", default="cost,delay,false,exclude", help="report: left running only")
     p.add_argument("--false-seconds", type=float, default=120.0)
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="stragglers-"))
@@ -269,6 +269,7 @@ def main() -> None:
         print(false_reports(tmp, args.false_seconds), flush=True)
     if "exclude" in parts:
         print(exclusion(tmp, "exclude"), flush=True)
+    if "exclude" in parts or "report" in parts:
         print(exclusion(tmp, "report"), flush=True)
     print(f"load after: {Path('/proc/loadavg').read_text().strip()}", flush=True)
 
