@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -71,6 +72,12 @@ def _events(path: Path, name: str) -> list[dict[str, object]]:
     return out
 
 
+def _get(port: int, path: str) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as response:
+        text: str = response.read().decode()
+    return text
+
+
 def _status(port: int, run_id: str) -> dict[str, object]:
     done = subprocess.run(
         [sys.executable, "-m", "aelastic", "status", "--rdzv-endpoint", f"127.0.0.1:{port}",
@@ -97,13 +104,19 @@ async def test_a_rank_forty_percent_slower_is_named_within_20_steps(tmp_path: Pa
     run = "strag1"
     async with cluster() as c:
         a = await c.start(_argv(port, run, True, stop, events=events), env=_env("a", events))
-        b = await c.start(_argv(port, run, False, stop, events=events), env=_env("b", events, "1"))
+        health = free_port()
+        b = await c.start(
+            _argv(port, run, False, stop, "--health-port", str(health), events=events),
+            env=_env("b", events, "1"),
+        )
         # node b is group rank 1 (the store's host keeps 0): its local rank 1 is global rank 3
         with anyio.fail_after(240):
             await b.wait_for_err("straggler:")
         step = _steps(b, 3)
         line = _straggler_lines([b])[0]
         status = await anyio.to_thread.run_sync(_status, port, run)
+        own = json.loads(await anyio.to_thread.run_sync(_get, health, "/status"))
+        metrics = await anyio.to_thread.run_sync(_get, health, "/metrics")
         stop.touch()
         codes = await wait_all([a, b], 120)
     assert codes == [0, 0], [n.err for n in c.nodes]
@@ -122,6 +135,12 @@ async def test_a_rank_forty_percent_slower_is_named_within_20_steps(tmp_path: Pa
     marks = [m for n in status["nodes"] for m in n["history"]["marks"]]  # type: ignore[attr-defined]
     assert any(m[1] == "straggler" and "b: slow rank(s): global rank 3" in m[2] for m in marks)
     assert nodes  # (both nodes published)
+    # node b's /status and /metrics: its ranks' scores, rank 3 below the threshold
+    assert list(own["stragglers"]["slow"]["ranks"]) == ["3"]
+    gauges = dict(
+        re.findall(r'aelastic_job_straggler_score\{.*global_rank="(\d)"\} ([\d.]+)', metrics)
+    )
+    assert set(gauges) == {"2", "3"} and float(gauges["3"]) < 0.75 < float(gauges["2"]), metrics
 
 
 async def test_an_even_job_next_to_a_cpu_hog_reports_nothing(tmp_path: Path) -> None:

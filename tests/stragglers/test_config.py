@@ -49,3 +49,32 @@ def test_the_api_checks_the_same() -> None:
         )
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1)
     assert (config.straggler_action, config.straggler_threshold) == ("report", 0.75)
+
+
+def test_status_table_shows_slow_ranks_and_slow_nodes() -> None:
+    from aelastic.jobview import table
+
+    def node(name: str, stragglers: object) -> dict[str, object]:
+        return {
+            "node": name,
+            "state": "HEALTHY",
+            "round": 1,
+            "workers": [],
+            "stragglers": stragglers,
+        }
+
+    view = {
+        "run_id": "r",
+        "round": 1,
+        "nodes": [
+            node("a", {"slow": None}),
+            node("b", {"slow": {"ranks": {"3": 0.65}, "whole_node": False}}),
+            node("c", {"slow": {"ranks": {"4": 0.6, "5": 0.58}, "whole_node": True}}),
+            node("d", None),  # detection off
+        ],
+    }
+    lines = table(view).splitlines()
+    assert "SLOW" in lines[1]
+    column = lines[1].index("SLOW")
+    cells = [line[column:].split("  ")[0].strip() for line in lines[2:]]
+    assert cells == ["-", "rank 3 0.65", "node 0.58", "-"], lines
