@@ -1,7 +1,7 @@
 """Finding the slow node while the job runs (stragglers), and taking it out.
 
-Every agent samples its workers' *busy time* (on a CPU or waiting for one, from
-``/proc``: nothing runs in the worker, the script is unchanged), shares each rank's
+Every agent samples its workers' *busy time* (time on a CPU, from ``/proc``: nothing
+runs in the worker, the script is unchanged), shares each rank's
 median busy rate over ``--straggler-window`` through the rendezvous store, and scores
 every rank: relative score = the fastest rank's median / this rank's, individual score
 = its best past median / its current one. A rank whose relative score stays below

@@ -4,16 +4,15 @@ No I/O, no awaiting: the async shell (:mod:`._watch`) samples the workers and ac
 these. Times are seconds on one monotonic clock (the deciding agent's); rates are
 "busy seconds per second" of one worker (see :mod:`._signal`). In a synchronous job
 every rank takes the same number of steps in the same wall time, so a rank's busy
-rate is proportional to its own work per step: a rank that does more work (or gets
-less of its CPU) has a higher rate, while the ranks waiting for it sleep in the
-collective and have lower ones.
+rate is proportional to its own work per step: a rank that does more work has a
+higher rate, while the ranks waiting for it sleep in the collective and have lower ones.
 
 * relative score of a rank = the least median rate of the job / this rank's median
   (1.0: as fast as the fastest; 0.71: needs 1.4x the fastest rank's time per step);
 * individual score = this rank's best (lowest) past median / its current median;
 * a rank is *slow* once its relative score stayed below the threshold for
-  ``min_duration`` seconds (one slow step, a checkpoint save, a few seconds of a noisy
-  neighbour do not last that long; a stall that hits every rank lowers every rate
+  ``min_duration`` seconds (one slow step, a checkpoint save, a few seconds of
+  contention do not last that long; a stall that hits every rank lowers every rate
   alike and moves no relative score; a job that is idle everywhere is not scored);
 * a node is named (``whole_node``) when every scored rank of it is slow.
 """

@@ -16,11 +16,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
+import pytest
 
 from aelastic.nodes import NODE_EXCLUDED_EXIT_CODE
 
 from ._nodes import Node, cluster, free_port, wait_all
 from .test_multinode import FAST
+
+#: each job runs until its slowdown is found: minutes on a loaded 2-core machine
+pytestmark = pytest.mark.timeout(400)
 
 DDP = str(Path(__file__).parent.parent / "stragglers" / "ddp_worker.py")
 QUICK = ["--straggler-window", "3", "--straggler-min-duration", "3", "--straggler-warmup", "20"]

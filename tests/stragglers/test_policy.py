@@ -157,7 +157,7 @@ def test_no_report_for_what_is_not_a_straggler(name: str) -> None:
             return 0.01 if 20 < t <= 40 else 0.7
         if name == "everyone_slower":  # a CPU hog slows every rank alike
             return 0.95 if t > 20 else 0.7
-        # a noisy neighbour on rank 2's node for 2.5 s (< min_duration): its median is
+        # rank 2 busier for 2.5 s (< min_duration), e.g. contention: its median is
         # high for about as long
         return 1.0 if rank == 2 and 20 < t <= 22.5 else 0.7
 
@@ -165,7 +165,7 @@ def test_no_report_for_what_is_not_a_straggler(name: str) -> None:
     assert seen == []
 
 
-def test_a_sustained_noisy_neighbour_is_reported() -> None:
+def test_a_sustained_higher_rate_on_one_rank_is_reported() -> None:
     def rate(rank: int, t: float) -> float:
         return 1.0 if rank == 2 and t > 20 else 0.7
 
