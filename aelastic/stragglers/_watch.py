@@ -199,7 +199,12 @@ class StragglerWatch:
         return medians
 
     async def _share(self, medians: dict[int, float]) -> dict[int, tuple[str, float, float]] | None:
-        """Publish this node's medians; read every node's of this round (None: no store)."""
+        """Publish this node's medians; read every node's of this round (None: no store).
+
+        Raises:
+            TimeoutError: the store did not answer within the bound.
+            Exception: what the store raised (the caller skips the sample).
+        """
         found = self.store_of()
         if found is None:
             return None
@@ -224,7 +229,8 @@ class StragglerWatch:
                 for rank, (median, best) in other["ranks"].items():
                     shared[int(rank)] = (node, float(median), float(best))
             return shared
-        return None
+        # no decision on this node's ranks alone: skip the sample (logged by run())
+        raise TimeoutError(f"the rendezvous store did not answer within {bound:g} s")
 
     async def decide(self, shared: Mapping[int, tuple[str, float, float]], now: float) -> None:
         """Score the job's ranks; report, clear or exclude this node's slowdown."""
