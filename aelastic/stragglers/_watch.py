@@ -163,6 +163,8 @@ class StragglerWatch:
     async def tick(self, now: float) -> None:
         """One sample of this node's workers, one exchange with the store, one decision."""
         medians = self.sample(now)
+        if now - self._started < self.settings.warmup:
+            return  # nothing to share yet: no store traffic during the warm-up
         shared = await self._share(medians)
         if shared is None:  # no store (static backend): this node's ranks among themselves
             shared = {r: (self.node, m, self._windows[r].best or m) for r, m in medians.items()}
@@ -176,6 +178,11 @@ class StragglerWatch:
             self._round, self._pids, self._started = self.job.round, pids, now
             self._windows.clear()
             self._last.clear()
+            self.tracker = SlowTracker(self.settings)
+            if self.verdict is not None:  # its workers are gone: that slowdown is over
+                self._recovered(self.verdict)
+                self.verdict = None
+                self.intervals = slow_intervals(self.intervals, None, None, time.time())
         if now - self._started < self.settings.warmup:
             return {}
         window = self.settings.window

@@ -99,3 +99,37 @@ async def test_another_nodes_straggler_is_not_this_nodes_to_report() -> None:
         await watch.decide(_shared({0: 0.9}), i * 0.5)
     assert events == [] and watch.verdict is None
     assert {s.global_rank for s in watch.scores} == {0, 1, 2, 3}  # yet every rank is scored
+
+
+async def test_no_store_traffic_in_the_warmup_and_new_workers_end_a_slowdown() -> None:
+    import os
+
+    calls: list[int] = []
+
+    def store_of() -> None:
+        calls.append(1)
+
+    events: list[str] = []
+    job = _Job([2, 3])
+    for worker in job.workers():
+        worker.pid = os.getpid()
+    watch = StragglerWatch(
+        StragglerSettings(window=4, min_duration=2, warmup=30),
+        job,
+        store_of,
+        node="b",
+        host="hostb",
+        emit=lambda name, md: events.append(name),
+    )
+    await watch.tick(100.0)
+    await watch.tick(110.0)
+    assert calls == []  # warm-up: nothing shared, nothing decided
+    await watch.tick(131.0)
+    assert calls == [1]
+    for i in range(20):  # rank 3 slow: reported
+        await watch.decide(_shared({3: 0.9}), 131.0 + i * 0.5)
+    assert events == ["aelastic.straggler"] and watch.verdict is not None
+    job.round = 2  # a new round: new workers; the slowdown ended with the old ones
+    await watch.tick(150.0)
+    assert events == ["aelastic.straggler", "aelastic.straggler.recovered"]
+    assert watch.verdict is None and watch.intervals[-1].end is not None
