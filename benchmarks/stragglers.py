@@ -256,6 +256,11 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--only", default="cost,delay,false,exclude", help="report: left running only")
     p.add_argument("--false-seconds", type=float, default=120.0)
+    p.add_argument(
+        "--delays",
+        default="1.1:0.75,1.1:0.9,1.25:0.75,1.5:0.75",
+        help="factor:threshold pairs of the delay runs",
+    )
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="stragglers-"))
     parts = args.only.split(",")
@@ -263,7 +268,8 @@ def main() -> None:
     if "cost" in parts:
         print(cost(tmp), flush=True)
     if "delay" in parts:
-        for factor, threshold in ((1.1, 0.75), (1.1, 0.9), (1.25, 0.75), (1.5, 0.75)):
+        for pair in args.delays.split(","):
+            factor, threshold = (float(x) for x in pair.split(":"))
             print(delay(factor, threshold, tmp), flush=True)
     if "false" in parts:
         print(false_reports(tmp, args.false_seconds), flush=True)
