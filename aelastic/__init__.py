@@ -6,8 +6,8 @@ Importing aelastic never imports torch. Subpackages: ``aelastic.store``,
 (the workers' progress reporting: steps, hang detection), ``aelastic.goodput`` (where
 the run's time went), ``aelastic.checkpoint`` (checkpoints in memory the agent owns),
 ``aelastic.health``, ``aelastic.replicas`` (torchft replica groups and their
-Lighthouse), ``aelastic.jobview`` (the whole job's status, table and live page); the
-launch API
+Lighthouse), ``aelastic.stragglers`` (slow nodes found while the job runs),
+``aelastic.jobview`` (the whole job's status, table and live page); the launch API
 (``LaunchConfig``, ``launch``, ``open_job``, ``elastic_launch``) is in ``aelastic.launcher``.
 
 Layers, lowest first. A module imports from its own package, from a lower layer, and
@@ -20,7 +20,7 @@ enforces this, and that no two modules import each other)::
     2. events integrations
     3. workers rendezvous checkpoint
     4. agent
-    5. health nodes replicas
+    5. health nodes replicas stragglers
     6. jobview
     7. launcher
     8. command line: cli

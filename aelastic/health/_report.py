@@ -48,6 +48,7 @@ def status(job: JobView) -> dict[str, Any]:
         "idle_interpreters": {"count": idle, "rss_bytes": idle_rss},
         "checkpoint": job.checkpoint_status(),
         "node_health": job.node_health(),
+        "stragglers": job.straggler_status(),
         "time": time.time(),
     }
 
@@ -105,6 +106,7 @@ def metrics_text(job: JobView) -> str:
             f"# TYPE aelastic_job_{name} {kind}",
             f"aelastic_job_{name}{{{labels}}} {value}",
         ]
+    lines += _straggler_gauges(job, labels)
     return "\n".join(lines + _goodput_lines(job.goodput(), labels)) + "\n"
 
 
@@ -126,4 +128,19 @@ def _goodput_lines(record: dict[str, Any] | None, labels: str) -> list[str]:
             f'aelastic_badput_seconds_total{{{labels},category="{_escape(c)}"}} {s}'
             for c, s in badput.items()
         ),
+    ]
+
+
+def _straggler_gauges(job: JobView, labels: str) -> list[str]:
+    """``aelastic_job_straggler_score`` per local rank (left out while not scored)."""
+    stragglers = job.straggler_status()
+    scores = {} if stragglers is None else stragglers["scores"]
+    if not scores:
+        return []
+    name = "aelastic_job_straggler_score"
+    return [
+        f"# HELP {name} Relative speed of the rank: the fastest rank's busy time per step /"
+        " its own (1: fastest; below --straggler-threshold for --straggler-min-duration: slow).",
+        f"# TYPE {name} gauge",
+        *(f'{name}{{{labels},global_rank="{r}"}} {s["relative"]}' for r, s in scores.items()),
     ]

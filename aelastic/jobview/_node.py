@@ -124,6 +124,7 @@ def node_status(
         "last_failure": _failure(job),
         "hangs": job.hang_count,
         "last_hang": _hang(job),
+        "stragglers": job.straggler_status(),
         "history": history.to_json(),
         "goodput": job.goodput(),
         "interval": interval,  # the reader's staleness bound is 3 of them

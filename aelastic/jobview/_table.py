@@ -20,6 +20,7 @@ _COLUMNS = (
     "HEARTBEAT",
     "RESTARTS",
     "GOODPUT",
+    "SLOW",
     "LAST FAILURE",
 )
 _MAX_CELL = 60
@@ -60,6 +61,19 @@ def _ratio(record: Any) -> str:
     return f"{100 * record['ratio']:.1f}%"
 
 
+def _slow(node: dict[str, Any]) -> str:
+    """``node 0.70`` (every rank slow) or ``rank 3 0.71`` from the node's straggler
+    verdict; ``-`` when it is not slow (or detection is off)."""
+    stragglers = node.get("stragglers")
+    slow = stragglers.get("slow") if isinstance(stragglers, dict) else None
+    if not isinstance(slow, dict) or not slow.get("ranks"):
+        return "-"
+    ranks = slow["ranks"]
+    if slow.get("whole_node"):
+        return f"node {min(ranks.values()):.2f}"
+    return "rank " + ",".join(f"{r} {s:.2f}" for r, s in ranks.items())
+
+
 def _row(node: dict[str, Any]) -> list[str]:
     beat = node.get("heartbeat_age_ms")
     rate = node.get("steps_per_s")
@@ -74,6 +88,7 @@ def _row(node: dict[str, Any]) -> list[str]:
         "-" if beat is None else f"{beat / 1000:.1f}s",
         printable(restarts),
         _ratio(node.get("goodput")),
+        printable(_slow(node)),
         printable(_failure(node)),
     ]
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from .._dataclass import dataclass
 from .._ids import random_uuid4
 from ..workers import parse_preload
-from . import _checkpoint_args, _node_args, _progress_args, _replica_args
+from . import _checkpoint_args, _node_args, _progress_args, _replica_args, _straggler_args
 from ._config import DEFAULT_SIGNALS, LaunchConfig
 from ._exceptions import LaunchConfigError
 from ._exceptions import UsageError as UsageError
@@ -309,6 +309,7 @@ _OPTIONS: tuple[Option, ...] = (
     *_checkpoint_args.OPTIONS,  # aelastic.checkpoint's disk copy
     *_node_args.OPTIONS,  # node health checks and exclusion (aelastic.nodes)
     *_replica_args.OPTIONS,  # torchft replica groups (aelastic.replicas)
+    *_straggler_args.OPTIONS,  # slow nodes found while the job runs (aelastic.stragglers)
     (
         ("--health-port", "--health_port"),
         "health_port",
@@ -817,6 +818,7 @@ def parse_run_args(
             **_progress_args.config_fields(v),
             **_checkpoint_args.config_fields(v),
             **_node_args.config_fields(v),
+            **_straggler_args.config_fields(v),
             health_port=health_port,
             health_host=v.str_("health_host"),
             preload=preload,

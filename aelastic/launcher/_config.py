@@ -46,6 +46,11 @@ class LaunchConfig:
     ranks follow that topology key (the store's host first); dynamic backends only
     (c10d, etcd). See docs/bad-nodes.md, "Group ranks stay where they were".
 
+    Straggler detection (``straggler_action``: ``"report"``, the default, ``"exclude"``
+    or ``"off"``; ``straggler_threshold``, ``straggler_window``,
+    ``straggler_min_duration``, ``straggler_timeout``, ``straggler_warmup``): see
+    :mod:`aelastic.stragglers`.
+
     ``redirects`` and ``tee`` take what ``-r``/``-t`` take: ``0``-``3``, a string such as
     ``"3"`` or ``"0:1,1:2"``, an ``aelastic.workers.Std`` or a ``{local_rank: Std}`` map.
 
@@ -146,6 +151,13 @@ class LaunchConfig:
     exclude_node_cooldown_max: float = 3600.0
     # group ranks by a topology key: see docs/bad-nodes.md, "Group ranks stay where they were"
     node_rank_order: str | None = None
+    # slow nodes found while the job runs: see aelastic.stragglers (docs/stragglers.md)
+    straggler_action: str = "report"
+    straggler_threshold: float = 0.75
+    straggler_window: float = 10.0
+    straggler_min_duration: float = 20.0
+    straggler_timeout: float = 120.0
+    straggler_warmup: float = 60.0
 
     def __post_init__(self) -> None:
         if not 0 < self.min_nodes <= self.max_nodes:
@@ -210,6 +222,7 @@ class LaunchConfig:
         except ValueError as exc:
             raise LaunchConfigError(str(exc)) from None
         self._check_rank_order()
+        self._check_stragglers()
         self.rdzv_configs = dict(self.rdzv_configs)  # the caller's dict stays as it was
         if self.rdzv_timeout is not None and self.rdzv_timeout != -1:
             self.rdzv_configs["timeout"] = self.rdzv_timeout
@@ -233,6 +246,22 @@ class LaunchConfig:
                 "dynamic rendezvous (--rdzv-backend c10d or etcd); with the static backend "
                 "each node's rank is its --node-rank: drop --node-rank-order or pass "
                 "--rdzv-backend c10d --rdzv-endpoint HOST:PORT"
+            )
+
+    def _check_stragglers(self) -> None:
+        from ..stragglers import StragglerConfigError
+        from ._straggler_args import settings_of
+
+        try:
+            settings_of(self)
+        except StragglerConfigError as exc:
+            raise LaunchConfigError(str(exc)) from None
+        if self.straggler_action == "exclude" and self.rdzv_backend == "static":
+            raise LaunchConfigError(
+                "straggler_action='exclude' (--straggler-action exclude): the static rendezvous "
+                "backend has a fixed membership, so no node can leave and none can take its "
+                "place; use --rdzv-backend c10d (or etcd) with a spare node (more agents than "
+                "--nnodes MAX) or --nnodes MIN:MAX to go on smaller, or --straggler-action report"
             )
 
     def resolved_shutdown_timeout(self, environ: Mapping[str, str] | None = None) -> float:

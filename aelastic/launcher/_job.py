@@ -11,6 +11,7 @@ entrypoint, *args)`` is the same, returned once the workers are up. Never import
 from __future__ import annotations
 
 import collections
+import os
 import signal
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from ..health import Response
     from ..jobview import StatusPublisher
     from ..progress import ProgressSnapshot
+    from ..stragglers import SlowInterval, StragglerWatch
 
 __all__ = (
     "FailureInfo",
@@ -176,6 +178,8 @@ class Job:
         self.learned_heartbeat_timeout: float | None = None
         #: publishes this node's status into the rendezvous store (``aelastic.jobview``)
         self.status_publisher: StatusPublisher | None = None
+        #: finds this node's slow ranks (``aelastic.stragglers``; None: detection off)
+        self.straggler_watch: StragglerWatch | None = None
         group = self._agent.get_worker_group()
         self._push(group.state, None)
         group.add_state_listener(self._on_state)
@@ -298,6 +302,20 @@ class Job:
         if gate is None or gate.report is None or gate.report.healthy:
             return None
         return gate.report.reason()
+
+    def straggler_status(self) -> dict[str, Any] | None:
+        """This node's straggler scores and verdict (``/status``'s ``stragglers``):
+        ``{"action", "threshold", "scores": {rank: {"relative", "individual"}}, "slow":
+        None or {"ranks": {rank: score}, "whole_node", "since"}, "slow_seconds"}``;
+        None when detection is off."""
+        watch = self.straggler_watch
+        return None if watch is None else watch.status()
+
+    def slow_intervals(self) -> list[SlowInterval]:
+        """This node's stretches of being slow (a straggler), oldest first, wall clock:
+        what a goodput ledger counts as time spent slow. [] when detection is off."""
+        watch = self.straggler_watch
+        return [] if watch is None else list(watch.intervals)
 
     @property
     def done(self) -> bool:
@@ -664,6 +682,7 @@ async def open_job(
             job.health_address = await _start_health(tg, job, config)
         await tg.start(job._watch_events)
         await _start_status(tg, job, prepared)
+        await _start_stragglers(tg, job, prepared)
         tg.start_soon(job._run, name=f"aelastic job {job.run_id}")
         yield job
 
@@ -674,6 +693,40 @@ async def _start_status(tg: anyio.abc.TaskGroup, job: Job, prepared: PreparedJob
 
     job.status_publisher = StatusPublisher(job, prepared.handler)
     await tg.start(job.status_publisher.run)
+
+
+async def _start_stragglers(tg: anyio.abc.TaskGroup, job: Job, prepared: PreparedJob) -> None:
+    """Watch this node's workers for stragglers (on unless ``straggler_action="off"``)."""
+    from ..jobview import status_store
+    from ..nodes import NODE_ID_ENV
+    from ..stragglers import StragglerWatch
+    from ._straggler_args import settings_of
+
+    settings = settings_of(job.config)
+    publisher = job.status_publisher
+    if not settings.enabled or publisher is None:
+        return
+    handler = prepared.handler
+    emit = job._agent._emit
+
+    async def exclude(reason: str) -> None:
+        gate = prepared.node_gate
+        if gate is not None and await gate.exclude(reason, handler, emit):
+            # the workers' failure becomes a free restart that sits out the exclusion
+            # (NodeGate.review, NodeGate.admit); a spare takes this node's group rank
+            job._agent.send_signal(signal.SIGTERM, terminate=False)
+
+    job.straggler_watch = StragglerWatch(
+        settings,
+        job,
+        lambda: status_store(handler),
+        node=os.environ.get(NODE_ID_ENV) or publisher.node,
+        host=job.node,
+        emit=emit,
+        mark=publisher.note,
+        exclude=exclude,
+    )
+    await tg.start(job.straggler_watch.run)
 
 
 async def _start_health(tg: anyio.abc.TaskGroup, job: Job, config: LaunchConfig) -> tuple[str, int]:

@@ -152,7 +152,9 @@ def gate_for(config: LaunchConfig) -> NodeGate | None:
     )
 
     exclusion = None
-    if config.exclude_node_after > 0:
+    # a straggler is excluded through the same path (its failures never exclude it
+    # unless --exclude-node-after is set too)
+    if config.exclude_node_after > 0 or config.straggler_action == "exclude":
         settings = ExclusionSettings(
             config.exclude_node_after,
             config.exclude_node_window,

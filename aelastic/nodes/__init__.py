@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ._exceptions import NodeExcludedError as NodeExcludedError
     from ._exceptions import NodeHealthConfigError as NodeHealthConfigError
     from ._exceptions import NodeUnhealthyError as NodeUnhealthyError
+    from ._exclusion import NODE_ID_ENV as NODE_ID_ENV
     from ._exclusion import ExclusionRecord as ExclusionRecord
     from ._exclusion import NodeExclusion as NodeExclusion
     from ._exclusion import excluded_nodes as excluded_nodes
@@ -46,6 +47,7 @@ __all__ = (
     "HealthCheck",
     "HealthReport",
     "NODE_EXCLUDED_EXIT_CODE",
+    "NODE_ID_ENV",
     "NODE_UNHEALTHY_EXIT_CODE",
     "NodeExcludedError",
     "NodeExclusion",

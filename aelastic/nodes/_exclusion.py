@@ -25,7 +25,14 @@ if TYPE_CHECKING:
     from ..rendezvous import RendezvousHandler
     from ..store import Store
 
-__all__ = ("ExclusionRecord", "NodeExclusion", "excluded_nodes", "node_id", "publish")
+__all__ = (
+    "NODE_ID_ENV",
+    "ExclusionRecord",
+    "NodeExclusion",
+    "excluded_nodes",
+    "node_id",
+    "publish",
+)
 
 log = logging.getLogger("aelastic.nodes")
 
@@ -75,12 +82,19 @@ class NodeExclusion:
         if not should_exclude(self.failures, now, self.settings):
             return None
         count = len(self.failures)
+        return self.exclude_now(
+            now,
+            f"its workers failed {count} time(s) within {self.settings.window:g} s, last: {why}",
+        )
+
+    def exclude_now(self, now: float, reason: str) -> ExclusionRecord:
+        """Exclude this node from now for the next cooldown, for ``reason`` (e.g. a
+        straggler: ``aelastic.stragglers``); its failures so far stop counting."""
         self.failures = []
         self.times += 1
         s = self.settings
         cooldown = backoff_seconds(s.cooldown, self.times, s.cooldown_max)
         self.until = now + cooldown
-        reason = f"its workers failed {count} time(s) within {s.window:g} s, last: {why}"
         self.last = ExclusionRecord(self.node, self.times, cooldown, reason)
         return self.last
 

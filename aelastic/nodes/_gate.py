@@ -22,7 +22,7 @@ import anyio
 from ..agent import Action, Decision, WorkerState
 from ._checks import SKIPPED, HealthCheck
 from ._exceptions import NodeExcludedError, NodeHealthConfigError, NodeUnhealthyError
-from ._exclusion import NodeExclusion, excluded_nodes, publish
+from ._exclusion import ExclusionRecord, NodeExclusion, excluded_nodes, publish
 from ._policy import CheckResult, HealthReport, report_of
 
 if TYPE_CHECKING:
@@ -194,9 +194,31 @@ class NodeGate:
         exclusion = self.exclusion
         if exclusion is None or decision.action not in (Action.RESTART, Action.FAIL):
             return decision
-        record = exclusion.note_failure(anyio.current_time(), why)
+        now = anyio.current_time()
+        if exclusion.remaining(now) > 0:  # excluded meanwhile (a straggler): its workers
+            return Decision(Action.RESTART, WorkerState.FAILED, remaining_restarts)  # were stopped
+        record = exclusion.note_failure(now, why)
         if record is None:
             return decision
+        await self._announce(record, handler, emit)
+        return Decision(Action.RESTART, WorkerState.FAILED, remaining_restarts)
+
+    async def exclude(self, reason: str, handler: RendezvousHandler, emit: Emit) -> bool:
+        """Exclude this node now for ``reason`` (a straggler): announced as after repeated
+        failures (log, ``aelastic.node.excluded``, the store's list); the caller then
+        stops the workers, and :meth:`review` turns their failure into a free restart
+        that sits out the cooldown. Returns False when exclusion is off (no
+        :class:`NodeExclusion`). Store requests are bounded."""
+        exclusion = self.exclusion
+        if exclusion is None:
+            return False
+        record = exclusion.exclude_now(anyio.current_time(), reason)
+        await self._announce(record, handler, emit)
+        return True
+
+    async def _announce(
+        self, record: ExclusionRecord, handler: RendezvousHandler, emit: Emit
+    ) -> None:
         log.error("excluding this node: %s", record.describe())
         emit(
             "aelastic.node.excluded",
@@ -208,7 +230,6 @@ class NodeGate:
             },
         )
         await publish(handler, record)
-        return Decision(Action.RESTART, WorkerState.FAILED, remaining_restarts)
 
     async def notes(self, handler: RendezvousHandler) -> list[str]:
         """The job's exclusions so far, one line each (for the failure summary; bounded)."""

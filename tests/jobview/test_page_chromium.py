@@ -81,8 +81,9 @@ async def test_the_page_shows_both_nodes_a_chart_and_hostile_strings_as_text(
             failure = {"global_rank": 7, "exitcode": 1, "message": HOSTILE_ERROR}
             marks = [[like["time"], "excluded", HOSTILE_ERROR]]  # a kind aelastic has no name for
             history = {"samples": [], "marks": marks}
+            slow = {"slow": {"ranks": {"3": 0.65}, "whole_node": False}}  # a straggler
             await write_stale_node(
-                found[0], like, HOSTILE_NODE, last_failure=failure, history=history
+                found[0], like, HOSTILE_NODE, last_failure=failure, history=history, stragglers=slow
             )
             address = jobs[1].health_address
             assert address is not None
@@ -106,6 +107,7 @@ async def test_the_page_shows_both_nodes_a_chart_and_hostile_strings_as_text(
         assert name in dom.cells
     assert HOSTILE_NODE in dom.cells  # shown as text...
     assert f"rank 7 {HOSTILE_ERROR}" in dom.cells
+    assert "rank 3 0.65" in dom.cells  # its slow rank and score
     assert "img" not in dom.tags and "b" not in dom.tags  # ...not as markup
     assert dom.tags.count("script") == 1  # the page's own
     assert f"{HOSTILE_NODE}  excluded  {HOSTILE_ERROR}" in dom.text  # the mark, as text

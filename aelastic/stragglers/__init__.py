@@ -1,0 +1,50 @@
+"""Finding the slow node while the job runs (stragglers), and taking it out.
+
+Every agent samples its workers' *busy time* (time on a CPU, from ``/proc``: nothing
+runs in the worker, the script is unchanged), shares each rank's
+median busy rate over ``--straggler-window`` through the rendezvous store, and scores
+every rank: relative score = the fastest rank's median / this rank's, individual score
+= its best past median / its current one. A rank whose relative score stays below
+``--straggler-threshold`` for ``--straggler-min-duration`` is slow; a node whose every
+rank is slow is named as a node. ``--straggler-action report`` (default) logs a
+``straggler:`` line, records an ``aelastic.straggler`` event, marks the job view and
+shows the scores in ``/status``, ``/metrics`` and ``aelastic status``; ``exclude`` also
+excludes the node (``aelastic.nodes``) once it has been slow for ``--straggler-timeout``.
+Decisions are plain functions (:mod:`._policy`); :class:`StragglerWatch` runs them.
+See ``docs/stragglers.md``.
+"""
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._exceptions import StragglerConfigError as StragglerConfigError
+    from ._policy import NodeVerdict as NodeVerdict
+    from ._policy import RankScore as RankScore
+    from ._policy import RateWindow as RateWindow
+    from ._policy import SlowInterval as SlowInterval
+    from ._policy import SlowTracker as SlowTracker
+    from ._policy import StragglerSettings as StragglerSettings
+    from ._policy import node_verdicts as node_verdicts
+    from ._policy import score_ranks as score_ranks
+    from ._policy import slow_intervals as slow_intervals
+    from ._signal import busy_seconds as busy_seconds
+    from ._watch import StragglerWatch as StragglerWatch
+
+__all__ = (
+    "NodeVerdict",
+    "RankScore",
+    "RateWindow",
+    "SlowInterval",
+    "SlowTracker",
+    "StragglerConfigError",
+    "StragglerSettings",
+    "StragglerWatch",
+    "busy_seconds",
+    "node_verdicts",
+    "score_ranks",
+    "slow_intervals",
+)
+
+__getattr__, __dir__ = lazy_exports(__name__, globals())

@@ -1,0 +1,339 @@
+"""``StragglerWatch``: the async shell that samples this node's workers, shares their
+medians with the other nodes through the rendezvous store, scores every rank of the
+job and acts on this node's slow ranks.
+
+Each agent decides from the same shared medians, but speaks and acts only for its own
+node: the ``straggler:`` log line, the ``aelastic.straggler`` event, the job view's
+mark, its ``/status`` and ``/metrics``, and with ``exclude`` its own exclusion. So no
+two agents report the same straggler and no agent acts for another machine. Store
+layout (under the run's status prefix): ``strag/nodes`` (the index, one node id per
+line) and ``strag/n/<node>`` (its round and its ranks' medians), one SET per interval.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+import anyio.abc
+
+from ._policy import (
+    NodeVerdict,
+    RankScore,
+    RateWindow,
+    SlowInterval,
+    SlowTracker,
+    StragglerSettings,
+    node_verdicts,
+    score_ranks,
+    slow_intervals,
+)
+from ._signal import busy_seconds
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+__all__ = ("StragglerWatch",)
+
+log = logging.getLogger("aelastic.stragglers")
+
+INDEX_KEY = "strag/nodes"
+
+
+def _node_key(node: str) -> str:
+    return f"strag/n/{node}"
+
+
+class _Worker(Protocol):
+    @property
+    def global_rank(self) -> int: ...
+    @property
+    def pid(self) -> int | None: ...
+
+
+class _Job(Protocol):
+    """What the watch reads of a job (an :class:`aelastic.Job`)."""
+
+    @property
+    def round(self) -> int | None: ...
+    @property
+    def done(self) -> bool: ...
+    def workers(self) -> Sequence[_Worker]: ...
+
+
+Emit = Callable[[str, Mapping[str, Any]], None]
+StoreOf = Callable[[], "tuple[Store, object] | None"]
+
+
+class StragglerWatch:
+    """Watch one node's workers for stragglers; ``await task_group.start(watch.run)``.
+
+    ``node`` names this node (its exclusion name), ``host`` its host; ``store_of()``
+    returns the run's status store and a token naming its connection (None: none yet);
+    ``emit(name, metadata)`` records an event; ``mark(kind, detail)`` puts a mark on
+    the job view's time axis; ``exclude(reason)`` excludes this node (action
+    ``exclude``; awaited once per slowdown). Store errors are logged and retried at the
+    next interval: the job never waits on the watch.
+    """
+
+    def __init__(
+        self,
+        settings: StragglerSettings,
+        job: _Job,
+        store_of: StoreOf,
+        *,
+        node: str,
+        host: str,
+        emit: Emit,
+        mark: Callable[[str, str], None] | None = None,
+        exclude: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.job = job
+        self.store_of = store_of
+        self.node = node
+        self.host = host
+        self.emit = emit
+        self.mark = mark
+        self.exclude = exclude
+        self.tracker = SlowTracker(settings)
+        #: the job's latest scores, every rank (empty: not enough samples yet)
+        self.scores: list[RankScore] = []
+        #: this node's confirmed slowdown now (None: not slow)
+        self.verdict: NodeVerdict | None = None
+        #: this node's slow stretches, oldest first (wall clock, ``time.time()``)
+        self.intervals: list[SlowInterval] = []
+        self.excluded = False
+        self._windows: dict[int, RateWindow] = {}
+        self._last: dict[int, tuple[int, float, float]] = {}  # rank: (pid, busy, mono)
+        self._round: int | None = None
+        self._pids: set[int | None] = set()
+        self._started = 0.0  # when the current workers were first seen
+        self._held_since: float | None = None  # a first report held back (see _hold)
+        self._errors: set[str] = set()  # kinds of errors logged as warnings already
+        self._token: object | None = None
+
+    def status(self) -> dict[str, Any]:
+        """This node's ranks' scores and its verdict (``/status``'s ``stragglers``)."""
+        own = {w.global_rank for w in self.job.workers()}
+        verdict = self.verdict
+        return {
+            "action": self.settings.action,
+            "threshold": self.settings.threshold,
+            "scores": {
+                str(s.global_rank): {
+                    "relative": round(s.relative, 3),
+                    "individual": round(s.individual, 3),
+                }
+                for s in self.scores
+                if s.global_rank in own
+            },
+            "slow": None
+            if verdict is None
+            else {
+                "ranks": {str(r): score for r, score in verdict.ranks.items()},
+                "whole_node": verdict.whole_node,
+                "since": self.intervals[-1].start if self.intervals else None,
+            },
+            "slow_seconds": round(sum(i.seconds(time.time()) for i in self.intervals), 1),
+        }
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Sample, share, score and act every :attr:`StragglerSettings.interval` seconds,
+        until cancelled or the job is done. Never raises but cancellation."""
+        task_status.started()
+        interval = self.settings.interval
+        while not self.job.done:
+            await anyio.sleep(interval)
+            try:
+                await self.tick(anyio.current_time())
+            except Exception as exc:  # best effort: the job must not fail on its watch
+                # once per kind of error: a store that is gone for a while must not spam
+                kind = type(exc).__name__
+                level = logging.DEBUG if kind in self._errors else logging.WARNING
+                self._errors.add(kind)
+                log.log(level, "straggler detection skipped a sample: %s: %s", kind, exc)
+
+    async def tick(self, now: float) -> None:
+        """One sample of this node's workers, one exchange with the store, one decision."""
+        medians = self.sample(now)
+        if now - self._started < self.settings.warmup:
+            return  # nothing to share yet: no store traffic during the warm-up
+        shared = await self._share(medians)
+        if shared is None:  # no store (static backend): this node's ranks among themselves
+            shared = {r: (self.node, m, self._windows[r].best or m) for r, m in medians.items()}
+        await self.decide(shared, now)
+
+    def sample(self, now: float) -> dict[int, float]:
+        """Read every local worker's busy time; return ``{global rank: median rate}``."""
+        workers = [w for w in self.job.workers() if w.pid is not None]
+        pids = {w.pid for w in workers}
+        if self.job.round != self._round or pids != self._pids:  # new workers: start over
+            self._round, self._pids, self._started = self.job.round, pids, now
+            self._windows.clear()
+            self._last.clear()
+            self.tracker = SlowTracker(self.settings)
+            if self.verdict is not None:  # its workers are gone: that slowdown is over
+                self._recovered(self.verdict)
+                self.verdict = None
+                self.intervals = slow_intervals(self.intervals, None, None, time.time())
+        if now - self._started < self.settings.warmup:
+            return {}
+        window = self.settings.window
+        medians = {}
+        for worker in workers:
+            rank, pid = worker.global_rank, worker.pid
+            if pid is None:
+                continue
+            busy = busy_seconds(pid)
+            if busy is None:
+                continue
+            last = self._last.get(rank)
+            self._last[rank] = (pid, busy, now)
+            if last is None or last[0] != pid or now <= last[2]:
+                continue
+            rates = self._windows.setdefault(rank, RateWindow(window))
+            rates.add(now, (busy - last[1]) / (now - last[2]))
+            median = rates.median()
+            if median is not None:
+                medians[rank] = median
+        return medians
+
+    async def _share(self, medians: dict[int, float]) -> dict[int, tuple[str, float, float]] | None:
+        """Publish this node's medians; read every node's of this round (None: no store).
+
+        Raises:
+            TimeoutError: the store did not answer within the bound.
+            Exception: what the store raised (the caller skips the sample).
+        """
+        found = self.store_of()
+        if found is None:
+            return None
+        store, token = found
+        bound = max(self.settings.interval, 1.0)
+        doc = {
+            "round": self._round,
+            "ranks": {str(r): [m, self._windows[r].best or m] for r, m in medians.items()},
+        }
+        with anyio.move_on_after(bound):
+            await store.set(_node_key(self.node), json.dumps(doc, separators=(",", ":")))
+            if token != self._token:
+                await store.append(INDEX_KEY, self.node + "\n")
+                self._token = token
+            nodes = sorted({n for n in (await store.get(INDEX_KEY)).decode().split() if n})
+            raws = await store.multi_get([_node_key(n) for n in nodes])
+            shared: dict[int, tuple[str, float, float]] = {}
+            for node, raw in zip(nodes, raws, strict=True):
+                other = json.loads(raw)
+                if other.get("round") != self._round:
+                    continue  # a node of another round (gone, or not caught up)
+                for rank, (median, best) in other["ranks"].items():
+                    shared[int(rank)] = (node, float(median), float(best))
+            return shared
+        # no decision on this node's ranks alone: skip the sample (logged by run())
+        raise TimeoutError(f"the rendezvous store did not answer within {bound:g} s")
+
+    async def decide(self, shared: Mapping[int, tuple[str, float, float]], now: float) -> None:
+        """Score the job's ranks; report, clear or exclude this node's slowdown."""
+        medians = {rank: (node, median) for rank, (node, median, _) in shared.items()}
+        best = {rank: b for rank, (_, _, b) in shared.items()}
+        self.scores = score_ranks(medians, best)
+        self.tracker.update(self.scores, now)
+        mine = [v for v in node_verdicts(self.scores, self.tracker.slow) if v.node == self.node]
+        verdict = mine[0] if mine else None
+        if verdict is not None and self.verdict is None and self._hold(verdict, now):
+            verdict = None
+        previous, self.verdict = self.verdict, verdict
+        wall = time.time()
+        onset = None
+        if verdict is not None:
+            since = self.tracker.slow_since(verdict.ranks)
+            onset = None if since is None else wall - (now - since)
+        self.intervals = slow_intervals(self.intervals, verdict, onset, wall)
+        if verdict is not None and (previous is None or set(previous.ranks) != set(verdict.ranks)):
+            self._report(verdict)
+        elif verdict is None and previous is not None:
+            self._recovered(previous)
+        if verdict is not None and self.settings.action == "exclude" and not self.excluded:
+            since = self.tracker.slow_since(verdict.ranks)
+            if (
+                since is not None
+                and now - since >= self.settings.min_duration + self.settings.timeout
+            ):
+                self.excluded = True
+                if self.exclude is not None:
+                    await self.exclude(self._reason(verdict))
+
+    def _hold(self, verdict: NodeVerdict, now: float) -> bool:
+        """Whether to hold a first report back while other ranks of this node are slow but
+        not confirmed yet (for at most one window): a whole node slows down at once, and
+        its ranks are confirmed a sample or two apart; one report names the node."""
+        pending = [
+            s.global_rank
+            for s in self.scores
+            if s.node == self.node
+            and s.global_rank in self.tracker.since
+            and s.global_rank not in verdict.ranks
+        ]
+        if not pending:
+            self._held_since = None
+            return False
+        if self._held_since is None:
+            self._held_since = now
+        return now - self._held_since < self.settings.window
+
+    def _reason(self, verdict: NodeVerdict) -> str:
+        slow = self.intervals[-1].seconds(time.time()) if self.intervals else 0.0
+        return (
+            f"straggler: {verdict.describe()}, slow for {slow:.0f} s "
+            f"(threshold {self.settings.threshold:g},"
+            f" --straggler-timeout {self.settings.timeout:g} s)"
+        )
+
+    def _report(self, verdict: NodeVerdict) -> None:
+        ranks = ",".join(str(r) for r in verdict.ranks)
+        scores = ",".join(f"{s:.2f}" for s in verdict.ranks.values())
+        what = "node" if verdict.whole_node else "rank(s)"
+        log.warning(
+            "straggler: host %s node %s global ranks %s scores %s (%s slow: relative score below"
+            " %g for %g s; action %s)",
+            self.host,
+            self.node,
+            ranks,
+            scores,
+            what,
+            self.settings.threshold,
+            self.settings.min_duration,
+            self.settings.action,
+        )
+        self.emit(
+            "aelastic.straggler",
+            {
+                "node": self.node,
+                "host": self.host,
+                "ranks": ranks,
+                "scores": scores,
+                "score": verdict.score,
+                "whole_node": verdict.whole_node,
+                "action": self.settings.action,
+            },
+        )
+        if self.mark is not None:
+            self.mark("straggler", f"{self.node}: {verdict.describe()}")
+
+    def _recovered(self, previous: NodeVerdict) -> None:
+        ranks = ",".join(str(r) for r in previous.ranks)
+        log.warning(
+            "straggler: host %s node %s global ranks %s no longer slow", self.host, self.node, ranks
+        )
+        self.emit(
+            "aelastic.straggler.recovered", {"node": self.node, "host": self.host, "ranks": ranks}
+        )
+        if self.mark is not None:
+            self.mark("straggler_end", f"{self.node}: ranks {ranks} no longer slow")

@@ -1,0 +1,218 @@
+"""Straggler detection in real jobs: 2 agents x 2 gloo DDP workers on this machine.
+
+Each node is an ``aelastic run`` process; the slow workers do deterministic extra work
+(``tests/stragglers/ddp_worker.py``), so the slowdown holds whatever the load. The
+windows are short (3 s window and minimum duration, 20 s warm-up) so the tests stay short.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aelastic.nodes import NODE_EXCLUDED_EXIT_CODE
+
+from ._nodes import Node, cluster, free_port, wait_all
+from .test_multinode import FAST
+
+#: each job runs until its slowdown is found: minutes on a loaded 2-core machine
+pytestmark = pytest.mark.timeout(400)
+
+DDP = str(Path(__file__).parent.parent / "stragglers" / "ddp_worker.py")
+QUICK = ["--straggler-window", "3", "--straggler-min-duration", "3", "--straggler-warmup", "20"]
+
+
+def _argv(
+    port: int, run_id: str, is_host: bool, stop: Path, *tail: str, nnodes: str = "2", events: Path
+) -> list[str]:
+    return [
+        "--nnodes", nnodes, "--nproc-per-node", "2",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+        "--rdzv-id", run_id, "--rdzv-conf", f"{FAST},is_host={int(is_host)}",
+        "--local-addr", "127.0.0.1", "--max-restarts", "3", "--monitor-interval", "0.1",
+        "--event-log-handler", "file", *QUICK, *tail,
+        DDP, "--stop-file", str(stop), "--work", "300",
+    ]  # fmt: skip
+
+
+def _env(name: str, events: Path, slow: str = "") -> dict[str, str]:
+    return {
+        "AELASTIC_NODE_ID": name,
+        "AELASTIC_EVENTS_FILE": str(events),
+        "STRAGGLER_TEST_SLOW": slow,
+        "OMP_NUM_THREADS": "1",
+    }
+
+
+def _steps(node: Node, rank: int) -> int:
+    """The latest step ``rank`` printed on ``node``'s stdout (-1: none)."""
+    found = [
+        int(m.group(1))
+        for line in node.lines
+        if (m := re.search(rf"STEP rank={rank} .*step=(\d+)", line))
+    ]
+    return max(found, default=-1)
+
+
+def _events(path: Path, name: str) -> list[dict[str, object]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("name") == name:
+            out.append(event.get("metadata") or {})
+    return out
+
+
+def _get(port: int, path: str) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as response:
+        text: str = response.read().decode()
+    return text
+
+
+def _status(port: int, run_id: str) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-m", "aelastic", "status", "--rdzv-endpoint", f"127.0.0.1:{port}",
+         "--rdzv-id", run_id, "--json"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+async def _wait_step(node: Node, rank: int, step: int, seconds: float = 180) -> None:
+    with anyio.fail_after(seconds):
+        await node.wait_for_line(
+            lambda line: f"STEP rank={rank} " in line and f"step={step}" in line
+        )
+
+
+def _straggler_lines(nodes: Sequence[Node]) -> list[str]:
+    return [line for n in nodes for line in n.err.splitlines() if "straggler:" in line]
+
+
+async def test_a_rank_forty_percent_slower_is_named_within_20_steps(tmp_path: Path) -> None:
+    port, stop, events = free_port(), tmp_path / "stop", tmp_path / "events"
+    run = "strag1"
+    async with cluster() as c:
+        a = await c.start(_argv(port, run, True, stop, events=events), env=_env("a", events))
+        health = free_port()
+        b = await c.start(
+            _argv(port, run, False, stop, "--health-port", str(health), events=events),
+            env=_env("b", events, "1"),
+        )
+        # node b is group rank 1 (the store's host keeps 0): its local rank 1 is global rank 3
+        with anyio.fail_after(240):
+            await b.wait_for_err("straggler:")
+        step = _steps(b, 3)
+        line = _straggler_lines([b])[0]
+        status = await anyio.to_thread.run_sync(_status, port, run)
+        own = json.loads(await anyio.to_thread.run_sync(_get, health, "/status"))
+        metrics = await anyio.to_thread.run_sync(_get, health, "/metrics")
+        stop.touch()
+        codes = await wait_all([a, b], 120)
+    assert codes == [0, 0], [n.err for n in c.nodes]
+    assert 60 <= step <= 80, (step, line)  # named within 20 steps of the onset (step 60)
+    assert "node b global ranks 3 scores 0." in line and "rank(s) slow" in line, line
+    assert _straggler_lines([a]) == []  # node a speaks only for itself: nothing to say
+    # the event, with the rank and its score
+    (event,) = _events(events, "aelastic.straggler")[:1]
+    assert event["node"] == "b" and event["ranks"] == "3" and event["whole_node"] is False
+    assert 0 < float(str(event["score"])) < 0.75
+    # aelastic status --json: node b's slow rank and score, and the mark on the time axis
+    nodes = {n["node"].split(":")[0]: n for n in status["nodes"]}  # type: ignore[attr-defined]
+    slow = [n["stragglers"]["slow"] for n in status["nodes"] if n["stragglers"]["slow"]]  # type: ignore[attr-defined]
+    assert len(slow) == 1 and list(slow[0]["ranks"]) == ["3"], status
+    assert slow[0]["whole_node"] is False
+    marks = [m for n in status["nodes"] for m in n["history"]["marks"]]  # type: ignore[attr-defined]
+    assert any(m[1] == "straggler" and "b: slow rank(s): global rank 3" in m[2] for m in marks)
+    assert nodes  # (both nodes published)
+    # node b's /status and /metrics: its ranks' scores, rank 3 below the threshold
+    assert list(own["stragglers"]["slow"]["ranks"]) == ["3"]
+    gauges = dict(
+        re.findall(r'aelastic_job_straggler_score\{.*global_rank="(\d)"\} ([\d.]+)', metrics)
+    )
+    assert set(gauges) == {"2", "3"} and float(gauges["3"]) < 0.75 < float(gauges["2"]), metrics
+
+
+async def test_an_even_job_next_to_a_cpu_hog_reports_nothing(tmp_path: Path) -> None:
+    port, stop, events = free_port(), tmp_path / "stop", tmp_path / "events"
+    run = "strag2"
+    hog = await anyio.open_process([sys.executable, "-c", "while True: pass"])
+    try:
+        async with cluster() as c:
+            a = await c.start(_argv(port, run, True, stop, events=events), env=_env("a", events))
+            b = await c.start(_argv(port, run, False, stop, events=events), env=_env("b", events))
+            await _wait_step(a, 0, 80)
+            stop.touch()
+            codes = await wait_all([a, b], 120)
+    finally:
+        hog.kill()
+        await hog.wait()
+    assert codes == [0, 0], [n.err for n in c.nodes]
+    assert _straggler_lines([a, b]) == []
+    assert _events(events, "aelastic.straggler") == []
+
+
+async def test_every_rank_of_a_node_slower_names_the_node(tmp_path: Path) -> None:
+    port, stop, events = free_port(), tmp_path / "stop", tmp_path / "events"
+    run = "strag3"
+    onset = ["--onset", "20"]
+    async with cluster() as c:
+        a = await c.start(
+            [*_argv(port, run, True, stop, events=events), *onset], env=_env("a", events)
+        )
+        b = await c.start(
+            [*_argv(port, run, False, stop, events=events), *onset], env=_env("b", events, "0,1")
+        )
+        with anyio.fail_after(240):
+            await b.wait_for_err("straggler:")
+        stop.touch()
+        codes = await wait_all([a, b], 120)
+    assert codes == [0, 0], [n.err for n in c.nodes]
+    line = _straggler_lines([b])[0]
+    assert "node b global ranks 2,3 scores" in line and "(node slow" in line, line
+    (event,) = _events(events, "aelastic.straggler")[:1]
+    assert event["whole_node"] is True and event["ranks"] == "2,3"
+
+
+async def test_exclude_takes_the_slow_node_out_and_a_spare_takes_its_group_rank(
+    tmp_path: Path,
+) -> None:
+    port, stop, events = free_port(), tmp_path / "stop", tmp_path / "events"
+    run = "strag4"
+    policy = ["--straggler-action", "exclude", "--straggler-timeout", "1"]
+    policy += ["--exclude-node-cooldown", "600"]
+    onset = ["--onset", "10"]
+
+    def argv(is_host: bool) -> list[str]:
+        return [*_argv(port, run, is_host, stop, *policy, events=events), *onset]
+
+    async with cluster() as c:
+        a = await c.start(argv(True), env=_env("a", events))
+        b = await c.start(argv(False), env=_env("b", events, "0,1"))
+        await _wait_step(b, 2, 0)
+        spare = await c.start(argv(False), env=_env("spare", events))  # waits: world full
+        with anyio.fail_after(240):
+            await b.wait_for_err("excluding this node")
+        # the spare joins the next round and takes node b's group rank (global ranks 2, 3)
+        await _wait_step(spare, 2, 5)
+        stop.touch()
+        codes = await wait_all([a, b, spare], 120)
+    assert codes == [0, NODE_EXCLUDED_EXIT_CODE, 0], [n.err for n in c.nodes]
+    assert any("group=1" in line for line in spare.lines if line.startswith("READY")), spare.lines
+    assert "b excluded for 600 s (exclusion #1): straggler:" in b.err, b.err
+    (excluded,) = _events(events, "aelastic.node.excluded")
+    assert str(excluded["reason"]).startswith("straggler: every rank of the node is slow")

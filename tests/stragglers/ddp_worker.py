@@ -1,0 +1,63 @@
+"""A gloo DDP worker for straggler tests: deterministic work per step, made slower on demand.
+
+    ddp_worker.py --stop-file PATH [--work N] [--onset STEP] [--factor F] [--max-steps N]
+
+Each step does ``--work`` small matrix products (plus a DDP forward/backward, whose
+gradient all-reduce makes every rank wait for the slowest), then one all-reduce of a
+stop flag (set once ``--stop-file`` exists on any rank), and prints
+``STEP rank=R group=G step=S``. From step ``--onset``, a worker whose local rank is
+listed in ``$STRAGGLER_TEST_SLOW`` (e.g. ``0,1``; set on one node only) does
+``--factor`` times the work: deterministic extra work, so the slowdown holds whatever
+the machine's load. Single-threaded (one core per worker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+torch.set_num_threads(1)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--stop-file", required=True)
+    p.add_argument("--work", type=int, default=30)
+    p.add_argument("--onset", type=int, default=60)
+    p.add_argument("--factor", type=float, default=1.4)
+    p.add_argument("--max-steps", type=int, default=3000)
+    args = p.parse_args()
+    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    group = os.environ["GROUP_RANK"]
+    slow = str(local) in os.environ.get("STRAGGLER_TEST_SLOW", "").split(",")
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(nn.Linear(32, 32))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(64, 32)
+    a = torch.randn(160, 160) / 13
+    print(f"READY rank={rank} group={group}", flush=True)
+    for step in range(args.max_steps):
+        units = args.work
+        if slow and step >= args.onset:
+            units = round(units * args.factor)
+        b = a
+        for _ in range(units):
+            b = torch.tanh(b @ a)
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        stop = torch.tensor([float(os.path.exists(args.stop_file))])
+        dist.all_reduce(stop)
+        print(f"STEP rank={rank} group={group} step={step}", flush=True)
+        if stop.item() > 0:
+            break
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

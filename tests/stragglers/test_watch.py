@@ -1,0 +1,135 @@
+"""``StragglerWatch.decide``: what one node says and does about its own slow ranks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from aelastic.stragglers import StragglerSettings, StragglerWatch
+
+pytestmark = pytest.mark.anyio
+
+
+class _Worker:
+    def __init__(self, rank: int) -> None:
+        self.global_rank = rank
+        self.pid: int | None = None
+
+
+class _Job:
+    round: int | None = 1
+    done = False
+
+    def __init__(self, ranks: list[int]) -> None:
+        self._workers = [_Worker(r) for r in ranks]
+
+    def workers(self) -> list[_Worker]:
+        return self._workers
+
+
+def _watch(
+    settings: StragglerSettings, ranks: list[int]
+) -> tuple[StragglerWatch, list[tuple[str, Mapping[str, Any]]], list[tuple[str, str]], list[str]]:
+    events: list[tuple[str, Mapping[str, Any]]] = []
+    marks: list[tuple[str, str]] = []
+    excluded: list[str] = []
+
+    async def exclude(reason: str) -> None:
+        excluded.append(reason)
+
+    watch = StragglerWatch(
+        settings,
+        _Job(ranks),
+        lambda: None,
+        node="b",
+        host="hostb",
+        emit=lambda name, md: events.append((name, md)),
+        mark=lambda kind, detail: marks.append((kind, detail)),
+        exclude=exclude,
+    )
+    return watch, events, marks, excluded
+
+
+def _shared(slow: Mapping[int, float]) -> dict[int, tuple[str, float, float]]:
+    return {r: ("a" if r < 2 else "b", slow.get(r, 0.6), 0.6) for r in range(4)}
+
+
+async def test_a_whole_node_is_reported_once_as_a_node_then_excluded_after_the_timeout() -> None:
+    settings = StragglerSettings(action="exclude", window=4, min_duration=2, timeout=3)
+    watch, events, marks, excluded = _watch(settings, [2, 3])
+    now = 0.0
+    # rank 3 slows down one second after rank 2: one report, naming the node
+    for _ in range(30):
+        now += 0.5
+        await watch.decide(_shared({2: 0.9, 3: 0.9 if now > 1 else 0.6}), now)
+    names = [name for name, _ in events]
+    assert names == ["aelastic.straggler"]
+    metadata = events[0][1]
+    assert metadata["ranks"] == "2,3" and metadata["whole_node"] is True
+    assert metadata["node"] == "b" and metadata["host"] == "hostb"
+    assert marks and marks[0][0] == "straggler" and "every rank of the node" in marks[0][1]
+    assert len(excluded) == 1 and excluded[0].startswith("straggler: every rank of the node")
+    status = watch.status()
+    assert status["slow"]["whole_node"] is True and set(status["scores"]) == {"2", "3"}
+    assert status["scores"]["2"]["relative"] == pytest.approx(0.6 / 0.9, abs=0.001)
+    assert len(watch.intervals) == 1 and watch.intervals[0].end is None
+
+
+async def test_recovery_is_reported_and_closes_the_slow_interval() -> None:
+    watch, events, marks, excluded = _watch(StragglerSettings(window=4, min_duration=2), [2, 3])
+    now = 0.0
+    for slow in (True, False):
+        for _ in range(20):
+            now += 0.5
+            await watch.decide(_shared({3: 0.9} if slow else {}), now)
+    assert [name for name, _ in events] == ["aelastic.straggler", "aelastic.straggler.recovered"]
+    assert events[0][1]["ranks"] == "3" and events[0][1]["whole_node"] is False
+    assert [kind for kind, _ in marks] == ["straggler", "straggler_end"]
+    assert excluded == []  # report only
+    (interval,) = watch.intervals
+    assert interval.end is not None and interval.ranks == (3,)
+    assert watch.status()["slow"] is None
+
+
+async def test_another_nodes_straggler_is_not_this_nodes_to_report() -> None:
+    watch, events, _, _ = _watch(StragglerSettings(window=4, min_duration=2), [2, 3])
+    for i in range(20):
+        await watch.decide(_shared({0: 0.9}), i * 0.5)
+    assert events == [] and watch.verdict is None
+    assert {s.global_rank for s in watch.scores} == {0, 1, 2, 3}  # yet every rank is scored
+
+
+async def test_no_store_traffic_in_the_warmup_and_new_workers_end_a_slowdown() -> None:
+    import os
+
+    calls: list[int] = []
+
+    def store_of() -> None:
+        calls.append(1)
+
+    events: list[str] = []
+    job = _Job([2, 3])
+    for worker in job.workers():
+        worker.pid = os.getpid()
+    watch = StragglerWatch(
+        StragglerSettings(window=4, min_duration=2, warmup=30),
+        job,
+        store_of,
+        node="b",
+        host="hostb",
+        emit=lambda name, md: events.append(name),
+    )
+    await watch.tick(100.0)
+    await watch.tick(110.0)
+    assert calls == []  # warm-up: nothing shared, nothing decided
+    await watch.tick(131.0)
+    assert calls == [1]
+    for i in range(20):  # rank 3 slow: reported
+        await watch.decide(_shared({3: 0.9}), 131.0 + i * 0.5)
+    assert events == ["aelastic.straggler"] and watch.verdict is not None
+    job.round = 2  # a new round: new workers; the slowdown ended with the old ones
+    await watch.tick(150.0)
+    assert events == ["aelastic.straggler", "aelastic.straggler.recovered"]
+    assert watch.verdict is None and watch.intervals[-1].end is not None
