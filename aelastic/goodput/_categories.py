@@ -14,7 +14,9 @@ PRODUCTIVE = "productive"
 #: Why an attempt ended, each with its own ``restart.<cause>`` category.
 RESTART_CAUSES: tuple[str, ...] = ("crash", "hang", "node_loss", "membership", "exclusion")
 #: Badput carved out of the stepping time by another component (``GoodputRecorder.charge``).
-CHARGED: tuple[str, ...] = ()
+#: ``straggler``: the time a slow rank of this node cost its job, ``(1 - score)`` of each
+#: second it was confirmed slow (``aelastic.stragglers``; score: its relative speed).
+CHARGED: tuple[str, ...] = ("straggler",)
 #: Every badput category, in the order the summary line and the page show them.
 BADPUT: tuple[str, ...] = (
     "startup",

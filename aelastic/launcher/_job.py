@@ -725,6 +725,7 @@ async def _start_stragglers(tg: anyio.abc.TaskGroup, job: Job, prepared: Prepare
         emit=emit,
         mark=publisher.note,
         exclude=exclude,
+        charge=lambda seconds: job._agent.goodput.charge("straggler", seconds),
     )
     await tg.start(job.straggler_watch.run)
 

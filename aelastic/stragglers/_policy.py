@@ -37,6 +37,7 @@ __all__ = (
     "node_verdicts",
     "score_ranks",
     "slow_intervals",
+    "straggler_cost",
 )
 
 #: What to do with a confirmed straggler: ``report`` (default), ``exclude``, ``off``.
@@ -266,3 +267,10 @@ def slow_intervals(
     else:
         out[-1] = SlowInterval(last.node, ranks, last.start, None, min(last.score, verdict.score))
     return out
+
+
+def straggler_cost(seconds: float, score: float) -> float:
+    """The time a slow rank cost a synchronous job over ``seconds``: the job moved at
+    the rank's relative speed ``score`` (0-1], so ``(1 - score)`` of that time is lost
+    (the goodput ledger's ``straggler`` category). Negative inputs count as none."""
+    return max(0.0, seconds) * min(1.0, max(0.0, 1.0 - score))

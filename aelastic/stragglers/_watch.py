@@ -31,6 +31,7 @@ from ._policy import (
     node_verdicts,
     score_ranks,
     slow_intervals,
+    straggler_cost,
 )
 from ._signal import busy_seconds
 
@@ -76,8 +77,10 @@ class StragglerWatch:
     returns the run's status store and a token naming its connection (None: none yet);
     ``emit(name, metadata)`` records an event; ``mark(kind, detail)`` puts a mark on
     the job view's time axis; ``exclude(reason)`` excludes this node (action
-    ``exclude``; awaited once per slowdown). Store errors are logged and retried at the
-    next interval: the job never waits on the watch.
+    ``exclude``; awaited once per slowdown); ``charge(seconds)`` is told, at each
+    decision, the time this node's slowdown cost the job since the last one (the
+    goodput ledger's ``straggler`` category). Store errors are logged and retried at
+    the next interval: the job never waits on the watch.
     """
 
     def __init__(
@@ -91,6 +94,7 @@ class StragglerWatch:
         emit: Emit,
         mark: Callable[[str, str], None] | None = None,
         exclude: Callable[[str], Awaitable[None]] | None = None,
+        charge: Callable[[float], None] | None = None,
     ) -> None:
         self.settings = settings
         self.job = job
@@ -100,6 +104,8 @@ class StragglerWatch:
         self.emit = emit
         self.mark = mark
         self.exclude = exclude
+        self.charge = charge
+        self._decided: float | None = None  # when decide() last ran (the charge's start)
         self.tracker = SlowTracker(settings)
         #: the job's latest scores, every rank (empty: not enough samples yet)
         self.scores: list[RankScore] = []
@@ -250,6 +256,9 @@ class StragglerWatch:
         if verdict is not None and self.verdict is None and self._hold(verdict, now):
             verdict = None
         previous, self.verdict = self.verdict, verdict
+        last, self._decided = self._decided, now
+        if self.charge is not None and verdict is not None and last is not None and now > last:
+            self.charge(straggler_cost(now - last, verdict.score))
         wall = time.time()
         onset = None
         if verdict is not None:

@@ -197,7 +197,12 @@ def test_recorder_feeds_the_same_ledger() -> None:
     assert dict(rec.restarts()) == {"node_loss": 1}
     assert_adds_up(ledger)
     with pytest.raises(ValueError, match=r"add it to .*BADPUT"):
-        rec.charge("straggler", 1.0)
+        rec.charge("slowness", 1.0)
+    rec.charge("straggler", 1.5)  # a slow rank's cost moves out of productive time
+    charged = rec.ledger()
+    assert charged is not None and assert_adds_up(charged) is None
+    assert charged.seconds["straggler"] == pytest.approx(1.5)
+    assert charged.seconds["productive"] == pytest.approx(ledger.seconds["productive"] - 1.5)
     with pytest.raises(ValueError, match="cause 'oops'"):
         rec.attempt_started()
         rec.attempt_ended([], "oops")

@@ -133,3 +133,34 @@ async def test_no_store_traffic_in_the_warmup_and_new_workers_end_a_slowdown() -
     await watch.tick(150.0)
     assert events == ["aelastic.straggler", "aelastic.straggler.recovered"]
     assert watch.verdict is None and watch.intervals[-1].end is not None
+
+
+async def test_the_time_a_slowdown_cost_is_charged_to_the_goodput_ledger() -> None:
+    charged: list[float] = []
+    watch = StragglerWatch(
+        StragglerSettings(window=4, min_duration=2),
+        _Job([2, 3]),
+        lambda: None,
+        node="b",
+        host="hostb",
+        emit=lambda name, md: None,
+        charge=charged.append,
+    )
+    now, slow_for = 0.0, 0.0
+    for slow in (False, True, False):
+        for _ in range(20):
+            now += 0.5
+            await watch.decide(_shared({3: 0.9} if slow else {}), now)
+            if watch.verdict is not None:
+                slow_for += 0.5
+    assert slow_for > 0
+    # rank 3 ran at 0.6/0.9 of the fastest rank's speed: a third of each slow second is lost
+    assert sum(charged) == pytest.approx(slow_for / 3, rel=0.01)
+
+
+def test_straggler_cost_is_the_share_of_time_lost() -> None:
+    from aelastic.stragglers._policy import straggler_cost
+
+    assert straggler_cost(10.0, 0.75) == pytest.approx(2.5)
+    assert straggler_cost(10.0, 1.0) == 0.0
+    assert straggler_cost(-1.0, 0.5) == 0.0 and straggler_cost(4.0, -1.0) == 4.0
