@@ -16,7 +16,9 @@ In a worker (``python -m aelastic run ...``)::
         checkpoint.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()},
                         step=step + 1)
 
-``save`` blocks for about one memory copy (``torch.save`` into ``/dev/shm``);
+``save`` blocks for one copy of the tensors' bytes into shared memory the agent owns (a
+buffer per rank, reused from step to step; ``save(..., asynchronous=True)`` returns
+before CUDA tensors reach it, see docs/checkpoint-fast-save.md);
 ``load`` returns the newest step that every rank completed. With ``--checkpoint-dir``
 the agent also writes the newest step to disk (every ``--checkpoint-persist-interval``
 seconds and before it exits) and a fresh launch resumes from there. With several nodes,
@@ -34,7 +36,9 @@ from .._lazy import lazy_exports
 from ._disk import check_writable as check_writable
 from ._exceptions import CheckpointError as CheckpointError
 from ._worker import load as load
+from ._worker import reserve as reserve
 from ._worker import save as save
+from ._worker import wait as wait
 
 if TYPE_CHECKING:
     from ._agent import Checkpoints as Checkpoints
@@ -46,7 +50,9 @@ __all__ = (
     "check_writable",
     "load",
     "open_checkpoints",
+    "reserve",
     "save",
+    "wait",
 )
 
 __getattr__, __dir__ = lazy_exports(__name__, globals())

@@ -29,8 +29,13 @@ def attempt(name: str, call: Callable[[], object]) -> None:
 
 
 def listing() -> list[str]:
+    """The committed files (hidden entries, like a rank's spare buffer, are the saver's)."""
+    checkpoint.wait()
     return sorted(
-        os.path.join(d, f) for d in os.listdir(root) for f in os.listdir(os.path.join(root, d))
+        os.path.join(d, f)
+        for d in os.listdir(root)
+        if not d.startswith(".")
+        for f in os.listdir(os.path.join(root, d))
     )
 
 
