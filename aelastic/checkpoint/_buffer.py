@@ -49,8 +49,12 @@ _maps: dict[tuple[int, int], _Map] = {}
 _lock = threading.Lock()
 
 
-def spare_path(root: str, rank: int) -> str:
-    return os.path.join(root, f".spare_rank_{rank}")
+def spare_path(root: str, rank: int, index: int = 0) -> str:
+    return os.path.join(root, f".spare_rank_{rank}_{index}")
+
+
+#: Spares per rank: a rank keeps two steps, so at most two saves find no step to reuse.
+_SPARES = 2
 
 
 def _held(root: str, rank: int, but: int | None = None) -> list[str]:
@@ -72,8 +76,8 @@ def _next_buffer(root: str, rank: int, step: int | None = None) -> str | None:
     held = _held(root, rank, step)
     if len(held) >= 2:
         return held[0]
-    spare = spare_path(root, rank)
-    return spare if os.path.exists(spare) else None
+    spares = (spare_path(root, rank, i) for i in range(_SPARES))
+    return next((p for p in spares if os.path.exists(p)), None)
 
 
 def target(root: str, rank: int, step: int, tmp: str) -> int:
@@ -83,6 +87,8 @@ def target(root: str, rank: int, step: int, tmp: str) -> int:
     if reuse is not None:
         with contextlib.suppress(FileNotFoundError):
             os.rename(reuse, tmp)
+        with contextlib.suppress(OSError):  # its step's directory, once no rank is left
+            os.rmdir(os.path.dirname(reuse))
     return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
 
@@ -168,31 +174,44 @@ class MapWriter:
         self.m.allocated = min(self.m.allocated, self.pos)
 
 
-def forget_others(root: str, rank: int) -> None:
+def forget_others(root: str, rank: int) -> bool:
     """Unmap what is no longer one of ``rank``'s buffers (a mapping would keep the
-    memory of a deleted file)."""
-    keep = set()
-    for path in (*_held(root, rank), spare_path(root, rank)):
+    memory of a deleted file); whether the next save's buffer is mapped already (the
+    steady state: :func:`prepare` has nothing to do)."""
+    held = _held(root, rank)
+    keys = []
+    for path in (*held, *(spare_path(root, rank, i) for i in range(_SPARES))):
         with contextlib.suppress(OSError):
             st = os.stat(path)
-            keep.add((st.st_dev, st.st_ino))
+            keys.append((st.st_dev, st.st_ino))
     with _lock:
-        for key in [k for k in _maps if k not in keep]:
+        for key in [k for k in _maps if k not in keys]:
             _maps.pop(key).mm.close()
+        return len(held) == _SPARES and keys[:1] == [k for k in keys[:1] if k in _maps]
 
 
 def prepare(root: str, rank: int, nbytes: int) -> None:
-    """Allocate and map the buffer the next save of ``rank`` writes into, ``nbytes``
-    long (blocking; run in a thread). The spare is created when the rank keeps fewer
-    than two steps. Errors are ignored: the save itself reports them."""
-    spare = spare_path(root, rank)
-    path = _next_buffer(root, rank) or spare
+    """Allocate and map the buffers the next two saves of ``rank`` write into, ``nbytes``
+    each (blocking; run in a thread): this rank's oldest kept step if it keeps two (mapped
+    as it is), and a spare for each save that finds no step to reuse. Errors are
+    ignored: the save itself reports them."""
+    held = _held(root, rank)
     with contextlib.suppress(OSError, ValueError):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            if path == spare:
-                mapping(fd, nbytes)
-            else:
+        if len(held) >= 2:
+            fd = os.open(held[0], os.O_RDWR | os.O_CLOEXEC)
+            try:
                 _map_committed(fd)
-        finally:
-            os.close(fd)
+            finally:
+                os.close(fd)
+        paths = [spare_path(root, rank, i) for i in range(_SPARES)]
+        paths.sort(key=lambda p: not os.path.exists(p))  # the existing ones first
+        wanted = max(0, _SPARES - len(held))
+        for path in paths[wanted:]:  # a spare no save will take: its memory back
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        for path in paths[:wanted]:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                mapping(fd, nbytes)
+            finally:
+                os.close(fd)

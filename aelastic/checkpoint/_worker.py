@@ -156,14 +156,17 @@ def save(obj: Any, *, step: int, asynchronous: bool = False) -> None:
         def write() -> None:
             for event in events:
                 event.synchronize()
-            _buffer.prepare(root, rank, _write(staged, root, step, rank, world))
+            size, ready = _write(staged, root, step, rank, world)
+            if not ready:
+                _buffer.prepare(root, rank, size)
 
         _in_background(write, f"step {step}")
         return
     for event in events:
         event.synchronize()
-    size = _write(staged, root, step, rank, world)
-    _in_background(functools.partial(_buffer.prepare, root, rank, size), None)
+    size, ready = _write(staged, root, step, rank, world)
+    if not ready:  # the next save's buffer, prepared while training goes on
+        _in_background(functools.partial(_buffer.prepare, root, rank, size), None)
 
 
 def wait() -> None:
@@ -221,9 +224,9 @@ def _in_background(work: Callable[[], None], what: str | None) -> None:
     _background.start()
 
 
-def _write(obj: Any, root: str, step: int, rank: int, world: int) -> int:
+def _write(obj: Any, root: str, step: int, rank: int, world: int) -> tuple[int, bool]:
     """Copy ``obj`` into this rank's buffer for ``step`` and commit it (blocking); the
-    bytes of its file."""
+    bytes of its file, and whether the next save's buffer is ready."""
     import torch
 
     final = L.rank_file(root, step, rank, world)
@@ -269,8 +272,7 @@ def _write(obj: Any, root: str, step: int, rank: int, world: int) -> int:
     os.rename(tmp, final)
     _last_saved[rank] = step
     L.prune(root, (rank,))
-    _buffer.forget_others(root, rank)
-    return writer.pos
+    return writer.pos, _buffer.forget_others(root, rank)
 
 
 def _stage(obj: Any, asynchronous: bool) -> tuple[Any, list[Any]]:
