@@ -86,17 +86,17 @@ def _size(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB"
 
 
-def _check_memory(root: str, needed: int) -> None:
+def _check_memory(root: str, needed: int, where: str = "aelastic.checkpoint.save") -> None:
     try:
         free = shutil.disk_usage(root).free
     except OSError as exc:
         raise CheckpointError(
-            f"aelastic.checkpoint.save: cannot use the checkpoint directory {root}: "
+            f"{where}: cannot use the checkpoint directory {root}: "
             f"{exc.strerror}; it must be a directory the worker can write (the agent creates it)"
         ) from None
     if needed > free:
         raise CheckpointError(
-            f"aelastic.checkpoint.save: not enough memory for this checkpoint: it needs about "
+            f"{where}: not enough memory for this checkpoint: it needs about "
             f"{_size(needed)}, {_size(free)} is free in {root}; free memory, grow /dev/shm "
             "(e.g. docker --shm-size) or save less state; the previous step is intact"
         )
@@ -229,22 +229,37 @@ def _write(obj: Any, root: str, step: int, rank: int, world: int) -> tuple[int, 
     bytes of its file, and whether the next save's buffer is ready."""
     import torch
 
+    nbytes = _tensor_bytes(obj)
+    with rank_buffer(root, step, rank, world, nbytes, "save") as (writer, done), _no_crc32():
+        torch.save(obj, writer)  # type: ignore[arg-type]  # a file-like writer
+    return writer.pos, done[0]
+
+
+@contextlib.contextmanager
+def rank_buffer(
+    root: str, step: int, rank: int, world: int, nbytes: int, caller: str
+) -> Iterator[tuple[_buffer.MapWriter, list[bool]]]:
+    """This rank's buffer for ``step``, at least ``nbytes`` ready, as a writer (the
+    file-like ``torch.save`` takes); committed when the block ends (then the list holds
+    whether the next save's buffer is ready). An exception in the block, or a lack of
+    memory, leaves the previous step intact and raises :class:`CheckpointError`
+    (``caller`` names the function in its message)."""
     final = L.rank_file(root, step, rank, world)
     tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.{os.getpid()}.tmp")
-    needed = _tensor_bytes(obj)
-    _check_memory(root, needed + _buffer.SLACK - _buffer.reused_bytes(root, rank, step))
+    where = f"aelastic.checkpoint.{caller}"
+    _check_memory(root, nbytes + _buffer.SLACK - _buffer.reused_bytes(root, rank, step), where)
     try:
         os.makedirs(os.path.dirname(final), exist_ok=True)
         fd = _buffer.target(root, rank, step, tmp)
     except OSError as exc:
         raise CheckpointError(
-            f"aelastic.checkpoint.save: cannot write {tmp}: {exc.strerror}; the checkpoint "
+            f"{where}: cannot write {tmp}: {exc.strerror}; the checkpoint "
             "directory must be writable by the worker (the agent's user)"
         ) from None
+    done: list[bool] = []
     try:
-        writer = _buffer.MapWriter(fd, _buffer.mapping(fd, needed))
-        with _no_crc32():
-            torch.save(obj, writer)  # type: ignore[arg-type]  # a file-like writer
+        writer = _buffer.MapWriter(fd, _buffer.mapping(fd, nbytes))
+        yield writer, done
         writer.finish()
     except BaseException as exc:
         full = isinstance(exc, OSError) and exc.errno == errno.ENOSPC
@@ -255,14 +270,14 @@ def _write(obj: Any, root: str, step: int, rank: int, world: int) -> tuple[int, 
         with contextlib.suppress(OSError):  # the new step's directory, if it is empty
             os.rmdir(os.path.dirname(final))
         if full:
-            _check_memory(root, needed + _buffer.SLACK)
+            _check_memory(root, nbytes + _buffer.SLACK, where)
             raise CheckpointError(
-                f"aelastic.checkpoint.save: {root} ran out of memory while saving step {step}; "
+                f"{where}: {root} ran out of memory while saving step {step}; "
                 "free memory or grow /dev/shm; the previous step is intact"
             ) from None
-        if isinstance(exc, Exception) and not isinstance(exc, OSError):
+        if isinstance(exc, Exception) and not isinstance(exc, (OSError, CheckpointError)):
             raise CheckpointError(
-                f"aelastic.checkpoint.save: cannot serialize rank {rank}'s object of step "
+                f"{where}: cannot serialize rank {rank}'s object of step "
                 f"{step}: {type(exc).__name__}: {exc}; save tensors and picklable values only "
                 "(e.g. state_dict()s, not modules holding lambdas or open files)"
             ) from exc
@@ -272,7 +287,7 @@ def _write(obj: Any, root: str, step: int, rank: int, world: int) -> tuple[int, 
     os.rename(tmp, final)
     _last_saved[rank] = step
     L.prune(root, (rank,))
-    return writer.pos, _buffer.forget_others(root, rank)
+    done.append(_buffer.forget_others(root, rank))
 
 
 def _stage(obj: Any, asynchronous: bool) -> tuple[Any, list[Any]]:
