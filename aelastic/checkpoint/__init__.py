@@ -25,9 +25,17 @@ seconds and before it exits) and a fresh launch resumes from there. With several
 each agent copies its ranks' newest step to the next ``--checkpoint-replicas`` nodes
 (default 1), and a node that replaces a lost one resumes its ranks from such a copy.
 
+With ``torch.distributed.checkpoint`` (sharded states, resharding on load)::
+
+    reader = checkpoint.MemoryReader()      # reader.step: None, or the step to resume
+    if reader.step is not None:
+        dcp.load(state_dict, storage_reader=reader)
+    ...
+    dcp.save(state_dict, storage_writer=checkpoint.MemoryWriter(step=step + 1))
+
 Importing this package imports neither torch nor anyio (the agent's side, ``Checkpoints``
-and ``open_checkpoints``, loads on first use); :func:`save` and :func:`load` import torch
-when first called.
+and ``open_checkpoints``, loads on first use, the DCP ``MemoryWriter`` and
+``MemoryReader`` too); :func:`save` and :func:`load` import torch when first called.
 """
 
 from typing import TYPE_CHECKING
@@ -43,10 +51,14 @@ from ._worker import wait as wait
 if TYPE_CHECKING:
     from ._agent import Checkpoints as Checkpoints
     from ._agent import open_checkpoints as open_checkpoints
+    from ._dcp import MemoryReader as MemoryReader
+    from ._dcp import MemoryWriter as MemoryWriter
 
 __all__ = (
     "CheckpointError",
     "Checkpoints",
+    "MemoryReader",
+    "MemoryWriter",
     "check_writable",
     "load",
     "open_checkpoints",

@@ -87,8 +87,8 @@ def target(root: str, rank: int, step: int, tmp: str) -> int:
     if reuse is not None:
         with contextlib.suppress(FileNotFoundError):
             os.rename(reuse, tmp)
-        with contextlib.suppress(OSError):  # its step's directory, once no rank is left
-            os.rmdir(os.path.dirname(reuse))
+        if os.path.dirname(reuse) != root:  # a step's file, not a spare
+            L.remove_if_done(os.path.dirname(reuse))
     return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
 
@@ -165,6 +165,12 @@ class MapWriter:
         return view.nbytes
 
     def flush(self) -> None:
+        pass
+
+    def tell(self) -> int:
+        return self.pos
+
+    def close(self) -> None:
         pass
 
     def finish(self) -> None:

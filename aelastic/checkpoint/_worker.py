@@ -137,18 +137,10 @@ def save(obj: Any, *, step: int, asynchronous: bool = False) -> None:
             asynchronous save before this one failed. The previous step is intact in
             each case.
     """
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        raise CheckpointError(f"aelastic.checkpoint.save: step={step!r}; pass an int >= 0")
     wait()
     root = _memory_dir()
     rank, world = _rank_and_world()
-    resumed = os.environ.get(L.STEP_ENV)
-    last = _last_saved.get(rank, int(resumed) if resumed else None)
-    if last is not None and step < last:
-        raise CheckpointError(
-            f"aelastic.checkpoint.save: step {step} is lower than step {last}, the last one "
-            f"rank {rank} saved; steps must not go back (load() returns where to resume)"
-        )
+    check_order(rank, step, "save")
     staged, events = _stage(obj, asynchronous)
     if asynchronous and events:
         _last_saved[rank] = step  # the order of steps counts from the call
@@ -167,6 +159,20 @@ def save(obj: Any, *, step: int, asynchronous: bool = False) -> None:
     size, ready = _write(staged, root, step, rank, world)
     if not ready:  # the next save's buffer, prepared while training goes on
         _in_background(functools.partial(_buffer.prepare, root, rank, size), None)
+
+
+def check_order(rank: int, step: int, caller: str) -> None:
+    """Refuse a ``step`` that is not an int >= 0, or lower than the last one ``rank``
+    saved (or resumed from)."""
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise CheckpointError(f"aelastic.checkpoint.{caller}: step={step!r}; pass an int >= 0")
+    resumed = os.environ.get(L.STEP_ENV)
+    last = _last_saved.get(rank, int(resumed) if resumed else None)
+    if last is not None and step < last:
+        raise CheckpointError(
+            f"aelastic.checkpoint.{caller}: step {step} is lower than step {last}, the last "
+            f"one rank {rank} saved; steps must not go back (load() returns where to resume)"
+        )
 
 
 def wait() -> None:
