@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--compute-seconds", type=float, default=0.1)
     parser.add_argument(
-        "--warmup", type=float, default=15.0, help="seconds for the launch before t0"
+        "--warmup", type=float, default=30.0, help="seconds for the launch before t0"
     )
     opts = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
