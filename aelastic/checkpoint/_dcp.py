@@ -92,6 +92,7 @@ class MemoryWriter(FileSystemWriter):
             self._rank, self._world = dist.get_rank(), dist.get_world_size()
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        _worker.wait()  # a preparation of this rank's buffers in flight
         final = L.rank_file(self._root, self.step, self._rank, self._world)
         nbytes = sum(_item_size(i) for i in plan.items if i.type != WriteItemType.BYTE_IO)
         files: queue.Queue[Any] = queue.Queue()
@@ -100,7 +101,7 @@ class MemoryWriter(FileSystemWriter):
         buffer = _worker.rank_buffer(
             self._root, self.step, self._rank, self._world, nbytes, "MemoryWriter"
         )
-        with buffer as (writer, _), _worker._no_crc32():
+        with buffer as (writer, done), _worker._no_crc32():
             _write_files_from_queue(
                 create_stream=lambda path, mode: _Stream(writer),
                 file_queue=files,
@@ -112,6 +113,8 @@ class MemoryWriter(FileSystemWriter):
                 thread_count=1,
                 serialization_format=self.serialization_format,
             )
+        if not done[0]:  # the next save's buffer, prepared while training goes on
+            _worker.prepare_next(self._root, self._rank, writer.pos)
         future: Future[list[WriteResult]] = Future()
         future.set_result(results.get_nowait())
         return future
@@ -135,8 +138,9 @@ class MemoryReader(FileSystemReader):
     saved it loads it resharded (DCP's load plans).
 
     Raises:
-        CheckpointError: from ``read_metadata`` (reached through ``dcp.load``) when
-            ``step`` is None.
+        CheckpointError: the step to resume has no DCP metadata on this node (see
+            :func:`_choose`); from ``read_metadata`` (through ``dcp.load``) when ``step``
+            is None.
     """
 
     def __init__(self) -> None:
@@ -157,22 +161,38 @@ class MemoryReader(FileSystemReader):
 
 
 def _choose() -> tuple[int | None, str | None]:
-    """(step, its directory) for :class:`MemoryReader`: the step the agent chose, or the
-    newest older one whole and with metadata (the coordinator writes it last: a crash
-    right after every rank's data leaves a step without it)."""
+    """(step, its directory) for :class:`MemoryReader`: the step the agent chose, where
+    its DCP metadata is (memory, then ``--checkpoint-dir``). If it has none there: the
+    newest older step that has it and every rank's file (the coordinator writes the
+    metadata last, so a crash right after every rank's data leaves a step without it).
+
+    Raises:
+        CheckpointError: the agent chose a step, and neither it nor an older whole step
+            has DCP metadata on this node (answering None instead would let this rank
+            start over while the others resume).
+    """
     raw = os.environ.get(L.STEP_ENV, "")
     if not raw:
         return None, None
     chosen = int(raw)
+    roots = [r for r in (os.environ.get(L.DIR_ENV), os.environ.get(L.PERSIST_DIR_ENV)) if r]
+    for root in roots:
+        if os.path.exists(os.path.join(L.step_dir(root, chosen), L.METADATA)):
+            return chosen, L.step_dir(root, chosen)
     best: tuple[int, str] | None = None
-    for root in (os.environ.get(L.DIR_ENV), os.environ.get(L.PERSIST_DIR_ENV)):
-        if not root:
-            continue
+    for root in roots:
         whole = L.complete_steps(L.scan(root), (), whole_world=True)
-        for step in sorted(whole, reverse=True):
+        for step in sorted((s for s in whole if s < chosen), reverse=True):
             path = L.step_dir(root, step)
-            if step <= chosen and os.path.exists(os.path.join(path, L.METADATA)):
+            if os.path.exists(os.path.join(path, L.METADATA)):
                 if best is None or step > best[0]:
                     best = (step, path)
                 break
-    return best if best is not None else (None, None)
+    if best is None:
+        raise CheckpointError(
+            f"aelastic.checkpoint.MemoryReader: step {chosen}, the one to resume from, has "
+            "no torch.distributed.checkpoint metadata on this node: it was saved with "
+            "checkpoint.save() (read it with checkpoint.load()), or its .metadata is on "
+            "the node of DCP's coordinator (rank 0): give the nodes a shared --checkpoint-dir"
+        )
+    return best

@@ -158,7 +158,7 @@ def save(obj: Any, *, step: int, asynchronous: bool = False) -> None:
         event.synchronize()
     size, ready = _write(staged, root, step, rank, world)
     if not ready:  # the next save's buffer, prepared while training goes on
-        _in_background(functools.partial(_buffer.prepare, root, rank, size), None)
+        prepare_next(root, rank, size)
 
 
 def check_order(rank: int, step: int, caller: str) -> None:
@@ -204,6 +204,11 @@ def reserve(size: Any) -> None:
     root = _memory_dir()
     rank, _ = _rank_and_world()
     wait()
+    prepare_next(root, rank, nbytes)
+
+
+def prepare_next(root: str, rank: int, nbytes: int) -> None:
+    """Prepare ``rank``'s next save buffers of ``nbytes`` in the background thread."""
     _in_background(functools.partial(_buffer.prepare, root, rank, nbytes), None)
 
 
@@ -413,14 +418,21 @@ def load(*, rank: int | None = None, map_location: Any = "cpu") -> tuple[int, An
         except FileNotFoundError:
             continue
         except Exception as exc:
+            dcp = os.path.exists(os.path.join(os.path.dirname(path), L.METADATA))
+            hint = (
+                "; it is a torch.distributed.checkpoint step: read it with "
+                "dcp.load(state_dict, storage_reader=checkpoint.MemoryReader())"
+                if dcp
+                else ""
+            )
             raise CheckpointError(
-                f"aelastic.checkpoint.load: cannot read {path}: {type(exc).__name__}: {exc}"
+                f"aelastic.checkpoint.load: cannot read {path}: {type(exc).__name__}: {exc}{hint}"
             ) from exc
         memory = os.environ.get(L.DIR_ENV)
         if rank is None and memory:  # the first save finds its buffer ready
             size = os.path.getsize(path)
             wait()
-            _in_background(functools.partial(_buffer.prepare, memory, want, size), None)
+            prepare_next(memory, want, size)
         return step, obj
     raise CheckpointError(
         f"aelastic.checkpoint.load: rank {want}'s object of step {step} is not on this node "
