@@ -30,6 +30,11 @@ tensors, a model-like state_dict) and measures, side by side in one run:
   chunks): the ceiling. Both ends run in this process's event loop in every case,
   with the largest stall a 1 ms ticker sees meanwhile.
 
+* **floor** (``--mode floor`` runs only this): per size, ``--repeats`` interleaved pairs
+  of the copy floor and a steady-state save, then the first and second save of a run
+  after ``reserve()``; min and median of each (on a shared machine the minimum is the
+  closest to the uncontended cost, and interleaving gives both the same load).
+
 Medians over ``--repeats``.
 """
 
@@ -142,6 +147,28 @@ def first_save(sd: dict[str, torch.Tensor], memory: str, prepared: bool) -> tupl
         shutil.rmtree(fresh, ignore_errors=True)
         _buffer.forget_others(fresh, 0)
     return first, second
+
+
+def floor_pairs(mib: int, repeats: int, memory: str) -> dict[str, float]:
+    """Interleaved copy floor and steady-state saves; the first two saves after reserve()."""
+    sd = state(mib)
+    os.environ.update({L.DIR_ENV: memory, "RANK": "0", "WORLD_SIZE": "1"})
+    first, second = first_save(sd, memory, prepared=True)
+    checkpoint.save(sd, step=next(_steps))
+    checkpoint.save(sd, step=next(_steps))
+    floor, ours = [], []
+    for _ in range(repeats):
+        floor.append(copy_floor(sd, memory))
+        checkpoint.wait()
+        ours.append(timed(functools.partial(checkpoint.save, sd, step=next(_steps))))
+    return {
+        "floor": statistics.median(floor),
+        "floor_min": min(floor),
+        "save": statistics.median(ours),
+        "save_min": min(ours),
+        "first": first,
+        "second": second,
+    }
 
 
 def bench_size(mib: int, repeats: int, scratch: str, memory: str) -> dict[str, float]:
@@ -317,11 +344,30 @@ def main() -> None:
     parser.add_argument("--sizes-mib", default="128,1024")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scratch", default=None, help="local directory for torch.save/DCP")
-    parser.add_argument("--mode", choices=("all", "peer"), default="all")
+    parser.add_argument("--mode", choices=("all", "peer", "floor"), default="all")
     opts = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f}; torch {torch.__version__}", flush=True)
     results: dict[str, dict[int, dict[str, float]]] = {"save_load": {}, "peer": {}}
     sizes = [int(x) for x in opts.sizes_mib.split(",")]
+    if opts.mode == "floor":
+        for mib in sizes:
+            memory = tempfile.mkdtemp(prefix="ckpt_bench_", dir="/dev/shm")
+            try:
+                f = floor_pairs(mib, opts.repeats, memory)
+            finally:
+                shutil.rmtree(memory, ignore_errors=True)
+                _buffer.forget_others(memory, -1)
+            print(
+                f"{mib} MiB: save min {f['save_min'] * 1e3:.1f} ms / floor min"
+                f" {f['floor_min'] * 1e3:.1f} ms = {f['save_min'] / f['floor_min']:.2f}x;"
+                f" medians {f['save'] * 1e3:.1f} / {f['floor'] * 1e3:.1f} ms ="
+                f" {f['save'] / f['floor']:.2f}x; first save after reserve()"
+                f" {f['first'] * 1e3:.1f} ms ({f['first'] / f['floor_min']:.2f}x floor min),"
+                f" second {f['second'] * 1e3:.1f} ms ({f['second'] / f['floor_min']:.2f}x)",
+                flush=True,
+            )
+        print(f"load average {os.getloadavg()[0]:.2f}")
+        return
     for mib in sizes:
         p = anyio.run(peer_copy, mib, opts.repeats)
         results["peer"][mib] = p

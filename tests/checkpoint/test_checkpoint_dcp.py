@@ -22,7 +22,7 @@ from aelastic.checkpoint import _layout as L
 from aelastic.checkpoint._agent import Checkpoints
 from aelastic.store import LocalStore
 
-pytestmark = pytest.mark.timeout(240)  # jobs of 4 and 2 processes importing torch
+pytestmark = pytest.mark.timeout(450)  # jobs of 4 and 2 processes importing torch
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "dcp_job.py")
 
@@ -48,7 +48,7 @@ def gloo_job(world: int, env: dict[str, str], *args: str) -> list[dict[str, Any]
         )
         for rank in range(world)
     ]
-    outs = [p.communicate(timeout=120) for p in procs]
+    outs = [p.communicate(timeout=200) for p in procs]
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-3000:]
     lines = [json.loads(line) for out, _ in outs for line in out.splitlines() if line]
