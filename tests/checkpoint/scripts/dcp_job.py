@@ -14,10 +14,13 @@ import argparse
 import json
 import os
 import sys
+from concurrent.futures import Future
+from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict_loader import load
+from torch.distributed.checkpoint.state_dict_saver import async_save, save
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
@@ -35,18 +38,21 @@ def main() -> int:
     full = torch.arange(64, dtype=torch.float32).reshape(16, 4)
     if opts.mode == "save":
         for step in range(1, opts.steps + 1):
-            state = {"w": distribute_tensor(full * step, mesh, [Shard(0)]), "step": step}
+            state: dict[str, Any] = {"w": distribute_tensor(full * step, mesh, [Shard(0)])}
+            state["step"] = step
             writer = checkpoint.MemoryWriter(step=step)
             if opts.asynchronous:
-                dcp.async_save(state, storage_writer=writer).result()
+                future = async_save(state, storage_writer=writer)
+                assert isinstance(future, Future)
+                future.result()
             else:
-                dcp.save(state, storage_writer=writer)
+                save(state, storage_writer=writer)
         dist.barrier()
     else:
         reader = checkpoint.MemoryReader()
         state = {"w": distribute_tensor(torch.zeros(16, 4), mesh, [Shard(0)]), "step": 0}
         if reader.step is not None:
-            dcp.load(state, storage_reader=reader)
+            load(state, storage_reader=reader)
         expected = distribute_tensor(full * (reader.step or 0), mesh, [Shard(0)])
         same = torch.equal(state["w"].to_local(), expected.to_local())
         line = {"rank": dist.get_rank(), "step": reader.step, "same": same, "saved": state["step"]}
