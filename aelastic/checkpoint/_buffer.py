@@ -120,7 +120,7 @@ def _map(fd: int, length: int, populate: int) -> mmap.mmap:
     if populate > 0:
         try:
             mm.madvise(_POPULATE_WRITE, 0, -(-populate // _PAGE) * _PAGE)
-        except (OSError, ValueError):  # an older kernel: a mapping populated whole
+        except (OSError, ValueError, AttributeError):  # an older kernel: populated whole
             mm.close()
             flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
             mm = mmap.mmap(fd, length, flags=flags)
