@@ -7,8 +7,12 @@ tensors, a model-like state_dict) and measures, side by side in one run:
 
 * **save, blocking**: ``aelastic.checkpoint.save`` into an agent-style directory in
   ``/dev/shm`` (steady state: after two saves, as in training, so it reuses the pages
-  of the step it drops; the first save is reported too), ``torch.save`` to a local
-  file (the disk's page cache, no fsync, what most scripts do) and
+  of the step it drops), its first and second save of a run after
+  ``checkpoint.reserve(state)`` (what a resumed worker gets from ``load()``) and the
+  first one without (a fresh directory), ``dcp.save`` with ``MemoryWriter``, against
+  the **copy floor** (the same tensors' bytes copied into a mapping of a ``/dev/shm``
+  file whose pages are allocated and mapped already: one ``memcpy``), ``torch.save``
+  to a local file (the disk's page cache, no fsync, what most scripts do) and
   ``torch.distributed.checkpoint.async_save`` (gloo, world 1): the time until each
   call returns. DCP's background write is awaited before the next round.
 * **load after a restart**: a fresh interpreter (torch imported first, not timed)
@@ -26,6 +30,11 @@ tensors, a model-like state_dict) and measures, side by side in one run:
   chunks): the ceiling. Both ends run in this process's event loop in every case,
   with the largest stall a 1 ms ticker sees meanwhile.
 
+* **floor** (``--mode floor`` runs only this): per size, ``--repeats`` interleaved pairs
+  of the copy floor and a steady-state save, then the first and second save of a run
+  after ``reserve()``; min and median of each (on a shared machine the minimum is the
+  closest to the uncontended cost, and interleaving gives both the same load).
+
 Medians over ``--repeats``.
 """
 
@@ -35,6 +44,7 @@ import argparse
 import functools
 import itertools
 import json
+import mmap
 import os
 import shutil
 import socket
@@ -44,6 +54,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
 
 import anyio
 import anyio.abc
@@ -51,6 +62,7 @@ import torch
 from anyio.abc import SocketAttribute
 
 from aelastic import checkpoint
+from aelastic.checkpoint import _buffer
 from aelastic.checkpoint import _layout as L
 from aelastic.checkpoint._agent import Checkpoints
 from aelastic.checkpoint._replica import CHUNK, PeerRound, open_replicas
@@ -95,26 +107,99 @@ def dcp_group() -> None:
     dist.init_process_group("gloo", rank=0, world_size=1)
 
 
+def copy_floor(sd: dict[str, torch.Tensor], directory: str) -> float:
+    """Seconds to copy ``sd``'s bytes into a ``/dev/shm`` file's mapping, pages ready."""
+    size = sum(t.numel() * t.element_size() for t in sd.values())
+    path = os.path.join(directory, "floor")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.posix_fallocate(fd, 0, size)
+    mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE)
+    os.close(fd)
+
+    def copy() -> None:
+        offset = 0
+        for t in sd.values():
+            view = t.numpy().data.cast("B")
+            mm[offset : offset + view.nbytes] = view
+            offset += view.nbytes
+
+    took = timed(copy)
+    mm.close()
+    os.unlink(path)
+    return took
+
+
+def first_save(sd: dict[str, torch.Tensor], memory: str, prepared: bool) -> tuple[float, float]:
+    """Seconds of the first and second save into a fresh directory (``prepared``: after
+    ``checkpoint.reserve(sd)`` finished)."""
+    fresh = tempfile.mkdtemp(prefix="ckpt_bench_first_", dir=os.path.dirname(memory))
+    os.environ[L.DIR_ENV] = fresh
+    try:
+        if prepared:
+            checkpoint.reserve(sd)
+            checkpoint.wait()
+        first = timed(lambda: checkpoint.save(sd, step=next(_steps)))
+        checkpoint.wait()  # what a training step leaves the background preparation
+        second = timed(lambda: checkpoint.save(sd, step=next(_steps)))
+        checkpoint.wait()
+    finally:
+        os.environ[L.DIR_ENV] = memory
+        shutil.rmtree(fresh, ignore_errors=True)
+        _buffer.forget_others(fresh, 0)
+    return first, second
+
+
+def floor_pairs(mib: int, repeats: int, memory: str) -> dict[str, float]:
+    """Interleaved copy floor and steady-state saves; the first two saves after reserve()."""
+    sd = state(mib)
+    os.environ.update({L.DIR_ENV: memory, "RANK": "0", "WORLD_SIZE": "1"})
+    first, second = first_save(sd, memory, prepared=True)
+    checkpoint.save(sd, step=next(_steps))
+    checkpoint.save(sd, step=next(_steps))
+    floor, ours = [], []
+    for _ in range(repeats):
+        floor.append(copy_floor(sd, memory))
+        checkpoint.wait()
+        ours.append(timed(functools.partial(checkpoint.save, sd, step=next(_steps))))
+    return {
+        "floor": statistics.median(floor),
+        "floor_min": min(floor),
+        "save": statistics.median(ours),
+        "save_min": min(ours),
+        "first": first,
+        "second": second,
+    }
+
+
 def bench_size(mib: int, repeats: int, scratch: str, memory: str) -> dict[str, float]:
-    import torch.distributed.checkpoint as dcp
+    import torch.distributed.checkpoint.state_dict_saver as dcp
 
     sd = state(mib)
     os.environ.update({L.DIR_ENV: memory, "RANK": "0", "WORLD_SIZE": "1"})
     local = os.path.join(scratch, "torch_save.pt")
-    ours, torch_save, dcp_async = [], [], []
+    ours, floor, dcp_memory, torch_save, dcp_async = [], [], [], [], []
     # steps continue across sizes: one process, one rank, steps never go back
-    first = timed(lambda: checkpoint.save(sd, step=next(_steps)))
+    cold, _ = first_save(sd, memory, prepared=False)
+    first, second = first_save(sd, memory, prepared=True)
+    checkpoint.save(sd, step=next(_steps))
     checkpoint.save(sd, step=next(_steps))
     for r in range(repeats):
+        floor.append(copy_floor(sd, memory))
+        checkpoint.wait()  # the background preparation, if any (none in the steady state)
         newest = next(_steps)
-        ours.append(timed(lambda s=newest: checkpoint.save(sd, step=s)))  # type: ignore[misc]
+        ours.append(timed(functools.partial(checkpoint.save, sd, step=newest)))
+        writer = checkpoint.MemoryWriter(step=next(_steps))
+        dcp_memory.append(timed(functools.partial(dcp.save, sd, storage_writer=writer)))
         torch_save.append(timed(lambda: torch.save(sd, local)))
         target = os.path.join(scratch, f"dcp_{r}")
         start = time.perf_counter()
         future = dcp.async_save(sd, checkpoint_id=target)
         dcp_async.append(time.perf_counter() - start)
+        assert isinstance(future, Future)
         future.result()
         shutil.rmtree(target, ignore_errors=True)
+    newest = next(_steps)
+    checkpoint.save(sd, step=newest)  # load() reads a plain save's step
     env = {**os.environ, L.STEP_ENV: str(newest), L.WORLD_ENV: "1"}
     loads = [
         [
@@ -126,8 +211,13 @@ def bench_size(mib: int, repeats: int, scratch: str, memory: str) -> dict[str, f
         for _ in range(repeats)
     ]
     stall, persist = anyio.run(persist_stall, memory, os.path.join(scratch, "disk"))
+    _buffer.forget_others(memory, -1)  # the pages go with the directory
     return {
+        "copy_floor": statistics.median(floor),
+        "save_first_unprepared": cold,
         "save_first": first,
+        "save_second": second,
+        "dcp_memory_writer": statistics.median(dcp_memory),
         "save": statistics.median(ours),
         "torch_save": statistics.median(torch_save),
         "dcp_async_save": statistics.median(dcp_async),
@@ -254,11 +344,30 @@ def main() -> None:
     parser.add_argument("--sizes-mib", default="128,1024")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scratch", default=None, help="local directory for torch.save/DCP")
-    parser.add_argument("--mode", choices=("all", "peer"), default="all")
+    parser.add_argument("--mode", choices=("all", "peer", "floor"), default="all")
     opts = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f}; torch {torch.__version__}", flush=True)
     results: dict[str, dict[int, dict[str, float]]] = {"save_load": {}, "peer": {}}
     sizes = [int(x) for x in opts.sizes_mib.split(",")]
+    if opts.mode == "floor":
+        for mib in sizes:
+            memory = tempfile.mkdtemp(prefix="ckpt_bench_", dir="/dev/shm")
+            try:
+                f = floor_pairs(mib, opts.repeats, memory)
+            finally:
+                shutil.rmtree(memory, ignore_errors=True)
+                _buffer.forget_others(memory, -1)
+            print(
+                f"{mib} MiB: save min {f['save_min'] * 1e3:.1f} ms / floor min"
+                f" {f['floor_min'] * 1e3:.1f} ms = {f['save_min'] / f['floor_min']:.2f}x;"
+                f" medians {f['save'] * 1e3:.1f} / {f['floor'] * 1e3:.1f} ms ="
+                f" {f['save'] / f['floor']:.2f}x; first save after reserve()"
+                f" {f['first'] * 1e3:.1f} ms ({f['first'] / f['floor_min']:.2f}x floor min),"
+                f" second {f['second'] * 1e3:.1f} ms ({f['second'] / f['floor_min']:.2f}x)",
+                flush=True,
+            )
+        print(f"load average {os.getloadavg()[0]:.2f}")
+        return
     for mib in sizes:
         p = anyio.run(peer_copy, mib, opts.repeats)
         results["peer"][mib] = p
@@ -286,12 +395,21 @@ def main() -> None:
             shutil.rmtree(scratch, ignore_errors=True)
             shutil.rmtree(memory, ignore_errors=True)
         results["save_load"][mib] = r
-        ms = {k: f"{v * 1e3:.0f} ms" for k, v in r.items()}
         print(f"\n{mib} MiB per rank (median of {opts.repeats})")
+        ms = {k: f"{v * 1e3:.1f} ms" for k, v in r.items()}
+        floor = r["copy_floor"]
         print(
-            f"  save blocking: aelastic {ms['save']} (first save {ms['save_first']})"
+            f"  save blocking: aelastic {ms['save']} ({r['save'] / floor:.2f}x the copy floor"
+            f" {ms['copy_floor']}); first save after reserve() {ms['save_first']}"
+            f" ({r['save_first'] / floor:.2f}x), second {ms['save_second']}"
+            f" ({r['save_second'] / floor:.2f}x), first without reserve()"
+            f" {ms['save_first_unprepared']} ({r['save_first_unprepared'] / floor:.2f}x)"
+        )
+        print(
+            f"  dcp.save(MemoryWriter) {ms['dcp_memory_writer']}"
+            f" ({r['dcp_memory_writer'] / floor:.2f}x the floor)"
             f" | torch.save {ms['torch_save']} | DCP async_save {ms['dcp_async_save']}"
-            f" -> {r['save'] / r['torch_save']:.2f}x torch.save,"
+            f" -> aelastic {r['save'] / r['torch_save']:.3f}x torch.save,"
             f" {r['save'] / r['dcp_async_save']:.2f}x async_save"
         )
         print(

@@ -16,16 +16,26 @@ In a worker (``python -m aelastic run ...``)::
         checkpoint.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()},
                         step=step + 1)
 
-``save`` blocks for about one memory copy (``torch.save`` into ``/dev/shm``);
+``save`` blocks for one copy of the tensors' bytes into shared memory the agent owns (a
+buffer per rank, reused from step to step; ``save(..., asynchronous=True)`` returns
+before CUDA tensors reach it, see docs/checkpoint-fast-save.md);
 ``load`` returns the newest step that every rank completed. With ``--checkpoint-dir``
 the agent also writes the newest step to disk (every ``--checkpoint-persist-interval``
 seconds and before it exits) and a fresh launch resumes from there. With several nodes,
 each agent copies its ranks' newest step to the next ``--checkpoint-replicas`` nodes
 (default 1), and a node that replaces a lost one resumes its ranks from such a copy.
 
+With ``torch.distributed.checkpoint`` (sharded states, resharding on load)::
+
+    reader = checkpoint.MemoryReader()      # reader.step: None, or the step to resume
+    if reader.step is not None:
+        dcp.load(state_dict, storage_reader=reader)
+    ...
+    dcp.save(state_dict, storage_writer=checkpoint.MemoryWriter(step=step + 1))
+
 Importing this package imports neither torch nor anyio (the agent's side, ``Checkpoints``
-and ``open_checkpoints``, loads on first use); :func:`save` and :func:`load` import torch
-when first called.
+and ``open_checkpoints``, loads on first use, the DCP ``MemoryWriter`` and
+``MemoryReader`` too); :func:`save` and :func:`load` import torch when first called.
 """
 
 from typing import TYPE_CHECKING
@@ -35,18 +45,26 @@ from ._disk import check_writable as check_writable
 from ._exceptions import CheckpointError as CheckpointError
 from ._timed import load as load
 from ._timed import save as save
+from ._worker import reserve as reserve
+from ._worker import wait as wait
 
 if TYPE_CHECKING:
     from ._agent import Checkpoints as Checkpoints
     from ._agent import open_checkpoints as open_checkpoints
+    from ._dcp import MemoryReader as MemoryReader
+    from ._dcp import MemoryWriter as MemoryWriter
 
 __all__ = (
     "CheckpointError",
     "Checkpoints",
+    "MemoryReader",
+    "MemoryWriter",
     "check_writable",
     "load",
     "open_checkpoints",
+    "reserve",
     "save",
+    "wait",
 )
 
 __getattr__, __dir__ = lazy_exports(__name__, globals())

@@ -8,6 +8,10 @@ directory always holds a whole step, readable without aelastic::
 
     manifest = json.load(open(f"{DIR}/manifest.json"))
     obj = torch.load(f"{DIR}/{manifest['files']['0']}", weights_only=False)
+
+A step saved through ``torch.distributed.checkpoint`` (``MemoryWriter``) carries DCP's
+``.metadata`` (copied from the node that holds it, the coordinator's), and the manifest
+says ``"dcp": true``: ``dcp.load(state_dict, checkpoint_id=f"{DIR}/{manifest['dir']}")``.
 """
 
 from __future__ import annotations
@@ -114,6 +118,7 @@ def write_step(memory_dir: str, disk_dir: str, step: int, world: int, ranks: lis
             )
             for rank, fd in sources.items()
         )
+        total += _copy_metadata(L.step_dir(memory_dir, step), directory)
         _fsync_dir(directory)
         _commit(disk_dir, step, ranks)
     except _Reused:  # the workers moved on meanwhile: the next copy takes a newer step
@@ -131,6 +136,18 @@ def write_step(memory_dir: str, disk_dir: str, step: int, world: int, ranks: lis
     return total
 
 
+def _copy_metadata(source: str, directory: str) -> int:
+    """Copy a DCP step's ``.metadata`` (where this node holds it); its bytes."""
+    try:
+        fd = os.open(os.path.join(source, L.METADATA), os.O_RDONLY)
+    except FileNotFoundError:
+        return 0
+    try:
+        return _copy(fd, os.path.join(source, L.METADATA), os.path.join(directory, L.METADATA))
+    finally:
+        os.close(fd)
+
+
 def _commit(disk_dir: str, step: int, ranks: list[int]) -> None:
     """Point the manifest at ``step`` once it is whole, then remove the older steps.
 
@@ -141,8 +158,15 @@ def _commit(disk_dir: str, step: int, ranks: list[int]) -> None:
     whole = L.complete_steps(steps, (), whole_world=True)
     if step in whole:
         world = whole[step]
+        dcp = os.path.exists(os.path.join(L.step_dir(disk_dir, step), L.METADATA))
         manifest = {
-            "format": "torch.save, one file per global rank: torch.load(path, weights_only=False)",
+            "format": (
+                "torch.distributed.checkpoint: dcp.load(state_dict, checkpoint_id=<dir>)"
+                if dcp
+                else "torch.save, one file per global rank: torch.load(path, weights_only=False)"
+            ),
+            "dcp": dcp,
+            "dir": os.path.basename(L.step_dir(disk_dir, step)),
             "step": step,
             "world_size": world,
             "files": {

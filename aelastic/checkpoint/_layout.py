@@ -8,6 +8,10 @@ disk (``--checkpoint-dir``) alike::
     step_000000000040/rank_1_of_2.pt
     manifest.json                        # on disk only: the newest step written there
 
+A step saved through ``torch.distributed.checkpoint`` (``MemoryWriter``) has DCP data in
+its rank files and DCP's ``.metadata`` beside them (written by the coordinator once
+every rank wrote): the directory is a DCP checkpoint as ``FileSystemReader`` reads it.
+
 A rank file appears by ``rename`` of a temporary file (``.rank_0_of_2.pt.<pid>.tmp``)
 once its bytes are complete, so a file with the final name is always whole: a save
 interrupted by a crash leaves only a temporary file behind, which no reader looks at.
@@ -24,6 +28,7 @@ from .._dataclass import dataclass
 
 __all__ = (
     "DIR_ENV",
+    "METADATA",
     "PERSIST_DIR_ENV",
     "STEP_ENV",
     "WORLD_ENV",
@@ -45,6 +50,9 @@ PERSIST_DIR_ENV = "AELASTIC_CHECKPOINT_PERSIST_DIR"
 STEP_ENV = "AELASTIC_CHECKPOINT_STEP"
 #: The world size that saved that step.
 WORLD_ENV = "AELASTIC_CHECKPOINT_WORLD_SIZE"
+
+#: DCP's metadata file in a step directory (``torch.distributed.checkpoint`` steps only).
+METADATA = ".metadata"
 
 _STEP_RE = re.compile(r"^step_(\d+)$")
 _RANK_RE = re.compile(r"^rank_(\d+)_of_(\d+)\.pt$")
@@ -132,8 +140,21 @@ def remove_ranks(root: str, step: Step, ranks: Container[int] | None = None) -> 
             if ranks is None or rank in ranks:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(rank_file(root, step.step, rank, world))
+    remove_if_done(step_dir(root, step.step))
+
+
+def remove_if_done(directory: str) -> None:
+    """Remove a step's ``directory`` once no rank's file is left in it (its DCP metadata,
+    if any, goes with it; an interrupted save's temporary file keeps it)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    if names == [METADATA]:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(directory, METADATA))
     with contextlib.suppress(OSError):  # other ranks' files are still there
-        os.rmdir(step_dir(root, step.step))
+        os.rmdir(directory)
 
 
 def prune(root: str, ranks: Container[int], keep: int = 2) -> None:

@@ -17,11 +17,11 @@ from . import _worker
 __all__ = ("load", "save")
 
 
-def save(obj: Any, *, step: int) -> None:
+def save(obj: Any, *, step: int, asynchronous: bool = False) -> None:
     from .. import progress
 
-    started = time.monotonic_ns()
-    _worker.save(obj, step=step)
+    started = time.monotonic_ns()  # an asynchronous save blocks only until it returns
+    _worker.save(obj, step=step, asynchronous=asynchronous)
     progress.checkpoint_blocked("save", time.monotonic_ns() - started, step)
 
 

@@ -6,21 +6,33 @@ costs the agent nothing. Not thread-safe: call from one thread per process.
 
 from __future__ import annotations
 
+import _thread
+import atexit
 import contextlib
 import errno
+import functools
 import os
 import shutil
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from . import _buffer
 from . import _layout as L
 from ._exceptions import CheckpointError
 
-__all__ = ("load", "save")
+__all__ = ("load", "reserve", "save", "wait")
 
-#: Headroom over the tensors' bytes for the zip records and the pickled values.
-_OVERHEAD = 1 << 20
 #: ``{rank: step}`` saved by this process (a step lower than the last is refused).
 _last_saved: dict[int, int] = {}
+#: Set when the asynchronous save or buffer preparation in flight (at most one) is done.
+_background: threading.Event | None = None
+#: Whether :func:`wait` runs at interpreter exit (registered with the first thread).
+_exit_waits = False
+#: What the last background save raised, for the next :func:`wait`.
+_failed: list[CheckpointError] = []
+#: Pinned host buffers CUDA tensors are staged through, reused from save to save.
+_staging: list[Any] = []
 
 
 def _memory_dir() -> str:
@@ -44,25 +56,31 @@ def _rank_and_world() -> tuple[int, int]:
         ) from None
 
 
-def _tensor_bytes(obj: Any) -> int:
-    """The bytes of the distinct tensor storages in ``obj`` (what torch.save writes)."""
+def _tensors(obj: Any) -> Iterator[Any]:
+    """The tensors in nested dicts, lists and tuples of ``obj``."""
     import torch
 
-    seen: set[tuple[str, int]] = set()
-    total = 0
     stack = [obj]
     while stack:
         item = stack.pop()
         if isinstance(item, torch.Tensor):
-            storage = item.untyped_storage()
-            key = (str(item.device), storage.data_ptr())
-            if key not in seen:
-                seen.add(key)
-                total += storage.nbytes()
+            yield item
         elif isinstance(item, dict):
             stack.extend(item.values())
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
+
+
+def _tensor_bytes(obj: Any) -> int:
+    """The bytes of the distinct tensor storages in ``obj`` (what torch.save writes)."""
+    seen: set[tuple[str, int]] = set()
+    total = 0
+    for tensor in _tensors(obj):
+        storage = tensor.untyped_storage()
+        key = (str(tensor.device), storage.data_ptr())
+        if key not in seen:
+            seen.add(key)
+            total += storage.nbytes()
     return total
 
 
@@ -73,116 +91,306 @@ def _size(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB"
 
 
-def _check_memory(root: str, needed: int) -> None:
+def _check_memory(root: str, needed: int, where: str = "aelastic.checkpoint.save") -> None:
     try:
         free = shutil.disk_usage(root).free
     except OSError as exc:
         raise CheckpointError(
-            f"aelastic.checkpoint.save: cannot use the checkpoint directory {root}: "
+            f"{where}: cannot use the checkpoint directory {root}: "
             f"{exc.strerror}; it must be a directory the worker can write (the agent creates it)"
         ) from None
     if needed > free:
         raise CheckpointError(
-            f"aelastic.checkpoint.save: not enough memory for this checkpoint: it needs about "
+            f"{where}: not enough memory for this checkpoint: it needs about "
             f"{_size(needed)}, {_size(free)} is free in {root}; free memory, grow /dev/shm "
             "(e.g. docker --shm-size) or save less state; the previous step is intact"
         )
 
 
-def save(obj: Any, *, step: int) -> None:
+def save(obj: Any, *, step: int, asynchronous: bool = False) -> None:
     """Save this rank's ``obj`` as ``step`` into memory the node's agent owns.
 
     ``obj``: nested dicts, lists and tuples of tensors and picklable values (a model's
-    and an optimizer's ``state_dict()``, RNG states, the step). Written with
-    ``torch.save`` to a file in the agent's shared-memory directory, then committed by
-    a rename: returns once it is committed, so the worker's own memory can change at
-    once. A worker that dies before the rename leaves the previous step intact; the
-    agent keeps the two newest steps of each rank and frees them when the job ends.
-    CUDA tensors are copied to host memory by ``torch.save`` (and come back on the
-    CPU, see :func:`load`).
+    and an optimizer's ``state_dict()``, RNG states, the step). The tensors' bytes are
+    copied once into a shared-memory file of this rank that the agent owns and that is
+    reused from step to step (only the small structure around them is pickled; the file
+    is a ``torch.save`` file, read with ``torch.load``), then committed by a rename. A
+    worker that dies before the rename leaves the previous step intact; the agent keeps
+    the two newest steps of each rank and frees them when the job ends.
 
-    Every rank saves its own object (sharded states work); a step counts as complete
-    once every rank of the world saved it.
+    ``asynchronous=False``: returns once the step is committed.
+
+    ``asynchronous=True``: returns once ``obj``'s tensors may change. CPU tensors are
+    copied before it returns (that copy is the whole cost of a save on the CPU). CUDA
+    tensors are copied to pinned host memory by non-blocking transfers enqueued on the
+    current stream of their device, and a thread of this process writes the step once
+    they finished: the caller may at once run work on those streams that changes the
+    tensors (``optimizer.step()``, the next forward and backward), as it runs after the
+    copies; work on another stream, or a host write into a tensor's memory, must first
+    wait for the current stream (``stream.wait_stream(torch.cuda.current_stream())``).
+    The next ``save`` (and :func:`wait`) waits for this one and raises its error; a crash
+    before it is committed leaves the previous step intact.
+
+    CUDA tensors come back on the CPU (see :func:`load`). Every rank saves its own
+    object (sharded states work); a step counts as complete once every rank of the
+    world saved it.
 
     Raises:
         CheckpointError: not under ``aelastic run``; ``step`` is lower than the last
             step this rank saved; ``obj`` cannot be serialized; the node lacks the
-            memory (needed and free are named); the directory is not writable. The
-            previous step is intact in each case.
+            memory (needed and free are named); the directory is not writable; the
+            asynchronous save before this one failed. The previous step is intact in
+            each case.
     """
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        raise CheckpointError(f"aelastic.checkpoint.save: step={step!r}; pass an int >= 0")
-    import torch
-
+    wait()
     root = _memory_dir()
     rank, world = _rank_and_world()
+    check_order(rank, step, "save")
+    staged, events = _stage(obj, asynchronous)
+    if asynchronous and events:
+        _last_saved[rank] = step  # the order of steps counts from the call
+
+        def write() -> None:
+            for event in events:
+                event.synchronize()
+            size, ready = _write(staged, root, step, rank, world)
+            if not ready:
+                _buffer.prepare(root, rank, size)
+
+        _in_background(write, f"step {step}")
+        return
+    for event in events:
+        event.synchronize()
+    size, ready = _write(staged, root, step, rank, world)
+    if not ready:  # the next save's buffer, prepared while training goes on
+        prepare_next(root, rank, size)
+
+
+def check_order(rank: int, step: int, caller: str) -> None:
+    """Refuse a ``step`` that is not an int >= 0, or lower than the last one ``rank``
+    saved (or resumed from)."""
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise CheckpointError(f"aelastic.checkpoint.{caller}: step={step!r}; pass an int >= 0")
     resumed = os.environ.get(L.STEP_ENV)
     last = _last_saved.get(rank, int(resumed) if resumed else None)
     if last is not None and step < last:
         raise CheckpointError(
-            f"aelastic.checkpoint.save: step {step} is lower than step {last}, the last one "
-            f"rank {rank} saved; steps must not go back (load() returns where to resume)"
+            f"aelastic.checkpoint.{caller}: step {step} is lower than step {last}, the last "
+            f"one rank {rank} saved; steps must not go back (load() returns where to resume)"
         )
+
+
+def wait() -> None:
+    """Block until the asynchronous :func:`save` in flight, if any, is committed.
+
+    Raises:
+        CheckpointError: that save failed (its step is not saved; the previous is intact).
+    """
+    global _background
+    done, _background = _background, None
+    if done is not None:
+        done.wait()
+    if _failed:
+        raise _failed.pop()
+
+
+def reserve(size: Any) -> None:
+    """Prepare this rank's next save buffer now, in a background thread: ``size`` is a
+    byte count or an object whose tensors count (e.g. the model's ``state_dict()``).
+
+    Call it before the first :func:`save` of a run (after building the model) so that
+    save copies into pages already allocated and mapped, as every later save does; a
+    resumed worker needs no call (:func:`load` prepares from the previous step's size).
+
+    Raises:
+        CheckpointError: not under ``aelastic run``.
+    """
+    nbytes = size if isinstance(size, int) else _tensor_bytes(size)
+    root = _memory_dir()
+    rank, _ = _rank_and_world()
+    wait()
+    prepare_next(root, rank, nbytes)
+    _warm_up()
+
+
+def _warm_up() -> None:
+    """One tiny save into memory: the first call's imports and set-up (about 10 ms) are
+    not paid by the first real save."""
+    import io
+
+    import torch
+
+    with _no_crc32():
+        torch.save({"w": torch.zeros(1)}, io.BytesIO())
+
+
+def prepare_next(root: str, rank: int, nbytes: int) -> None:
+    """Prepare ``rank``'s next save buffers of ``nbytes`` in the background thread."""
+    _in_background(functools.partial(_buffer.prepare, root, rank, nbytes), None)
+
+
+def _in_background(work: Callable[[], None], what: str | None) -> None:
+    """Run ``work`` in the one background thread (the caller waited for the last);
+    a :class:`CheckpointError` it raises goes to the next :func:`wait`."""
+    global _background
+
+    def run() -> None:
+        try:
+            work()
+        except CheckpointError as exc:
+            _failed.append(exc)
+        except Exception as exc:  # reported by the next wait()
+            _failed.append(
+                CheckpointError(
+                    f"aelastic.checkpoint: the asynchronous save of {what} failed: "
+                    f"{type(exc).__name__}: {exc}; the previous step is intact"
+                )
+            )
+        finally:
+            done.set()
+
+    global _exit_waits
+    if not _exit_waits:  # an interpreter that exits finishes the save first
+        atexit.register(wait)
+        _exit_waits = True
+    # A bare thread: threading.Thread.start() waits until the thread runs, a scheduler
+    # round trip that a loaded machine made 10-16 ms of the caller's time.
+    done = _background = threading.Event()
+    _thread.start_new_thread(run, ())
+
+
+def _write(obj: Any, root: str, step: int, rank: int, world: int) -> tuple[int, bool]:
+    """Copy ``obj`` into this rank's buffer for ``step`` and commit it (blocking); the
+    bytes of its file, and whether the next save's buffer is ready."""
+    import torch
+
+    nbytes = _tensor_bytes(obj)
+    with rank_buffer(root, step, rank, world, nbytes, "save") as (writer, done), _no_crc32():
+        torch.save(obj, writer)  # type: ignore[arg-type]  # a file-like writer
+    return writer.pos, done[0]
+
+
+@contextlib.contextmanager
+def rank_buffer(
+    root: str, step: int, rank: int, world: int, nbytes: int, caller: str
+) -> Iterator[tuple[_buffer.MapWriter, list[bool]]]:
+    """This rank's buffer for ``step``, at least ``nbytes`` ready, as a writer (the
+    file-like ``torch.save`` takes); committed when the block ends (then the list holds
+    whether the next save's buffer is ready). An exception in the block, or a lack of
+    memory, leaves the previous step intact and raises :class:`CheckpointError`
+    (``caller`` names the function in its message)."""
     final = L.rank_file(root, step, rank, world)
     tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.{os.getpid()}.tmp")
-    reuse = _oldest_file(root, rank, step)
-    reused = _size_of(reuse) if reuse else 0
-    _check_memory(root, _tensor_bytes(obj) + _OVERHEAD - reused)
+    where = f"aelastic.checkpoint.{caller}"
+    _check_memory(root, nbytes + _buffer.SLACK - _buffer.reused_bytes(root, rank, step), where)
     try:
         os.makedirs(os.path.dirname(final), exist_ok=True)
-        if reuse:
-            # Overwriting pages tmpfs already holds skips allocating and zeroing new
-            # ones: about a third of the time of writing a new file.
-            with contextlib.suppress(FileNotFoundError):
-                os.rename(reuse, tmp)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o600)
+        fd = _buffer.target(root, rank, step, tmp)
     except OSError as exc:
         raise CheckpointError(
-            f"aelastic.checkpoint.save: cannot write {tmp}: {exc.strerror}; the checkpoint "
+            f"{where}: cannot write {tmp}: {exc.strerror}; the checkpoint "
             "directory must be writable by the worker (the agent's user)"
         ) from None
+    done: list[bool] = []
     try:
-        with open(fd, "wb") as f, _no_crc32():
-            torch.save(obj, f)
-            f.truncate()
+        writer = _buffer.MapWriter(fd, _buffer.mapping(fd, nbytes))
+        yield writer, done
+        writer.finish()
     except BaseException as exc:
-        _remove(tmp)
-        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-            _check_memory(root, _tensor_bytes(obj) + _OVERHEAD)
+        full = isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+        if full or not isinstance(exc, Exception):
+            _remove(tmp)  # its memory back
+        else:  # its pages serve the next save
+            os.replace(tmp, _buffer.spare_path(root, rank))
+        with contextlib.suppress(OSError):  # the new step's directory, if it is empty
+            os.rmdir(os.path.dirname(final))
+        if full:
+            _check_memory(root, nbytes + _buffer.SLACK, where)
             raise CheckpointError(
-                f"aelastic.checkpoint.save: {root} ran out of memory while saving step {step}; "
+                f"{where}: {root} ran out of memory while saving step {step}; "
                 "free memory or grow /dev/shm; the previous step is intact"
             ) from None
-        if isinstance(exc, Exception) and not isinstance(exc, OSError):
+        if isinstance(exc, Exception) and not isinstance(exc, (OSError, CheckpointError)):
             raise CheckpointError(
-                f"aelastic.checkpoint.save: cannot serialize rank {rank}'s object of step "
+                f"{where}: cannot serialize rank {rank}'s object of step "
                 f"{step}: {type(exc).__name__}: {exc}; save tensors and picklable values only "
                 "(e.g. state_dict()s, not modules holding lambdas or open files)"
             ) from exc
         raise
+    finally:
+        os.close(fd)
     os.rename(tmp, final)
     _last_saved[rank] = step
     L.prune(root, (rank,))
+    done.append(_buffer.forget_others(root, rank))
 
 
-def _oldest_file(root: str, rank: int, step: int) -> str | None:
-    """This rank's file of its oldest step, if it holds two (that step goes with this save)."""
-    held = sorted(
-        (s for s in L.scan(root).values() if s.holds_any((rank,)) and s.step != step),
-        key=lambda s: s.step,
-    )
-    if len(held) < 2:
-        return None
-    oldest = held[0]
-    world = next(w for w, files in oldest.ranks.items() if rank in files)
-    return L.rank_file(root, oldest.step, rank, world)
+def _stage(obj: Any, asynchronous: bool) -> tuple[Any, list[Any]]:
+    """``obj`` with its tensors replaced by host copies where a save needs them; the
+    CUDA events that mark those copies finished (``[]``: nothing staged).
 
+    Without CUDA tensors ``obj`` goes as it is (the save copies it before returning).
+    With them, each distinct CUDA storage is copied into a pinned host buffer (reused
+    from save to save) by a non-blocking transfer on its device's current stream, and
+    an event is recorded there; with ``asynchronous`` the CPU tensors are copied too,
+    as the caller may change them once :func:`save` returns. Views of one storage stay
+    views of one host storage (what ``torch.save`` keeps). Never creates a CUDA context
+    that is not there: ``is_cuda`` tensors mean the process has one.
+    """
+    import torch
 
-def _size_of(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return 0
+    if not any(t.is_cuda for t in _tensors(obj)):
+        return obj, []
+    hosts: dict[tuple[str, int], Any] = {}
+    devices: dict[str, Any] = {}
+    used = 0
+
+    def host_storage(t: torch.Tensor) -> Any:
+        nonlocal used
+        storage = t.untyped_storage()
+        key = (str(t.device), storage.data_ptr())
+        if key not in hosts:
+            n = storage.nbytes()
+            if used < len(_staging) and _staging[used].numel() == n:
+                buf = _staging[used]
+            else:
+                buf = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+                _staging[used : used + 1] = [buf]
+            used += 1
+            source = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
+            buf.copy_(source, non_blocking=t.is_cuda)
+            if t.is_cuda:
+                devices[str(t.device)] = t.device
+            hosts[key] = buf.untyped_storage()
+        return hosts[key]
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, torch.Tensor):
+            if not (item.is_cuda or asynchronous):
+                return item
+            out = torch.empty(0, dtype=item.dtype)
+            return out.set_(host_storage(item), item.storage_offset(), item.size(), item.stride())
+        if isinstance(item, dict):
+            copy = type(item)()
+            copy.update((k, walk(v)) for k, v in item.items())
+            if hasattr(item, "__dict__"):  # a state_dict's _metadata
+                copy.__dict__.update(item.__dict__)
+            return copy
+        if isinstance(item, list):
+            return [walk(v) for v in item]
+        if isinstance(item, tuple):
+            items = [walk(v) for v in item]
+            return type(item)(*items) if hasattr(item, "_fields") else type(item)(items)
+        return item
+
+    staged = walk(obj)
+    del _staging[used:]
+    events = []
+    for device in devices.values():
+        event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+        event.record(torch.cuda.current_stream(device))
+        events.append(event)
+    return staged, events
 
 
 def _no_crc32() -> contextlib.AbstractContextManager[object]:
@@ -234,9 +442,22 @@ def load(*, rank: int | None = None, map_location: Any = "cpu") -> tuple[int, An
         except FileNotFoundError:
             continue
         except Exception as exc:
+            dcp = os.path.exists(os.path.join(os.path.dirname(path), L.METADATA))
+            hint = (
+                "; it is a torch.distributed.checkpoint step: read it with "
+                "dcp.load(state_dict, storage_reader=checkpoint.MemoryReader())"
+                if dcp
+                else ""
+            )
             raise CheckpointError(
-                f"aelastic.checkpoint.load: cannot read {path}: {type(exc).__name__}: {exc}"
+                f"aelastic.checkpoint.load: cannot read {path}: {type(exc).__name__}: {exc}{hint}"
             ) from exc
+        memory = os.environ.get(L.DIR_ENV)
+        if rank is None and memory:  # the first save finds its buffer ready
+            size = os.path.getsize(path)
+            wait()
+            prepare_next(memory, want, size)
+            _warm_up()
         return step, obj
     raise CheckpointError(
         f"aelastic.checkpoint.load: rank {want}'s object of step {step} is not on this node "

@@ -111,6 +111,8 @@ async def test_periodic_copy_then_last_copy_and_memory_freed_on_exit(tmp_path: P
     manifest = json.loads((disk / "manifest.json").read_text())
     assert manifest == {
         "format": manifest["format"],
+        "dcp": False,  # plain saves: no DCP .metadata in the step
+        "dir": "step_000000000004",
         "step": 4,
         "world_size": 2,
         "files": {"0": "step_000000000004/rank_0_of_2.pt", "1": "step_000000000004/rank_1_of_2.pt"},

@@ -57,15 +57,18 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> str:
     [
         ("--crash-at-step", "7"),  # rank 0 exits before step 7: step 6 is the newest
         ("--crash-in-save", "8"),  # rank 0 dies writing step 8, which rank 1 completed
+        # every step saved asynchronously; rank 0 dies inside the save of step 8
+        ("--every", "1", "--async", "--crash-in-save", "8"),
     ],
-    ids=["crash", "crash-inside-save"],
+    ids=["crash", "crash-inside-save", "every-step-async-crash-inside-save"],
 )
 async def test_crash_resumes_from_the_newest_complete_step_with_equal_params(
     tmp_path: Path, uninterrupted: str, fault: tuple[str, str]
 ) -> None:
     result, lines = await run_job(tmp_path, *fault)
     assert result.state is WorkerState.SUCCEEDED, result
-    assert lines == [{"start": 6, "attempt": 1, "checksum": uninterrupted}]
+    start = 7 if "--async" in fault else 6  # the step before the one that crashed
+    assert lines == [{"start": start, "attempt": 1, "checksum": uninterrupted}]
 
 
 async def test_failed_job_leaves_its_step_on_disk_and_a_fresh_launch_resumes(

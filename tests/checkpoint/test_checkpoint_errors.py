@@ -28,6 +28,8 @@ def test_bad_input_raises_one_clear_error_and_keeps_the_last_step(tmp_path: Path
     assert "step 4 is lower than step 5" in out["lower"]
     assert "needs about 1024.0 TiB" in out["memory"] and "is free in" in out["memory"]
     assert "step=-1" in out["bad_step"]
+    assert "MemoryWriter: step 4 is lower than step 5" in out["dcp_lower"]
+    assert "cannot serialize rank 0's object of step 6" in out["async_unpicklable"]
     assert "Not a directory" in out["not_writable"]
     assert "aelastic run" in out["outside"]
     assert out["load_outside"] is None

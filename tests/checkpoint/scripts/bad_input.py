@@ -29,8 +29,13 @@ def attempt(name: str, call: Callable[[], object]) -> None:
 
 
 def listing() -> list[str]:
+    """The committed files (hidden entries, like a rank's spare buffer, are the saver's)."""
+    checkpoint.wait()
     return sorted(
-        os.path.join(d, f) for d in os.listdir(root) for f in os.listdir(os.path.join(root, d))
+        os.path.join(d, f)
+        for d in os.listdir(root)
+        if not d.startswith(".")
+        for f in os.listdir(os.path.join(root, d))
     )
 
 
@@ -41,6 +46,8 @@ attempt("lower", lambda: checkpoint.save({"w": torch.zeros(1)}, step=4))
 huge = torch.empty(1 << 50, dtype=torch.uint8, device="meta")
 attempt("memory", lambda: checkpoint.save({"w": huge}, step=7))
 attempt("bad_step", lambda: checkpoint.save({}, step=-1))
+attempt("dcp_lower", lambda: checkpoint.MemoryWriter(step=4))
+attempt("async_unpicklable", lambda: checkpoint.save({"f": lambda: 0}, step=6, asynchronous=True))
 out["intact"] = listing() == good
 os.environ["AELASTIC_CHECKPOINT_DIR"] = os.path.join(root, good[0], "x")
 attempt("not_writable", lambda: checkpoint.save({"w": torch.zeros(1)}, step=8))

@@ -8,7 +8,8 @@ Rank 0 appends one JSON line to ``--out`` when done: the step it resumed from, t
 attempt, and a checksum of the parameters. Faults, on the first attempt only:
 ``--crash-at-step K`` (rank 0 exits 1 before step K), ``--crash-in-save K`` (rank 0
 dies while ``save()`` writes step K), ``--fail-at-step K`` (rank 0 exits 1 before step
-K on every attempt: the job fails for good), ``--hold-after-save K`` (a run that did not
+K on every attempt: the job fails for good; ``--every 1 --async``: every step saved
+with ``save(..., asynchronous=True)``), ``--hold-after-save K`` (a run that did not
 resume saves step K, prints ``HELD K rank R``, and waits to be killed). A run that resumes
 checks that the next rank's object loads too (``--load-rank R``: rank R's; ``--own-only``:
 no check, for a node holding only its own ranks).
@@ -56,6 +57,9 @@ def main() -> int:
     parser.add_argument("--print-saves", action="store_true", help="rank 0: SAVED <step>")
     parser.add_argument("--hold-after-save", type=int, default=-1)
     parser.add_argument("--own-only", action="store_true")
+    parser.add_argument(
+        "--async", dest="asynchronous", action="store_true", help="save(asynchronous=True)"
+    )
     parser.add_argument("--load-rank", type=int, default=-1)
     opts = parser.parse_args()
 
@@ -102,7 +106,9 @@ def main() -> int:
             }
             if done == opts.crash_in_save and first:
                 state["boom"] = DieWhilePickled()
-            checkpoint.save(state, step=done)
+            checkpoint.save(state, step=done, asynchronous=opts.asynchronous)
+            if opts.asynchronous:
+                checkpoint.wait()  # before the barrier: step done counts as saved below
             dist.barrier()
             if opts.print_saves and rank == 0:
                 print("SAVED", done, flush=True)

@@ -1,0 +1,239 @@
+"""A rank's save buffers: shared-memory files mapped once, reused from step to step.
+
+Worker side, standard library only. A save writes into the file of this rank's oldest
+kept step (renamed away first, so readers never see it change: see ``_layout``), or
+into this rank's *spare* (``.spare_rank_<rank>`` in the agent's directory) while it
+keeps fewer than two steps, else into a new file. Each file is mapped into the worker
+once (``MAP_POPULATE``: page tables filled in one system call) and the mapping is kept
+while the file is one of the rank's buffers, so a steady-state save is one copy of the
+bytes into pages tmpfs already holds: no page faults, no zeroing, no system call per
+chunk.
+
+Pages are allocated with ``posix_fallocate`` before they are written through the
+mapping: a full ``/dev/shm`` then fails a save with ``ENOSPC`` (the previous step
+intact) instead of killing the worker with ``SIGBUS``.
+
+:func:`prepare` allocates and maps the next save's buffer ahead of time, in a thread
+of the worker: after each save (for the step after), when :func:`aelastic.checkpoint.load`
+resumes (the previous attempt's files) and from :func:`aelastic.checkpoint.reserve` (a
+size hint before the first save). The next save waits for it, so at most one runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import threading
+
+from .._dataclass import dataclass
+from . import _layout as L
+
+__all__ = ("MapWriter", "forget_others", "prepare", "spare_path", "target")
+
+#: Mapped beyond the bytes the tensors need: room for the pickled structure and the
+#: zip records, so a save never remaps.
+SLACK = 1 << 20
+_PAGE = mmap.PAGESIZE
+
+
+@dataclass
+class _Map:
+    mm: mmap.mmap
+    #: bytes from the file's start known to be allocated (written or fallocated)
+    allocated: int
+
+
+#: ``{(st_dev, st_ino): mapping}`` of this process's buffers.
+_maps: dict[tuple[int, int], _Map] = {}
+_lock = threading.Lock()
+
+
+def spare_path(root: str, rank: int, index: int = 0) -> str:
+    return os.path.join(root, f".spare_rank_{rank}_{index}")
+
+
+#: Spares per rank: a rank keeps two steps, so at most two saves find no step to reuse.
+_SPARES = 2
+
+
+def _held(root: str, rank: int, but: int | None = None) -> list[str]:
+    """This rank's committed files, oldest step first (``but``: a step to leave out)."""
+    held = sorted(
+        (s for s in L.scan(root).values() if s.holds_any((rank,)) and s.step != but),
+        key=lambda s: s.step,
+    )
+    out = []
+    for s in held:
+        world = next(w for w, files in s.ranks.items() if rank in files)
+        out.append(L.rank_file(root, s.step, rank, world))
+    return out
+
+
+def _next_buffer(root: str, rank: int, step: int | None = None) -> str | None:
+    """The file the next save of ``rank`` writes into, if one exists: the oldest of two
+    kept steps (that step goes with the save), else the spare."""
+    held = _held(root, rank, step)
+    if len(held) >= 2:
+        return held[0]
+    spares = (spare_path(root, rank, i) for i in range(_SPARES))
+    return next((p for p in spares if os.path.exists(p)), None)
+
+
+def target(root: str, rank: int, step: int, tmp: str) -> int:
+    """Rename the buffer the save of ``step`` reuses to ``tmp`` (or create ``tmp``);
+    its descriptor. Raises OSError."""
+    reuse = _next_buffer(root, rank, step)
+    if reuse is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(reuse, tmp)
+        if os.path.dirname(reuse) != root:  # a step's file, not a spare
+            L.remove_if_done(os.path.dirname(reuse))
+    return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
+def reused_bytes(root: str, rank: int, step: int) -> int:
+    """Bytes the save of ``step`` takes over from an existing buffer (0: none)."""
+    reuse = _next_buffer(root, rank, step)
+    if reuse is None:
+        return 0
+    try:
+        return os.stat(reuse).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _allocate(fd: int, start: int, end: int) -> None:
+    if end > start:
+        os.posix_fallocate(fd, start, end - start)
+
+
+#: ``madvise(MADV_POPULATE_WRITE)`` (Linux 5.14+): page tables of a range filled at once.
+_POPULATE_WRITE = 23
+
+
+def _map(fd: int, length: int, populate: int) -> mmap.mmap:
+    """``fd`` mapped ``length`` long, the page tables of its first ``populate`` bytes
+    filled (only those: populating the slack past them would allocate pages that the
+    save's final truncation frees again, tens of ms per MiB on some machines)."""
+    mm = mmap.mmap(fd, length, flags=mmap.MAP_SHARED)
+    if populate > 0:
+        try:
+            mm.madvise(_POPULATE_WRITE, 0, -(-populate // _PAGE) * _PAGE)
+        except (OSError, ValueError, AttributeError):  # an older kernel: populated whole
+            mm.close()
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            mm = mmap.mmap(fd, length, flags=flags)
+    return mm
+
+
+def mapping(fd: int, nbytes: int) -> _Map:
+    """The mapping of the file ``fd`` (a save's, renamed away from readers), at least
+    ``nbytes + SLACK`` long, its first ``nbytes`` allocated. Raises OSError
+    (``ENOSPC``: not enough shared memory)."""
+    st = os.fstat(fd)
+    key = (st.st_dev, st.st_ino)
+    length = -(-(nbytes + SLACK) // _PAGE) * _PAGE
+    with _lock:
+        m = _maps.get(key)
+        known = m.allocated if m is not None else min(st.st_size, st.st_blocks * 512)
+        _allocate(fd, known, nbytes)
+        if os.fstat(fd).st_size < length:
+            os.ftruncate(fd, length)  # sparse: no pages until written
+        if m is None:
+            m = _maps[key] = _Map(_map(fd, length, nbytes), known)
+        elif len(m.mm) < length:
+            m.mm.resize(length)  # the pages mapped so far stay mapped
+        m.allocated = max(known, nbytes)
+        return m
+
+
+def _map_committed(fd: int) -> None:
+    """Map a committed file as it is (its size and bytes must not change: readers may
+    be reading it), so the save that takes it over finds its pages mapped."""
+    st = os.fstat(fd)
+    key = (st.st_dev, st.st_ino)
+    with _lock:
+        if key not in _maps and st.st_size > 0:
+            known = min(st.st_size, st.st_blocks * 512)
+            _maps[key] = _Map(_map(fd, st.st_size, known), known)
+
+
+class MapWriter:
+    """A file-like object ``torch.save`` writes into a mapping: each ``write`` is one
+    copy into the mapped pages (a tensor's bytes arrive as one memoryview of them)."""
+
+    def __init__(self, fd: int, m: _Map) -> None:
+        self.fd, self.m, self.pos = fd, m, 0
+
+    def write(self, data: bytes | memoryview) -> int:
+        view = memoryview(data).cast("B")
+        end = self.pos + view.nbytes
+        m = self.m
+        if end > m.allocated:  # the tail past the tensors' bytes: a few pages
+            grow = max(end, m.allocated + SLACK)
+            _allocate(self.fd, m.allocated, grow)
+            m.allocated = grow
+        if end > len(m.mm):
+            m.mm.resize(-(-(end + SLACK) // _PAGE) * _PAGE)
+        m.mm[self.pos : end] = view
+        self.pos = end
+        return view.nbytes
+
+    def flush(self) -> None:
+        pass
+
+    def tell(self) -> int:
+        return self.pos
+
+    def close(self) -> None:
+        pass
+
+    def finish(self) -> None:
+        """Cut the file to the bytes written (the zip's end record must end it); the
+        pages past it are freed."""
+        os.ftruncate(self.fd, self.pos)
+        self.m.allocated = min(self.m.allocated, self.pos)
+
+
+def forget_others(root: str, rank: int) -> bool:
+    """Unmap what is no longer one of ``rank``'s buffers (a mapping would keep the
+    memory of a deleted file); whether the next save's buffer is mapped already (the
+    steady state: :func:`prepare` has nothing to do)."""
+    held = _held(root, rank)
+    keys = []
+    for path in (*held, *(spare_path(root, rank, i) for i in range(_SPARES))):
+        with contextlib.suppress(OSError):
+            st = os.stat(path)
+            keys.append((st.st_dev, st.st_ino))
+    with _lock:
+        for key in [k for k in _maps if k not in keys]:
+            _maps.pop(key).mm.close()
+        return len(held) == _SPARES and keys[:1] == [k for k in keys[:1] if k in _maps]
+
+
+def prepare(root: str, rank: int, nbytes: int) -> None:
+    """Allocate and map the buffers the next two saves of ``rank`` write into, ``nbytes``
+    each (blocking; run in a thread): this rank's oldest kept step if it keeps two (mapped
+    as it is), and a spare for each save that finds no step to reuse. Errors are
+    ignored: the save itself reports them."""
+    held = _held(root, rank)
+    with contextlib.suppress(OSError, ValueError):
+        if len(held) >= 2:
+            fd = os.open(held[0], os.O_RDWR | os.O_CLOEXEC)
+            try:
+                _map_committed(fd)
+            finally:
+                os.close(fd)
+        paths = [spare_path(root, rank, i) for i in range(_SPARES)]
+        paths.sort(key=lambda p: not os.path.exists(p))  # the existing ones first
+        wanted = max(0, _SPARES - len(held))
+        for path in paths[wanted:]:  # a spare no save will take: its memory back
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        for path in paths[:wanted]:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                mapping(fd, nbytes)
+            finally:
+                os.close(fd)

@@ -1,0 +1,67 @@
+"""One rank of a gloo job that saves or loads a DTensor-sharded state through DCP.
+
+``save --steps N``: every step ``s`` (1..N) saves ``{"w": full * s}`` (``full`` a 16x4
+``arange``, sharded by rows over the world) and ``{"step": s}`` with
+``dcp.save(..., storage_writer=MemoryWriter(step=s))`` (``--async``: ``dcp.async_save``).
+``load``: loads through ``MemoryReader`` into a state sharded over this (other) world
+and prints one JSON line per rank: the reader's step, and whether the shard equals
+``full * step``. Run with the environment the agent gives workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from concurrent.futures import Future
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict_loader import load
+from torch.distributed.checkpoint.state_dict_saver import async_save, save
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+
+from aelastic import checkpoint
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=("save", "load"))
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--async", dest="asynchronous", action="store_true")
+    opts = parser.parse_args()
+    dist.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    full = torch.arange(64, dtype=torch.float32).reshape(16, 4)
+    if opts.mode == "save":
+        for step in range(1, opts.steps + 1):
+            state: dict[str, Any] = {"w": distribute_tensor(full * step, mesh, [Shard(0)])}
+            state["step"] = step
+            writer = checkpoint.MemoryWriter(step=step)
+            if opts.asynchronous:
+                future = async_save(state, storage_writer=writer)
+                assert isinstance(future, Future)
+                future.result()
+            else:
+                save(state, storage_writer=writer)
+        dist.barrier()
+    else:
+        reader = checkpoint.MemoryReader()
+        state = {"w": distribute_tensor(torch.zeros(16, 4), mesh, [Shard(0)]), "step": 0}
+        if reader.step is not None:
+            load(state, storage_reader=reader)
+        expected = distribute_tensor(full * (reader.step or 0), mesh, [Shard(0)])
+        same = torch.equal(state["w"].to_local(), expected.to_local())
+        line = {"rank": dist.get_rank(), "step": reader.step, "same": same, "saved": state["step"]}
+        print(json.dumps(line), flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    os._exit(code)  # skip finalization: gloo threads can abort it (see examples/train_ddp.py)

@@ -1,0 +1,136 @@
+"""torch.distributed.checkpoint through the agent's memory: MemoryWriter and MemoryReader.
+
+Real gloo jobs (one process per rank) with the environment the agent gives its workers,
+and the agent's own code (``Checkpoints``) choosing the step to resume and writing it
+to ``--checkpoint-dir``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from launcher._nodes import free_port  # tests/ is on sys.path
+
+from aelastic.checkpoint import _layout as L
+from aelastic.checkpoint._agent import Checkpoints
+from aelastic.store import LocalStore
+
+pytestmark = pytest.mark.timeout(450)  # jobs of 4 and 2 processes importing torch
+
+SCRIPT = str(Path(__file__).parent / "scripts" / "dcp_job.py")
+
+
+def gloo_job(world: int, env: dict[str, str], *args: str) -> list[dict[str, Any]]:
+    """Run ``world`` ranks of dcp_job.py; the JSON lines they printed, by rank."""
+    port = str(free_port())
+    procs = [
+        subprocess.Popen(
+            [sys.executable, SCRIPT, *args],
+            env={
+                **os.environ,
+                **env,
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": port,
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "WORLD_SIZE": str(world),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(world)
+    ]
+    outs = [p.communicate(timeout=200) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    lines = [json.loads(line) for out, _ in outs for line in out.splitlines() if line]
+    return sorted(lines, key=lambda line: int(line["rank"]))
+
+
+async def resume_env(memory: Path, disk: Path | None, ranks: list[int]) -> dict[str, str]:
+    """What the agent gives a round of ``ranks`` (one node): its own choice of the step."""
+    cp = Checkpoints(str(memory), None if disk is None else str(disk), lambda n, md: None)
+    return {**cp.env(), **await cp.resume_env(ranks, LocalStore(), 0, 1)}
+
+
+@pytest.mark.parametrize("mode", [(), ("--async",)], ids=["save", "async_save"])
+def test_dcp_state_saved_by_4_ranks_loads_resharded_into_2(
+    tmp_path: Path, mode: tuple[str, ...]
+) -> None:
+    memory = tmp_path / "shm"
+    memory.mkdir()
+    gloo_job(4, {L.DIR_ENV: str(memory)}, "save", "--steps", "3", *mode)
+    held = L.scan(str(memory))
+    assert sorted(held) == [2, 3]  # two steps kept, every rank's file of each
+    assert all(
+        dict(s.ranks) == {4: dict(s.ranks[4])} and len(s.ranks[4]) == 4 for s in held.values()
+    )
+    assert (memory / "step_000000000003" / L.METADATA).is_file()
+    assert not (memory / "step_000000000001").exists()  # reused, not left behind
+
+    # two ranks are left (a node with half the ranks went away): the agent resumes them
+    env = anyio.run(resume_env, memory, None, [0, 1])
+    assert (env[L.STEP_ENV], env[L.WORLD_ENV]) == ("3", "4")
+    lines = gloo_job(2, env, "load")
+    assert lines == [{"rank": r, "step": 3, "same": True, "saved": 3} for r in (0, 1)]
+
+
+def test_no_checkpoint_reads_as_step_none(tmp_path: Path) -> None:
+    lines = gloo_job(2, {L.DIR_ENV: str(tmp_path)}, "load")
+    assert [line["step"] for line in lines] == [None, None]
+
+
+PLAIN_LOAD = """\
+import json, sys, torch, torch.distributed.checkpoint as dcp
+manifest = json.load(open(sys.argv[1] + "/manifest.json"))
+state = {"w": torch.zeros(16, 4), "step": 0}
+dcp.load(state, checkpoint_id=sys.argv[1] + "/" + manifest["dir"])
+full = torch.arange(64, dtype=torch.float32).reshape(16, 4)
+print(json.dumps({"step": state["step"], "same": torch.equal(state["w"], full * state["step"]),
+                  "dcp": manifest["dcp"], "manifest_step": manifest["step"],
+                  "aelastic": any(m.startswith("aelastic") for m in sys.modules)}))
+"""
+
+
+@pytest.fixture(scope="module")
+def persisted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``--checkpoint-dir`` after a 2-rank job saved steps 1 and 2 through MemoryWriter
+    and the agent wrote its newest step there."""
+    tmp = tmp_path_factory.mktemp("persisted")
+    memory, disk = tmp / "shm", tmp / "disk"
+    memory.mkdir()
+    gloo_job(2, {L.DIR_ENV: str(memory)}, "save", "--steps", "2")
+
+    async def persist() -> None:  # what the agent does every interval and at its exit
+        cp = Checkpoints(str(memory), str(disk), lambda n, md: None)
+        cp.local_ranks = (0, 1)
+        await cp.persist()
+
+    anyio.run(persist)
+    return disk
+
+
+def test_persisted_dcp_step_loads_with_plain_dcp_load(persisted: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", PLAIN_LOAD, str(persisted)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    out = json.loads(done.stdout)
+    assert out == {"step": 2, "same": True, "dcp": True, "manifest_step": 2, "aelastic": False}
+
+
+def test_fresh_launch_resumes_from_the_persisted_dcp_step(tmp_path: Path, persisted: Path) -> None:
+    # nothing in memory: the agent finds the step on disk, MemoryReader reads it there
+    lines = gloo_job(2, anyio.run(resume_env, tmp_path, persisted, [0, 1]), "load")
+    assert lines == [{"rank": r, "step": 2, "same": True, "saved": 2} for r in (0, 1)]
