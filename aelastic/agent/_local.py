@@ -253,7 +253,10 @@ class LocalElasticAgent(SimpleElasticAgent):
             )
         procs = await stack.enter_async_context(
             open_worker_processes(
-                specs, shutdown_timeout=self._shutdown_timeout, warm_pool=self._warm_pool
+                specs,
+                shutdown_timeout=self._shutdown_timeout,
+                warm_pool=self._warm_pool,
+                exit_grace=spec.exit_grace,
             )
         )
         self._procs = procs

@@ -201,7 +201,7 @@ class WarmProcess:
         stdout_fd: int,
         stderr_fd: int,
         learn: str = "",
-    ) -> None:
+    ) -> socket.socket:
         """Turn the interpreter into the worker; raises OSError when it cannot be reached.
 
         ``learn``: a file where the worker records the modules it imports (``--preload
@@ -209,8 +209,10 @@ class WarmProcess:
 
         The worker starts with the signal dispositions and mask a fresh spawn
         from this thread would have now (:func:`spawn_signals`), whatever they
-        were when the interpreter was pre-started. Closes the control socket
-        either way; the caller owns the process after.
+        were when the interpreter was pre-started. Returns the control socket,
+        on which the worker writes ``exit <status>`` when its script ends (see
+        :mod:`aelastic.workers._exit_grace`): the caller owns it and the process
+        after. On error the socket is closed.
         """
         sys_argv = entry.sys_argv
         fields = [_MAGIC, os.fsencode(cwd), entry.kind.encode(), os.fsencode(entry.target)]
@@ -229,8 +231,11 @@ class WarmProcess:
             sent = socket.send_fds(self.control, [message], [stdout_fd, stderr_fd])
             if sent < len(message):
                 self.control.sendall(message[sent:])
-        finally:
+        except BaseException:
             self.control.close()
+            raise
+        self.control.setblocking(False)
+        return self.control
 
 
 class WarmPool:
