@@ -23,7 +23,13 @@ import anyio
 
 from ._procfs import process_state
 
-__all__ = ("DEFAULT_EXIT_GRACE", "EXIT_WARN_AFTER", "receive_exit_notice", "shutdown_report")
+__all__ = (
+    "DEFAULT_EXIT_GRACE",
+    "EXIT_WARN_AFTER",
+    "cpu_seconds",
+    "receive_exit_notice",
+    "shutdown_report",
+)
 
 #: Seconds a worker whose script ended may take to exit before it is killed.
 DEFAULT_EXIT_GRACE = 60.0
@@ -77,3 +83,17 @@ def shutdown_report(pid: int) -> str:
     doing = "running" if process_state(pid) == "R" else "sleeping"
     where = f" in {wchan}" if wchan and wchan != "0" and doing == "sleeping" else ""
     return f"{threads} thread{'s' if threads != 1 else ''}; main thread {doing}{where}"
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system, every thread) of ``pid`` so far; None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+    except OSError:
+        return None
+    try:
+        ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    except (IndexError, ValueError):
+        return None
+    return ticks / os.sysconf("SC_CLK_TCK")

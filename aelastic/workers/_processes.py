@@ -30,7 +30,13 @@ from ..errors import ProcessFailure
 from ._background import BackgroundTasks, background_tasks
 from ._console import wait_consoles_written
 from ._exceptions import NoMoreExitsError, WorkerStartError
-from ._exit_grace import DEFAULT_EXIT_GRACE, EXIT_WARN_AFTER, receive_exit_notice, shutdown_report
+from ._exit_grace import (
+    DEFAULT_EXIT_GRACE,
+    EXIT_WARN_AFTER,
+    cpu_seconds,
+    receive_exit_notice,
+    shutdown_report,
+)
 from ._output import ConsoleName, Sink
 from ._pdeathsig import wrap_argv
 from ._pipe_reader import OutputPipe
@@ -63,7 +69,9 @@ class _Worker:
         self.pipes: list[OutputPipe] = []
         # True once the pid was reaped: from then on it may belong to someone else.
         self.reaped = False
-        # The exit status its script ended with, once killed for not exiting after it.
+        # The exit status its script ended with (warm workers tell), and the status its
+        # exit counts as once killed for not exiting after its work was done.
+        self.ended_with: int | None = None
         self.script_status: int | None = None
 
     async def drained(self) -> None:
@@ -93,6 +101,7 @@ class WorkerProcesses:
     ) -> None:
         self.specs: dict[int, ProcessSpec] = {s.local_rank: s for s in specs}
         self._exit_grace = exit_grace if exit_grace is not None and exit_grace > 0 else None
+        self._stopping = False
         self.pids: dict[int, int] = {}
         self.exits: dict[int, ProcessExit] = {}
         self.unreaped: dict[int, int] = {}
@@ -214,6 +223,7 @@ class WorkerProcesses:
         Cancelling it cancels the waiting, not the signals already sent;
         :func:`open_worker_processes` calls it shielded on exit.
         """
+        self._stopping = True
         if not self._workers:
             return dict(self.exits)
         for worker in self._workers.values():
@@ -268,6 +278,13 @@ class WorkerProcesses:
         self._pending.append(exit_)
         worker.exited.set()
         self._wake()
+        if exitcode == 0 and self._exit_grace is not None and not self._stopping:
+            codes = [e.exitcode for e in self.exits.values()]
+            alive = [w for r, w in self._workers.items() if r not in self.exits]
+            if alive and all(c == 0 for c in codes) and len(codes) == 1 and self._tg is not None:
+                # The first success: from now on, a worker that sits idle is done.
+                for other in alive:
+                    self._tg.start_soon(self._bound_idle_after_peers, other, self._exit_grace)
 
     def _wake(self) -> None:
         self._changed.set()
@@ -452,6 +469,7 @@ class WorkerProcesses:
         status = await receive_exit_notice(notices)
         if status is None:
             return
+        worker.ended_with = status
         rank, pid = worker.spec.local_rank, worker.pid
         warn_after = min(EXIT_WARN_AFTER, grace)
         await anyio.sleep(warn_after)
@@ -469,15 +487,63 @@ class WorkerProcesses:
                 grace,
             )
             await anyio.sleep(grace - warn_after)
-        log.error(
-            "worker local_rank=%s (pid %s) did not exit within %g s (--exit-grace) after its"
-            " script ended with status %s; it is stuck in the interpreter's shutdown (%s)."
-            " Killed with SIGKILL; counted as exit status %s, what its script ended with.",
+        self._kill_finished(
+            worker,
+            status,
+            f"did not exit within {grace:g} s (--exit-grace) after its script ended with"
+            f" status {status}; it is stuck in the interpreter's shutdown",
+        )
+
+    async def _bound_idle_after_peers(self, worker: _Worker, grace: float) -> None:
+        """A worker still running after a local peer exited 0: killed once idle for ``grace``.
+
+        Idle: no CPU time used (``/proc/<pid>/stat``, every thread) over a whole
+        ``grace`` window, such as a teardown deadlock (a thread waiting for the GIL that
+        the main thread holds while it joins it). A worker that computes, even slowly,
+        is never killed. Reported after :data:`EXIT_WARN_AFTER` seconds; counted as
+        exit status 0 when killed (its peers succeeded; its work is done). Ends when the
+        worker exits.
+        """
+        rank, pid = worker.spec.local_rank, worker.pid
+        started = time.monotonic()
+        with anyio.move_on_after(min(EXIT_WARN_AFTER, grace)):
+            await worker.exited.wait()
+            return
+        log.warning(
+            "worker local_rank=%s (pid %s) still runs %.0f s after a local peer exited 0 (%s);"
+            " it is killed once it used no CPU for %g s (--exit-grace)",
             rank,
             pid,
-            grace,
-            status,
+            time.monotonic() - started,
             shutdown_report(pid),
+            grace,
+        )
+        while True:
+            before = cpu_seconds(pid)
+            with anyio.move_on_after(grace):
+                await worker.exited.wait()
+                return
+            if worker.ended_with is not None:
+                return  # its script ended: _bound_exit decides, with its status
+            if before is not None and cpu_seconds(pid) == before:
+                break
+        self._kill_finished(
+            worker,
+            0,
+            f"used no CPU for {grace:g} s (--exit-grace) while every other local worker"
+            " had exited 0: it is stuck (a teardown deadlock, for example in a process"
+            " group's destructor)",
+        )
+
+    def _kill_finished(self, worker: _Worker, status: int, why: str) -> None:
+        """Report and SIGKILL a worker whose work is done; its exit counts as ``status``."""
+        log.error(
+            "worker local_rank=%s (pid %s) %s (%s). Killed with SIGKILL; counted as exit"
+            " status %s.",
+            worker.spec.local_rank,
+            worker.pid,
+            why,
+            shutdown_report(worker.pid),
             status,
         )
         worker.script_status = status

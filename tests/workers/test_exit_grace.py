@@ -20,15 +20,22 @@ from aelastic.workers._exit_grace import parse_exit_notice, shutdown_report
 from aelastic.workers._warm_boot import _exit_status
 
 WORKER = """\
-import atexit, os, sys, threading
+import atexit, os, sys, threading, time
+mode = sys.argv[1]
 if os.environ["LOCAL_RANK"] == "1":
-    atexit.register(threading.Event().wait)  # the interpreter's shutdown never ends
-    print("rank 1 done", flush=True)
-    sys.exit(int(sys.argv[1]))
+    if mode == "stuck-in-script":  # its work done, it never ends its script (no CPU)
+        threading.Event().wait()
+    elif mode == "busy":  # still computing well after its peer left: never killed
+        until = time.monotonic() + 4
+        while time.monotonic() < until:
+            pass
+    else:
+        atexit.register(threading.Event().wait)  # the interpreter's shutdown never ends
+        sys.exit(int(mode))
 """
 
 
-def _spec(tmp_path: Path, status: int, **kw: object) -> WorkerSpec:
+def _spec(tmp_path: Path, status: int | str, **kw: object) -> WorkerSpec:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     options: dict[str, object] = dict(
@@ -91,6 +98,34 @@ async def test_a_longer_grace_reports_the_wait_before_the_kill(
     (waiting,) = [w for w in warnings if "has not exited" in w]
     assert "local_rank=1" in waiting and "ended its script (status 0)" in waiting
     assert "killing it 2 s after its script ended (--exit-grace)" in waiting
+
+
+async def test_a_worker_idle_in_its_script_after_its_peer_succeeded_is_killed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The torch deadlock seen: rank 1 joins gloo's thread in a destructor, holding the
+    GIL that thread waits for, inside its script; rank 0 exited 0. Warm pool off: the
+    rule needs no word from the worker."""
+    monkeypatch.setenv(WARM_WORKERS_ENV, "0")
+    caplog.set_level(logging.WARNING, logger="aelastic.workers")
+    with anyio.fail_after(60):
+        result = await LocalElasticAgent(_spec(tmp_path, "stuck-in-script")).run()
+    assert result.state is WorkerState.SUCCEEDED
+    (report,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "worker local_rank=1 (pid" in report
+    assert "used no CPU for 1 s (--exit-grace) while every other local worker had" in report
+    assert "Killed with SIGKILL; counted as exit status 0" in report
+    assert "still runs 1 s after a local peer exited 0" in caplog.text
+
+
+async def test_a_worker_that_computes_after_its_peer_left_is_not_killed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="aelastic.workers")
+    with anyio.fail_after(60):
+        result = await LocalElasticAgent(_spec(tmp_path, "busy")).run()
+    assert result.state is WorkerState.SUCCEEDED
+    assert "Killed with SIGKILL" not in caplog.text
 
 
 @pytest.mark.parametrize(
