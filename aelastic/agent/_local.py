@@ -505,6 +505,36 @@ class LocalElasticAgent(SimpleElasticAgent):
         pool = self._warm_pool
         return (0, 0) if pool is None else (len(pool.idle_pids), pool.idle_rss())
 
+    def _predicted_worker(self, spec: WorkerSpec) -> tuple[list[str], dict[str, str], str] | None:
+        """``(argv, env, cwd)`` of local rank 0 as :meth:`_start_workers` will build them,
+        before any rendezvous (per-worker values are placeholders: the preload ignores
+        them). None with ``virtual_local_rank`` (``CUDA_VISIBLE_DEVICES`` differs per worker).
+        """
+        if spec.virtual_local_rank or not isinstance(spec.entrypoint, str):
+            return None
+        env = worker_env(
+            os.environ.copy(),
+            local_rank=0,
+            global_rank=0,
+            role_rank=0,
+            world_size=spec.local_world_size,
+            role_world_size=spec.local_world_size,
+            role=spec.role,
+            local_world_size=spec.local_world_size,
+            group_rank=0,
+            group_world_size=1,
+            master_addr="",
+            master_port=0,
+            restart_count=0,
+            max_restarts=spec.max_restarts,
+            run_id="",
+            use_agent_store=False,
+            error_file=None,
+            extra=self._worker_env_extra,
+        )
+        argv = self._worker_args(spec, 0)
+        return argv, env, self._worker_cwd or os.getcwd()
+
     @asynccontextmanager
     async def _open_warm_pool(self) -> AsyncIterator[None]:
         """Pre-start the Python workers' interpreters for the whole run (see aelastic.workers)."""
@@ -526,6 +556,7 @@ class LocalElasticAgent(SimpleElasticAgent):
             spec.local_world_size,
             preload=spec.preload,
             preload_exclude=spec.preload_exclude,
+            predicted_worker=self._predicted_worker(spec) if spec.preload else None,
         )
         async with pool_cm as pool:
             self._warm_pool = pool
