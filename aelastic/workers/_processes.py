@@ -281,7 +281,7 @@ class WorkerProcesses:
         if exitcode == 0 and self._exit_grace is not None and not self._stopping:
             codes = [e.exitcode for e in self.exits.values()]
             alive = [w for r, w in self._workers.items() if r not in self.exits]
-            if alive and all(c == 0 for c in codes) and len(codes) == 1 and self._tg is not None:
+            if alive and codes == [0] and self._tg is not None:
                 # The first success: from now on, a worker that sits idle is done.
                 for other in alive:
                     self._tg.start_soon(self._bound_idle_after_peers, other, self._exit_grace)
@@ -682,7 +682,9 @@ async def open_worker_processes(
     worker whose script ended (returned, ``sys.exit``, an uncaught exception) and
     that has not exited ``exit_grace`` seconds later (stuck in the interpreter's
     shutdown) is reported, killed, and counted with its script's exit status
-    (:mod:`aelastic.workers._exit_grace`); None or ``<= 0``: no bound.
+    (:mod:`aelastic.workers._exit_grace`); so is, counted as 0, any worker that used
+    no CPU over a whole ``exit_grace`` window after another worker exited 0 (a
+    teardown deadlock). None or ``<= 0``: no bound.
 
     Raises :class:`WorkerStartError` if a process cannot be started (the ones
     already started are stopped first) and :class:`ValueError` for bad specs.
