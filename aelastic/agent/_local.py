@@ -410,6 +410,9 @@ class LocalElasticAgent(SimpleElasticAgent):
             return
         if self._failed_before_stop is None:
             self._failed_before_stop = self._failed_on_their_own(procs)
+        if self._warm_pool is not None and self._failed_before_stop:
+            # the next workers will wait on the idle interpreters' imports: no more yielding
+            self._warm_pool.hurry()
         with anyio.CancelScope(shield=True):
             await procs.stop(sig=sig, timeout=self._shutdown_timeout)
 

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
+import anyio
+import pytest
+
+from aelastic.workers import open_warm_pool
 from aelastic.workers._preload import PreloadPlan, script_imports
 
 
@@ -50,3 +56,63 @@ def test_auto_queues_the_scripts_imports_and_a_hand_off_ends_the_prediction(
         assert not plan.predicted  # a real world is never replaced by a prediction
     finally:
         plan.close()
+
+
+def _nice(pid: int, tid: int) -> int:
+    with open(f"/proc/{pid}/task/{tid}/stat") as f:
+        return int(f.read().rpartition(")")[2].split()[16])  # field 19: nice
+
+
+def _may_lower_nice() -> bool:
+    """Whether this process may lower a nice value (CAP_SYS_NICE), probed on a thread."""
+    import threading
+
+    result: list[bool] = []
+
+    def probe() -> None:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, 0) + 1)
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, 0))
+            result.append(True)
+        except OSError:
+            result.append(False)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    return result[0]
+
+
+@pytest.mark.anyio
+async def test_predicted_preload_starts_at_once_and_hurry_raises_its_thread(
+    tmp_path: Path,
+) -> None:
+    """With a predicted world the idle interpreters preload before any hand-off, at nice
+    19 in a thread; hurry() (a worker failed) gives that thread the agent's priority when
+    the agent may (CAP_SYS_NICE), and changes nothing otherwise."""
+    (tmp_path / "job.py").write_text("import colorsys\n")
+    argv = [sys.executable, "-u", str(tmp_path / "job.py")]
+    prefix = (sys.executable, "-u")
+    async with open_warm_pool(
+        prefix, 1, preload=("auto",), predicted_worker=(argv, dict(os.environ), str(tmp_path))
+    ) as pool:
+        assert len(pool.idle_pids) == 2  # the first worker's and the first restart's
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        with anyio.fail_after(30):
+            while True:  # the preload thread appears once the interpreter has started
+                threads = {
+                    pid: [int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid]
+                    for pid in pool.idle_pids
+                }
+                if all(threads.values()) and all(
+                    _nice(p, t) == 19 for p, ts in threads.items() for t in ts
+                ):
+                    break
+                await anyio.sleep(0.05)
+        raised = pool.hurry()
+        after = [_nice(p, t) for p, ts in threads.items() for t in ts]
+        if _may_lower_nice():
+            assert raised == len(after) and after == [mine] * len(after)
+        else:
+            assert raised == 0 and after == [19] * len(after)
