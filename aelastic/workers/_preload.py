@@ -201,12 +201,15 @@ class PreloadPlan:
             return True
         return self._common(preloaded_env) == self._common(env)
 
-    def message(self) -> tuple[bytes, dict[str, str]] | None:
+    def message(self, lowest: bool = True) -> tuple[bytes, dict[str, str]] | None:
         """The preload message for a new idle interpreter and its environment (None: not yet).
 
-        Fields (NUL-separated, after the magic): cwd, kind, target, learn dir
-        (empty without ``auto``), report dir, ``sys.argv`` (count, items), modules
-        (count, items), excluded (count, items), then ``NAME=value`` items.
+        ``lowest``: import at nice 19 (False: at the interpreter's own priority, for
+        the interpreters that become the first workers: their imports are the first
+        start's own). Fields (NUL-separated, after the magic): cwd, kind, target,
+        learn dir (empty without ``auto``), report dir, ``lowest`` (``1`` or ``0``),
+        ``sys.argv`` (count, items), modules (count, items), excluded (count, items),
+        then ``NAME=value`` items.
         """
         world = self._world
         if world is None or not (self.modules or self.auto):
@@ -219,6 +222,7 @@ class PreloadPlan:
             os.fsencode(world.target),
             os.fsencode(self._learn_dir if self.auto else ""),
             os.fsencode(self._report_dir),
+            b"1" if lowest else b"0",
             *_fields(world.argv),
             *_fields(self.modules),
             *_fields(self.exclude),

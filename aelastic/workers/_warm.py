@@ -361,7 +361,7 @@ class WarmPool:
         For a restart (a worker failed): the running workers they yielded to are being
         stopped, and the next workers wait on these imports. Lowering a nice value
         needs ``CAP_SYS_NICE`` (root outside a container's default capabilities);
-        without it nothing changes. Returns how many threads were raised. A few
+        without it nothing changes. Returns how many threads were set. A few
         ``/proc`` reads and ``setpriority`` calls; never raises.
         """
         mine = os.getpriority(os.PRIO_PROCESS, 0)
@@ -467,8 +467,13 @@ class WarmPool:
         return warm
 
     def _send_preload(self, warm: WarmProcess) -> None:
-        """The preload message, if the plan knows the workers' world (never blocks)."""
-        message = None if self.preload is None else self.preload.message()
+        """The preload message, if the plan knows the workers' world (never blocks).
+
+        Before the first take, the first ``size`` interpreters (the first workers)
+        import at their own priority; every other one at nice 19.
+        """
+        first = self.first_spares > 0 and len(self._idle) < self.size
+        message = None if self.preload is None else self.preload.message(lowest=not first)
         if message is not None and warm.preload(*message):
             warm.predicted = self.preload is not None and self.preload.predicted
 
@@ -617,9 +622,11 @@ async def open_warm_pool(
             pool.first_spares = size
         for extra in _adopt(pool):
             pool.discard(extra)
-        for warm in pool._idle:  # adopted: started before the plan existed
+        adopted, pool._idle = pool._idle, []
+        for warm in adopted:  # started before the plan existed: the first workers
             if warm.preloaded_env is None:
                 pool._send_preload(warm)
+            pool._idle.append(warm)
         await pool._fill_stepwise()
         async with background_tasks() as tg:
             tg.start_soon(pool._refill_forever)

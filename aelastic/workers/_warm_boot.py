@@ -134,8 +134,8 @@ class _Preload:
     """A running preload (``--preload``): what the hand-off must stop and restore."""
 
     def __init__(self, fields: list[bytes]) -> None:
-        cwd, kind, target, learn_dir, report_dir = (os.fsdecode(f) for f in fields[:5])
-        del fields[:5]
+        cwd, kind, target, learn_dir, report_dir, lowest = (os.fsdecode(f) for f in fields[:6])
+        del fields[:6]
         argv, modules, exclude = _take(fields), _take(fields), _take(fields)
         # The worker's own world, as far as it is known before the hand-off: its
         # environment (without what differs per worker), cwd, argv and sys.path[0].
@@ -150,7 +150,9 @@ class _Preload:
         os.dup2(null, 1)  # what modules print at import is not the worker's output
         os.dup2(null, 2)
         os.close(null)
-        self.preloader = preloader(modules, exclude, learn_dir, report_dir, self.report_fd)
+        self.preloader = preloader(
+            modules, exclude, learn_dir, report_dir, self.report_fd, lowest == "1"
+        )
         self.preloader.start()
 
     def stop(self) -> None:

@@ -88,31 +88,33 @@ def _may_lower_nice() -> bool:
 async def test_predicted_preload_starts_at_once_and_hurry_raises_its_thread(
     tmp_path: Path,
 ) -> None:
-    """With a predicted world the idle interpreters preload before any hand-off, at nice
-    19 in a thread; hurry() (a worker failed) gives that thread the agent's priority when
-    the agent may (CAP_SYS_NICE), and changes nothing otherwise."""
+    """With a predicted world the idle interpreters preload before any hand-off, in a
+    thread: the first worker's at the agent's priority, the first restart's at nice 19.
+    hurry() (a worker failed) gives the latter the agent's priority when the agent may
+    (CAP_SYS_NICE), and changes nothing otherwise."""
     (tmp_path / "job.py").write_text("import colorsys\n")
     argv = [sys.executable, "-u", str(tmp_path / "job.py")]
     prefix = (sys.executable, "-u")
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
     async with open_warm_pool(
         prefix, 1, preload=("auto",), predicted_worker=(argv, dict(os.environ), str(tmp_path))
     ) as pool:
-        assert len(pool.idle_pids) == 2  # the first worker's and the first restart's
-        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        first, spare = pool.idle_pids  # the first worker's and the first restart's
+
+        def threads(pid: int) -> list[int]:
+            return [int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid]
+
         with anyio.fail_after(30):
-            while True:  # the preload thread appears once the interpreter has started
-                threads = {
-                    pid: [int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid]
-                    for pid in pool.idle_pids
-                }
-                if all(threads.values()) and all(
-                    _nice(p, t) == 19 for p, ts in threads.items() for t in ts
-                ):
-                    break
+            # another process's threads: nothing to await; they appear once it started
+            while not (  # noqa: ASYNC110
+                threads(first)
+                and threads(spare)
+                and all(_nice(spare, t) == 19 for t in threads(spare))
+            ):
                 await anyio.sleep(0.05)
-        raised = pool.hurry()
-        after = [_nice(p, t) for p, ts in threads.items() for t in ts]
-        if _may_lower_nice():
-            assert raised == len(after) and after == [mine] * len(after)
-        else:
-            assert raised == 0 and after == [19] * len(after)
+        assert [_nice(first, t) for t in threads(first)] == [mine] * len(threads(first))
+        lowered = threads(spare)
+        pool.hurry()
+        after = [_nice(spare, t) for t in lowered]
+        assert after == [mine if _may_lower_nice() else 19] * len(lowered)
+        assert [_nice(first, t) for t in threads(first)] == [mine] * len(threads(first))
