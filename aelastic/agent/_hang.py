@@ -233,7 +233,8 @@ def reblame(hang: Hang, stacks: Mapping[int, str | None]) -> Hang:
     """``hang`` reordered with what the workers' stacks say (``{local_rank: text}``).
 
     At the same step a worker inside a collective waits on one that is not: that one
-    becomes the root cause. Keeps ``stacks_captured``; the order is otherwise unchanged.
+    becomes the root cause (:func:`~aelastic.agent._blame.blame_order`). Keeps
+    ``stacks_captured``.
     """
     return dataclasses.replace(_ordered(hang.workers, stacks), stacks_captured=hang.stacks_captured)
 
@@ -348,10 +349,9 @@ async def report_hang(
 
     Returns ``hang`` with ``stacks_captured`` filled in and its root cause decided again
     with the stacks (:func:`reblame`: at the same step, the worker outside a collective).
-    Records the
-    ``aelastic.progress.hang`` event through ``emit(name, metadata)`` (the agent stamps
-    the time, run id, host and ranks) and the ``progress.hangs`` /
-    ``progress.stacks_captured`` metrics.
+    Records the ``aelastic.progress.hang`` event (naming that root cause) through
+    ``emit(name, metadata)`` (the agent stamps the time, run id, host and ranks) and the
+    ``progress.hangs`` / ``progress.stacks_captured`` metrics.
 
     Bounded by the capture's own timeouts (1 s per worker, py-spy 5 s). Errors: none
     raised for a worker that is gone or cannot be dumped (it is left out of
