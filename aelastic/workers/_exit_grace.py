@@ -26,6 +26,7 @@ from ._procfs import process_state
 __all__ = (
     "DEFAULT_EXIT_GRACE",
     "EXIT_WARN_AFTER",
+    "IDLE_CPU_SHARE",
     "cpu_seconds",
     "receive_exit_notice",
     "shutdown_report",
@@ -35,6 +36,9 @@ __all__ = (
 DEFAULT_EXIT_GRACE = 60.0
 #: Seconds after its script ended when a worker still there is reported (at most the grace).
 EXIT_WARN_AFTER = 10.0
+#: Idle: less CPU than this share of one CPU over a window. Not zero: a thread waiting
+#: for the GIL wakes every switch interval (5 ms) and accrues a few clock ticks.
+IDLE_CPU_SHARE = 0.005
 _NOTICE = b"exit "
 
 

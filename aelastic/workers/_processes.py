@@ -33,6 +33,7 @@ from ._exceptions import NoMoreExitsError, WorkerStartError
 from ._exit_grace import (
     DEFAULT_EXIT_GRACE,
     EXIT_WARN_AFTER,
+    IDLE_CPU_SHARE,
     cpu_seconds,
     receive_exit_notice,
     shutdown_report,
@@ -497,12 +498,12 @@ class WorkerProcesses:
     async def _bound_idle_after_peers(self, worker: _Worker, grace: float) -> None:
         """A worker still running after a local peer exited 0: killed once idle for ``grace``.
 
-        Idle: no CPU time used (``/proc/<pid>/stat``, every thread) over a whole
-        ``grace`` window, such as a teardown deadlock (a thread waiting for the GIL that
-        the main thread holds while it joins it). A worker that computes, even slowly,
-        is never killed. Reported after :data:`EXIT_WARN_AFTER` seconds; counted as
-        exit status 0 when killed (its peers succeeded; its work is done). Ends when the
-        worker exits.
+        Idle: less than :data:`IDLE_CPU_SHARE` of one CPU used (``/proc/<pid>/stat``,
+        every thread) over a whole ``grace`` window, such as a teardown deadlock (a
+        thread waiting for the GIL that the main thread holds while it joins it). A
+        worker that computes (above that share) is never killed. Reported after
+        :data:`EXIT_WARN_AFTER` seconds; counted as exit status 0 when killed (its peers
+        succeeded; its work is done). Ends when the worker exits.
         """
         rank, pid = worker.spec.local_rank, worker.pid
         started = time.monotonic()
@@ -511,7 +512,7 @@ class WorkerProcesses:
             return
         log.warning(
             "worker local_rank=%s (pid %s) still runs %.0f s after a local peer exited 0 (%s);"
-            " it is killed once it used no CPU for %g s (--exit-grace)",
+            " it is killed once it used almost no CPU for %g s (--exit-grace)",
             rank,
             pid,
             time.monotonic() - started,
@@ -525,12 +526,13 @@ class WorkerProcesses:
                 return
             if worker.ended_with is not None:
                 return  # its script ended: _bound_exit decides, with its status
-            if before is not None and cpu_seconds(pid) == before:
+            after = cpu_seconds(pid)
+            if before is not None and after is not None and after - before < IDLE_CPU_SHARE * grace:
                 break
         self._kill_finished(
             worker,
             0,
-            f"used no CPU for {grace:g} s (--exit-grace) while every other local worker"
+            f"used almost no CPU for {grace:g} s (--exit-grace) while every other local worker"
             " had exited 0: it is stuck (a teardown deadlock, for example in a process"
             " group's destructor)",
         )
@@ -683,7 +685,7 @@ async def open_worker_processes(
     that has not exited ``exit_grace`` seconds later (stuck in the interpreter's
     shutdown) is reported, killed, and counted with its script's exit status
     (:mod:`aelastic.workers._exit_grace`); so is, counted as 0, any worker that used
-    no CPU over a whole ``exit_grace`` window after another worker exited 0 (a
+    almost no CPU over a whole ``exit_grace`` window after another worker exited 0 (a
     teardown deadlock). None or ``<= 0``: no bound.
 
     Raises :class:`WorkerStartError` if a process cannot be started (the ones
