@@ -71,7 +71,10 @@ def run_once(extra: list[str]) -> str:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         with open(log, "rb") as f:
-            killed = b"Killed with SIGKILL" in f.read()
+            text = f.read()
+        killed = b"Killed with SIGKILL" in text
+        if stuck:  # what the launcher said about it
+            print(text.decode(errors="replace")[-3000:], flush=True)
     return f"rc={proc.returncode} final={final_at is not None} stuck={stuck} killed={killed}"
 
 
