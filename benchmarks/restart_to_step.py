@@ -1,16 +1,18 @@
 """Goodput per fault: crash to the first training step after the restart, 2-worker gloo DDP.
 
     python benchmarks/restart_to_step.py [--repeats 3] [--step-seconds 0.2] [--spin]
-                                         [--lightning] [--only NAME ...]
+                                         [--crash-at 25] [--lightning] [--only NAME ...]
 
 The job (``tests/agent/scripts/preload_job.py``): an MLP trained with AdamW, rank 0
 ``torch.save``s model and optimizer every 10 steps, rank 1 leaves by ``os._exit(1)``
 just before step 25 on the first attempt; the group restarts, loads the checkpoint
-of step 20 and trains to step 40. Each step stands for ``--step-seconds`` of
-compute: sleep (a GPU job's CPU is mostly idle), or with ``--spin`` a busy loop on
-the CPU (the idle interpreters' low-priority preload then competes with the
-workers). Measured: the wall clock from the crash record to the later of the two
-ranks' first completed step of attempt 1 (one host, one clock). Launchers, run
+of step 20 and trains to step 40. ``--crash-at 4 --step-seconds 0.25`` is the early
+crash (1 s of steps after the first): the restart then starts from step 0, while the
+idle interpreters are still importing what the first workers imported. Each step
+stands for ``--step-seconds`` of compute: sleep (a GPU job's CPU is mostly idle), or
+with ``--spin`` a busy loop on the CPU (the idle interpreters' low-priority preload
+then competes with the workers). Measured: the wall clock from the crash record to
+the later of the two ranks' first completed step of attempt 1 (one host, one clock). Launchers, run
 interleaved so they share the machine's load (all with ``--standalone
 --nproc-per-node 2 --max-restarts 1``)::
 
@@ -103,13 +105,13 @@ def _idle_rss_mib(launcher_pid: int, workers: set[int]) -> list[float]:
 
 
 def run_once(
-    name: str, script: str, step_seconds: float, spin: bool, hang_after: float
+    name: str, script: str, step_seconds: float, spin: bool, hang_after: float, crash_at: int = 25
 ) -> dict[str, object]:
     argv, extra_env = LAUNCHERS[name]
     with tempfile.TemporaryDirectory(prefix="restart_to_step_") as d:
         out = os.path.join(d, "out.jsonl")
         job = [script, "--out", out, "--checkpoint", os.path.join(d, "ckpt")]
-        job += ["--steps", "40", "--checkpoint-every", "10", "--crash-at", "25"]
+        job += ["--steps", "40", "--checkpoint-every", "10", "--crash-at", str(crash_at)]
         job += ["--step-seconds", str(step_seconds)] + (["--spin"] if spin else [])
         env = {**os.environ, **extra_env}
         env.pop("OMP_NUM_THREADS", None)
@@ -165,13 +167,14 @@ def main() -> None:
         "--lightning", action="store_true", help="the same job as a Lightning Trainer"
     )
     parser.add_argument("--hang-after", type=float, default=30.0, help="seconds; then killed")
+    parser.add_argument("--crash-at", type=int, default=25, help="step; 4: the early crash")
     parser.add_argument("--only", nargs="*", default=list(LAUNCHERS), choices=list(LAUNCHERS))
     opts = parser.parse_args()
     results: dict[str, list[dict[str, object]]] = {n: [] for n in opts.only}
     for i in range(opts.repeats):
         for name in opts.only:
             script = LIGHTNING_JOB if opts.lightning else JOB
-            r = run_once(name, script, opts.step_seconds, opts.spin, opts.hang_after)
+            r = run_once(name, script, opts.step_seconds, opts.spin, opts.hang_after, opts.crash_at)
             results[name].append(r)
             print(f"run {i} {name}: {r}", flush=True)
     print(f"\nload average: {os.getloadavg()}")

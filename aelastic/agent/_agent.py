@@ -583,11 +583,15 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
                     hang = await progress.wait_for_hang(
                         lambda: self._worker_exit_codes(worker_group).keys()
                     )
-                    hung = worker_group.workers[hang.local_rank]
                     from ._hang import report_hang  # loaded: a RoundProgress exists
 
+                    # the root cause is decided again with the stacks: the event names it
                     self._hang = await report_hang(
-                        hang, progress, lambda name, md: self._emit(name, md, hung)
+                        hang,
+                        progress,
+                        lambda name, md: self._emit(
+                            name, md, worker_group.workers[int(md["local_rank"])]
+                        ),
                     )
                     decided.append(decide_after_hang(self._remaining_restarts))
                 except Exception as exc:

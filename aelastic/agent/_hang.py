@@ -28,6 +28,7 @@ from .._stacks_dump import STACKS_FILE_ENV, STACKS_SIGNAL_ENV
 from ..errors import ProcessFailure
 from ..metrics import put_metric
 from ..progress import FILE_ENV, ProgressFile, ProgressSnapshot, ProgressTimeouts
+from ._blame import Suspect, blame_order, in_collective
 from ._flight_recorder import flight_recorder_env, remove_trigger, written_dumps
 from ._policy import ProgressDeadline, progress_deadline
 from ._stacks import STACKS_SIGNAL, capture_stacks
@@ -39,6 +40,7 @@ __all__ = (
     "hang_failures",
     "last_progress_ns",
     "progress_directory",
+    "reblame",
     "remove_empty_files",
     "report_hang",
     "stacks_env",
@@ -97,8 +99,8 @@ class Hang:
         others = "; ".join(p.describe_worker() for p in self.peers)
         return (
             f"{self.describe_worker()}; root cause: the least advanced of"
-            f" {len(self.peers) + 1} workers past their deadline (lowest step, then oldest"
-            f" heartbeat); also past their deadline: {others}"
+            f" {len(self.peers) + 1} workers past their deadline (lowest step, then outside"
+            f" a collective, then oldest heartbeat); also past their deadline: {others}"
         )
 
 
@@ -205,14 +207,52 @@ class RoundProgress:
             Hang(rank, self.pids.get(rank, -1), d, snap, now, self.stacks_files.get(rank), None, at)
             for rank, (snap, d) in past.items()
         ]
-        hung.sort(key=lambda h: (h.snapshot.step, last_progress_ns(h.snapshot), h.local_rank))
-        return dataclasses.replace(hung[0], peers=tuple(hung[1:]))
+        return _ordered(hung, {})
 
     def close(self) -> None:
         """Unmap the files and remove the stacks files nothing was written to."""
         for progress in self.files.values():
             progress.close()
         remove_empty_files(self.stacks_files.values())
+
+
+def _ordered(hung: Iterable[Hang], stacks: Mapping[int, str | None]) -> Hang:
+    """The root cause (see :func:`~aelastic.agent._blame.blame_order`) with the others as peers."""
+    by_rank = {h.local_rank: h for h in hung}
+    order = blame_order(
+        [
+            Suspect(
+                h.local_rank,
+                h.snapshot.step,
+                last_progress_ns(h.snapshot),
+                in_collective(stacks.get(h.local_rank)),
+            )
+            for h in by_rank.values()
+        ]
+    )
+    root, *peers = (dataclasses.replace(by_rank[r], peers=()) for r in order)
+    return dataclasses.replace(root, peers=tuple(peers))
+
+
+def reblame(hang: Hang, stacks: Mapping[int, str | None]) -> Hang:
+    """``hang`` reordered with what the workers' stacks say (``{local_rank: text}``).
+
+    At the same step a worker inside a collective waits on one that is not: that one
+    becomes the root cause (:func:`~aelastic.agent._blame.blame_order`). Keeps
+    ``stacks_captured``.
+    """
+    return dataclasses.replace(_ordered(hang.workers, stacks), stacks_captured=hang.stacks_captured)
+
+
+def _read_stacks(path: str | None) -> str | None:
+    """The first 256 KiB of a stacks file (None: none, or unreadable); a small local read."""
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read(256 * 1024).decode(errors="replace")
+    except OSError:
+        return None
 
 
 def stacks_env(path: str) -> dict[str, str]:
@@ -325,23 +365,29 @@ async def report_hang(
 ) -> Hang:
     """Capture every local worker's stacks (before anything is stopped), log and record.
 
-    Returns ``hang`` with ``stacks_captured`` filled in. Records the
-    ``aelastic.progress.hang`` event through ``emit(name, metadata)`` (the agent stamps
-    the time, run id, host and ranks) and the ``progress.hangs`` /
-    ``progress.stacks_captured`` metrics.
+    Returns ``hang`` with ``stacks_captured`` filled in and its root cause decided again
+    with the stacks (:func:`reblame`: at the same step, the worker outside a collective).
+    Records the ``aelastic.progress.hang`` event (naming that root cause) through
+    ``emit(name, metadata)`` (the agent stamps the time, run id, host and ranks) and the
+    ``progress.hangs`` / ``progress.stacks_captured`` metrics.
 
     Bounded by the capture's own timeouts (1 s per worker, py-spy 5 s). Errors: none
     raised for a worker that is gone or cannot be dumped (it is left out of
     ``stacks_captured``). Cancellation: stops waiting for the dumps; nothing is recorded.
     """
-    log.error("%s; capturing the stacks of every local worker", hang.describe())
+    log.error(
+        "local rank(s) %s past their progress deadline; capturing the stacks of every local worker",
+        ",".join(str(w.local_rank) for w in hang.workers),
+    )
     targets = {
         rank: (pid, progress.stacks_files[rank])
         for rank, pid in progress.pids.items()
         if rank in progress.stacks_files
     }
     captured = await capture_stacks(targets)
-    hang = dataclasses.replace(hang, stacks_captured=captured)
+    texts = {w.local_rank: _read_stacks(w.stacks_file) for w in hang.workers}
+    hang = reblame(dataclasses.replace(hang, stacks_captured=captured), texts)
+    log.error("%s", hang.describe())
     put_metric("progress.hangs", 1)
     put_metric("progress.stacks_captured", len(captured))
     d = hang.deadline

@@ -255,7 +255,10 @@ class LocalElasticAgent(SimpleElasticAgent):
             )
         procs = await stack.enter_async_context(
             open_worker_processes(
-                specs, shutdown_timeout=self._shutdown_timeout, warm_pool=self._warm_pool
+                specs,
+                shutdown_timeout=self._shutdown_timeout,
+                warm_pool=self._warm_pool,
+                exit_grace=spec.exit_grace,
             )
         )
         self._procs = procs
@@ -409,6 +412,9 @@ class LocalElasticAgent(SimpleElasticAgent):
             return
         if self._failed_before_stop is None:
             self._failed_before_stop = self._failed_on_their_own(procs)
+        if self._warm_pool is not None and self._failed_before_stop:
+            # the next workers will wait on the idle interpreters' imports: no more yielding
+            self._warm_pool.hurry()
         with anyio.CancelScope(shield=True):
             await procs.stop(sig=sig, timeout=self._shutdown_timeout)
 
@@ -511,6 +517,36 @@ class LocalElasticAgent(SimpleElasticAgent):
         pool = self._warm_pool
         return (0, 0) if pool is None else (len(pool.idle_pids), pool.idle_rss())
 
+    def _predicted_worker(self, spec: WorkerSpec) -> tuple[list[str], dict[str, str], str] | None:
+        """``(argv, env, cwd)`` of local rank 0 as :meth:`_start_workers` will build them,
+        before any rendezvous (per-worker values are placeholders: the preload ignores
+        them). None with ``virtual_local_rank`` (``CUDA_VISIBLE_DEVICES`` differs per worker).
+        """
+        if spec.virtual_local_rank or not isinstance(spec.entrypoint, str):
+            return None
+        env = worker_env(
+            os.environ.copy(),
+            local_rank=0,
+            global_rank=0,
+            role_rank=0,
+            world_size=spec.local_world_size,
+            role_world_size=spec.local_world_size,
+            role=spec.role,
+            local_world_size=spec.local_world_size,
+            group_rank=0,
+            group_world_size=1,
+            master_addr="",
+            master_port=0,
+            restart_count=0,
+            max_restarts=spec.max_restarts,
+            run_id="",
+            use_agent_store=False,
+            error_file=None,
+            extra=self._worker_env_extra,
+        )
+        argv = self._worker_args(spec, 0)
+        return argv, env, self._worker_cwd or os.getcwd()
+
     @asynccontextmanager
     async def _open_warm_pool(self) -> AsyncIterator[None]:
         """Pre-start the Python workers' interpreters for the whole run (see aelastic.workers)."""
@@ -532,6 +568,7 @@ class LocalElasticAgent(SimpleElasticAgent):
             spec.local_world_size,
             preload=spec.preload,
             preload_exclude=spec.preload_exclude,
+            predicted_worker=self._predicted_worker(spec) if spec.preload else None,
         )
         async with pool_cm as pool:
             self._warm_pool = pool

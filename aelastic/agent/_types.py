@@ -146,6 +146,10 @@ class WorkerSpec:
             warm interpreters import ahead of the next restart (Python script and
             ``-m`` workers only; see :mod:`aelastic.workers`). Empty: off.
         preload_exclude: modules (and their submodules) never preloaded.
+        exit_grace: seconds a warm worker whose script ended (returned, ``sys.exit``,
+            an uncaught exception) may spend in the interpreter's shutdown before it is
+            reported, killed and counted with its script's exit status (a teardown that
+            deadlocks must not keep a finished job waiting). None or ``<= 0``: no bound.
 
     String entrypoints' ``args`` go through torch's ``${local_rank}`` macro per worker.
     """
@@ -184,6 +188,7 @@ class WorkerSpec:
     learn_timeouts: float | None = None
     preload: tuple[str, ...] = ()
     preload_exclude: tuple[str, ...] = ()
+    exit_grace: float | None = 60.0
 
     def __post_init__(self) -> None:
         from ..workers import parse_preload

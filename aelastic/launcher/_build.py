@@ -177,6 +177,7 @@ _PROGRESS_FIELDS = (
     "job_wide_restarts",
     "preload",
     "preload_exclude",
+    "exit_grace",
 )
 
 

@@ -61,7 +61,8 @@ class LaunchConfig:
     :class:`~aelastic.agent.WorkerSpec`'s fields of the same names, and so are
     ``preload`` and ``preload_exclude`` (``--preload``: module names or ``"auto"``
     that idle warm interpreters import before a restart; a comma-separated string
-    is accepted too).
+    is accepted too), and ``exit_grace`` (``--exit-grace``: seconds a worker whose
+    script ended may take to exit before it is killed).
 
     ``env`` is added to each worker's environment (over a copy of this process's
     ``os.environ``, under torch's variables such as ``RANK``); ``cwd`` is the workers'
@@ -139,6 +140,7 @@ class LaunchConfig:
 
     preload: tuple[str, ...] = ()
     preload_exclude: tuple[str, ...] = ()
+    exit_grace: float | None = 60.0
     # node health checks before each round: see aelastic.nodes
     node_health_checks: list[str] | None = None
     node_health_timeout: float = 30.0

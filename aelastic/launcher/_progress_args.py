@@ -75,6 +75,13 @@ OPTIONS: tuple[Option, ...] = (
         "the longest back-off between restarts, in seconds",
     ),
     (
+        ("--exit-grace",),
+        "exit_grace",
+        "str",
+        "60",
+        "seconds a worker whose script ended may take to exit before it is killed (0: no limit)",
+    ),
+    (
         ("--job-wide-restarts",),
         "job_wide_restarts",
         "flag",
@@ -101,6 +108,7 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
     factor = v.float_("learn_timeouts", minimum=1.0, strict=True)
     backoff = v.float_("restart_backoff", minimum=0.0)
     backoff_max = v.float_("restart_backoff_max", minimum=0.0)
+    exit_grace = v.float_("exit_grace", minimum=0.0)
     return {
         "initial_heartbeat_timeout": seconds("initial_heartbeat_timeout"),
         "heartbeat_timeout": seconds("heartbeat_timeout"),
@@ -111,4 +119,5 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
         "restart_backoff": backoff if backoff is not None else 0.0,
         "restart_backoff_max": backoff_max if backoff_max is not None else 300.0,
         "job_wide_restarts": v.flag("job_wide_restarts"),
+        "exit_grace": exit_grace if exit_grace is not None else 60.0,
     }

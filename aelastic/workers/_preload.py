@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from .._dataclass import dataclass
 from .._exceptions import ConfigError
 
-__all__ = ("AUTO", "PreloadPlan", "parse_preload")
+__all__ = ("AUTO", "PreloadPlan", "parse_preload", "script_imports")
 
 #: ``--preload auto``: learn the modules from the job's workers.
 AUTO = "auto"
@@ -72,6 +72,28 @@ def parse_preload(value: str | Iterable[str] | None, what: str = "--preload") ->
     return names
 
 
+def script_imports(path: str) -> list[str]:
+    """The modules a script imports unconditionally at its top level (``import x``,
+    ``from x import y``; not relative, not inside ``if``/``try``/functions).
+
+    Read with :mod:`ast`, nothing is run; [] for a file that cannot be read or parsed.
+    """
+    import ast
+
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return list(dict.fromkeys(names))
+
+
 def _fields(items: Sequence[str]) -> list[bytes]:
     return [str(len(items)).encode(), *(os.fsencode(i) for i in items)]
 
@@ -108,6 +130,8 @@ class PreloadPlan:
         os.mkdir(self._report_dir)
         self._world: _World | None = None
         self._volatile: set[str] = set(_PER_WORKER)
+        #: The world is the agent's prediction, no hand-off observed yet.
+        self.predicted = False
 
     def close(self) -> None:
         """Remove the directory (blocking file I/O: call it off the event loop)."""
@@ -122,11 +146,49 @@ class PreloadPlan:
     def _common(self, env: Mapping[str, str]) -> dict[str, str]:
         return {k: v for k, v in env.items() if k not in self._volatile}
 
+    def predict(
+        self, kind: str, target: str, argv: Sequence[str], env: Mapping[str, str], cwd: str
+    ) -> None:
+        """The workers' world before the first hand-off, as the agent will build it.
+
+        Interpreters started from now on preload in it at once (the first workers
+        included); :meth:`fits_prediction` decides at the hand-off whether one may be
+        used. With ``auto`` the script's unconditional top-level imports
+        (:func:`script_imports`) are queued like learned names (job code skipped).
+        Does nothing once a hand-off was observed.
+        """
+        if self._world is not None and not self.predicted:
+            return
+        cwd = os.path.abspath(cwd)
+        self._world = _World(self._common(env), cwd, kind, target, tuple(argv))
+        self.predicted = True
+        if self.auto and kind == "script":
+            names = script_imports(os.path.join(cwd, target))
+            if names:
+                with open(os.path.join(self._learn_dir, "learned-script"), "w") as f:
+                    f.write("".join(f"{n}\n" for n in names))
+
+    @staticmethod
+    def fits_prediction(preloaded_env: Mapping[str, str] | None, env: Mapping[str, str]) -> bool:
+        """Whether an interpreter preloaded in a predicted world may become this worker.
+
+        Strict: every variable but the per-worker ones and ``AELASTIC_*`` (which no
+        preloaded module reads) must be equal; a wrong prediction costs a fresh spawn,
+        never a worker that imported its modules under another environment.
+        """
+
+        def shared(e: Mapping[str, str]) -> dict[str, str]:
+            return {k: v for k, v in e.items() if k not in _PER_WORKER and k[:9] != "AELASTIC_"}
+
+        return preloaded_env is None or shared(preloaded_env) == shared(env)
+
     def observe(
         self, kind: str, target: str, argv: Sequence[str], env: Mapping[str, str], cwd: str
     ) -> None:
         """Note a hand-off: variables that differ from the last one's are per worker."""
         world = self._world
+        if self.predicted:
+            world, self.predicted = None, False  # a prediction teaches nothing
         if world is not None:
             for name in set(world.env) ^ set(env):
                 self._volatile.add(name)
@@ -139,12 +201,15 @@ class PreloadPlan:
             return True
         return self._common(preloaded_env) == self._common(env)
 
-    def message(self) -> tuple[bytes, dict[str, str]] | None:
+    def message(self, lowest: bool = True) -> tuple[bytes, dict[str, str]] | None:
         """The preload message for a new idle interpreter and its environment (None: not yet).
 
-        Fields (NUL-separated, after the magic): cwd, kind, target, learn dir
-        (empty without ``auto``), report dir, ``sys.argv`` (count, items), modules
-        (count, items), excluded (count, items), then ``NAME=value`` items.
+        ``lowest``: import at nice 19 (False: at the interpreter's own priority, for
+        the interpreters that become the first workers: their imports are the first
+        start's own). Fields (NUL-separated, after the magic): cwd, kind, target,
+        learn dir (empty without ``auto``), report dir, ``lowest`` (``1`` or ``0``),
+        ``sys.argv`` (count, items), modules (count, items), excluded (count, items),
+        then ``NAME=value`` items.
         """
         world = self._world
         if world is None or not (self.modules or self.auto):
@@ -157,6 +222,7 @@ class PreloadPlan:
             os.fsencode(world.target),
             os.fsencode(self._learn_dir if self.auto else ""),
             os.fsencode(self._report_dir),
+            b"1" if lowest else b"0",
             *_fields(world.argv),
             *_fields(self.modules),
             *_fields(self.exclude),

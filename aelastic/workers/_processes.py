@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -29,6 +30,14 @@ from ..errors import ProcessFailure
 from ._background import BackgroundTasks, background_tasks
 from ._console import wait_consoles_written
 from ._exceptions import NoMoreExitsError, WorkerStartError
+from ._exit_grace import (
+    DEFAULT_EXIT_GRACE,
+    EXIT_WARN_AFTER,
+    IDLE_CPU_SHARE,
+    cpu_seconds,
+    receive_exit_notice,
+    shutdown_report,
+)
 from ._output import ConsoleName, Sink
 from ._pdeathsig import wrap_argv
 from ._pipe_reader import OutputPipe
@@ -61,6 +70,10 @@ class _Worker:
         self.pipes: list[OutputPipe] = []
         # True once the pid was reaped: from then on it may belong to someone else.
         self.reaped = False
+        # The exit status its script ended with (warm workers tell), and the status its
+        # exit counts as once killed for not exiting after its work was done.
+        self.ended_with: int | None = None
+        self.script_status: int | None = None
 
     async def drained(self) -> None:
         for pipe in self.pipes:
@@ -85,8 +98,11 @@ class WorkerProcesses:
         specs: Sequence[ProcessSpec],
         kill_timeout: float,
         warm_pool: WarmPool | None = None,
+        exit_grace: float | None = DEFAULT_EXIT_GRACE,
     ) -> None:
         self.specs: dict[int, ProcessSpec] = {s.local_rank: s for s in specs}
+        self._exit_grace = exit_grace if exit_grace is not None and exit_grace > 0 else None
+        self._stopping = False
         self.pids: dict[int, int] = {}
         self.exits: dict[int, ProcessExit] = {}
         self.unreaped: dict[int, int] = {}
@@ -208,6 +224,7 @@ class WorkerProcesses:
         Cancelling it cancels the waiting, not the signals already sent;
         :func:`open_worker_processes` calls it shielded on exit.
         """
+        self._stopping = True
         if not self._workers:
             return dict(self.exits)
         for worker in self._workers.values():
@@ -262,6 +279,13 @@ class WorkerProcesses:
         self._pending.append(exit_)
         worker.exited.set()
         self._wake()
+        if exitcode == 0 and self._exit_grace is not None and not self._stopping:
+            codes = [e.exitcode for e in self.exits.values()]
+            alive = [w for r, w in self._workers.items() if r not in self.exits]
+            if alive and codes == [0] and self._tg is not None:
+                # The first success: from now on, a worker that sits idle is done.
+                for other in alive:
+                    self._tg.start_soon(self._bound_idle_after_peers, other, self._exit_grace)
 
     def _wake(self) -> None:
         self._changed.set()
@@ -388,7 +412,9 @@ class WorkerProcesses:
                     send.append(target)
             cwd = spec.cwd if spec.cwd is not None else os.getcwd()
             learn = pool.learn_path(spec.local_rank)
-            warm.activate(entry, spec.args, env, os.path.abspath(cwd), send[0], send[1], learn)
+            notices = warm.activate(
+                entry, spec.args, env, os.path.abspath(cwd), send[0], send[1], learn
+            )
         except OSError as exc:
             log.debug("warm interpreter %s unusable (%s); fresh spawn", warm.pid, exc)
             pool.discard(warm)
@@ -398,11 +424,19 @@ class WorkerProcesses:
                 os.close(fd)
         log.debug("local rank %s runs in warm interpreter pid %s", spec.local_rank, warm.pid)
         self.warm_ranks.add(spec.local_rank)
-        self._adopt(worker, warm.popen)
+        self._adopt(worker, warm.popen, notices)
         return True
 
-    def _adopt(self, worker: _Worker, popen: subprocess.Popen[bytes]) -> None:
-        """Adopt ``popen`` as ``worker`` and start watching for its exit (no polling)."""
+    def _adopt(
+        self,
+        worker: _Worker,
+        popen: subprocess.Popen[bytes],
+        notices: socket.socket | None = None,
+    ) -> None:
+        """Adopt ``popen`` as ``worker`` and start watching for its exit (no polling).
+
+        ``notices``: a warm worker's control socket (its script's end); owned from here.
+        """
         worker.popen = popen
         worker.pid = popen.pid
         self.pids[worker.spec.local_rank] = popen.pid
@@ -410,11 +444,112 @@ class WorkerProcesses:
         if self.watcher == "pidfd":
             worker.pidfd = open_pidfd(popen.pid)  # None: out of descriptors, use a thread
         assert self._tg is not None
-        self._tg.start_soon(self._watch, worker)
+        self._tg.start_soon(self._watch, worker, notices)
 
-    async def _watch(self, worker: _Worker) -> None:
-        code = await wait_exit(worker.pid, worker.pidfd, self._limiter)
+    async def _watch(self, worker: _Worker, notices: socket.socket | None) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+                if notices is not None and self._exit_grace is not None:
+                    tg.start_soon(self._bound_exit, worker, notices, self._exit_grace)
+                code = await wait_exit(worker.pid, worker.pidfd, self._limiter)
+                tg.cancel_scope.cancel()
+        finally:
+            if notices is not None:
+                notices.close()
+        if worker.script_status is not None and code == -signal.SIGKILL:
+            code = worker.script_status  # killed by _bound_exit: its script's own status
         self._on_exit(worker.spec.local_rank, -1 if code is None else code, reaped=code is None)
+
+    async def _bound_exit(self, worker: _Worker, notices: socket.socket, grace: float) -> None:
+        """Once the worker's script ended, give it ``grace`` seconds to exit, then kill it.
+
+        Cancelled by :meth:`_watch` the moment the worker exits. Reports the worker after
+        :data:`EXIT_WARN_AFTER` seconds and again when it kills it (SIGKILL to its process
+        group); the exit is then counted with the status its script ended with.
+        """
+        status = await receive_exit_notice(notices)
+        if status is None:
+            return
+        worker.ended_with = status
+        rank, pid = worker.spec.local_rank, worker.pid
+        warn_after = min(EXIT_WARN_AFTER, grace)
+        await anyio.sleep(warn_after)
+        if warn_after < grace:
+            log.warning(
+                "worker local_rank=%s (pid %s) ended its script (status %s) %.0f s ago and has"
+                " not exited: it is in the interpreter's shutdown (atexit handlers, threads,"
+                " destructors such as a process group's teardown; %s); killing it %g s after"
+                " its script ended (--exit-grace)",
+                rank,
+                pid,
+                status,
+                warn_after,
+                shutdown_report(pid),
+                grace,
+            )
+            await anyio.sleep(grace - warn_after)
+        self._kill_finished(
+            worker,
+            status,
+            f"did not exit within {grace:g} s (--exit-grace) after its script ended with"
+            f" status {status}; it is stuck in the interpreter's shutdown",
+        )
+
+    async def _bound_idle_after_peers(self, worker: _Worker, grace: float) -> None:
+        """A worker still running after a local peer exited 0: killed once idle for ``grace``.
+
+        Idle: less than :data:`IDLE_CPU_SHARE` of one CPU used (``/proc/<pid>/stat``,
+        every thread) over a whole ``grace`` window, such as a teardown deadlock (a
+        thread waiting for the GIL that the main thread holds while it joins it). A
+        worker that computes (above that share) is never killed. Reported after
+        :data:`EXIT_WARN_AFTER` seconds; counted as exit status 0 when killed (its peers
+        succeeded; its work is done). Ends when the worker exits.
+        """
+        rank, pid = worker.spec.local_rank, worker.pid
+        started = time.monotonic()
+        with anyio.move_on_after(min(EXIT_WARN_AFTER, grace)):
+            await worker.exited.wait()
+            return
+        log.warning(
+            "worker local_rank=%s (pid %s) still runs %.0f s after a local peer exited 0 (%s);"
+            " it is killed once it used almost no CPU for %g s (--exit-grace)",
+            rank,
+            pid,
+            time.monotonic() - started,
+            shutdown_report(pid),
+            grace,
+        )
+        while True:
+            before = cpu_seconds(pid)
+            with anyio.move_on_after(grace):
+                await worker.exited.wait()
+                return
+            if worker.ended_with is not None:
+                return  # its script ended: _bound_exit decides, with its status
+            after = cpu_seconds(pid)
+            if before is not None and after is not None and after - before < IDLE_CPU_SHARE * grace:
+                break
+        self._kill_finished(
+            worker,
+            0,
+            f"used almost no CPU for {grace:g} s (--exit-grace) while every other local worker"
+            " had exited 0: it is stuck (a teardown deadlock, for example in a process"
+            " group's destructor)",
+        )
+
+    def _kill_finished(self, worker: _Worker, status: int, why: str) -> None:
+        """Report and SIGKILL a worker whose work is done; its exit counts as ``status``."""
+        log.error(
+            "worker local_rank=%s (pid %s) %s (%s). Killed with SIGKILL; counted as exit"
+            " status %s.",
+            worker.spec.local_rank,
+            worker.pid,
+            why,
+            shutdown_report(worker.pid),
+            status,
+        )
+        worker.script_status = status
+        self._killpg(worker, signal.SIGKILL)
 
     async def _drain(self) -> None:
         """Wait (bounded) for the pipes of exited workers to reach end of stream."""
@@ -531,6 +666,7 @@ async def open_worker_processes(
     shutdown_timeout: float = 30.0,
     kill_timeout: float = DEFAULT_KILL_TIMEOUT,
     warm_pool: WarmPool | None = None,
+    exit_grace: float | None = DEFAULT_EXIT_GRACE,
 ) -> AsyncIterator[WorkerProcesses]:
     """Start one process per spec; on exit of the block, stop and reap them all.
 
@@ -544,7 +680,13 @@ async def open_worker_processes(
 
     With a ``warm_pool`` (:func:`open_warm_pool`), a Python worker it can run
     is handed to a pre-started interpreter instead of a fresh spawn (same pid
-    semantics, same output wiring); anything else is spawned as usual.
+    semantics, same output wiring); anything else is spawned as usual. A warm
+    worker whose script ended (returned, ``sys.exit``, an uncaught exception) and
+    that has not exited ``exit_grace`` seconds later (stuck in the interpreter's
+    shutdown) is reported, killed, and counted with its script's exit status
+    (:mod:`aelastic.workers._exit_grace`); so is, counted as 0, any worker that used
+    almost no CPU over a whole ``exit_grace`` window after another worker exited 0 (a
+    teardown deadlock). None or ``<= 0``: no bound.
 
     Raises :class:`WorkerStartError` if a process cannot be started (the ones
     already started are stopped first) and :class:`ValueError` for bad specs.
@@ -553,7 +695,7 @@ async def open_worker_processes(
     block's body propagates as itself, never wrapped in an exception group.
     """
     _check_specs(specs)
-    processes = WorkerProcesses(specs, kill_timeout, warm_pool)
+    processes = WorkerProcesses(specs, kill_timeout, warm_pool, exit_grace)
     try:
         async with background_tasks() as processes._tg:
             try:

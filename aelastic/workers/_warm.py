@@ -168,6 +168,8 @@ class WarmProcess:
         self.control = control
         #: The environment it preloads modules in (None: no preload).
         self.preloaded_env: dict[str, str] | None = None
+        #: That environment is the agent's prediction (before the first hand-off).
+        self.predicted = False
 
     def preload(self, message: bytes, env: dict[str, str]) -> bool:
         """Send a preload message (before the activation); False if it does not fit at once.
@@ -201,7 +203,7 @@ class WarmProcess:
         stdout_fd: int,
         stderr_fd: int,
         learn: str = "",
-    ) -> None:
+    ) -> socket.socket:
         """Turn the interpreter into the worker; raises OSError when it cannot be reached.
 
         ``learn``: a file where the worker records the modules it imports (``--preload
@@ -209,8 +211,10 @@ class WarmProcess:
 
         The worker starts with the signal dispositions and mask a fresh spawn
         from this thread would have now (:func:`spawn_signals`), whatever they
-        were when the interpreter was pre-started. Closes the control socket
-        either way; the caller owns the process after.
+        were when the interpreter was pre-started. Returns the control socket,
+        on which the worker writes ``exit <status>`` when its script ends (see
+        :mod:`aelastic.workers._exit_grace`): the caller owns it and the process
+        after. On error the socket is closed.
         """
         sys_argv = entry.sys_argv
         fields = [_MAGIC, os.fsencode(cwd), entry.kind.encode(), os.fsencode(entry.target)]
@@ -229,8 +233,11 @@ class WarmProcess:
             sent = socket.send_fds(self.control, [message], [stdout_fd, stderr_fd])
             if sent < len(message):
                 self.control.sendall(message[sent:])
-        finally:
+        except BaseException:
             self.control.close()
+            raise
+        self.control.setblocking(False)
+        return self.control
 
 
 class WarmPool:
@@ -254,6 +261,9 @@ class WarmPool:
         self._spares: list[WarmProcess] = []  # taken but not yet handed over
         self._closed = False
         self._broken = False
+        #: Extra interpreters until the first take (preload before the first hand-off:
+        #: the next restart's interpreters start importing with the first workers).
+        self.first_spares = 0
         self._filled: anyio.Event | None = None  # made by a waiter: no event loop needed before
         self._wanted: anyio.Event | None = None  # set by take(); made in the event loop
 
@@ -330,14 +340,48 @@ class WarmPool:
                     "warm pool: idle interpreter %s exited (%s)", warm.pid, warm.popen.returncode
                 )
                 warm.control.close()
-            elif self.preload is not None and not self.preload.fits(warm.preloaded_env, env):
+            elif self.preload is not None and not (
+                self.preload.fits_prediction(warm.preloaded_env, env)
+                if warm.predicted
+                else self.preload.fits(warm.preloaded_env, env)
+            ):
                 log.debug("warm pool: %s preloaded in another environment; killed", warm.pid)
                 self.discard(warm)
             else:
+                self.first_spares = 0
                 self._schedule_replenish()
                 return warm, entry
+        self.first_spares = 0
         self._schedule_replenish()
         return None
+
+    def hurry(self) -> int:
+        """Give the idle interpreters' preload threads this process's priority back.
+
+        For a restart (a worker failed): the running workers they yielded to are being
+        stopped, and the next workers wait on these imports. Lowering a nice value
+        needs ``CAP_SYS_NICE`` (root outside a container's default capabilities);
+        without it nothing changes. Returns how many threads were set. A few
+        ``/proc`` reads and ``setpriority`` calls; never raises.
+        """
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        raised = 0
+        for warm in self._idle:
+            if warm.preloaded_env is None:
+                continue
+            try:
+                tids = [int(t) for t in os.listdir(f"/proc/{warm.pid}/task")]
+            except (OSError, ValueError):
+                continue
+            for tid in tids:
+                if tid == warm.pid:
+                    continue  # the main thread, the future worker, was never lowered
+                try:
+                    os.setpriority(os.PRIO_PROCESS, tid, mine)
+                except OSError:
+                    continue
+                raised += 1
+        return raised
 
     def discard(self, warm: WarmProcess) -> None:
         """Kill a taken interpreter that could not be activated; reaped at close."""
@@ -347,7 +391,8 @@ class WarmPool:
         self._spares.append(warm)
 
     def _missing(self) -> bool:
-        return not self._closed and not self._broken and len(self._idle) < self.size
+        wanted = self.size + self.first_spares
+        return not self._closed and not self._broken and len(self._idle) < wanted
 
     def fill(self) -> None:
         """Start interpreters until ``size`` are idle, all at once (a fork each).
@@ -418,10 +463,19 @@ class WarmPool:
             theirs.close()
         log.debug("warm pool: pre-started interpreter pid %s", popen.pid)
         warm = WarmProcess(popen, ours)
-        message = None if self.preload is None else self.preload.message()
-        if message is not None:
-            warm.preload(*message)
+        self._send_preload(warm)
         return warm
+
+    def _send_preload(self, warm: WarmProcess) -> None:
+        """The preload message, if the plan knows the workers' world (never blocks).
+
+        Before the first take, the first ``size`` interpreters (the first workers)
+        import at their own priority; every other one at nice 19.
+        """
+        first = self.first_spares > 0 and len(self._idle) < self.size
+        message = None if self.preload is None else self.preload.message(lowest=not first)
+        if message is not None and warm.preload(*message):
+            warm.predicted = self.preload is not None and self.preload.predicted
 
     async def aclose(self) -> None:
         """Kill and reap every idle interpreter; bounded, shielded from cancellation."""
@@ -525,6 +579,7 @@ async def open_warm_pool(
     replenish_delay: float = DEFAULT_REPLENISH_DELAY,
     preload: Sequence[str] = (),
     preload_exclude: Sequence[str] = (),
+    predicted_worker: tuple[Sequence[str], Mapping[str, str], str] | None = None,
 ) -> AsyncIterator[WarmPool]:
     """Pre-start ``size`` interpreters as ``[*prefix, _warm_boot.py, fd]``; kill them on exit.
 
@@ -541,6 +596,11 @@ async def open_warm_pool(
     ``preload``: module names (or ``"auto"``) that the interpreters started after
     the first hand-off import while idle, in the workers' environment, skipping
     ``preload_exclude`` (see :mod:`aelastic.workers._preload`).
+    ``predicted_worker``: ``(argv, env, cwd)`` of the workers as the agent will start
+    them (per-worker variables aside): the preload then starts before the first
+    hand-off, in every interpreter (prestarted ones included), and ``size`` more are
+    started at once for the first restart (see :meth:`PreloadPlan.predict
+    <aelastic.workers._preload.PreloadPlan.predict>`).
     """
     import anyio
 
@@ -550,8 +610,23 @@ async def open_warm_pool(
     pool = WarmPool(prefix, size, replenish_delay, plan)
     pool._wanted = anyio.Event()
     try:
+        entry = None if predicted_worker is None else parse_python_argv(predicted_worker[0])
+        if plan is not None and entry is not None and predicted_worker is not None:
+            import anyio.to_thread
+
+            _argv, env, cwd = predicted_worker
+            # reads the script (auto): a small local file, off the loop all the same
+            await anyio.to_thread.run_sync(
+                plan.predict, entry.kind, entry.target, entry.sys_argv, env, cwd
+            )
+            pool.first_spares = size
         for extra in _adopt(pool):
             pool.discard(extra)
+        adopted, pool._idle = pool._idle, []
+        for warm in adopted:  # started before the plan existed: the first workers
+            if warm.preloaded_env is None:
+                pool._send_preload(warm)
+            pool._idle.append(warm)
         await pool._fill_stepwise()
         async with background_tasks() as tg:
             tg.start_soon(pool._refill_forever)

@@ -8,6 +8,9 @@ of NUL-separated fields: ``aelastic-warm-3``, cwd, kind (``script`` or
 auto``; empty: none), the signals the agent ignores and the signals its thread
 blocks (comma-separated numbers), the target's full argv (count, items),
 ``sys.argv`` (count, items), then the environment as ``NAME=value`` items.
+The socket stays open: when the target ends (returns, ``SystemExit``, an uncaught
+exception), the worker writes ``exit <status>\n`` into it, before the interpreter's
+shutdown, so the agent can bound a shutdown that never ends (``_exit_grace.py``).
 The interpreter then becomes that worker: the signal dispositions and mask a
 fresh ``python`` spawned by the agent now would start with (ignored stays
 ignored, everything else default; then what CPython's start-up adds: SIGPIPE
@@ -131,8 +134,8 @@ class _Preload:
     """A running preload (``--preload``): what the hand-off must stop and restore."""
 
     def __init__(self, fields: list[bytes]) -> None:
-        cwd, kind, target, learn_dir, report_dir = (os.fsdecode(f) for f in fields[:5])
-        del fields[:5]
+        cwd, kind, target, learn_dir, report_dir, lowest = (os.fsdecode(f) for f in fields[:6])
+        del fields[:6]
         argv, modules, exclude = _take(fields), _take(fields), _take(fields)
         # The worker's own world, as far as it is known before the hand-off: its
         # environment (without what differs per worker), cwd, argv and sys.path[0].
@@ -147,7 +150,9 @@ class _Preload:
         os.dup2(null, 1)  # what modules print at import is not the worker's output
         os.dup2(null, 2)
         os.close(null)
-        self.preloader = preloader(modules, exclude, learn_dir, report_dir, self.report_fd)
+        self.preloader = preloader(
+            modules, exclude, learn_dir, report_dir, self.report_fd, lowest == "1"
+        )
         self.preloader.start()
 
     def stop(self) -> None:
@@ -172,12 +177,15 @@ def _receive_activation(sock: _socket.socket) -> tuple[list[int], list[bytes]]:
         return fds, fields
 
 
-def _become_worker() -> tuple[str, str]:
+def _become_worker() -> "tuple[str, str, _socket.socket]":
     sock = _socket.socket(fileno=int(sys.argv[1]))
     try:
         fds, fields = _receive_activation(sock)
-    finally:
+        # Kept (never inherited by programs the worker runs) to say when the script ended.
+        os.set_inheritable(sock.fileno(), False)
+    except BaseException:
         sock.close()
+        raise
     if len(fds) != 2 or fields.pop(0) != _MAGIC:
         os.write(2, b"aelastic warm worker: malformed activation message\n")
         os._exit(70)
@@ -202,7 +210,33 @@ def _become_worker() -> tuple[str, str]:
     _set_path0(kind, target)
     if learn:
         _record_imports(learn)
-    return kind, target
+    return kind, target, sock
+
+
+def _exit_status(code: object) -> int:
+    """The exit status of ``SystemExit(code)``, as the interpreter computes it."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    return 1
+
+
+def _tell_script_ended(sock: _socket.socket, status: int) -> None:
+    """``exit <status>`` to the agent (see ``_exit_grace.py``); from this process only.
+
+    A child forked by the script (no exec) holds the socket too and may unwind to
+    here: only the worker itself speaks. Never raises, never blocks.
+    """
+    if os.getpid() == _WORKER_PID[0]:
+        try:  # noqa: SIM105 - contextlib is one import too many here
+            sock.send(b"exit %d\n" % status, _socket.MSG_DONTWAIT)
+        except OSError:
+            pass
+    sock.close()
+
+
+_WORKER_PID = [0]
 
 
 def _record_imports(path: str) -> None:
@@ -285,11 +319,19 @@ def _run_module(name: str) -> None:
 
 
 def _main() -> None:
-    kind, target = _become_worker()
-    if kind == "module":
-        _run_module(target)
-    else:
-        _run_script(target)
+    kind, target, sock = _become_worker()
+    _WORKER_PID[0] = os.getpid()
+    status = 0
+    try:
+        if kind == "module":
+            _run_module(target)
+        else:
+            _run_script(target)
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+        raise
+    finally:
+        _tell_script_ended(sock, status)
 
 
 if __name__ == "__main__":

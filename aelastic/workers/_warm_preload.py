@@ -3,7 +3,9 @@
 Worker-side half of :mod:`aelastic.workers._preload`; imported by ``_warm_boot.py``
 only when the agent asked for a preload (or for learning). Standard library only.
 
-:class:`Preloader` imports in one daemon thread at the lowest CPU priority
+:class:`Preloader` imports in one daemon thread at the lowest CPU priority (unless
+told otherwise: the first workers' interpreters import at their own priority, their
+imports are the first start's own)
 (Linux nice values are per thread: ``setpriority(PRIO_PROCESS, tid, 19)`` lowers
 only that thread, so the interpreter's main thread, which becomes the worker,
 never needs raising back, which an unprivileged process could not do). It imports
@@ -70,12 +72,14 @@ class Preloader:
         learn_dir: str,
         report_dir: str,
         report_fd: int,
+        lowest: bool = True,
     ) -> None:
         self._modules = list(modules)
         self._exclude = (*ALWAYS_EXCLUDED, *exclude)
         self._learn_dir = learn_dir
         self._report_dir = report_dir
         self._report_fd = report_fd
+        self._lowest = lowest
         self._named = set(modules)
         self._queue = collections.deque(modules)
         self._offsets: dict[str, int] = {}
@@ -106,8 +110,9 @@ class Preloader:
 
     def _run(self) -> None:
         self._tid = threading.get_native_id()
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, self._tid, _LOWEST_PRIORITY)
+        if self._lowest:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, self._tid, _LOWEST_PRIORITY)
         while self._work(in_thread=True) and self._learn_dir:
             self._stopping.wait(LEARN_INTERVAL)
 

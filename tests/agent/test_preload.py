@@ -105,3 +105,15 @@ def test_bad_preload_names_are_refused() -> None:
     with pytest.raises(AgentConfigError, match=r"WorkerSpec\.preload_exclude: 'a b' is not"):
         WorkerSpec(role="r", local_world_size=1, rdzv_handler=LocalRendezvous(),
                    entrypoint="/bin/true", preload_exclude=("a b",))  # fmt: skip
+
+
+async def test_named_preload_reaches_the_first_start(tmp_path: Path, boom_module: None) -> None:
+    """The agent predicts the workers' world: the interpreters preload before the first
+    hand-off, so the first workers find torch imported too (and the run ends as usual)."""
+    events = await _train(tmp_path, "first", False, preload=("torch",))
+    tops = {e["rank"]: e for e in events if e["event"] == "top"}
+    assert sorted(tops) == [0, 1]
+    for top in tops.values():
+        assert top["attempt"] == 0 and "torch" in top["preloaded"], top
+    (final,) = (e for e in events if e["event"] == "final")
+    assert final["threads"] == 2  # OMP_NUM_THREADS of the prediction is the workers'

@@ -132,6 +132,14 @@ def test_exit_barrier_and_shutdown_env() -> None:
     assert c.resolved_shutdown_timeout({}) == 30
 
 
+def test_exit_grace_default_flag_env_and_bad_value() -> None:
+    assert parse("t.py").config.exit_grace == 60.0
+    assert parse("--exit-grace", "5", "t.py").config.exit_grace == 5.0
+    assert parse("t.py", PET_EXIT_GRACE="0").config.exit_grace == 0.0  # no bound
+    with pytest.raises(UsageError, match="--exit-grace -1: must be >= 0"):
+        parse("--exit-grace", "-1", "t.py")
+
+
 def test_nproc_per_node_words() -> None:
     assert parse("--nproc-per-node", "cpu", "x.py").config.nproc_per_node >= 1
     expected = count_gpus({}) or parse("--nproc-per-node", "cpu", "x.py").config.nproc_per_node
