@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -150,6 +150,8 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         #: Worker starts so far (names callable result files; logs use the restart count).
         self._attempt = -1
         self._round_stack: AsyncExitStack | None = None
+        #: opens the next round's stack inside :meth:`_invoke_run`'s block
+        self._open_round: Callable[[], AsyncExitStack] = AsyncExitStack
         self._run_scope: anyio.CancelScope | None = None
         self._signal: signal.Signals | None = None
         self._running = False
@@ -464,9 +466,11 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         role = spec.role
         log.info("[%s] starting workers for entrypoint: %s", role, spec.get_entrypoint_name())
         async with AsyncExitStack() as rounds:
-            # the round's resources; _restart_workers closes them and opens the next's
-            self._round_stack = AsyncExitStack()
-            rounds.push_async_exit(self._close_round)
+            # the round's resources; _restart_workers closes them and opens the next's,
+            # and leaving this block exits the open one as an ``async with`` would
+            rounds.callback(setattr, self, "_round_stack", None)  # runs last
+            self._open_round = lambda: rounds.push_async_exit(AsyncExitStack())
+            self._round_stack = self._open_round()
             await self._initialize_workers(wg)
             while True:
                 decision = await self._wait_for_outcome(wg)
@@ -908,14 +912,8 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
             )
         if self._round_stack is not None:  # inside run(): the next round's resources
             await self._round_stack.aclose()
-            self._round_stack = AsyncExitStack()
+            self._round_stack = self._open_round()
         await self._initialize_workers(worker_group)
-
-    async def _close_round(self, *exc_info: Any) -> bool:
-        """Close the current round's resources on leaving :meth:`_invoke_run` (as an
-        ``async with`` of that stack would, seeing how it was left)."""
-        stack, self._round_stack = self._round_stack, None
-        return False if stack is None else bool(await stack.__aexit__(*exc_info))
 
     @prof
     async def _rendezvous(self, worker_group: WorkerGroup) -> None:

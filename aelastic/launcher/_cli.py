@@ -44,7 +44,11 @@ _PREFIX = "aelastic run"
 
 
 def _err(message: str) -> None:
-    print(f"{_PREFIX}: {message}", file=sys.stderr, flush=True)
+    """One line on stderr, through the console's queue: a stalled stderr (``2>&1 |
+    collector``) never blocks the launcher, and lines keep their order with the workers'."""
+    from ..workers import console_writer
+
+    console_writer("stderr").write(f"{_PREFIX}: {message}\n".encode(errors="replace"))
 
 
 def _setup_logging() -> None:

@@ -7,7 +7,6 @@ A thin layer over :func:`aelastic.open_job` (the job handle); ``elastic_launch``
 from __future__ import annotations
 
 import signal
-import sys
 from collections.abc import Callable, Sequence
 from contextlib import aclosing
 from functools import partial
@@ -17,6 +16,7 @@ import anyio
 
 from .._tasks import background_tasks
 from ..rendezvous import C10dRendezvousHandler
+from ..workers import console_writer
 from ._build import entrypoint_name, parse_signals
 from ._config import LaunchConfig
 from ._job import Job, open_job
@@ -54,8 +54,8 @@ async def run_launch(
             return await _wait_forwarding(job, signals)
         finally:
             line = job.goodput_summary() if goodput_line else None
-            if line is not None:
-                print(f"aelastic: {line}", file=sys.stderr, flush=True)
+            if line is not None:  # queued: a stalled stderr must not hold the exit
+                console_writer("stderr").write(f"aelastic: {line}\n".encode())
 
 
 async def _say_where(job: Job, say: Callable[[str], None]) -> None:

@@ -22,4 +22,4 @@ class LighthouseError(ReplicaGroupError):
     the one aelastic supervises could not be started (or restarted)."""
 
 
-show_public_module("aelastic.replicas", globals())
+show_public_module(__name__, globals())

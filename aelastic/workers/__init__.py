@@ -24,6 +24,7 @@ from .._lazy import lazy_exports
 if TYPE_CHECKING:
     from ._callable import callable_process_args as callable_process_args
     from ._callable import read_callable_result as read_callable_result
+    from ._console import console_writer as console_writer
     from ._exceptions import CallableResultError as CallableResultError
     from ._exceptions import NoMoreExitsError as NoMoreExitsError
     from ._exceptions import WorkerProcessError as WorkerProcessError
@@ -67,6 +68,7 @@ __all__ = (
     "WarmPool",
     "WorkerStartError",
     "callable_process_args",
+    "console_writer",
     "make_run_log_dir",
     "open_signal_forwarder",
     "open_warm_pool",
