@@ -32,6 +32,7 @@ from ..replicas import (
 from ._build import parse_signals
 from ._config import LaunchConfig
 from ._job import Job, open_job
+from ._replica_view import GroupsView
 
 __all__ = ("ReplicaGroupsResult", "group_config", "report_replica_groups", "run_replica_groups")
 
@@ -109,17 +110,22 @@ async def run_replica_groups(
     spares = [groups.spares]
     replaced = [0]
     lighthouse: Lighthouse | None = None
+    view: list[GroupsView] = []
 
     async def run_group(group_id: int, url: str, scope: anyio.CancelScope) -> None:
         cfg = group_config(config, group_id, groups, url)
         while True:
+            job: Job | None = None
             try:
                 async with open_job(cfg, entrypoint, *args) as job:
                     jobs[group_id] = job
                     results[group_id] = await job.wait()
+                    view[0].ended(group_id, job, "completed")
                     return
             except ChildFailedError as exc:
                 if not after_group_failure(spares[0]):
+                    if job is not None:
+                        view[0].ended(group_id, job, "excluded")
                     excluded[group_id] = exc
                     log.warning(
                         "replica group %d spent its restart budget and is excluded; the "
@@ -129,6 +135,8 @@ async def run_replica_groups(
                     return
                 spares[0] -= 1
                 replaced[0] += 1
+                if job is not None:
+                    view[0].ended(group_id, job, "replaced")
                 log.warning(
                     "replica group %d spent its restart budget; a spare takes its place", group_id
                 )
@@ -155,7 +163,9 @@ async def run_replica_groups(
             log.info("torchft Lighthouse at %s (pid %s)", url, lighthouse.pid)
         if signals:
             received = stack.enter_context(anyio.open_signal_receiver(*signals))
+        view.append(GroupsView(groups, config.run_id, url))
         async with anyio.create_task_group() as tg:
+            tg.start_soon(view[0].run, jobs, lighthouse)
             if signals:
 
                 async def forward() -> None:

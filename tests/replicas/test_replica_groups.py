@@ -49,10 +49,12 @@ async def _run(
     flags: list[str],
     env: dict[str, str],
     on_line: Callable[[str, int], Awaitable[None]] | None = None,
+    on_err: Callable[[str], Awaitable[None]] | None = None,
 ) -> tuple[int, str]:
     """Run ``aelastic run FLAGS ft_worker.py``; ``(exit status, stderr)``.
 
-    ``on_line(line, pid)`` sees each line of the job's stdout (the workers' output)."""
+    ``on_line(line, pid)`` sees each line of the job's stdout (the workers' output),
+    ``on_err(line)`` each line of its stderr (the agents' log)."""
     argv = [sys.executable, "-m", "aelastic", "run", *flags, WORKER]
     full_env = {**os.environ, "FT_LOG_DIR": str(log_dir), "LOGLEVEL": "WARNING", **env}
     err = bytearray()
@@ -66,7 +68,12 @@ async def _run(
 
             async def drain_err() -> None:
                 async for chunk in stderr:
+                    start = err.rfind(b"\n") + 1
                     err.extend(chunk)
+                    if on_err is not None:
+                        end = err.rfind(b"\n")
+                        for line in err[start:end].split(b"\n") if end >= start else []:
+                            await on_err(line.decode(errors="replace"))
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(drain_err)
