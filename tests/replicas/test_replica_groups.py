@@ -169,3 +169,33 @@ async def test_a_group_crashing_at_every_start_is_excluded_and_the_job_completes
     assert not (tmp_path / "steps-rg2.jsonl").exists()  # never reached its Manager
     assert _steps(_records(tmp_path, 0))[-1]["step"] == 15
     assert _params(tmp_path, 0) == _params(tmp_path, 1)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_two_nodes_meet_without_lighthouse_flag(tmp_path: Path) -> None:
+    # two runners (two "nodes"), one group each, the same c10d endpoint and no
+    # --lighthouse: the one that hosts the store starts the Lighthouse, the other reads
+    # its URL from the store; both groups train together and end equal
+    endpoint = f"127.0.0.1:{_free_port()}"
+    codes: dict[int, tuple[int, str]] = {}
+
+    async def node(group: int) -> None:
+        flags = ["--replica-groups", "2", "--replica-group-id", str(group)]
+        flags += ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "meet"]
+        flags += ["--nnodes", "1", "--max-restarts", "0"]
+        codes[group] = await _run(tmp_path, flags, {"FT_STEPS": "15"})
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(node, 0)
+        tg.start_soon(node, 1)
+    assert codes[0][0] == 0 and codes[1][0] == 0, codes
+    steps = _steps(_records(tmp_path, 0)) + _steps(_records(tmp_path, 1))
+    assert max(r["participants"] for r in steps) == 2  # one quorum: one Lighthouse
+    assert _params(tmp_path, 0) == _params(tmp_path, 1)
