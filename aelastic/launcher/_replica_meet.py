@@ -2,14 +2,14 @@
 
 With ``--replica-group-id K`` and the c10d backend, every group's nodes give the same
 ``--rdzv-endpoint`` (the groups' rendezvous stay apart: each has its own run id). The
-runner on the node that can host that store (the endpoint names this machine and its
-port is free) hosts it *before* its group starts (the group's rendezvous then finds
-it taken and connects as a client), starts the Lighthouse there and writes its URL
-into the store; every other node's runner connects to the store and reads the URL,
-then starts its group. At the end each runner notes its group done; the hosting
-runner keeps the store and the Lighthouse until every group is done (at most
-``exit_barrier_timeout``), so a group that finishes first does not take the
-Lighthouse from the others.
+runner on the node that can host that store (``--rdzv-conf is_host=1``, or the
+endpoint names this machine; and its port is free) hosts it *before* its group
+starts (the group's rendezvous then finds it taken and connects as a client),
+starts the Lighthouse there and writes its URL into the store; every other node's
+runner connects to the store and reads the URL, then starts its group. At the end
+each runner notes its group done; the hosting runner keeps the store and the
+Lighthouse until every group is done (at most ``exit_barrier_timeout``), so a group
+that finishes first does not take the Lighthouse from the others.
 """
 
 from __future__ import annotations
@@ -21,7 +21,12 @@ from contextlib import AsyncExitStack, asynccontextmanager, suppress
 
 import anyio
 
-from ..rendezvous import DEFAULT_C10D_PORT, is_local_address, parse_endpoint
+from ..rendezvous import (
+    DEFAULT_C10D_PORT,
+    RendezvousParameters,
+    is_local_address,
+    parse_endpoint,
+)
 from ..replicas import Lighthouse, LighthouseError, LighthouseSettings, open_lighthouse
 from ..store import Store, StoreError, StoreServer, TCPStoreClient
 from ._config import LaunchConfig
@@ -74,7 +79,10 @@ async def shared_lighthouse(
     async with AsyncExitStack() as stack:
         store: Store | None = None
         lighthouse: Lighthouse | None = None
-        if is_local_address(host):
+        params = RendezvousParameters("c10d", config.rdzv_endpoint, config.run_id, 1, 1)
+        params.config.update(config.rdzv_configs)
+        is_host = params.get_as_bool("is_host")  # as the c10d handler decides
+        if is_host if is_host is not None else is_local_address(host):
             server = StoreServer(_bind(host), port, allow_non_loopback=True)
             try:
                 await stack.enter_async_context(server)
