@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ._http import jobview_route as jobview_route
     from ._keys import status_store as status_store
     from ._publish import StatusPublisher as StatusPublisher
+    from ._publish import publish_replicas as publish_replicas
     from ._table import table as table
     from ._view import read_view as read_view
     from ._view import summarize as summarize
@@ -34,6 +35,7 @@ __all__ = (
     "JobViewError",
     "StatusPublisher",
     "jobview_route",
+    "publish_replicas",
     "read_view",
     "status_store",
     "summarize",

@@ -14,10 +14,11 @@ from typing import Any
 
 from ..store import PrefixStore, Store
 
-__all__ = ("INDEX_KEY", "STATUS_PREFIX", "node_key", "status_store")
+__all__ = ("INDEX_KEY", "REPLICAS_KEY", "STATUS_PREFIX", "node_key", "status_store")
 
 STATUS_PREFIX = "aelastic/status"
 INDEX_KEY = "nodes"
+REPLICAS_KEY = "replicas"
 
 
 def node_key(node: str) -> str:

@@ -21,14 +21,14 @@ import anyio
 import anyio.abc
 
 from ._history import History
-from ._keys import INDEX_KEY, node_key, status_store
-from ._node import describe_exit, new_node_id, node_status, worker_rows
+from ._keys import INDEX_KEY, REPLICAS_KEY, node_key, status_store
+from ._node import FORMAT, describe_exit, new_node_id, node_status, worker_rows
 from ._view import read_view
 
 if TYPE_CHECKING:
     from ._source import Change, NodeSource
 
-__all__ = ("DEFAULT_INTERVAL", "MAX_RUN_RATE", "StatusPublisher", "period")
+__all__ = ("DEFAULT_INTERVAL", "MAX_RUN_RATE", "StatusPublisher", "period", "publish_replicas")
 
 log = logging.getLogger("aelastic.jobview")
 
@@ -47,6 +47,28 @@ def period(interval: float, nodes: int) -> float:
 
 
 _TERMINAL = ("SUCCEEDED", "FAILED")
+
+
+async def publish_replicas(handler: Any, record: dict[str, Any], within: float = 2.0) -> bool:
+    """Write a torchft replica-group job's ``record`` (the groups, the quorum's
+    membership: see ``aelastic.launcher``'s replica-group runner) into the status store
+    of ``handler``'s run, where :func:`~aelastic.jobview.read_view` finds it.
+
+    Best effort, like the node statuses: return whether it was written; a store error
+    or no store yet is False. Never raises but cancellation; bounded by ``within``.
+    """
+    found = status_store(handler)
+    if found is None:
+        return False
+    raw = json.dumps({"v": FORMAT, **record}, separators=(",", ":"))
+    with anyio.move_on_after(within):
+        try:
+            await found[0].set(REPLICAS_KEY, raw)
+        except Exception as exc:  # best effort: the job must not fail on its view
+            log.debug("replica-group record not published: %s", exc)
+            return False
+        return True
+    return False
 
 
 class StatusPublisher:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ("printable", "table")
+__all__ = ("printable", "replica_lines", "table")
 
 _COLUMNS = (
     "NODE",
@@ -93,16 +93,69 @@ def _row(node: dict[str, Any]) -> list[str]:
     ]
 
 
+def _aligned(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def _clock(when: Any) -> str:
+    import time
+
+    return time.strftime("%H:%M:%S", time.localtime(float(when))) if when else "-"
+
+
+def replica_lines(record: dict[str, Any]) -> list[str]:
+    """A replica-group job's record (``view["replica_groups"]``) as lines: the groups
+    this node's runner knows, the quorum's members, its membership changes."""
+    groups = record.get("groups") or []
+    restarts = record.get("lighthouse_restarts") or 0
+    lines = [
+        f"replica groups: {printable(record.get('groups_total'))} in all, "
+        f"{len(groups)} run by this node's runner; Lighthouse "
+        f"{printable(record.get('lighthouse'))}"
+        + (f" (restarted {restarts} time(s))" if restarts else "")
+    ]
+    rows = [["GROUP", "STATE", "NODES", "STEP", "RESTARTS", "SPARES USED", "IN QUORUM AS"]]
+    for g in groups:
+        nodes = g.get("nodes") or []
+        rows.append(
+            [
+                printable(g.get("group")),
+                printable(g.get("state")),
+                printable(",".join(str(n.get("node")) for n in nodes) or None),
+                printable(g.get("step")),
+                printable(g.get("restarts")),
+                printable(g.get("replaced")),
+                printable(g.get("replica_id")),
+            ]
+        )
+    lines += _aligned(rows)
+    quorum = record.get("quorum")
+    if isinstance(quorum, dict) and quorum.get("quorum_id") is not None:
+        members = ", ".join(
+            f"{printable(m.get('replica_id'))} (step {printable(m.get('step'))})"
+            for m in quorum.get("members") or []
+        )
+        lines.append(f"quorum {printable(quorum['quorum_id'])}: {members or '-'}")
+    elif record.get("quorum_error"):
+        lines.append(f"quorum: {printable(record['quorum_error'], 200)}")
+    for when, quorum_id, members in record.get("membership") or []:
+        names = ", ".join(printable(m) for m in members) or "-"
+        lines.append(f"  {_clock(when)} quorum {printable(quorum_id)}: {names}")
+    return lines
+
+
 def table(view: dict[str, Any]) -> str:
     """The job view (:func:`~aelastic.jobview.summarize`) as a header line and a table."""
     rows = [list(_COLUMNS)] + [_row(n) for n in view["nodes"]]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
     stale = sum(1 for n in view["nodes"] if n.get("stale"))
     head = (
         f"run {printable(view['run_id'])}: {len(view['nodes'])} nodes, round "
         f"{printable(view['round'])}" + (f", {stale} stale" if stale else "")
     )
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines = _aligned(rows)
     summary = view.get("goodput_summary")
     breakdown = [f"job {printable(summary, 400)}"] if summary else []
-    return "\n".join([head, *lines, *breakdown])
+    record = view.get("replica_groups")
+    replicas = replica_lines(record) if isinstance(record, dict) else []
+    return "\n".join([head, *lines, *breakdown, *replicas])

@@ -16,10 +16,10 @@ from typing import Any
 from ..goodput import combine
 from ..store import Store
 from ._exceptions import JobViewError
-from ._keys import INDEX_KEY, node_key
+from ._keys import INDEX_KEY, REPLICAS_KEY, node_key
 from ._node import FORMAT
 
-__all__ = ("read_statuses", "read_view", "summarize")
+__all__ = ("read_replicas", "read_statuses", "read_view", "summarize")
 
 _TERMINAL = ("SUCCEEDED", "FAILED")
 
@@ -50,8 +50,23 @@ async def read_statuses(store: Store, run_id: str) -> list[dict[str, Any]]:
 
 
 async def read_view(store: Store, run_id: str, now: float | None = None) -> dict[str, Any]:
-    """:func:`summarize` of :func:`read_statuses` (same errors)."""
-    return summarize(run_id, await read_statuses(store, run_id), now)
+    """:func:`summarize` of :func:`read_statuses` (same errors), with ``replica_groups``:
+    the replica-group record of a torchft job (``run --replica-groups``), else None."""
+    view = summarize(run_id, await read_statuses(store, run_id), now)
+    view["replica_groups"] = await read_replicas(store)
+    return view
+
+
+async def read_replicas(store: Store) -> dict[str, Any] | None:
+    """The replica-group record in a run's status store (see ``aelastic.replicas``), or
+    None when the run is not a replica group or the record is not one we read."""
+    if not await store.check([REPLICAS_KEY]):
+        return None
+    try:
+        doc = json.loads(await store.get(REPLICAS_KEY))
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) and doc.get("v") == FORMAT else None
 
 
 def _min_step(steps: list[Any]) -> int | None:

@@ -748,7 +748,7 @@ def parse_run_args(
     )
     if standalone:
         backend, endpoint, run_id = "c10d", _STANDALONE_ENDPOINT, random_uuid4()
-    replicas = _replica_args.replica_groups(v, standalone=standalone)
+    replicas = _replica_args.replica_groups(v, standalone=standalone, backend=backend)
     if replicas is not None and not v.given("preload") and not (no_python and not run_path):
         preload = ("auto",)  # a failed group's restart skips the imports: it rejoins sooner
     if master_port is None:

@@ -42,7 +42,7 @@ OPTIONS: tuple[Option, ...] = (
         "str",
         None,
         "URL of a running torchft Lighthouse (http://HOST:PORT); default: aelastic starts "
-        "and supervises one (one node only)",
+        "and supervises one (many nodes: the node hosting the c10d store)",
     ),
     (
         ("--spare-replica-groups",),
@@ -69,15 +69,20 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
-def replica_groups(v: OptionValues, *, standalone: bool) -> ReplicaGroups | None:
+def replica_groups(
+    v: OptionValues, *, standalone: bool, backend: str = "c10d"
+) -> ReplicaGroups | None:
     """The replica-group settings of the parsed flags, or None without ``--replica-groups``.
 
     ``standalone``: this node hosts its own stores (no rendezvous flags, or
-    ``--standalone``); only then may every group run here.
+    ``--standalone``); only then may every group run here. ``backend``: the rendezvous
+    backend; without ``--lighthouse`` many nodes need c10d (its store's host starts
+    the Lighthouse).
 
     Raises:
         UsageError: a bad count or id, a missing ``--replica-group-id`` with rendezvous
-            flags, a missing ``--lighthouse`` across nodes, a bad URL or timeout.
+            flags, a missing ``--lighthouse`` across nodes
+            off the c10d backend, a bad URL or timeout.
     """
     groups = v.int_("replica_groups", minimum=1)
     group_id = v.int_("replica_group_id", minimum=0)
@@ -95,10 +100,13 @@ def replica_groups(v: OptionValues, *, standalone: bool) -> ReplicaGroups | None
             "(this node's group), or drop the rendezvous flags to run every group here"
         )
     lighthouse = v.str_("lighthouse")
-    if group_id is not None and lighthouse is None:
+    if group_id is not None and lighthouse is None and (standalone or backend != "c10d"):
+        where = "standalone" if standalone else f"with --rdzv-backend {backend}"
         raise UsageError(
-            f"{v.source('replica_group_id')}: the groups of a many-node job must share one "
-            "Lighthouse: give --lighthouse http://HOST:PORT (torchft_lighthouse running there)"
+            f"{v.source('replica_group_id')} {where}: the groups of a many-node job must "
+            "share one Lighthouse: give --lighthouse http://HOST:PORT (torchft_lighthouse "
+            "running there), or the c10d rendezvous flags shared by every group (the node "
+            "hosting its store then starts one)"
         )
     join = v.float_("lighthouse_join_timeout", minimum=0.0)
     heartbeat = v.float_("lighthouse_heartbeat_timeout", minimum=0.0, strict=True)

@@ -32,6 +32,8 @@ from ..replicas import (
 from ._build import parse_signals
 from ._config import LaunchConfig
 from ._job import Job, open_job
+from ._replica_meet import shared_lighthouse
+from ._replica_view import GroupsView
 
 __all__ = ("ReplicaGroupsResult", "group_config", "report_replica_groups", "run_replica_groups")
 
@@ -85,7 +87,9 @@ async def run_replica_groups(
 
     First the Lighthouse: ``groups.lighthouse`` must answer (else nothing starts), or
     one is started here (``aelastic.replicas.open_lighthouse``) and restarted whenever
-    it exits. Then every local group runs concurrently as its own launch. With
+    it exits; on many nodes (``groups.group_id`` set) the node hosting the c10d store
+    at ``config.rdzv_endpoint`` starts it and the others read its URL from that store
+    (:func:`shared_lighthouse`). Then every local group runs concurrently as its own launch. With
     ``handle_signals`` the ``config.signals_to_handle`` signals are trapped and sent
     to every group's workers (see :func:`run_launch`).
 
@@ -109,17 +113,22 @@ async def run_replica_groups(
     spares = [groups.spares]
     replaced = [0]
     lighthouse: Lighthouse | None = None
+    view: list[GroupsView] = []
 
     async def run_group(group_id: int, url: str, scope: anyio.CancelScope) -> None:
         cfg = group_config(config, group_id, groups, url)
         while True:
+            job: Job | None = None
             try:
                 async with open_job(cfg, entrypoint, *args) as job:
                     jobs[group_id] = job
                     results[group_id] = await job.wait()
+                    view[0].ended(group_id, job, "completed")
                     return
             except ChildFailedError as exc:
                 if not after_group_failure(spares[0]):
+                    if job is not None:
+                        view[0].ended(group_id, job, "excluded")
                     excluded[group_id] = exc
                     log.warning(
                         "replica group %d spent its restart budget and is excluded; the "
@@ -129,6 +138,8 @@ async def run_replica_groups(
                     return
                 spares[0] -= 1
                 replaced[0] += 1
+                if job is not None:
+                    view[0].ended(group_id, job, "replaced")
                 log.warning(
                     "replica group %d spent its restart budget; a spare takes its place", group_id
                 )
@@ -150,12 +161,20 @@ async def run_replica_groups(
                 settings = dataclasses.replace(
                     settings, log_path=os.path.join(config.log_dir, "lighthouse.log")
                 )
-            lighthouse = await stack.enter_async_context(open_lighthouse(settings))
-            url = lighthouse.url
-            log.info("torchft Lighthouse at %s (pid %s)", url, lighthouse.pid)
+            if groups.group_id is not None:  # many nodes: the store's host runs it
+                url, lighthouse = await stack.enter_async_context(
+                    shared_lighthouse(config, groups.group_id, groups.groups, settings)
+                )
+            else:
+                lighthouse = await stack.enter_async_context(open_lighthouse(settings))
+                url = lighthouse.url
+            if lighthouse is not None:
+                log.info("torchft Lighthouse at %s (pid %s)", url, lighthouse.pid)
         if signals:
             received = stack.enter_context(anyio.open_signal_receiver(*signals))
+        view.append(GroupsView(groups, config.run_id, url))
         async with anyio.create_task_group() as tg:
+            tg.start_soon(view[0].run, jobs, lighthouse)
             if signals:
 
                 async def forward() -> None:

@@ -8,6 +8,7 @@ only when an etcd handler is built) and plugins from the entry-point group
 """
 
 from ._c10d import C10dRendezvousHandler as C10dRendezvousHandler
+from ._c10d import is_local_address as is_local_address
 from ._dynamic import DynamicRendezvousHandler as DynamicRendezvousHandler
 from ._exceptions import RendezvousClosedError as RendezvousClosedError
 from ._exceptions import RendezvousClosedException as RendezvousClosedException
@@ -69,6 +70,7 @@ __all__ = (
     "check_rank_order",
     "create_handler",
     "get_rendezvous_handler",
+    "is_local_address",
     "parse_endpoint",
     "rank_key",
     "register",

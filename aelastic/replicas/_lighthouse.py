@@ -138,7 +138,8 @@ class Lighthouse:
 
     @property
     def url(self) -> str:
-        return f"http://{self.settings.host}:{self.port}"
+        host = self.settings.advertise or self.settings.host
+        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
 
     async def _keep(
         self, scope: anyio.CancelScope, *, task_status: anyio.abc.TaskStatus[None]

@@ -44,6 +44,8 @@ class LighthouseSettings:
     quorum_tick: float = 0.01
     min_replicas: int = 1
     host: str = "127.0.0.1"
+    #: the host in its URL, when not ``host`` (a Lighthouse bound to all addresses)
+    advertise: str | None = None
     #: seconds the Lighthouse may take to listen (each start)
     start_timeout: float = 30.0
     #: file the Lighthouse's log goes to (appended; None: kept in memory, last lines)

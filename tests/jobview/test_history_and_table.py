@@ -71,3 +71,33 @@ def test_goodput_column_and_the_combined_breakdown() -> None:
     assert "GOODPUT" in lines[1]
     assert "90.0%" in lines[2] and "40.0%" in lines[3] and "40.0%" not in lines[4]
     assert lines[-1] == "job goodput 73.3% of 10.0 s: startup 2.7 s"
+
+
+def test_the_replica_groups_section_of_the_table() -> None:
+    view = summarize("job-rg0", [], now=100.0)
+    assert "replica groups" not in table(view)  # not a replica-group job: no section
+    member = {"replica_id": "rg1:\x1b[2Jx", "step": 7, "world_size": 1}
+    view["replica_groups"] = {
+        "groups_total": 2,
+        "groups": [
+            {"group": 0, "state": "excluded", "nodes": [], "step": None, "restarts": 2,
+             "replaced": 1, "replica_id": None},
+            {"group": 1, "state": "running", "nodes": [{"node": "h:1"}], "step": 7,
+             "restarts": 0, "replaced": 0, "replica_id": member["replica_id"]},
+        ],
+        "lighthouse": "http://127.0.0.1:9",
+        "lighthouse_restarts": 1,
+        "quorum": {"quorum_id": 5, "members": [member]},
+        "membership": [[100.0, 4, ["rg0:a", "rg1:b"]], [101.0, 5, ["rg1:b"]]],
+    }  # fmt: skip
+    text = table(view)
+    assert "\x1b" not in text  # a replica id cannot steer the terminal
+    lines = text.splitlines()
+    assert "2 in all, 2 run by this node's runner" in text and "(restarted 1 time(s))" in text
+    assert any(line.split()[:6] == ["0", "excluded", "-", "-", "2", "1"] for line in lines)
+    assert any(line.split()[:4] == ["1", "running", "h:1", "7"] for line in lines)
+    assert "quorum 5: rg1:?[2Jx (step 7)" in text
+    assert [line.split(" quorum ")[1] for line in lines if line.startswith("  ")] == [
+        "4: rg0:a, rg1:b",
+        "5: rg1:b",
+    ]

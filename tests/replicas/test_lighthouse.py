@@ -92,6 +92,10 @@ def test_replica_group_flags_and_their_environment_variables() -> None:
     assert groups is not None
     assert (groups.groups, groups.local_groups(), groups.lighthouse) == (4, [2], "http://h:9")
     assert parse_run_args(["t.py"], {}).replica_groups is None
+    # many nodes on c10d without --lighthouse: the store's host starts one
+    flags = ["--replica-groups", "2", "--replica-group-id", "1", *flags]
+    groups = parse_run_args(flags, {}).replica_groups
+    assert groups is not None and groups.lighthouse is None
 
 
 @pytest.mark.parametrize(
@@ -104,6 +108,8 @@ def test_replica_group_flags_and_their_environment_variables() -> None:
         (["--replica-groups", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1"],
          "give --replica-group-id"),
         (["--replica-groups", "2", "--replica-group-id", "1"], "give --lighthouse"),
+        (["--replica-groups", "2", "--replica-group-id", "1", "--rdzv-backend", "etcd",
+          "--rdzv-endpoint", "h:1"], "etcd: .* give --lighthouse"),
         (["--replica-groups", "2", "--lighthouse-heartbeat-timeout", "0"], "must be > 0"),
     ],
 )  # fmt: skip

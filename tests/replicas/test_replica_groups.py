@@ -49,10 +49,12 @@ async def _run(
     flags: list[str],
     env: dict[str, str],
     on_line: Callable[[str, int], Awaitable[None]] | None = None,
+    on_err: Callable[[str], Awaitable[None]] | None = None,
 ) -> tuple[int, str]:
     """Run ``aelastic run FLAGS ft_worker.py``; ``(exit status, stderr)``.
 
-    ``on_line(line, pid)`` sees each line of the job's stdout (the workers' output)."""
+    ``on_line(line, pid)`` sees each line of the job's stdout (the workers' output),
+    ``on_err(line)`` each line of its stderr (the agents' log)."""
     argv = [sys.executable, "-m", "aelastic", "run", *flags, WORKER]
     full_env = {**os.environ, "FT_LOG_DIR": str(log_dir), "LOGLEVEL": "WARNING", **env}
     err = bytearray()
@@ -66,7 +68,12 @@ async def _run(
 
             async def drain_err() -> None:
                 async for chunk in stderr:
+                    start = err.rfind(b"\n") + 1
                     err.extend(chunk)
+                    if on_err is not None:
+                        end = err.rfind(b"\n")
+                        for line in err[start:end].split(b"\n") if end >= start else []:
+                            await on_err(line.decode(errors="replace"))
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(drain_err)
@@ -161,4 +168,34 @@ async def test_a_group_crashing_at_every_start_is_excluded_and_the_job_completes
     assert "replica group 2 was excluded" in err and "exit code 3" in err
     assert not (tmp_path / "steps-rg2.jsonl").exists()  # never reached its Manager
     assert _steps(_records(tmp_path, 0))[-1]["step"] == 15
+    assert _params(tmp_path, 0) == _params(tmp_path, 1)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_two_nodes_meet_without_lighthouse_flag(tmp_path: Path) -> None:
+    # two runners (two "nodes"), one group each, the same c10d endpoint and no
+    # --lighthouse: the one that hosts the store starts the Lighthouse, the other reads
+    # its URL from the store; both groups train together and end equal
+    endpoint = f"127.0.0.1:{_free_port()}"
+    codes: dict[int, tuple[int, str]] = {}
+
+    async def node(group: int) -> None:
+        flags = ["--replica-groups", "2", "--replica-group-id", str(group)]
+        flags += ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "meet"]
+        flags += ["--nnodes", "1", "--max-restarts", "0"]
+        codes[group] = await _run(tmp_path, flags, {"FT_STEPS": "15"})
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(node, 0)
+        tg.start_soon(node, 1)
+    assert codes[0][0] == 0 and codes[1][0] == 0, codes
+    steps = _steps(_records(tmp_path, 0)) + _steps(_records(tmp_path, 1))
+    assert max(r["participants"] for r in steps) == 2  # one quorum: one Lighthouse
     assert _params(tmp_path, 0) == _params(tmp_path, 1)
