@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 
+from _device.common import descendants
 from _job_process import start_job
 
 PY = sys.executable
@@ -67,30 +68,11 @@ def _events(path: str) -> list[dict[str, object]]:
         return []
 
 
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rpartition(")")[2].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
 def _idle_rss_mib(launcher_pid: int, workers: set[int]) -> list[float]:
     """RSS of the launcher's idle warm interpreters (workers keep the bootstrap's cmdline)."""
     sizes = []
     page = os.sysconf("SC_PAGE_SIZE")
-    for pid in _descendants(launcher_pid):
+    for pid in descendants(launcher_pid):
         if pid in workers:
             continue
         try:

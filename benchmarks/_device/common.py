@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
+from typing import Any
 
 CPU = os.environ.get("DEVICE_CHECK_CPU", "") not in ("", "0")
 DEVICE = "cpu" if CPU else "cuda"
@@ -148,7 +149,9 @@ def records(path: str) -> list[dict[str, object]]:
         return []
 
 
-def wait_for(path: str, event: str, deadline: float, proc: subprocess.Popen[bytes]) -> dict:
+def wait_for(
+    path: str, event: str, deadline: float, proc: subprocess.Popen[bytes]
+) -> dict[str, Any]:
     """The first record of ``event`` in ``path``; RuntimeError past ``deadline`` or on exit."""
     while time.monotonic() < deadline:
         for r in records(path):
