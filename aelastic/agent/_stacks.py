@@ -126,8 +126,10 @@ async def capture_stacks(
     """Dump the stacks of ``{local_rank: (pid, stacks file)}`` concurrently.
 
     Returns ``{local_rank: how}`` for the workers whose stacks were written: ``"faulthandler"``
-    or ``"py-spy"``. Concurrently, each worker waiting on its flight recorder trigger
-    is asked for torch's dump (written next to its stacks file, logged). Bounded (a
+    or ``"py-spy"``. Then each worker waiting on its flight recorder trigger is asked for
+    torch's dump (written next to its stacks file, logged): only once its stacks are
+    written, as faulthandler walks every thread's frames without the GIL and a dump
+    thread running meanwhile could crash the worker. Bounded (a
     worker that cannot dump is skipped after :data:`CAPTURE_TIMEOUT`, py-spy after 5 s,
     a flight recorder dump after 3 s); never raises for a worker that is gone
     or refuses (an OSError for one worker is logged and skips only that worker).
@@ -151,9 +153,9 @@ async def capture_stacks(
                 captured[rank] = "py-spy"
         except OSError as exc:  # not ours to signal, py-spy not runnable, file not writable
             log.warning("could not capture the stacks of pid %s: %s", pid, exc)
+        await flight_recorder(path)
 
     async with anyio.create_task_group() as tg:
         for rank, (pid, path) in targets.items():
-            tg.start_soon(flight_recorder, path)
             tg.start_soon(one, rank, pid, path)
     return captured

@@ -44,8 +44,13 @@ _PREFIX = "aelastic run"
 
 
 def _err(message: str) -> None:
-    """One line on stderr, through the console's queue: a stalled stderr (``2>&1 |
-    collector``) never blocks the launcher, and lines keep their order with the workers'."""
+    print(f"{_PREFIX}: {message}", file=sys.stderr, flush=True)
+
+
+def _note(message: str) -> None:
+    """A line on stderr while the job runs, through the console's queue: a stalled
+    stderr (``2>&1 | collector``) never blocks the launcher, and the line keeps its
+    place among the workers' lines."""
     from ..workers import console_writer
 
     console_writer("stderr").write(f"{_PREFIX}: {message}\n".encode(errors="replace"))
@@ -159,7 +164,7 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
                     parsed.entrypoint,
                     parsed.args,
                     handle_signals=True,
-                    say=_err,
+                    say=_note,
                     goodput_line=True,
                 )
             )
