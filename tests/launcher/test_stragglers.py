@@ -29,10 +29,18 @@ pytestmark = pytest.mark.timeout(400)
 DDP = str(Path(__file__).parent.parent / "stragglers" / "ddp_worker.py")
 QUICK = ["--straggler-window", "3", "--straggler-min-duration", "3", "--straggler-warmup", "20"]
 THRESHOLD = ["--straggler-threshold", "0.8"]
+SLOW_STEPS = 1500
 
 
 def _argv(
-    port: int, run_id: str, is_host: bool, stop: Path, *tail: str, nnodes: str = "2", events: Path
+    port: int,
+    run_id: str,
+    is_host: bool,
+    stop: Path,
+    *tail: str,
+    nnodes: str = "2",
+    events: Path,
+    work: int = 300,
 ) -> list[str]:
     return [
         "--nnodes", nnodes, "--nproc-per-node", "2",
@@ -40,7 +48,7 @@ def _argv(
         "--rdzv-id", run_id, "--rdzv-conf", f"{FAST},is_host={int(is_host)}",
         "--local-addr", "127.0.0.1", "--max-restarts", "3", "--monitor-interval", "0.1",
         "--event-log-handler", "file", *QUICK, *tail,
-        DDP, "--stop-file", str(stop), "--work", "300",
+        DDP, "--stop-file", str(stop), "--work", str(work),
     ]  # fmt: skip
 
 
@@ -108,12 +116,27 @@ async def test_a_rank_forty_percent_slower_is_named_within_20_steps(tmp_path: Pa
     port, stop, events = free_port(), tmp_path / "stop", tmp_path / "events"
     run = "strag1"
     async with cluster() as c:
-        a = await c.start(_argv(port, run, True, stop, events=events), env=_env("a", events))
+        # Detection takes seconds (a 3 s window, 3 s to confirm): "within 20 steps" needs
+        # steps of ~0.5 s, which --work 1500 gives on an idle machine (--work 300 ran ~7
+        # steps/s in CI, and the rank was named 58 steps after the onset).
+        a = await c.start(
+            _argv(port, run, True, stop, events=events, work=SLOW_STEPS), env=_env("a", events)
+        )
         health = free_port()
         # 1.4x the work scores ~0.71; on 2 busy cores the score wanders around the 0.75
         # default, so the test sets its threshold clear of it (a flag, as a user would)
         b = await c.start(
-            _argv(port, run, False, stop, "--health-port", str(health), *THRESHOLD, events=events),
+            _argv(
+                port,
+                run,
+                False,
+                stop,
+                "--health-port",
+                str(health),
+                *THRESHOLD,
+                events=events,
+                work=SLOW_STEPS,
+            ),
             env=_env("b", events, "1"),
         )
         # node b is group rank 1 (the store's host keeps 0): its local rank 1 is global rank 3
