@@ -65,7 +65,10 @@ async def test_auto_preload_restarts_with_torch_imported(
     tops = {(e["attempt"], e["rank"]): e for e in events if e["event"] == "top"}
     assert sorted(tops) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     for rank in (0, 1):
-        assert tops[0, rank]["preloaded"] == []  # nothing to learn from before the start
+        # Before the start nothing was learned. The hand-offs of one attempt are not
+        # simultaneous, so a worker may find what its sibling recorded in the meantime
+        # (seen under load); never the excluded wave.
+        assert set(tops[0, rank]["preloaded"]) <= {"colorsys", "torch"}, tops[0, rank]
         # torch and the learned colorsys were there before the script's first line;
         # wave is excluded; boom_mod fails to import (reported once, below).
         assert tops[1, rank]["preloaded"] == ["colorsys", "torch"], tops[1, rank]

@@ -1,6 +1,7 @@
 """A gloo DDP worker for straggler tests: deterministic work per step, made slower on demand.
 
-    ddp_worker.py --stop-file PATH [--work N] [--onset STEP] [--factor F] [--max-steps N]
+    ddp_worker.py --stop-file PATH [--work N] [--pause S] [--onset STEP] [--factor F]
+                  [--max-steps N]
 
 Each step does ``--work`` small matrix products (plus a DDP forward/backward, whose
 gradient all-reduce makes every rank wait for the slowest), then one all-reduce of a
@@ -8,13 +9,18 @@ stop flag (set once ``--stop-file`` exists on any rank), and prints
 ``STEP rank=R group=G step=S``. From step ``--onset``, a worker whose local rank is
 listed in ``$STRAGGLER_TEST_SLOW`` (e.g. ``0,1``; set on one node only) does
 ``--factor`` times the work: deterministic extra work, so the slowdown holds whatever
-the machine's load. Single-threaded (one core per worker).
+the machine's load. ``--pause`` sleeps that long in every step on every rank, in ten
+slices between ten slices of the work: a floor under the step time that leaves the
+busy-time ratio of slow to fast ranks as it is (a test that counts steps then counts
+seconds too), spread finer than the detection's samples (0.3 s in the tests), whose
+median would otherwise swing between a sleeping and a working sample. Single-threaded (one core per worker).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -29,6 +35,7 @@ def main() -> None:
     p.add_argument("--work", type=int, default=30)
     p.add_argument("--onset", type=int, default=60)
     p.add_argument("--factor", type=float, default=1.4)
+    p.add_argument("--pause", type=float, default=0.0)
     p.add_argument("--max-steps", type=int, default=3000)
     args = p.parse_args()
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
@@ -46,8 +53,10 @@ def main() -> None:
         if slow and step >= args.onset:
             units = round(units * args.factor)
         b = a
-        for _ in range(units):
+        for unit in range(units):
             b = torch.tanh(b @ a)
+            if args.pause and unit % max(1, units // 10) == 0:
+                time.sleep(args.pause / 10)
         model(x).sum().backward()
         opt.step()
         opt.zero_grad()
