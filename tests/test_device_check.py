@@ -74,7 +74,8 @@ def test_without_nvidia_smi_nothing_is_claimed(
 def test_the_hang_piece_runs_on_the_cpu(tmp_path: Path) -> None:
     """gloo instead of NCCL: detected, stacks naming the hung function, and torch's flight
     recorder beside them, named in the failure."""
-    env = {**os.environ, "DEVICE_CHECK_CPU": "1", "OUT": str(tmp_path)}
+    # the interpreter running the tests (with torch), whatever python3 is on PATH
+    env = {**os.environ, "DEVICE_CHECK_CPU": "1", "OUT": str(tmp_path), "PYTHON": sys.executable}
     script = DEVICE.parent / "device_check.sh"
     done = subprocess.run(
         ["bash", str(script), "--only", "hang/nccl"],
