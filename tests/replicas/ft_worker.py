@@ -12,7 +12,8 @@ first step from that one on in which every group takes part (on a loaded machine
 group may start seconds after the others, and join healed); ``<group>:always``
 crashes every attempt before its Manager starts. ``FT_RESTART_DELAY``: seconds of
 start-up for a restarted attempt. ``FT_STEPS`` steps in all, ``FT_STEP_SLEEP``
-seconds of "compute" per step.
+seconds of "compute" per step, ``FT_TIMEOUT`` and ``FT_QUORUM_TIMEOUT``: the Manager's
+timeouts for its operations and for a quorum (10 and 30 seconds).
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ def main() -> None:
             min_replica_size=1,
             replica_id=f"rg{group}",
             use_async_quorum=False,
-            timeout=timedelta(seconds=10),
-            quorum_timeout=timedelta(seconds=30),
+            timeout=timedelta(seconds=float(os.environ.get("FT_TIMEOUT", "10"))),
+            quorum_timeout=timedelta(seconds=float(os.environ.get("FT_QUORUM_TIMEOUT", "30"))),
             connect_timeout=timedelta(seconds=10),
         )
         optimizer = OptimizerWrapper(manager, inner)
