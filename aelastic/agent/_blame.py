@@ -11,8 +11,10 @@ order alone is a coin toss).
 "Inside a collective" is read from the worker's captured Python stacks (faulthandler's
 or py-spy's format): a frame of ``torch.distributed`` (a collective, a barrier, a
 ``wait()``), of DDP's forward (its buffer broadcast), or of autograd's backward
-(DDP all-reduces the gradients inside ``loss.backward()``). No stacks: unknown,
-ranked like a worker outside any collective (nothing says it waits on a peer).
+(DDP all-reduces the gradients inside ``loss.backward()``). No stacks (a dump that
+did not finish in time, under load): unknown, ranked after a worker known to be
+outside any collective and before one known to be inside (nothing says it waits on a
+peer, and nothing says it does not).
 """
 
 from __future__ import annotations
@@ -55,14 +57,18 @@ class Suspect:
 def blame_order(suspects: Sequence[Suspect]) -> list[int]:
     """The local ranks of ``suspects``, the root cause first.
 
-    Ordered by lowest step, then outside a collective before inside one (unknown
-    counts as outside), then oldest progress, then local rank (a stable answer for a
-    full tie).
+    Ordered by lowest step, then outside a collective, unknown, inside one, then
+    oldest progress, then local rank (a stable answer for a full tie).
     """
     ordered = sorted(
-        suspects, key=lambda s: (s.step, s.collective is True, s.last_progress_ns, s.local_rank)
+        suspects,
+        key=lambda s: (s.step, _COLLECTIVE_RANK[s.collective], s.last_progress_ns, s.local_rank),
     )
     return [s.local_rank for s in ordered]
+
+
+#: Outside a collective first, unknown next, inside last.
+_COLLECTIVE_RANK: dict[bool | None, int] = {False: 0, None: 1, True: 2}
 
 
 def collective_flags(stacks: Mapping[int, str | None]) -> dict[int, bool | None]:

@@ -68,10 +68,15 @@ def test_the_lowest_step_comes_before_the_collective() -> None:
     assert blame_order([ahead, behind]) == [0, 1]
 
 
-def test_unknown_stacks_rank_like_outside_a_collective() -> None:
+def test_unknown_stacks_rank_between_outside_and_inside_a_collective() -> None:
     unknown = Suspect(1, step=3, last_progress_ns=200, collective=None)
     blocked = Suspect(0, step=3, last_progress_ns=100, collective=True)
     assert blame_order([blocked, unknown]) == [1, 0]
+    # the blocked rank's dump did not finish (unknown) and it has the older progress:
+    # the rank known to be outside the collective is still the root cause
+    late_dump = Suspect(0, step=3, last_progress_ns=100, collective=None)
+    stopped = Suspect(1, step=3, last_progress_ns=200, collective=False)
+    assert blame_order([late_dump, stopped]) == [1, 0]
 
 
 @pytest.mark.parametrize("collective", [True, False, None])

@@ -246,3 +246,31 @@ async def test_a_ddp_hang_blames_the_least_advanced_rank_and_names_every_hung_on
         assert f"Stacks of every thread: {path}" in failure.message
     assert "all_reduce" in _stacks(tmp_path, 0, 0)
     assert "ddp_hang_worker.py" in _stacks(tmp_path, 0, 1)
+
+
+async def test_a_same_step_hang_blames_the_rank_outside_the_collective(tmp_path: Path) -> None:
+    """Two hangs in one run, the stopped rank alternating (attempt % 2): both ranks are
+    at step 3 and the stopped one has the newer heartbeat; the rank blocked in the
+    gloo all-reduce is named as waiting, the other as the root cause, both times."""
+    spec = local_spec(
+        LocalRendezvous(),
+        ("-u", str(SCRIPTS / "same_step_hang_worker.py")),
+        tmp_path,
+        initial_heartbeat_timeout=60.0,
+        heartbeat_timeout=2.0,
+        max_restarts=1,
+    )
+    hangs = []
+    with anyio.fail_after(240):
+        async with subscribe() as stream, anyio.create_task_group() as tg:
+            results = start_run(tg, LocalElasticAgent(spec))
+            async for event in stream:
+                if event.name == "aelastic.progress.hang":
+                    hangs.append(event.metadata)
+                    if len(hangs) == 2:
+                        break
+    (result,) = results
+    assert result.state is WorkerState.FAILED
+    assert [h["local_rank"] for h in hangs] == [0, 1], hangs
+    assert [h["hung_local_ranks"] for h in hangs] == ["0,1", "1,0"]
+    assert all(h["step"] == 3 for h in hangs), hangs
