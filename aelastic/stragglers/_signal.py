@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import os
 
+from ..workers import thread_busy_seconds
+
 __all__ = ("busy_seconds",)
 
 _TICK = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
@@ -24,21 +26,13 @@ _TICK = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
 def busy_seconds(pid: int) -> float | None:
     """Seconds ``pid``'s threads ran on a CPU so far; None when it is gone (or ``/proc``
     cannot tell). Costs one ``listdir`` and one small read per thread."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
+    threads = thread_busy_seconds(pid)
+    if threads is None:
         return None
-    total = 0
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as fp:
-                fields = fp.read().split()
-            total += int(fields[0])
-        except (OSError, ValueError, IndexError):
-            continue  # a thread that just ended
+    total = sum(threads.values())
     if total:
-        return total / 1e9
-    return _cpu_seconds(pid)
+        return total
+    return _cpu_seconds(pid)  # schedstat all zero: a kernel without CONFIG_SCHED_INFO
 
 
 def _cpu_seconds(pid: int) -> float | None:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ._processes import WorkerProcesses as WorkerProcesses
     from ._processes import open_worker_processes as open_worker_processes
     from ._procfs import process_state as process_state
+    from ._procfs import thread_busy_seconds as thread_busy_seconds
     from ._signals import DEFAULT_SIGNALS_TO_HANDLE as DEFAULT_SIGNALS_TO_HANDLE
     from ._signals import open_signal_forwarder as open_signal_forwarder
     from ._signals import parse_signals as parse_signals
@@ -82,6 +83,7 @@ __all__ = (
     "read_callable_result",
     "remove_empty_log_dirs",
     "run_dir",
+    "thread_busy_seconds",
     "to_map",
     "warm_workers_enabled",
 )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+from collections.abc import Mapping
 
 import anyio
 
@@ -26,8 +27,8 @@ from ._procfs import process_state
 __all__ = (
     "DEFAULT_EXIT_GRACE",
     "EXIT_WARN_AFTER",
-    "IDLE_CPU_SHARE",
-    "cpu_seconds",
+    "IDLE_THREAD_SHARE",
+    "busiest_thread_seconds",
     "receive_exit_notice",
     "shutdown_report",
 )
@@ -36,9 +37,12 @@ __all__ = (
 DEFAULT_EXIT_GRACE = 60.0
 #: Seconds after its script ended when a worker still there is reported (at most the grace).
 EXIT_WARN_AFTER = 10.0
-#: Idle: less CPU than this share of one CPU over a window. Not zero: a thread waiting
-#: for the GIL wakes every switch interval (5 ms) and accrues a few clock ticks.
-IDLE_CPU_SHARE = 0.005
+#: Idle: no thread of the worker ran more than this share of one CPU over a window. Not
+#: zero: a thread waiting for the GIL wakes every switch interval (5 ms), measured at
+#: 0.6% of one CPU per waiting thread. Per thread, not per process: a deadlock with a few
+#: such threads (torch's gloo teardown) added up to more than the 0.5% of one CPU for
+#: the whole process this rule first used, and went unnoticed.
+IDLE_THREAD_SHARE = 0.02
 _NOTICE = b"exit "
 
 
@@ -89,15 +93,7 @@ def shutdown_report(pid: int) -> str:
     return f"{threads} thread{'s' if threads != 1 else ''}; main thread {doing}{where}"
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """CPU time (user + system, every thread) of ``pid`` so far; None when gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rpartition(b")")[2].split()
-    except OSError:
-        return None
-    try:
-        ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-    except (IndexError, ValueError):
-        return None
-    return ticks / os.sysconf("SC_CLK_TCK")
+def busiest_thread_seconds(before: Mapping[str, float], after: Mapping[str, float]) -> float:
+    """The most CPU seconds one thread used between two :func:`thread_busy_seconds` reads
+    (a thread that started in between counts from zero; 0.0 without threads)."""
+    return max((busy - before.get(tid, 0.0) for tid, busy in after.items()), default=0.0)

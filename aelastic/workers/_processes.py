@@ -33,15 +33,15 @@ from ._exceptions import NoMoreExitsError, WorkerStartError
 from ._exit_grace import (
     DEFAULT_EXIT_GRACE,
     EXIT_WARN_AFTER,
-    IDLE_CPU_SHARE,
-    cpu_seconds,
+    IDLE_THREAD_SHARE,
+    busiest_thread_seconds,
     receive_exit_notice,
     shutdown_report,
 )
 from ._output import ConsoleName, Sink
 from ._pdeathsig import wrap_argv
 from ._pipe_reader import OutputPipe
-from ._procfs import process_state
+from ._procfs import process_state, thread_busy_seconds
 from ._spec import ProcessExit, ProcessSpec
 from ._std import Std
 from ._warm import WarmPool
@@ -498,10 +498,10 @@ class WorkerProcesses:
     async def _bound_idle_after_peers(self, worker: _Worker, grace: float) -> None:
         """A worker still running after a local peer exited 0: killed once idle for ``grace``.
 
-        Idle: less than :data:`IDLE_CPU_SHARE` of one CPU used (``/proc/<pid>/stat``,
-        every thread) over a whole ``grace`` window, such as a teardown deadlock (a
-        thread waiting for the GIL that the main thread holds while it joins it). A
-        worker that computes (above that share) is never killed. Reported after
+        Idle: no thread ran more than :data:`IDLE_THREAD_SHARE` of one CPU
+        (``/proc/<pid>/task/*/schedstat``) over a whole ``grace`` window, such as a
+        teardown deadlock (threads waiting for the GIL that the main thread holds while
+        it joins one of them). A worker with a thread that computes is never killed. Reported after
         :data:`EXIT_WARN_AFTER` seconds; counted as exit status 0 when killed (its peers
         succeeded; its work is done). Ends when the worker exits.
         """
@@ -520,14 +520,18 @@ class WorkerProcesses:
             grace,
         )
         while True:
-            before = cpu_seconds(pid)
+            before = thread_busy_seconds(pid)
             with anyio.move_on_after(grace):
                 await worker.exited.wait()
                 return
             if worker.ended_with is not None:
                 return  # its script ended: _bound_exit decides, with its status
-            after = cpu_seconds(pid)
-            if before is not None and after is not None and after - before < IDLE_CPU_SHARE * grace:
+            after = thread_busy_seconds(pid)
+            if (
+                before is not None
+                and after is not None
+                and busiest_thread_seconds(before, after) < IDLE_THREAD_SHARE * grace
+            ):
                 break
         self._kill_finished(
             worker,

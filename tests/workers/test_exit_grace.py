@@ -25,6 +25,14 @@ mode = sys.argv[1]
 if os.environ["LOCAL_RANK"] == "1":
     if mode == "stuck-in-script":  # its work done, it never ends its script (no CPU)
         threading.Event().wait()
+    elif mode == "gil-deadlock":  # the main thread sleeps holding the GIL three threads want
+        import ctypes
+        def spin():
+            while True:
+                pass
+        for _ in range(3):
+            threading.Thread(target=spin, daemon=True).start()
+        ctypes.PyDLL(None).sleep(600)  # a PyDLL call keeps the GIL
     elif mode == "busy":  # still computing well after its peer left: never killed
         until = time.monotonic() + 4
         while time.monotonic() < until:
@@ -100,16 +108,19 @@ async def test_a_longer_grace_reports_the_wait_before_the_kill(
     assert "killing it 2 s after its script ended (--exit-grace)" in waiting
 
 
+@pytest.mark.parametrize("mode", ["stuck-in-script", "gil-deadlock"])
 async def test_a_worker_idle_in_its_script_after_its_peer_succeeded_is_killed(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    """The torch deadlock seen: rank 1 joins gloo's thread in a destructor, holding the
-    GIL that thread waits for, inside its script; rank 0 exited 0. Warm pool off: the
-    rule needs no word from the worker."""
+    """Rank 0 exited 0; rank 1 stays in its script without working: blocked, or in the
+    torch deadlock seen (a destructor joins gloo's thread holding the GIL that thread
+    waits for: threads waiting for the GIL wake every 5 ms, ~0.6% of a CPU each, which
+    a share of the whole process missed). Warm pool off: the rule needs no word from the
+    worker."""
     monkeypatch.setenv(WARM_WORKERS_ENV, "0")
     caplog.set_level(logging.WARNING, logger="aelastic.workers")
     with anyio.fail_after(60):
-        result = await LocalElasticAgent(_spec(tmp_path, "stuck-in-script")).run()
+        result = await LocalElasticAgent(_spec(tmp_path, mode)).run()
     assert result.state is WorkerState.SUCCEEDED
     (report,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert "worker local_rank=1 (pid" in report
