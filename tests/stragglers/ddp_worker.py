@@ -13,7 +13,8 @@ the machine's load. ``--pause`` sleeps that long in every step on every rank, in
 slices between ten slices of the work: a floor under the step time that leaves the
 busy-time ratio of slow to fast ranks as it is (a test that counts steps then counts
 seconds too), spread finer than the detection's samples (0.3 s in the tests), whose
-median would otherwise swing between a sleeping and a working sample. Single-threaded (one core per worker).
+median would otherwise swing between a sleeping and a working sample. Single-threaded (one
+core per worker).
 """
 
 from __future__ import annotations
