@@ -43,8 +43,24 @@ __all__ = ("main",)
 _PREFIX = "aelastic run"
 
 
+#: Seconds the lines the job queued for stderr get to be written before a direct print.
+_DRAIN_TIMEOUT = 2.0
+
+
+def _print_err(text: str) -> None:
+    """Print ``text`` on stderr directly (in-process readers see it), after what the job
+    queued for stderr (the goodput line, the notes) is written: a queued line never cuts
+    into it. Bounded: a stalled stderr is given up on after :data:`_DRAIN_TIMEOUT`."""
+    if "aelastic.workers._console" in sys.modules:  # nothing can be queued otherwise
+        from ..workers import console_writer
+
+        writer = console_writer("stderr")
+        writer.wait_done(writer.enqueued, _DRAIN_TIMEOUT)
+    print(text, file=sys.stderr, flush=True)
+
+
 def _err(message: str) -> None:
-    print(f"{_PREFIX}: {message}", file=sys.stderr, flush=True)
+    _print_err(f"{_PREFIX}: {message}")
 
 
 def _note(message: str) -> None:
@@ -170,12 +186,12 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
             )
     except NoProgressError as exc:
         _record_for_scheduler(exc)
-        print(exc.format_msg(), file=sys.stderr, flush=True)
+        _print_err(exc.format_msg())
         _err("stopped: no step progress over --max-no-progress-restarts attempts; do not requeue")
         return NO_PROGRESS_EXIT_CODE
     except ChildFailedError as exc:
         _record_for_scheduler(exc)
-        print(exc.format_msg(), file=sys.stderr, flush=True)
+        _print_err(exc.format_msg())
         return 1
     except SignalException as exc:
         _record_for_scheduler(exc)
