@@ -163,6 +163,10 @@ class Job:
         #: cancelled by :meth:`stop` (made now: a stop before the job's task runs counts)
         self._run_scope = anyio.CancelScope()
         self._stop_requested = False
+        #: True while the node enters its rendezvous (connects to the store, which may
+        #: take up to read_timeout): the agent's run has not begun to take a signal.
+        self._entering = False
+        self._entry_signal: signal.Signals | None = None
         self._events_source: EventStream | None = None  # the job's registry subscription
         self._event_backlog: collections.deque[Any] = collections.deque(maxlen=_EVENT_BACKLOG)
         self._event_streams: list[EventStream] = []  # subscribers fed from the backlog on
@@ -423,6 +427,10 @@ class Job:
                 "signal.Signals member such as signal.SIGTERM or signal.SIGUSR1"
             ) from None
         self._agent.send_signal(number, terminate=terminate)
+        if terminate and self._entering and self._entry_signal is None:
+            # no worker yet, the agent's run not begun: end the wait for the store now
+            self._entry_signal = number
+            self._run_scope.cancel()
 
     async def wait(self) -> dict[int, Any]:
         """Wait for the job to end; return ``{global_rank: return value}`` of this node.
@@ -590,11 +598,23 @@ class Job:
         """
         with self._run_scope:
             try:
+                self._entering = True
                 async with self._prepared.handler:
+                    self._entering = False
                     if self.status_publisher is not None:
                         self.status_publisher.wake()  # visible while it waits for peers
                     self._outcome = await self._agent.run()
             except anyio.get_cancelled_exc_class():
+                sig = self._entry_signal
+                if sig is not None and not self._stop_requested:
+                    from ..agent import SignalException
+
+                    self._outcome = SignalException(
+                        f"job {self.run_id!r} got {sig.name} while joining its rendezvous",
+                        sig,
+                        workers_started=False,
+                    )
+                    raise
                 how = (
                     "job.stop() was called"
                     if self._stop_requested
@@ -607,6 +627,7 @@ class Job:
             except Exception as exc:
                 self._outcome = exc
             finally:
+                self._entering = False
                 outcome = self._outcome
                 if outcome is None:  # a BaseException such as KeyboardInterrupt
                     outcome = JobStoppedError(f"job {self.run_id!r} was interrupted")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -111,6 +112,46 @@ def test_cli_stopped_while_waiting_for_peers_says_no_worker_started(tmp_path: Pa
             proc.wait()
     assert "stopped by SIGTERM; no worker had started" in rest, rest
     assert "the workers were stopped" not in rest
+    assert not (tmp_path / "started").exists()
+
+
+def test_cli_stopped_while_waiting_for_the_store_exits_at_once(tmp_path: Path) -> None:
+    """SIGTERM while the node waits for a rendezvous store that is not up yet: it stops
+    then (it used to ignore the signal until read_timeout, 60 s by default)."""
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "w.py"
+    script.write_text("open('started', 'w').close()\n")
+    argv = [
+        *("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"),
+        *("--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "late-store"),
+        *("--rdzv-conf", "is_host=0,read_timeout=300,wait_report_interval=0.2"),
+        str(script),
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aelastic", "run", *argv],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:  # it reports the wait for the store
+            seen.append(line)
+            if "to accept connections" in line:
+                break
+        else:
+            pytest.fail("no line about the wait for the store: " + "".join(seen))
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.stderr.read()
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM, rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "stopped by SIGTERM; no worker had started" in rest, rest
     assert not (tmp_path / "started").exists()
 
 
