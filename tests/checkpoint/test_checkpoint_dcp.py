@@ -2,7 +2,9 @@
 
 Real gloo jobs (one process per rank) with the environment the agent gives its workers,
 and the agent's own code (``Checkpoints``) choosing the step to resume and writing it
-to ``--checkpoint-dir``.
+to ``--checkpoint-dir``. The jobs that save run once per module (fixtures); the loads of
+every test run in one 2-rank job, one load per test with that test's environment (a
+fresh ``MemoryReader`` and state each), and each test reads its own lines.
 """
 
 from __future__ import annotations
@@ -61,43 +63,19 @@ async def resume_env(memory: Path, disk: Path | None, ranks: list[int]) -> dict[
     return {**cp.env(), **await cp.resume_env(ranks, LocalStore(), 0, 1)}
 
 
-@pytest.mark.parametrize("mode", [(), ("--async",)], ids=["save", "async_save"])
-def test_dcp_state_saved_by_4_ranks_loads_resharded_into_2(
-    tmp_path: Path, mode: tuple[str, ...]
-) -> None:
-    memory = tmp_path / "shm"
-    memory.mkdir()
-    gloo_job(4, {L.DIR_ENV: str(memory)}, "save", "--steps", "3", *mode)
-    held = L.scan(str(memory))
-    assert sorted(held) == [2, 3]  # two steps kept, every rank's file of each
-    assert all(
-        dict(s.ranks) == {4: dict(s.ranks[4])} and len(s.ranks[4]) == 4 for s in held.values()
-    )
-    assert (memory / "step_000000000003" / L.METADATA).is_file()
-    assert not (memory / "step_000000000001").exists()  # reused, not left behind
-
-    # two ranks are left (a node with half the ranks went away): the agent resumes them
-    env = anyio.run(resume_env, memory, None, [0, 1])
-    assert (env[L.STEP_ENV], env[L.WORLD_ENV]) == ("3", "4")
-    lines = gloo_job(2, env, "load")
-    assert lines == [{"rank": r, "step": 3, "same": True, "saved": 3} for r in (0, 1)]
+MODES = {"save": (), "async_save": ("--async",)}
 
 
-def test_no_checkpoint_reads_as_step_none(tmp_path: Path) -> None:
-    lines = gloo_job(2, {L.DIR_ENV: str(tmp_path)}, "load")
-    assert [line["step"] for line in lines] == [None, None]
-
-
-PLAIN_LOAD = """\
-import json, sys, torch, torch.distributed.checkpoint as dcp
-manifest = json.load(open(sys.argv[1] + "/manifest.json"))
-state = {"w": torch.zeros(16, 4), "step": 0}
-dcp.load(state, checkpoint_id=sys.argv[1] + "/" + manifest["dir"])
-full = torch.arange(64, dtype=torch.float32).reshape(16, 4)
-print(json.dumps({"step": state["step"], "same": torch.equal(state["w"], full * state["step"]),
-                  "dcp": manifest["dcp"], "manifest_step": manifest["step"],
-                  "aelastic": any(m.startswith("aelastic") for m in sys.modules)}))
-"""
+@pytest.fixture(scope="module")
+def saved_by_4(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Memory of a 4-rank job that saved steps 1..3 through MemoryWriter, by mode."""
+    memories = {}
+    for name, mode in MODES.items():
+        memory = tmp_path_factory.mktemp(name) / "shm"
+        memory.mkdir()
+        gloo_job(4, {L.DIR_ENV: str(memory)}, "save", "--steps", "3", *mode)
+        memories[name] = memory
+    return memories
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +96,75 @@ def persisted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return disk
 
 
+@pytest.fixture(scope="module")
+def loads(
+    tmp_path_factory: pytest.TempPathFactory, saved_by_4: dict[str, Path], persisted: Path
+) -> dict[str, tuple[dict[str, str], list[dict[str, Any]]]]:
+    """Label -> (the environment, the lines by rank) of each test's load, all loaded by
+    the ranks of one 2-rank job."""
+    tmp = tmp_path_factory.mktemp("loads")
+    empty = tmp / "empty"
+    empty.mkdir()
+    cases = {
+        # two ranks are left (a node with half the ranks went away): the agent resumes them
+        **{
+            name: anyio.run(resume_env, memory, None, [0, 1]) for name, memory in saved_by_4.items()
+        },
+        "no_checkpoint": {L.DIR_ENV: str(tmp / "nothing")},
+        # nothing in memory: the agent finds the step on disk, MemoryReader reads it there
+        "fresh_launch": anyio.run(resume_env, empty, persisted, [0, 1]),
+    }
+    (tmp / "nothing").mkdir()
+    (tmp / "cases.json").write_text(json.dumps(cases))
+    lines = gloo_job(2, {}, "load", "--cases", str(tmp / "cases.json"))
+    assert [line["case"] for line in lines] == [*cases] * 2  # every load, on both ranks
+    return {
+        label: (
+            env,
+            [{k: v for k, v in ln.items() if k != "case"} for ln in lines if ln["case"] == label],
+        )
+        for label, env in cases.items()
+    }
+
+
+@pytest.mark.parametrize("mode", [*MODES])
+def test_dcp_state_saved_by_4_ranks_loads_resharded_into_2(
+    saved_by_4: dict[str, Path],
+    loads: dict[str, tuple[dict[str, str], list[dict[str, Any]]]],
+    mode: str,
+) -> None:
+    memory = saved_by_4[mode]
+    held = L.scan(str(memory))
+    assert sorted(held) == [2, 3]  # two steps kept, every rank's file of each
+    assert all(
+        dict(s.ranks) == {4: dict(s.ranks[4])} and len(s.ranks[4]) == 4 for s in held.values()
+    )
+    assert (memory / "step_000000000003" / L.METADATA).is_file()
+    assert not (memory / "step_000000000001").exists()  # reused, not left behind
+
+    env, lines = loads[mode]
+    assert (env[L.STEP_ENV], env[L.WORLD_ENV]) == ("3", "4")
+    assert lines == [{"rank": r, "step": 3, "same": True, "saved": 3} for r in (0, 1)]
+
+
+def test_no_checkpoint_reads_as_step_none(
+    loads: dict[str, tuple[dict[str, str], list[dict[str, Any]]]],
+) -> None:
+    assert [line["step"] for line in loads["no_checkpoint"][1]] == [None, None]
+
+
+PLAIN_LOAD = """\
+import json, sys, torch, torch.distributed.checkpoint as dcp
+manifest = json.load(open(sys.argv[1] + "/manifest.json"))
+state = {"w": torch.zeros(16, 4), "step": 0}
+dcp.load(state, checkpoint_id=sys.argv[1] + "/" + manifest["dir"])
+full = torch.arange(64, dtype=torch.float32).reshape(16, 4)
+print(json.dumps({"step": state["step"], "same": torch.equal(state["w"], full * state["step"]),
+                  "dcp": manifest["dcp"], "manifest_step": manifest["step"],
+                  "aelastic": any(m.startswith("aelastic") for m in sys.modules)}))
+"""
+
+
 def test_persisted_dcp_step_loads_with_plain_dcp_load(persisted: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-c", PLAIN_LOAD, str(persisted)],
@@ -130,7 +177,8 @@ def test_persisted_dcp_step_loads_with_plain_dcp_load(persisted: Path) -> None:
     assert out == {"step": 2, "same": True, "dcp": True, "manifest_step": 2, "aelastic": False}
 
 
-def test_fresh_launch_resumes_from_the_persisted_dcp_step(tmp_path: Path, persisted: Path) -> None:
-    # nothing in memory: the agent finds the step on disk, MemoryReader reads it there
-    lines = gloo_job(2, anyio.run(resume_env, tmp_path, persisted, [0, 1]), "load")
+def test_fresh_launch_resumes_from_the_persisted_dcp_step(
+    loads: dict[str, tuple[dict[str, str], list[dict[str, Any]]]],
+) -> None:
+    lines = loads["fresh_launch"][1]
     assert lines == [{"rank": r, "step": 2, "same": True, "saved": 2} for r in (0, 1)]

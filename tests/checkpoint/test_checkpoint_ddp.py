@@ -42,16 +42,6 @@ async def run_job(
     return result, [json.loads(line) for line in lines]
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The checksum of the parameters after a run without faults."""
-    tmp = tmp_path_factory.mktemp("reference")
-    result, lines = anyio.run(run_job, tmp)
-    assert result.state is WorkerState.SUCCEEDED, result
-    assert lines[-1]["start"] == 0
-    return str(lines[-1]["checksum"])
-
-
 @pytest.mark.parametrize(
     "fault",
     [

@@ -21,22 +21,21 @@ import pytest
 from chaos._netns import two_hosts, unavailable  # tests/ is on sys.path
 from launcher._nodes import cluster, free_port, wait_all
 
-from aelastic.agent import WorkerState
-
-from .test_checkpoint_ddp import SCRIPT, run_job
+from .test_checkpoint_ddp import SCRIPT
 
 pytestmark = pytest.mark.timeout(150)
 
 CONF = "keep_alive_interval=1,keep_alive_max_attempt=2,join_timeout=60,close_timeout=5"
 
 
-async def test_a_replacement_node_resumes_its_rank_from_the_peer_copy(tmp_path: Path) -> None:
+async def test_a_replacement_node_resumes_its_rank_from_the_peer_copy(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     reason = unavailable()
     if reason is not None:
         pytest.skip(f"no second test host: {reason}")
-    reference, lines = await run_job(tmp_path, name="reference")  # one node, same world
-    assert reference.state is WorkerState.SUCCEEDED and lines[-1]["start"] == 0
-    uninterrupted = lines[-1]["checksum"]
+    # a run on one node, same world, without faults (conftest; shared with the DDP tests)
+    uninterrupted = request.getfixturevalue("uninterrupted")
 
     out = tmp_path / "out.jsonl"
     roots = {name: tmp_path / f"shm_{name}" for name in ("a", "b", "new_b")}

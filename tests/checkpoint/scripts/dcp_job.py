@@ -5,7 +5,10 @@
 ``dcp.save(..., storage_writer=MemoryWriter(step=s))`` (``--async``: ``dcp.async_save``).
 ``load``: loads through ``MemoryReader`` into a state sharded over this (other) world
 and prints one JSON line per rank: the reader's step, and whether the shard equals
-``full * step``. Run with the environment the agent gives workers.
+``full * step``. Run with the environment the agent gives workers; ``--cases FILE``
+(a JSON object, label -> that environment's ``AELASTIC_CHECKPOINT_*`` variables): one
+load per label, in one process group, each with only its label's variables set and
+its line holding ``"case": label`` (the loads of several tests for one start-up).
 """
 
 from __future__ import annotations
@@ -21,10 +24,22 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict_loader import load
 from torch.distributed.checkpoint.state_dict_saver import async_save, save
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
 from aelastic import checkpoint
+
+
+def load_line(mesh: DeviceMesh, full: torch.Tensor) -> dict[str, Any]:
+    """Load through a new MemoryReader (the environment's step) into a fresh state."""
+    reader = checkpoint.MemoryReader()
+    state: dict[str, Any] = {"w": distribute_tensor(torch.zeros(16, 4), mesh, [Shard(0)])}
+    state["step"] = 0
+    if reader.step is not None:
+        load(state, storage_reader=reader)
+    expected = distribute_tensor(full * (reader.step or 0), mesh, [Shard(0)])
+    same = torch.equal(state["w"].to_local(), expected.to_local())
+    return {"rank": dist.get_rank(), "step": reader.step, "same": same, "saved": state["step"]}
 
 
 def main() -> int:
@@ -32,6 +47,7 @@ def main() -> int:
     parser.add_argument("mode", choices=("save", "load"))
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--async", dest="asynchronous", action="store_true")
+    parser.add_argument("--cases", help="load: a JSON file, label -> checkpoint environment")
     opts = parser.parse_args()
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
@@ -48,15 +64,16 @@ def main() -> int:
             else:
                 save(state, storage_writer=writer)
         dist.barrier()
+    elif opts.cases is None:
+        print(json.dumps(load_line(mesh, full)), flush=True)
     else:
-        reader = checkpoint.MemoryReader()
-        state = {"w": distribute_tensor(torch.zeros(16, 4), mesh, [Shard(0)]), "step": 0}
-        if reader.step is not None:
-            load(state, storage_reader=reader)
-        expected = distribute_tensor(full * (reader.step or 0), mesh, [Shard(0)])
-        same = torch.equal(state["w"].to_local(), expected.to_local())
-        line = {"rank": dist.get_rank(), "step": reader.step, "same": same, "saved": state["step"]}
-        print(json.dumps(line), flush=True)
+        with open(opts.cases) as f:
+            cases: dict[str, dict[str, str]] = json.load(f)
+        for label, env in cases.items():
+            for name in [n for n in os.environ if n.startswith("AELASTIC_CHECKPOINT_")]:
+                del os.environ[name]
+            os.environ.update(env)
+            print(json.dumps({"case": label, **load_line(mesh, full)}), flush=True)
     dist.destroy_process_group()
     return 0
 
