@@ -70,14 +70,20 @@ async def test_c10d_node_waiting_for_the_store_says_which_and_how(tmp_path: Path
     async with cluster() as c:
         node = await c.start(
             ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-             "--rdzv-id", "waits", "--rdzv-conf", "is_host=false,wait_report_interval=0.2",
+             "--rdzv-id", "waits",
+             "--rdzv-conf", "is_host=false,wait_report_interval=0.2,join_timeout=3",
              WORKER, str(tmp_path)]
         )  # fmt: skip
+        # The node gives up on its own after join_timeout (3 s): a SIGTERM while it waits
+        # for the store is only acted on once the wait ends, so leaving it to the
+        # cluster's teardown cost that teardown's 15 s grace and a SIGKILL.
         with anyio.fail_after(60):
             await node.wait_for_err("to accept connections")
+            assert await node.wait() == 1, node.err
     line = next(ln for ln in node.err.splitlines() if "to accept connections" in ln)
     assert "rendezvous 'waits' (c10d): this node has waited" in line
     assert f"the rendezvous store at {endpoint}" in line and "python -m aelastic store" in line
+    assert f"cannot reach the rendezvous store at {endpoint} within join_timeout=3" in node.err
 
 
 async def test_etcd_node_waiting_for_peers_says_who_and_how(
