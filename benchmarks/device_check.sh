@@ -27,11 +27,13 @@ if [ -z "$PY" ]; then
     echo "device_check: no python3 or python here imports torch; set PYTHON=/path/to/python" >&2
     exit 2
 fi
-for module in torch anyio h11; do
-    if ! "$PY" -c "import $module" 2>/dev/null; then
-        echo "device_check: $PY cannot import $module; this check needs torch, anyio and h11" >&2
-        exit 2
-    fi
+# Found, not imported: importing torch here would cost seconds that check.py spends again.
+missing=$("$PY" -c 'import importlib.util as u
+print(" ".join(m for m in ("torch", "anyio", "h11") if u.find_spec(m) is None))' 2>/dev/null ||
+    echo "torch anyio h11")
+for module in $missing; do
+    echo "device_check: $PY cannot import $module; this check needs torch, anyio and h11" >&2
+    exit 2
 done
 if ! "$PY" -c "import sniffio" 2>/dev/null; then
     wheel=$(ls benchmarks/_device/wheels/sniffio-*.whl 2>/dev/null | head -n 1 || true)

@@ -14,6 +14,12 @@ crashes every attempt before its Manager starts. ``FT_RESTART_DELAY``: seconds o
 start-up for a restarted attempt. ``FT_STEPS`` steps in all, ``FT_STEP_SLEEP``
 seconds of "compute" per step, ``FT_TIMEOUT`` and ``FT_QUORUM_TIMEOUT``: the Manager's
 timeouts for its operations and for a quorum (10 and 30 seconds).
+
+``FT_END_AFTER_REJOIN`` = ``n`` ends the job early, the same step for every group: the
+restarted attempt, at its first step in a quorum of every group (once the file
+``$FT_LOG_DIR/go`` exists, with ``FT_END_GATE=1``), writes ``end`` = that step + n;
+every worker reads it after each step. The other groups cannot be more than a step
+ahead of a group in their quorum, so each reads it before that step.
 """
 
 from __future__ import annotations
@@ -65,8 +71,12 @@ def main() -> None:
             connect_timeout=timedelta(seconds=10),
         )
         optimizer = OptimizerWrapper(manager, inner)
+        everyone_n = int(os.environ["NUM_REPLICA_GROUPS"])
         x = torch.arange(8, dtype=torch.float32).reshape(2, 4) / 8
         joined = False
+        end_file = os.path.join(log_dir, "end")
+        end_after = int(os.environ.get("FT_END_AFTER_REJOIN", "0"))
+        gate = os.path.join(log_dir, "go") if os.environ.get("FT_END_GATE") else None
         while manager.current_step() < steps:
             optimizer.zero_grad()
             quorum_at = time.time()
@@ -80,7 +90,7 @@ def main() -> None:
                 assert p.grad is not None
                 manager.allreduce(p.grad).wait()
             time.sleep(pause)
-            everyone = manager.num_participants() == int(os.environ["NUM_REPLICA_GROUPS"])
+            everyone = manager.num_participants() == everyone_n
             if crashes and everyone and manager.current_step() >= int(crash_at):
                 out.write(json.dumps({"t": time.time(), "crash": True, "group": group}) + "\n")
                 os._exit(1)
@@ -89,11 +99,24 @@ def main() -> None:
             record["q"] = quorum_at
             record["participants"] = manager.num_participants()
             out.write(json.dumps({"t": time.time(), **record}) + "\n")
-            print(f"FT_STEP {group} {manager.current_step()}", flush=True)
+            print(f"FT_STEP {group} {manager.current_step()} {attempt}", flush=True)
+            rejoined = attempt > 0 and record["participants"] == everyone_n
+            opened = gate is None or os.path.exists(gate)
+            if end_after and rejoined and opened and not os.path.exists(end_file):
+                with open(end_file + ".tmp", "w") as f:
+                    f.write(str(manager.current_step() + end_after))
+                os.replace(end_file + ".tmp", end_file)
+            if os.path.exists(end_file):
+                with open(end_file) as f:
+                    steps = min(steps, int(f.read()))
         params = [p.detach().flatten().tolist() for p in model.parameters()]
         with open(os.path.join(log_dir, f"params-rg{group}.json"), "w") as f:
             json.dump(params, f)
         manager.shutdown(wait=False)
+    # torchft's threads and servers take seconds to wind down at the interpreter's exit;
+    # everything is written: leave now
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

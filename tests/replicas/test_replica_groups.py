@@ -117,10 +117,12 @@ async def test_a_crashed_group_restarts_alone_and_the_others_keep_stepping(
 ) -> None:
     # group 1 crashes at step 8 and takes 3 s to start again; the Lighthouse would
     # wait 60 s for its heartbeat to expire: the healthy groups step on through both
-    # (200 steps: >= 10 s, so they are still running when it comes back)
+    # (up to 200 steps: >= 10 s, so they are still running when it comes back; the job
+    # ends 5 steps after group 1 is back in a quorum of all three)
     flags = ["--replica-groups", "3", "--max-restarts", "1", "--preload", "auto"]
     flags += ["--lighthouse-heartbeat-timeout", "60"]
     env = {"FT_CRASH": "1:8", "FT_RESTART_DELAY": "3", "FT_STEPS": "200"}
+    env["FT_END_AFTER_REJOIN"] = "5"
     code, err = await _run(tmp_path, flags, env)
     assert code == 0, err
     crashed = _records(tmp_path, 1)
