@@ -16,10 +16,11 @@ seconds of "compute" per step, ``FT_TIMEOUT`` and ``FT_QUORUM_TIMEOUT``: the Man
 timeouts for its operations and for a quorum (10 and 30 seconds).
 
 ``FT_END_AFTER_REJOIN`` = ``n`` ends the job early, the same step for every group: the
-restarted attempt, at its first step in a quorum of every group (once the file
-``$FT_LOG_DIR/go`` exists, with ``FT_END_GATE=1``), writes ``end`` = that step + n;
-every worker reads it after each step. The other groups cannot be more than a step
-ahead of a group in their quorum, so each reads it before that step.
+restarted attempt, at its first step in a quorum of every group, writes ``end`` = that
+step + n; every worker reads it after each step. The other groups cannot be more than a
+step ahead of a group in their quorum, so each reads it before that step.
+``FT_MIN_REPLICAS``: the Manager's ``min_replica_size`` (1): 2 makes the groups step only
+together, so two groups started seconds apart on a loaded machine still train together.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def main() -> None:
             pg=ProcessGroupGloo(timeout=timedelta(seconds=10)),
             load_state_dict=load_state,
             state_dict=lambda: {"model": model.state_dict(), "optim": inner.state_dict()},
-            min_replica_size=1,
+            min_replica_size=int(os.environ.get("FT_MIN_REPLICAS", "1")),
             replica_id=f"rg{group}",
             use_async_quorum=False,
             timeout=timedelta(seconds=float(os.environ.get("FT_TIMEOUT", "10"))),
@@ -76,7 +77,6 @@ def main() -> None:
         joined = False
         end_file = os.path.join(log_dir, "end")
         end_after = int(os.environ.get("FT_END_AFTER_REJOIN", "0"))
-        gate = os.path.join(log_dir, "go") if os.environ.get("FT_END_GATE") else None
         while manager.current_step() < steps:
             optimizer.zero_grad()
             quorum_at = time.time()
@@ -101,8 +101,7 @@ def main() -> None:
             out.write(json.dumps({"t": time.time(), **record}) + "\n")
             print(f"FT_STEP {group} {manager.current_step()} {attempt}", flush=True)
             rejoined = attempt > 0 and record["participants"] == everyone_n
-            opened = gate is None or os.path.exists(gate)
-            if end_after and rejoined and opened and not os.path.exists(end_file):
+            if end_after and rejoined and not os.path.exists(end_file):
                 with open(end_file + ".tmp", "w") as f:
                     f.write(str(manager.current_step() + end_after))
                 os.replace(end_file + ".tmp", end_file)
