@@ -19,8 +19,10 @@ timeouts for its operations and for a quorum (10 and 30 seconds).
 restarted attempt, at its first step in a quorum of every group, writes ``end`` = that
 step + n; every worker reads it after each step. The other groups cannot be more than a
 step ahead of a group in their quorum, so each reads it before that step.
-``FT_MIN_REPLICAS``: the Manager's ``min_replica_size`` (1): 2 makes the groups step only
-together, so two groups started seconds apart on a loaded machine still train together.
+``FT_STOP_FILE``: every group leaves its loop after the step in which it finds that
+file (a test's signal that it has seen what it waited for). ``FT_MIN_REPLICAS``: the
+Manager's ``min_replica_size`` (1): 2 makes the groups step only together, so two groups
+started seconds apart on a loaded machine still train together.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ def main() -> None:
         joined = False
         end_file = os.path.join(log_dir, "end")
         end_after = int(os.environ.get("FT_END_AFTER_REJOIN", "0"))
+        stop_file = os.environ.get("FT_STOP_FILE")
         while manager.current_step() < steps:
             optimizer.zero_grad()
             quorum_at = time.time()
@@ -105,6 +108,8 @@ def main() -> None:
                 with open(end_file + ".tmp", "w") as f:
                     f.write(str(manager.current_step() + end_after))
                 os.replace(end_file + ".tmp", end_file)
+            if stop_file and os.path.exists(stop_file):
+                break
             if os.path.exists(end_file):
                 with open(end_file) as f:
                     steps = min(steps, int(f.read()))
