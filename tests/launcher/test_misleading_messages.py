@@ -79,16 +79,14 @@ async def test_a_signal_before_any_worker_started_says_so(tmp_path: Path) -> Non
     assert "workers were stopped" not in str(caught.value)
 
 
-def test_cli_stopped_while_waiting_for_peers_says_no_worker_started(tmp_path: Path) -> None:
+def _sigterm_before_any_worker(tmp_path: Path, rdzv: list[str], waiting: str) -> str:
+    """Run a 2-node job of this node alone with ``rdzv`` flags; SIGTERM it once stderr
+    says ``waiting``; return the rest of its stderr (it must exit 143, no worker run)."""
     script = tmp_path / "w.py"
     script.write_text("open('started', 'w').close()\n")
-    argv = [
-        *("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"),
-        *("--rdzv-endpoint", "127.0.0.1:0", "--rdzv-conf", "join_timeout=120"),
-        str(script),
-    ]
+    argv = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", *rdzv]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "aelastic", "run", *argv],
+        [sys.executable, "-m", "aelastic", "run", *argv, str(script)],
         env={**os.environ, "LOGLEVEL": "INFO"},
         cwd=tmp_path,
         stderr=subprocess.PIPE,
@@ -97,53 +95,12 @@ def test_cli_stopped_while_waiting_for_peers_says_no_worker_started(tmp_path: Pa
     try:
         assert proc.stderr is not None
         seen = []
-        for line in proc.stderr:  # the agent is in the rendezvous, waiting for a peer
+        for line in proc.stderr:
             seen.append(line)
-            if "rendezvous'ing worker group" in line:
+            if waiting in line:
                 break
         else:
-            pytest.fail("no rendezvous line: " + "".join(seen))
-        proc.send_signal(signal.SIGTERM)
-        rest = proc.stderr.read()
-        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert "stopped by SIGTERM; no worker had started" in rest, rest
-    assert "the workers were stopped" not in rest
-    assert not (tmp_path / "started").exists()
-
-
-def test_cli_stopped_while_waiting_for_the_store_exits_at_once(tmp_path: Path) -> None:
-    """SIGTERM while the node waits for a rendezvous store that is not up yet: it stops
-    then (it used to ignore the signal until read_timeout, 60 s by default)."""
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    script = tmp_path / "w.py"
-    script.write_text("open('started', 'w').close()\n")
-    argv = [
-        *("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"),
-        *("--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "late-store"),
-        *("--rdzv-conf", "is_host=0,read_timeout=300,wait_report_interval=0.2"),
-        str(script),
-    ]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aelastic", "run", *argv],
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stderr is not None
-        seen = []
-        for line in proc.stderr:  # it reports the wait for the store
-            seen.append(line)
-            if "to accept connections" in line:
-                break
-        else:
-            pytest.fail("no line about the wait for the store: " + "".join(seen))
+            pytest.fail(f"no line with {waiting!r}: " + "".join(seen))
         proc.send_signal(signal.SIGTERM)
         rest = proc.stderr.read()
         assert proc.wait(timeout=30) == 128 + signal.SIGTERM, rest
@@ -152,7 +109,26 @@ def test_cli_stopped_while_waiting_for_the_store_exits_at_once(tmp_path: Path) -
             proc.kill()
             proc.wait()
     assert "stopped by SIGTERM; no worker had started" in rest, rest
+    assert "the workers were stopped" not in rest
     assert not (tmp_path / "started").exists()
+    return rest
+
+
+def test_cli_stopped_while_waiting_for_peers_says_no_worker_started(tmp_path: Path) -> None:
+    # the agent is in the rendezvous, waiting for a peer
+    rdzv = ["--rdzv-endpoint", "127.0.0.1:0", "--rdzv-conf", "join_timeout=120"]
+    _sigterm_before_any_worker(tmp_path, rdzv, "rendezvous'ing worker group")
+
+
+def test_cli_stopped_while_waiting_for_the_store_exits_at_once(tmp_path: Path) -> None:
+    """SIGTERM while the node waits for a rendezvous store that is not up yet: it stops
+    then (it used to ignore the signal until read_timeout, 60 s by default)."""
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rdzv = ["--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "late-store"]
+    rdzv += ["--rdzv-conf", "is_host=0,read_timeout=300,wait_report_interval=0.2"]
+    _sigterm_before_any_worker(tmp_path, rdzv, "to accept connections")
 
 
 def test_checkpoint_save_outside_the_launcher_says_what_to_do(tmp_path: Path) -> None:
