@@ -35,11 +35,26 @@ from .conftest import SCRIPTS, LocalRendezvous, local_spec, run_until_event
 pytest.importorskip("torch.distributed")
 
 # A worker like the agent's: registers from its environment, runs `collectives` gloo
-# all-reduces at world size 1 (0: no process group), says ready, then waits in a C call.
+# all-reduces at world size 1 (0: no process group), says ready once its flight recorder
+# thread waits on the FIFO (asked before, the agent finds no reader and leaves the FIFO:
+# seen once in CI with no process group, where "ready" comes at once), then waits in a
+# C call.
 WORKER = """
-import os, sys, threading
-from aelastic._stacks_dump import register_from_env
+import glob, os, sys, threading, time
+from aelastic._stacks_dump import FR_TRIGGER_ENV, register_from_env
 register_from_env()
+def waiting_on_fifo():
+    for path in glob.glob("/proc/self/task/*/wchan"):
+        try:
+            with open(path) as f:
+                if f.read() == "wait_for_partner":
+                    return True
+        except OSError:
+            pass
+    return False
+until = time.monotonic() + 30
+while os.environ.get(FR_TRIGGER_ENV) and not waiting_on_fifo() and time.monotonic() < until:
+    time.sleep(0.005)
 n = int(sys.argv[1])
 if n:
     import torch, torch.distributed as dist
