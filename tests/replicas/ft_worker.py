@@ -9,7 +9,9 @@ main), ``quorum`` (its first quorum returned: the group is back in), ``crash``.
 
 ``FT_CRASH`` = ``"<group>:<step>"`` makes that group's first attempt exit 1 at the
 first step from that one on in which every group takes part (on a loaded machine a
-group may start seconds after the others, and join healed); ``<group>:always``
+group may start seconds after the others, and join healed), or 20 steps later in any
+case (a loaded machine can leave one group out of every quorum; seen in CI: 400 steps
+of quorums of two of three groups); ``<group>:always``
 crashes every attempt before its Manager starts. ``FT_RESTART_DELAY``: seconds of
 start-up for a restarted attempt. ``FT_STEPS`` steps in all, ``FT_STEP_SLEEP``
 seconds of "compute" per step, ``FT_TIMEOUT`` and ``FT_QUORUM_TIMEOUT``: the Manager's
@@ -94,7 +96,8 @@ def main() -> None:
                 manager.allreduce(p.grad).wait()
             time.sleep(pause)
             everyone = manager.num_participants() == everyone_n
-            if crashes and everyone and manager.current_step() >= int(crash_at):
+            step = manager.current_step()
+            if crashes and step >= int(crash_at) + (0 if everyone else 20):
                 out.write(json.dumps({"t": time.time(), "crash": True, "group": group}) + "\n")
                 os._exit(1)
             optimizer.step()
