@@ -27,8 +27,6 @@ pending call then fails with :class:`~aelastic.store.StoreConnectionError`.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
-import os
 import socket
 from collections import deque
 from collections.abc import Sequence
@@ -37,6 +35,13 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
+from .._net import (
+    KEEPALIVE_COUNT,
+    KEEPALIVE_IDLE,
+    KEEPALIVE_INTERVAL,
+    USER_TIMEOUT_MS,
+    connect_socket,
+)
 from . import _protocol as P
 from ._exceptions import (
     ProtocolError,
@@ -46,7 +51,15 @@ from ._exceptions import (
     StoreTimeoutError,
 )
 
-__all__ = ("Replies", "_Conn", "connect_socket")
+__all__ = (
+    "KEEPALIVE_COUNT",
+    "KEEPALIVE_IDLE",
+    "KEEPALIVE_INTERVAL",
+    "USER_TIMEOUT_MS",
+    "Replies",
+    "_Conn",
+    "connect_socket",
+)
 
 Replies = Sequence[tuple[P.Reply, int]]
 
@@ -65,67 +78,6 @@ class _Slot:
         self.error: StoreError | None = None
         # set by the reader when done, or to hand over the reader role
         self.event: anyio.Event | None = None
-
-
-#: TCP keepalive of client connections: first probe after this many idle seconds, then
-#: every interval, dropped after that many unanswered probes (a powered-off or cut-off
-#: peer fails the connection in ~10 s instead of the kernel's 2 hours).
-KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT = 5, 1, 5
-#: ``TCP_USER_TIMEOUT``: a connection whose sent data stays unacknowledged this long
-#: (milliseconds) fails, instead of retransmitting for ~15 minutes.
-USER_TIMEOUT_MS = 20_000
-
-
-def set_keepalive(sock: socket.socket) -> None:
-    """Turn on TCP keepalive and ``TCP_USER_TIMEOUT`` (where the platform has them)."""
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for name, value in (
-        ("TCP_KEEPIDLE", KEEPALIVE_IDLE),
-        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
-        ("TCP_KEEPCNT", KEEPALIVE_COUNT),
-        ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS),
-    ):
-        option = getattr(socket, name, None)
-        if option is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, option, value)
-
-
-async def connect_socket(host: str, port: int) -> socket.socket:
-    """A connected non-blocking TCP socket (``TCP_NODELAY``, keepalive: see
-    :func:`set_keepalive`); raises :class:`OSError`.
-
-    IP literals are used as they are (no resolver thread); names go through
-    :func:`anyio.getaddrinfo`. Cancelled, it closes the socket it was opening.
-    """
-    infos: list[tuple[Any, ...]]
-    try:
-        ipaddress.ip_address(host)
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
-    except ValueError:
-        infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    last: OSError | None = None
-    for family, type_, proto, _, addr in infos:
-        sock = socket.socket(family, type_, proto)
-        try:
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            set_keepalive(sock)
-            try:
-                sock.connect(addr)
-            except BlockingIOError:
-                await anyio.wait_writable(sock)
-                err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                if err:
-                    raise OSError(err, f"connect to {host}:{port}: {os.strerror(err)}") from None
-        except OSError as exc:
-            sock.close()
-            last = exc
-            continue
-        except BaseException:
-            sock.close()
-            raise
-        return sock
-    raise last if last is not None else OSError(f"no address for {host}:{port}")
 
 
 class _Conn:
