@@ -23,9 +23,12 @@ tensors, a model-like state_dict) and measures, side by side in one run:
   (``Checkpoints.persist``: one thread, sendfile, fsync) vs the largest event-loop
   stall a 1 ms ticker sees meanwhile.
 * **peer copy** (``--mode peer`` runs only this): the agent's copy of a rank's newest
-  step to the next node's agent (``--checkpoint-replicas``; ``_replica``: file reads
-  and writes in threads, 1 MiB chunks over an anyio TCP stream on loopback, file to
-  file in ``/dev/shm``), and a replacement node's fetch of it, vs raw loopback TCP
+  step to the next node's agent (``--checkpoint-replicas``; ``_replica``: ``sendfile``
+  from the file in ``/dev/shm`` to a loopback socket, ``recv_into`` a mapping of the
+  destination file), steady state (each push a newer step, the peer keeping
+  two: the median of the pushes from the third on, which reuse the pages of the step
+  they replace) and the first push (new pages), and a replacement node's fetch of it
+  (into an empty directory: new pages), vs raw loopback TCP
   (the same bytes from memory to a receiver that drops them, anyio streams, same
   chunks): the ceiling. Both ends run in this process's event loop in every case,
   with the largest stall a 1 ms ticker sees meanwhile.
@@ -65,8 +68,12 @@ from aelastic import checkpoint
 from aelastic.checkpoint import _buffer
 from aelastic.checkpoint import _layout as L
 from aelastic.checkpoint._agent import Checkpoints
-from aelastic.checkpoint._replica import CHUNK, PeerRound, open_replicas
+from aelastic.checkpoint._replica import PeerRound, open_replicas
 from aelastic.store import LocalStore
+
+#: What raw loopback TCP sends at a time (anyio streams; the agent's 1 MiB before it
+#: sent with sendfile).
+CHUNK = 1 << 20
 
 LOAD = """\
 import os, sys, time, torch
@@ -272,8 +279,16 @@ def fill(path: str, size: int) -> None:
             f.write(block)
 
 
+def advance(root: str, step: int) -> None:
+    """Node a's rank file moves on from ``step - 1`` to ``step`` (the same bytes: what
+    is copied does not matter here, only that each push is of a newer step)."""
+    os.makedirs(L.step_dir(root, step), exist_ok=True)
+    os.rename(L.rank_file(root, step - 1, 0, 2), L.rank_file(root, step, 0, 2))
+    L.remove_if_done(L.step_dir(root, step - 1))
+
+
 async def peer_copy(mib: int, repeats: int) -> dict[str, float]:
-    """Seconds and loop stalls of a push, a fetch and raw loopback TCP of ``mib`` MiB."""
+    """Seconds and loop stalls of pushes, fetches and raw loopback TCP of ``mib`` MiB."""
     size = mib << 20
     dirs = [tempfile.mkdtemp(prefix="ckpt_peer_", dir="/dev/shm") for _ in range(3)]
     a, b, c = dirs
@@ -288,11 +303,15 @@ async def peer_copy(mib: int, repeats: int) -> dict[str, float]:
                 tg.start_soon(ra.join, rounds[0])
                 tg.start_soon(rb.join, rounds[1])
             ra.started(rounds[0])
-            for _ in range(repeats):
-                ra._pushed = None  # the same step again
+            # a newer step each time, as in training: b keeps two, so from the third
+            # push on each lands in the pages of the step it replaces
+            for step in range(1, repeats + 3):
+                if step > 1:
+                    advance(a, step)
                 push.append(await ticked(ra.push))
-                assert size_of(L.rank_file(b, 1, 0, 2)) == size
+                assert size_of(L.rank_file(b, step, 0, 2)) == size
             await anyio.to_thread.run_sync(shutil.rmtree, a)  # node a is lost
+            L.prune(b, [0], keep=1)  # one step to fetch (a replacement fetches all held)
             for _ in range(repeats):
                 await anyio.to_thread.run_sync(shutil.rmtree, c, True)
                 os.mkdir(c)
@@ -301,14 +320,15 @@ async def peer_copy(mib: int, repeats: int) -> dict[str, float]:
                 async with open_replicas(c, 1, 3600) as rc, anyio.create_task_group() as tg:
                     tg.start_soon(rb.join, again[1])
                     fetch.append(await ticked(functools.partial(rc.join, again[0])))
-                assert size_of(L.rank_file(c, 1, 0, 2)) == size
+                assert size_of(L.rank_file(c, repeats + 2, 0, 2)) == size
         for _ in range(repeats):
             raw.append(await ticked(lambda: raw_tcp(size)))
     finally:
         for d in dirs:
             shutil.rmtree(d, ignore_errors=True)
     return {
-        "push": statistics.median(t for _, t in push),
+        "push_first": push[0][1],
+        "push": statistics.median(t for _, t in push[2:]),
         "push_stall": max(w for w, _ in push),
         "fetch": statistics.median(t for _, t in fetch),
         "fetch_stall": max(w for w, _ in fetch),
@@ -374,7 +394,8 @@ def main() -> None:
         rate = {k: f"{mib / p[k]:.0f} MiB/s" for k in ("push", "fetch", "raw_tcp")}
         print(f"\n{mib} MiB, peer copy on loopback (median of {opts.repeats})")
         print(
-            f"  push to the next node {p['push'] * 1e3:.0f} ms ({rate['push']}),"
+            f"  push to the next node {p['push'] * 1e3:.0f} ms ({rate['push']}; the first,"
+            f" into new pages, {p['push_first'] * 1e3:.0f} ms),"
             f" fetch by a replacement {p['fetch'] * 1e3:.0f} ms ({rate['fetch']})"
             f" | raw loopback TCP {p['raw_tcp'] * 1e3:.0f} ms ({rate['raw_tcp']})"
             f" -> push {p['raw_tcp'] / p['push']:.2f}x, fetch {p['raw_tcp'] / p['fetch']:.2f}x"

@@ -29,7 +29,15 @@ import threading
 from .._dataclass import dataclass
 from . import _layout as L
 
-__all__ = ("MapWriter", "forget_others", "prepare", "spare_path", "target")
+__all__ = (
+    "MapWriter",
+    "forget_others",
+    "held_files",
+    "map_file",
+    "prepare",
+    "spare_path",
+    "target",
+)
 
 #: Mapped beyond the bytes the tensors need: room for the pickled structure and the
 #: zip records, so a save never remaps.
@@ -57,7 +65,7 @@ def spare_path(root: str, rank: int, index: int = 0) -> str:
 _SPARES = 2
 
 
-def _held(root: str, rank: int, but: int | None = None) -> list[str]:
+def held_files(root: str, rank: int, but: int | None = None) -> list[str]:
     """This rank's committed files, oldest step first (``but``: a step to leave out)."""
     held = sorted(
         (s for s in L.scan(root).values() if s.holds_any((rank,)) and s.step != but),
@@ -73,7 +81,7 @@ def _held(root: str, rank: int, but: int | None = None) -> list[str]:
 def _next_buffer(root: str, rank: int, step: int | None = None) -> str | None:
     """The file the next save of ``rank`` writes into, if one exists: the oldest of two
     kept steps (that step goes with the save), else the spare."""
-    held = _held(root, rank, step)
+    held = held_files(root, rank, step)
     if len(held) >= 2:
         return held[0]
     spares = (spare_path(root, rank, i) for i in range(_SPARES))
@@ -112,7 +120,7 @@ def _allocate(fd: int, start: int, end: int) -> None:
 _POPULATE_WRITE = 23
 
 
-def _map(fd: int, length: int, populate: int) -> mmap.mmap:
+def map_file(fd: int, length: int, populate: int) -> mmap.mmap:
     """``fd`` mapped ``length`` long, the page tables of its first ``populate`` bytes
     filled (only those: populating the slack past them would allocate pages that the
     save's final truncation frees again, tens of ms per MiB on some machines)."""
@@ -141,7 +149,7 @@ def mapping(fd: int, nbytes: int) -> _Map:
         if os.fstat(fd).st_size < length:
             os.ftruncate(fd, length)  # sparse: no pages until written
         if m is None:
-            m = _maps[key] = _Map(_map(fd, length, nbytes), known)
+            m = _maps[key] = _Map(map_file(fd, length, nbytes), known)
         elif len(m.mm) < length:
             m.mm.resize(length)  # the pages mapped so far stay mapped
         m.allocated = max(known, nbytes)
@@ -156,7 +164,7 @@ def _map_committed(fd: int) -> None:
     with _lock:
         if key not in _maps and st.st_size > 0:
             known = min(st.st_size, st.st_blocks * 512)
-            _maps[key] = _Map(_map(fd, st.st_size, known), known)
+            _maps[key] = _Map(map_file(fd, st.st_size, known), known)
 
 
 class MapWriter:
@@ -200,7 +208,7 @@ def forget_others(root: str, rank: int) -> bool:
     """Unmap what is no longer one of ``rank``'s buffers (a mapping would keep the
     memory of a deleted file); whether the next save's buffer is mapped already (the
     steady state: :func:`prepare` has nothing to do)."""
-    held = _held(root, rank)
+    held = held_files(root, rank)
     keys = []
     for path in (*held, *(spare_path(root, rank, i) for i in range(_SPARES))):
         with contextlib.suppress(OSError):
@@ -217,7 +225,7 @@ def prepare(root: str, rank: int, nbytes: int) -> None:
     each (blocking; run in a thread): this rank's oldest kept step if it keeps two (mapped
     as it is), and a spare for each save that finds no step to reuse. Errors are
     ignored: the save itself reports them."""
-    held = _held(root, rank)
+    held = held_files(root, rank)
     with contextlib.suppress(OSError, ValueError):
         if len(held) >= 2:
             fd = os.open(held[0], os.O_RDWR | os.O_CLOEXEC)

@@ -39,6 +39,7 @@ __all__ = (
     "remove_ranks",
     "scan",
     "step_dir",
+    "step_of",
 )
 
 #: The agent's in-memory checkpoint directory (set in every worker's environment).
@@ -64,6 +65,14 @@ def step_dir(root: str, step: int) -> str:
 
 def rank_file(root: str, step: int, rank: int, world_size: int) -> str:
     return os.path.join(step_dir(root, step), f"rank_{rank}_of_{world_size}.pt")
+
+
+def step_of(path: str) -> int:
+    """The step of a path :func:`rank_file` made. Raises ValueError for another path."""
+    m = _STEP_RE.match(os.path.basename(os.path.dirname(path)))
+    if m is None:
+        raise ValueError(f"not a rank file of a step: {path!r}")
+    return int(m[1])
 
 
 @dataclass(frozen=True)

@@ -10,18 +10,23 @@ workers do, each agent asks the others for a step of its ranks newer than the on
 holds and downloads the newest offered: a node that replaces a lost one gets its ranks'
 state from a replica, and the agreement on the resume step counts it like any other.
 
-The wire format is a JSON header line, then the raw bytes of the files it lists::
+The wire format is a JSON header line, then the raw bytes of the files it lists, the
+receiver's ``"held"`` once it holds them all, and the sender's trailer saying whether
+they were whole (a file taken over by a worker's save while it was sent is not)::
 
-    {"op": "push", "step": 40, "world": 2, "files": [[1, 1048576]]}\\n<bytes>  -> "ok\\n"
-    {"op": "offer", "ranks": [1], "after": 30}\\n  -> {"steps": {"40": 2}}\\n
-    {"op": "fetch", "ranks": [1], "step": 40}\\n   -> {"world": 2, "files": [[1, n]]}\\n<bytes>
+    {"op": "push", "step": 40, "world": 2, "files": [[1, 1048576]]}\\n<bytes>
+        <- "held"\\n  -> {"whole": true}\\n  <- "ok"\\n
+    {"op": "offer", "ranks": [1], "after": 30}\\n  <- {"steps": {"40": 2}}\\n
+    {"op": "fetch", "ranks": [1], "step": 40}\\n
+        <- {"world": 2, "files": [[1, n]]}\\n<bytes>  -> "held"\\n  <- {"whole": true}\\n
 
-Nothing here blocks the event loop: files are read and written in worker threads, one
-chunk (1 MiB) at a time (what arrives is written with one ``writev``, not joined first);
-every network read and write has a timeout. A peer
-that is closed, dead or too slow only costs its copy: errors are logged, never raised.
-A file appears by ``rename`` once all its bytes arrived, so a copy cut short leaves no
-partial file behind.
+Nothing here blocks the event loop. The bytes go by ``sendfile`` and are received
+straight into a mapping of the destination file (``_wire``); a copy of a newer step
+writes into the pages of the older step it replaces (:func:`_target`), and a new file's
+pages are allocated in a worker thread before its bytes arrive. Every wait for a peer
+has a timeout. A peer that is closed, dead or too slow only costs its copy: errors are
+logged, never raised. A file appears by ``rename`` once all its bytes arrived whole, so
+a copy cut short leaves no partial file behind.
 """
 
 from __future__ import annotations
@@ -29,36 +34,32 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import mmap
 import os
+import socket
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from .._dataclass import dataclass
 from .._tasks import background_tasks
 from ..store import Store, StoreError
+from . import _buffer as B
 from . import _layout as L
+from ._wire import PeerConn, connect
 
 __all__ = ("PeerRound", "Replicas", "announce_no_replicas", "open_replicas")
 
 log = logging.getLogger("aelastic.checkpoint")
 
 KEY = "aelastic/checkpoint/peer"
-#: Bytes read from a file, or sent, at a time (1 MiB: larger chunks measured longer
-#: event-loop stalls, not more throughput).
-CHUNK = 1 << 20
 #: Longest wait for one header or chunk from a peer, and for a peer's address.
 IO_TIMEOUT = 10.0
 #: How often the agent looks for a newer step of its ranks to copy.
 PUSH_INTERVAL = 0.5
-_HEADER_MAX = 1 << 20
-#: Pieces gathered for one writev (below the system's IOV_MAX of 1024).
-_MAX_PARTS = 512
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 
 #: What a failed exchange with a peer raises: the copy is skipped.
 _PEER_ERRORS = (
@@ -109,88 +110,149 @@ def _newest(memory_dir: str, ranks: Iterable[int], after: int | None = None) -> 
     return {s: w for s, w in steps.items() if after is None or s > after}
 
 
-def _open_files(memory_dir: str, step: int, world: int, ranks: Sequence[int]) -> list[int]:
-    """Descriptors of the step's rank files (blocking; all or none). An open file's
-    bytes stay readable if the step is deleted while they are sent."""
+@dataclass(frozen=True)
+class _Opened:
+    """A step's rank files opened for sending: an open file's bytes stay readable if
+    the step is deleted while they are sent."""
+
+    paths: tuple[str, ...]
+    fds: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+    def files(self, ranks: Sequence[int]) -> list[list[int]]:
+        """The header's ``files``: ``[[rank, size], ...]``."""
+        return [[rank, size] for rank, size in zip(ranks, self.sizes, strict=True)]
+
+    def still_named(self) -> bool:
+        """Whether each file still has its name (blocking). A worker's save renames its
+        oldest step's file away before it overwrites it (``_buffer``), and a replica
+        taking over an old step's pages does the same (:func:`_target`): a name still in
+        place after a copy means the bytes copied were the step's, whole."""
+        for path, fd in zip(self.paths, self.fds, strict=True):
+            try:
+                if os.stat(path).st_ino != os.fstat(fd).st_ino:
+                    return False
+            except FileNotFoundError:
+                return False
+        return True
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+
+
+def _open_files(memory_dir: str, step: int, world: int, ranks: Sequence[int]) -> _Opened:
+    """The step's rank files, opened (blocking; all or none). Raises OSError."""
+    paths = tuple(L.rank_file(memory_dir, step, rank, world) for rank in ranks)
     fds: list[int] = []
     try:
-        for rank in ranks:
-            fds.append(os.open(L.rank_file(memory_dir, step, rank, world), os.O_RDONLY))
+        for path in paths:
+            fds.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        sizes = tuple(os.fstat(fd).st_size for fd in fds)
     except OSError:
-        _close_all(fds)
+        for fd in fds:
+            os.close(fd)
         raise
-    return fds
+    return _Opened(paths, tuple(fds), sizes)
 
 
-def _close_all(fds: Iterable[int]) -> None:
-    for fd in fds:
+async def _send_files(conn: PeerConn, opened: _Opened) -> bool:
+    """The bytes of each file, in order, as many as the header announced; once the
+    receiver holds them all, the trailer ``{"whole": ...}``: false when a file was taken
+    over meanwhile (the receiver drops the copy). Returns that. Raises OSError if a
+    file shrank (the exchange is cut short: the receiver drops what it got)."""
+    for fd, size in zip(opened.fds, opened.sizes, strict=True):
+        await conn.send_file(fd, size)
+    if (await conn.receive_line()) != "held":
+        raise ValueError("the peer did not say it holds the bytes")
+    whole = await anyio.to_thread.run_sync(opened.still_named)
+    await conn.send_line({"whole": whole})
+    return whole
+
+
+def _target(
+    memory_dir: str, rank: int, step: int, size: int, tmp: str
+) -> tuple[int, mmap.mmap | None]:
+    """``tmp`` opened, ``size`` bytes allocated and mapped (blocking). Its pages are
+    those of ``rank``'s older held step when two older than ``step`` are held (that step
+    goes: the copy replaces it), so a steady-state copy writes into pages tmpfs already
+    holds instead of faulting and zeroing new ones. Raises OSError (``ENOSPC``: not
+    enough shared memory; nothing is left behind)."""
+    held = B.held_files(memory_dir, rank, step)
+    if len(held) >= 2 and L.step_of(held[-1]) < step:
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(held[0], tmp)
+            L.remove_if_done(os.path.dirname(held[0]))
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        if not size:
+            return fd, None
+        # allocated before it is written: a full /dev/shm is ENOSPC here, not SIGBUS.
+        # Its page tables are not filled here: CPython holds the GIL through
+        # MAP_POPULATE and madvise (a 125-205 ms event-loop stall per 512 MiB measured),
+        # so the copies fault them in, a few microseconds per 64 KiB.
+        os.posix_fallocate(fd, 0, size)
+        return fd, B.map_file(fd, size, 0)
+    except BaseException:
         os.close(fd)
+        os.unlink(tmp)
+        raise
 
 
-async def _send_line(stream: anyio.abc.ByteStream, message: Any) -> None:
-    with anyio.fail_after(IO_TIMEOUT):
-        await stream.send(json.dumps(message).encode() + b"\n")
-
-
-async def _receive_line(receiver: BufferedByteReceiveStream) -> Any:
-    with anyio.fail_after(IO_TIMEOUT):
-        return json.loads(await receiver.receive_until(b"\n", _HEADER_MAX))
-
-
-async def _send_files(stream: anyio.abc.ByteStream, fds: Sequence[int]) -> None:
-    """The whole content of each file, in order (``pread`` in a worker thread: several
-    copies may read the same descriptors at once)."""
-    for fd in fds:
-        offset = 0
-        while chunk := await anyio.to_thread.run_sync(os.pread, fd, CHUNK, offset):
-            offset += len(chunk)
-            with anyio.fail_after(IO_TIMEOUT):
-                await stream.send(chunk)
-
-
-def _sizes(fds: Sequence[int], ranks: Sequence[int]) -> list[list[int]]:
-    return [[rank, os.fstat(fd).st_size] for rank, fd in zip(ranks, fds, strict=True)]
+def _release(fd: int, mm: mmap.mmap | None) -> None:
+    """Unmap and close a received file (blocking)."""
+    if mm is not None:
+        mm.close()
+    os.close(fd)
 
 
 async def _receive_files(
-    receiver: BufferedByteReceiveStream, memory_dir: str, step: int, world: int, files: Any
-) -> int:
-    """Write the announced files into ``memory_dir`` (temp file, then rename: a file with
-    the final name is whole; an existing one is replaced). Returns the bytes written."""
-    total = 0
-    for rank, size in files:
-        rank, size = int(rank), int(size)
-        final = L.rank_file(memory_dir, step, rank, world)
-        tmp = os.path.join(memory_dir, f".replica_{rank}_{os.urandom(8).hex()}.tmp")
-        fd = await anyio.to_thread.run_sync(os.open, tmp, _CREATE, 0o600)
-        try:
-            left = size
-            while left:
-                # a chunk's pieces as they arrive, written with one writev: no joining copy
-                parts: list[bytes] = []
-                count = 0
-                while count < min(CHUNK, left) and len(parts) < _MAX_PARTS:
-                    with anyio.fail_after(IO_TIMEOUT):
-                        data = await receiver.receive(min(CHUNK, left) - count)
-                    parts.append(data)
-                    count += len(data)
-                if await anyio.to_thread.run_sync(os.writev, fd, parts) != count:
-                    raise OSError(f"short write to {tmp}")
-                left -= count
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        os.close(fd)
-        await anyio.to_thread.run_sync(_commit, tmp, final)
-        total += size
-    return total
+    conn: PeerConn, memory_dir: str, step: int, world: int, files: Any
+) -> int | None:
+    """Receive the announced files into ``memory_dir`` and, if the trailer says they
+    were whole, give them their names (temporary files, then renames: a file with the
+    final name is whole; an existing one is replaced). Returns the bytes received, None
+    when the sender's files changed while it sent them (nothing is kept).
+
+    Each file's pages are allocated and mapped in a worker thread before its bytes
+    arrive (:func:`_target`). Cancellation or an error removes the temporary files.
+    """
+    received: list[tuple[str, str]] = []
+    try:
+        for rank, size in files:
+            rank, size = int(rank), int(size)
+            tmp = os.path.join(memory_dir, f".replica_{rank}_{os.urandom(8).hex()}.tmp")
+            fd, mm = await anyio.to_thread.run_sync(_target, memory_dir, rank, step, size, tmp)
+            received.append((tmp, L.rank_file(memory_dir, step, rank, world)))
+            try:
+                if mm is not None:
+                    with memoryview(mm) as view:
+                        await conn.receive_into(view)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(_release, fd, mm)
+        await conn.send_line("held")
+        if (await conn.receive_line()) != {"whole": True}:
+            _remove([tmp for tmp, _ in received])
+            return None
+        await anyio.to_thread.run_sync(_commit, received)
+    except BaseException:
+        _remove([tmp for tmp, _ in received])
+        raise
+    return sum(int(size) for _, size in files)
 
 
-def _commit(tmp: str, final: str) -> None:
-    os.makedirs(os.path.dirname(final), exist_ok=True)
-    os.rename(tmp, final)
+def _remove(paths: Iterable[str]) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _commit(received: Sequence[tuple[str, str]]) -> None:
+    for tmp, final in received:
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        os.rename(tmp, final)
 
 
 class Replicas:
@@ -250,9 +312,9 @@ class Replicas:
                 if not address.get("holds"):
                     return
                 request = {"op": "offer", "ranks": list(pr.ranks), "after": after}
-                async with await self._connect(pr.store, peer, address) as stream:
-                    await _send_line(stream, request)
-                    steps = (await _receive_line(BufferedByteReceiveStream(stream)))["steps"]
+                async with self._connect(pr.store, peer, address) as conn:
+                    await conn.send_line(request)
+                    steps = (await conn.receive_line())["steps"]
             except _PEER_ERRORS as exc:
                 why = _why(exc)
                 log.warning("node %d did not say which checkpoint steps it holds: %s", peer, why)
@@ -295,22 +357,25 @@ class Replicas:
             raise ValueError(f"not an address: {address!r}")
         return address
 
+    @contextlib.asynccontextmanager
     async def _connect(
         self, store: Store, peer: int, address: dict[str, Any] | None = None
-    ) -> anyio.abc.SocketStream:
+    ) -> AsyncIterator[PeerConn]:
         if address is None:
             address = await self._address(store, peer)
-        with anyio.fail_after(IO_TIMEOUT):
-            return await anyio.connect_tcp(address["host"], int(address["port"]))
+        async with connect(address["host"], int(address["port"]), IO_TIMEOUT) as conn:
+            yield conn
 
     async def _fetch(self, pr: PeerRound, peer: int, step: int, world: int) -> int:
-        async with await self._connect(pr.store, peer) as stream:
-            await _send_line(stream, {"op": "fetch", "ranks": list(pr.ranks), "step": step})
-            receiver = BufferedByteReceiveStream(stream)
-            header = await _receive_line(receiver)
+        async with self._connect(pr.store, peer) as conn:
+            await conn.send_line({"op": "fetch", "ranks": list(pr.ranks), "step": step})
+            header = await conn.receive_line()
             if len(header["files"]) != len(pr.ranks):
                 raise ValueError(f"the peer no longer holds step {step}")
-            return await _receive_files(receiver, self.memory_dir, step, world, header["files"])
+            size = await _receive_files(conn, self.memory_dir, step, world, header["files"])
+            if size is None:
+                raise ValueError(f"the peer's files of step {step} changed while it sent them")
+            return size
 
     # -- copying to the next nodes --------------------------------------------------------
 
@@ -333,7 +398,7 @@ class Replicas:
             return
         world = complete[step]
         try:
-            fds = await anyio.to_thread.run_sync(
+            opened = await anyio.to_thread.run_sync(
                 _open_files, self.memory_dir, step, world, pr.ranks
             )
         except OSError:  # dropped or replaced while we looked: the next pass sees why
@@ -343,30 +408,33 @@ class Replicas:
         try:
             async with anyio.create_task_group() as tg:
                 for target in targets:
-                    tg.start_soon(self._push_to, pr, target, step, world, fds)
+                    tg.start_soon(self._push_to, pr, target, step, world, opened)
         finally:
-            _close_all(fds)
+            opened.close()
         self._pushed = (pr, step)
         self.pushed_step = step
 
     async def _push_to(
-        self, pr: PeerRound, target: int, step: int, world: int, fds: Sequence[int]
+        self, pr: PeerRound, target: int, step: int, world: int, opened: _Opened
     ) -> None:
         try:
             address = await self._address(pr.store, target)
             if address.get("port") is None:
                 log.debug("node %d keeps no copies (--checkpoint-replicas 0)", target)
                 return
-            async with await self._connect(pr.store, target, address) as stream:
+            async with self._connect(pr.store, target, address) as conn:
                 header = {
                     "op": "push",
                     "step": step,
                     "world": world,
-                    "files": _sizes(fds, pr.ranks),
+                    "files": opened.files(pr.ranks),
                 }
-                await _send_line(stream, header)
-                await _send_files(stream, fds)
-                if (await _receive_line(BufferedByteReceiveStream(stream))) != "ok":
+                await conn.send_line(header)
+                if not await _send_files(conn, opened):
+                    # saved over twice while it was sent (a copy slower than two steps)
+                    log.debug("checkpoint step %d changed while it was copied", step)
+                    return
+                if (await conn.receive_line()) != "ok":
                     raise ValueError("the peer did not confirm the copy")
             log.debug("checkpoint step %d copied to node %d", step, target)
         except _PEER_ERRORS as exc:
@@ -382,15 +450,27 @@ class Replicas:
             port = listener.listeners[0].extra(SocketAttribute.local_port)
             log.debug("serving checkpoint replicas on %s:%d", bind or "*", port)
             task_status.started(port)
-            await listener.serve(self._handle)
+            # accepted here, not by the listener: the connections are plain sockets
+            # (``_wire``), which anyio's streams would read from on their own
+            async with anyio.create_task_group() as tg:
+                for each in listener.listeners:
+                    tg.start_soon(self._accept, each.extra(SocketAttribute.raw_socket), tg)
 
-    async def _handle(self, stream: anyio.abc.SocketStream) -> None:
+    async def _accept(self, listening: socket.socket, tg: anyio.abc.TaskGroup) -> None:
+        while True:
+            await anyio.wait_readable(listening)
+            try:
+                sock, _ = listening.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                continue
+            tg.start_soon(self._handle, PeerConn(sock, IO_TIMEOUT))
+
+    async def _handle(self, conn: PeerConn) -> None:
         """One peer's request. Never raises: a broken exchange only loses its copy."""
-        async with stream:
-            receiver = BufferedByteReceiveStream(stream)
+        with contextlib.closing(conn):
             # A stray connection (a port scan, a probe) is no peer: a debug line, no more.
             try:
-                request = await _receive_line(receiver)
+                request = await conn.receive_line()
             except _PEER_ERRORS as exc:
                 log.debug("checkpoint listener: ignored a connection (%s)", _why(exc))
                 return
@@ -404,31 +484,35 @@ class Replicas:
                     files = request["files"]
                     if self._own.intersection(int(rank) for rank, _ in files):
                         raise ValueError("a copy of this node's own ranks (an older round's)")
-                    await _receive_files(receiver, self.memory_dir, step, world, files)
+                    if await _receive_files(conn, self.memory_dir, step, world, files) is None:
+                        log.debug("the copy of checkpoint step %d changed while it was sent", step)
+                        return
                     ranks = [int(rank) for rank, _ in files]
                     await anyio.to_thread.run_sync(L.prune, self.memory_dir, ranks)
-                    await _send_line(stream, "ok")
+                    await conn.send_line("ok")
                 elif op == "offer":
                     held = await anyio.to_thread.run_sync(
                         _newest, self.memory_dir, request["ranks"], request["after"]
                     )
-                    await _send_line(stream, {"steps": {str(s): w for s, w in held.items()}})
+                    await conn.send_line({"steps": {str(s): w for s, w in held.items()}})
                 elif op == "fetch":
-                    await self._send_step(stream, int(request["step"]), request["ranks"])
+                    await self._send_step(conn, int(request["step"]), request["ranks"])
             except _PEER_ERRORS as exc:
                 log.warning("a checkpoint exchange with a peer failed: %s", _why(exc))
 
-    async def _send_step(self, stream: anyio.abc.ByteStream, step: int, ranks: list[int]) -> None:
+    async def _send_step(self, conn: PeerConn, step: int, ranks: list[int]) -> None:
         held = await anyio.to_thread.run_sync(_newest, self.memory_dir, ranks, step - 1)
         if step not in held:
-            await _send_line(stream, {"files": []})
+            await conn.send_line({"files": []})
             return
-        fds = await anyio.to_thread.run_sync(_open_files, self.memory_dir, step, held[step], ranks)
+        opened = await anyio.to_thread.run_sync(
+            _open_files, self.memory_dir, step, held[step], ranks
+        )
         try:
-            await _send_line(stream, {"world": held[step], "files": _sizes(fds, ranks)})
-            await _send_files(stream, fds)
+            await conn.send_line({"world": held[step], "files": opened.files(ranks)})
+            await _send_files(conn, opened)
         finally:
-            _close_all(fds)
+            opened.close()
 
 
 @contextlib.asynccontextmanager

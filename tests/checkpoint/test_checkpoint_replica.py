@@ -6,16 +6,22 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from aelastic.checkpoint import _layout as L
+from aelastic.checkpoint import _replica
 from aelastic.checkpoint._agent import Checkpoints
-from aelastic.checkpoint._replica import CHUNK, KEY, PeerRound, Replicas, open_replicas
+from aelastic.checkpoint._replica import KEY, PeerRound, Replicas, open_replicas
+from aelastic.checkpoint._wire import SEND_CHUNK as CHUNK
 from aelastic.store import LocalStore
 
 from .test_checkpoint_agent import commit
+
+#: sockets driven by anyio's waits (``_wire``): every backend (asyncio, uvloop, trio)
+pytestmark = pytest.mark.anyio
 
 #: No background copies: the tests call ``push()`` themselves.
 MANUAL = 3600.0
@@ -68,6 +74,59 @@ async def test_a_step_is_copied_to_the_next_node_and_a_replacement_fetches_it(
             tg.start_soon(join, "c", rc, peer_round(store, 0, 2, (0,)))
     assert got == {"b": None, "c": 6}
     assert held(c, 6, 0) == big
+
+
+async def _pushed_by_a(a: Path, b: Path, steps: list[int], data: dict[int, bytes]) -> None:
+    """Node a saves each of ``steps`` in turn (keeping two, like a worker) and pushes it
+    to node b."""
+    store = LocalStore()
+    async with open_replicas(str(a), 1, MANUAL) as ra, open_replicas(str(b), 1, MANUAL) as rb:
+        rounds = [peer_round(store, 0, 2, (0,)), peer_round(store, 1, 2, (1,))]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ra.join, rounds[0])
+            tg.start_soon(rb.join, rounds[1])
+        ra.started(rounds[0])
+        for step in steps:
+            commit(a, step, 0, 2, data[step])
+            L.prune(str(a), [0])
+            await ra.push()
+
+
+async def test_a_copy_reuses_the_pages_of_the_oldest_replica_it_replaces(tmp_path: Path) -> None:
+    # b keeps two steps of a's rank: from the third copy on, each is written into the
+    # file of the older one (its tmpfs pages: no new pages to fault in and zero)
+    a, b = tmp_path / "a", tmp_path / "b"
+    b.mkdir()
+    data = {s: os.urandom(2 * CHUNK + s) for s in (2, 4)} | {6: os.urandom(CHUNK // 2)}
+    await _pushed_by_a(a, b, [2, 4], data)
+    inode_2 = os.stat(L.rank_file(str(b), 2, 0, 2)).st_ino
+    await _pushed_by_a(a, b, [6], data)
+    assert sorted(L.scan(str(b))) == [4, 6]  # step 2 went with the copy of 6
+    assert os.stat(L.rank_file(str(b), 6, 0, 2)).st_ino == inode_2
+    assert (held(b, 4, 0), held(b, 6, 0)) == (data[4], data[6])  # shorter: cut to size
+    assert not [n for n in os.listdir(b) if n.startswith(".")]
+
+
+async def test_a_step_saved_over_while_it_is_copied_is_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a worker's save takes over the file being copied (renames it away, then writes):
+    # the peer keeps the step it held, not a mix of two steps under the older one's name
+    a, b = tmp_path / "a", tmp_path / "b"
+    b.mkdir()
+    data = {2: b"two" * 1000, 4: b"four" * 100_000}
+    await _pushed_by_a(a, b, [2], data)
+    real_open = _replica._open_files
+
+    def open_then_saved_over(memory_dir: str, step: int, world: int, ranks: Any) -> Any:
+        opened = real_open(memory_dir, step, world, ranks)
+        os.rename(opened.paths[0], os.path.join(memory_dir, ".taken_over"))
+        return opened
+
+    monkeypatch.setattr(_replica, "_open_files", open_then_saved_over)
+    await _pushed_by_a(a, b, [4], data)
+    assert sorted(L.scan(str(b))) == [2] and held(b, 2, 0) == data[2]
+    assert not [n for n in os.listdir(b) if n.startswith(".")]
 
 
 async def test_the_agreement_counts_a_fetched_replica(tmp_path: Path) -> None:
