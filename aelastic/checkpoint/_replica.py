@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import mmap
 import os
 import socket
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -47,8 +46,8 @@ from anyio.abc import SocketAttribute
 from .._dataclass import dataclass
 from .._tasks import background_tasks
 from ..store import Store, StoreError
-from . import _buffer as B
 from . import _layout as L
+from ._landing import Landed, Landing
 from ._wire import PeerConn, connect
 
 __all__ = ("PeerRound", "Replicas", "announce_no_replicas", "open_replicas")
@@ -170,96 +169,43 @@ async def _send_files(conn: PeerConn, opened: _Opened) -> bool:
     return whole
 
 
-def _target(
-    memory_dir: str, rank: int, step: int, size: int, tmp: str
-) -> tuple[int, mmap.mmap | None]:
-    """``tmp`` opened, ``size`` bytes allocated and mapped (blocking). Its pages are
-    those of ``rank``'s older held step when two older than ``step`` are held (that step
-    goes: the copy replaces it), so a steady-state copy writes into pages tmpfs already
-    holds instead of faulting and zeroing new ones. Raises OSError (``ENOSPC``: not
-    enough shared memory; nothing is left behind)."""
-    held = B.held_files(memory_dir, rank, step)
-    if len(held) >= 2 and L.step_of(held[-1]) < step:
-        with contextlib.suppress(FileNotFoundError):
-            os.rename(held[0], tmp)
-            L.remove_if_done(os.path.dirname(held[0]))
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        os.ftruncate(fd, size)
-        if not size:
-            return fd, None
-        # allocated before it is written: a full /dev/shm is ENOSPC here, not SIGBUS.
-        # Its page tables are not filled here: CPython holds the GIL through
-        # MAP_POPULATE and madvise (a 125-205 ms event-loop stall per 512 MiB measured),
-        # so the copies fault them in, a few microseconds per 64 KiB.
-        os.posix_fallocate(fd, 0, size)
-        return fd, B.map_file(fd, size, 0)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-
-
-def _release(fd: int, mm: mmap.mmap | None) -> None:
-    """Unmap and close a received file (blocking)."""
-    if mm is not None:
-        mm.close()
-    os.close(fd)
-
-
 async def _receive_files(
-    conn: PeerConn, memory_dir: str, step: int, world: int, files: Any
+    conn: PeerConn, landing: Landing, step: int, world: int, files: Any
 ) -> int | None:
-    """Receive the announced files into ``memory_dir`` and, if the trailer says they
-    were whole, give them their names (temporary files, then renames: a file with the
-    final name is whole; an existing one is replaced). Returns the bytes received, None
-    when the sender's files changed while it sent them (nothing is kept).
+    """Receive the announced files into ``landing``'s directory and, if the trailer
+    says they were whole, give them their names (temporary files, then renames: a file
+    with the final name is whole; an existing one is replaced). Returns the bytes
+    received, None when the sender's files changed while it sent them (nothing is kept).
 
     Each file's pages are allocated and mapped in a worker thread before its bytes
-    arrive (:func:`_target`). Cancellation or an error removes the temporary files.
+    arrive (:meth:`Landing.open`). Cancellation or an error removes the temporary files.
     """
-    received: list[tuple[str, str]] = []
+    landed: list[Landed] = []
+    whole = False
     try:
         for rank, size in files:
-            rank, size = int(rank), int(size)
-            tmp = os.path.join(memory_dir, f".replica_{rank}_{os.urandom(8).hex()}.tmp")
-            fd, mm = await anyio.to_thread.run_sync(_target, memory_dir, rank, step, size, tmp)
-            received.append((tmp, L.rank_file(memory_dir, step, rank, world)))
-            try:
-                if mm is not None:
-                    with memoryview(mm) as view:
-                        await conn.receive_into(view)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(_release, fd, mm)
+            f = await anyio.to_thread.run_sync(landing.open, int(rank), step, world, int(size))
+            landed.append(f)
+            if f.mm is not None:
+                with memoryview(f.mm)[: int(size)] as view:
+                    await conn.receive_into(view)
         await conn.send_line("held")
-        if (await conn.receive_line()) != {"whole": True}:
-            _remove([tmp for tmp, _ in received])
-            return None
-        await anyio.to_thread.run_sync(_commit, received)
-    except BaseException:
-        _remove([tmp for tmp, _ in received])
-        raise
-    return sum(int(size) for _, size in files)
-
-
-def _remove(paths: Iterable[str]) -> None:
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-
-
-def _commit(received: Sequence[tuple[str, str]]) -> None:
-    for tmp, final in received:
-        os.makedirs(os.path.dirname(final), exist_ok=True)
-        os.rename(tmp, final)
+        whole = (await conn.receive_line()) == {"whole": True}
+    finally:
+        # bounded (renames or unlinks, unmaps), and the pages must not leak: shielded
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(landing.finish, landed, whole)
+    return sum(int(size) for _, size in files) if whole else None
 
 
 class Replicas:
     """This node's side of the peer copies: see :func:`open_replicas`."""
 
-    def __init__(self, memory_dir: str, copies: int, tg: anyio.abc.TaskGroup) -> None:
+    def __init__(
+        self, memory_dir: str, copies: int, tg: anyio.abc.TaskGroup, landing: Landing
+    ) -> None:
         self.memory_dir = memory_dir
+        self._landing = landing
         self.copies = copies
         self._tg = tg
         self._round: PeerRound | None = None
@@ -296,6 +242,8 @@ class Replicas:
         if self._port is None:
             self._port = await self._tg.start(self._serve, peer_round.bind)
         pr = peer_round
+        # the round's start may have dropped steps: their mappings go too
+        await anyio.to_thread.run_sync(self._landing.sweep)
         held = await anyio.to_thread.run_sync(_newest, self.memory_dir, pr.ranks)
         after = max(held, default=None)
         # "holds": whether a peer may have anything to offer. A job that never saves
@@ -372,7 +320,7 @@ class Replicas:
             header = await conn.receive_line()
             if len(header["files"]) != len(pr.ranks):
                 raise ValueError(f"the peer no longer holds step {step}")
-            size = await _receive_files(conn, self.memory_dir, step, world, header["files"])
+            size = await _receive_files(conn, self._landing, step, world, header["files"])
             if size is None:
                 raise ValueError(f"the peer's files of step {step} changed while it sent them")
             return size
@@ -442,6 +390,11 @@ class Replicas:
 
     # -- serving the peers ----------------------------------------------------------------
 
+    def _prune(self, ranks: Sequence[int]) -> None:
+        """Keep the two newest steps of ``ranks``; unmap what goes (blocking)."""
+        L.prune(self.memory_dir, ranks)
+        self._landing.sweep()
+
     async def _serve(
         self, bind: str, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
     ) -> None:
@@ -484,11 +437,11 @@ class Replicas:
                     files = request["files"]
                     if self._own.intersection(int(rank) for rank, _ in files):
                         raise ValueError("a copy of this node's own ranks (an older round's)")
-                    if await _receive_files(conn, self.memory_dir, step, world, files) is None:
+                    if await _receive_files(conn, self._landing, step, world, files) is None:
                         log.debug("the copy of checkpoint step %d changed while it was sent", step)
                         return
                     ranks = [int(rank) for rank, _ in files]
-                    await anyio.to_thread.run_sync(L.prune, self.memory_dir, ranks)
+                    await anyio.to_thread.run_sync(self._prune, ranks)
                     await conn.send_line("ok")
                 elif op == "offer":
                     held = await anyio.to_thread.run_sync(
@@ -526,7 +479,12 @@ async def open_replicas(
     copies run in the background until the block is left, which cancels them (a copy
     in progress is cut short; the peer drops the partial file) and closes the listener.
     """
-    async with background_tasks() as tg:
-        replicas = Replicas(memory_dir, copies, tg)
-        tg.start_soon(replicas.push_every, push_interval)
-        yield replicas
+    landing = Landing(memory_dir)
+    try:
+        async with background_tasks() as tg:
+            replicas = Replicas(memory_dir, copies, tg, landing)
+            tg.start_soon(replicas.push_every, push_interval)
+            yield replicas
+    finally:
+        with anyio.CancelScope(shield=True):  # bounded: unmaps
+            await anyio.to_thread.run_sync(landing.close)

@@ -33,8 +33,10 @@ from .._net import connect_socket
 
 __all__ = ("PeerConn", "connect")
 
-#: Bytes asked of ``sendfile`` at a time: a bound on one call's time on the event loop.
+#: Bytes asked of ``sendfile`` at a time, and the most one ``recv_into`` takes: bounds
+#: on one call's time on the event loop (the kernel copies, or faults in page tables).
 SEND_CHUNK = 4 << 20
+RECV_CHUNK = 1 << 20
 _RECV_SIZE = 1 << 16
 _RETRY = (BlockingIOError, InterruptedError)
 
@@ -99,7 +101,7 @@ class PeerConn:
         offset = taken
         while offset < len(view):
             try:
-                got = self.sock.recv_into(view[offset:])
+                got = self.sock.recv_into(view[offset : offset + RECV_CHUNK])
             except _RETRY:
                 await self._readable()
                 continue

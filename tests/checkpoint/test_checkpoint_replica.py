@@ -107,6 +107,35 @@ async def test_a_copy_reuses_the_pages_of_the_oldest_replica_it_replaces(tmp_pat
     assert not [n for n in os.listdir(b) if n.startswith(".")]
 
 
+def _mapped(root: Path) -> list[str]:
+    """The files under ``root`` this process maps (`` (deleted)`` kept: a mapping that
+    holds the memory of a file no longer there)."""
+    lines = Path("/proc/self/maps").read_text().splitlines()
+    return sorted({line.split(None, 5)[5] for line in lines if f" {root}/" in line})
+
+
+async def test_the_receiver_maps_only_the_files_it_holds(tmp_path: Path) -> None:
+    # the receiver keeps the mapping of each file it received (the next copy into those
+    # pages finds their page tables filled), and drops it with the file
+    a, b = tmp_path / "a", tmp_path / "b"
+    b.mkdir()
+    store = LocalStore()
+    async with open_replicas(str(a), 1, MANUAL) as ra, open_replicas(str(b), 1, MANUAL) as rb:
+        rounds = [peer_round(store, 0, 2, (0,)), peer_round(store, 1, 2, (1,))]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ra.join, rounds[0])
+            tg.start_soon(rb.join, rounds[1])
+        ra.started(rounds[0])
+        for step in (2, 4, 6, 8):
+            commit(a, step, 0, 2, os.urandom(CHUNK + step))
+            L.prune(str(a), [0])
+            await ra.push()
+            kept = [L.rank_file(str(b), s, 0, 2) for s in sorted(L.scan(str(b)))]
+            assert _mapped(b) == kept
+        assert sorted(L.scan(str(b))) == [6, 8]
+    assert _mapped(b) == []
+
+
 async def test_a_step_saved_over_while_it_is_copied_is_not_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
