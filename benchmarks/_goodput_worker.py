@@ -94,7 +94,7 @@ def main() -> int:
         if rank == 1 and time.time() >= fault:
             sys.stdout.flush()
             os._exit(1)
-        began = time.time()
+        began, saved = time.time(), 0.0
         optimizer.zero_grad()
         nn.functional.mse_loss(ddp(x), y).backward()
         optimizer.step()
@@ -103,7 +103,9 @@ def main() -> int:
         if step % opts.every == 0:
             state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
             if opts.checkpoint == "memory":
+                saving = time.perf_counter()
                 checkpoint.save(state, step=step)
+                saved = time.perf_counter() - saving
             elif rank == 0:
                 saving = time.monotonic_ns()
                 torch.save(state, opts.path + ".tmp")
@@ -114,7 +116,7 @@ def main() -> int:
             now = time.time()
             if step == start + 1 and attempt > 0:
                 emit(out, e="start", a=attempt, t=now, **{"from": start})
-            emit(out, e="step", s=step, t=now, d=now - began)
+            emit(out, e="step", s=step, t=now, d=now - began, c=saved)
     if rank == 0:
         emit(out, e="final", step=step, a=attempt, t=time.time())
     return 0  # no destroy_process_group: main()'s teardown then hung now and then (gloo, futex)
