@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +77,15 @@ async def test_a_step_is_copied_to_the_next_node_and_a_replacement_fetches_it(
     assert held(c, 6, 0) == big
 
 
-async def _pushed_by_a(a: Path, b: Path, steps: list[int], data: dict[int, bytes]) -> None:
+async def _pushed_by_a(
+    a: Path,
+    b: Path,
+    steps: list[int],
+    data: dict[int, bytes],
+    after_each: Callable[[], None] = lambda: None,
+) -> None:
     """Node a saves each of ``steps`` in turn (keeping two, like a worker) and pushes it
-    to node b."""
+    to node b; ``after_each()`` after each push."""
     store = LocalStore()
     async with open_replicas(str(a), 1, MANUAL) as ra, open_replicas(str(b), 1, MANUAL) as rb:
         rounds = [peer_round(store, 0, 2, (0,)), peer_round(store, 1, 2, (1,))]
@@ -90,6 +97,7 @@ async def _pushed_by_a(a: Path, b: Path, steps: list[int], data: dict[int, bytes
             commit(a, step, 0, 2, data[step])
             L.prune(str(a), [0])
             await ra.push()
+            after_each()
 
 
 async def test_a_copy_reuses_the_pages_of_the_oldest_replica_it_replaces(tmp_path: Path) -> None:
@@ -119,20 +127,14 @@ async def test_the_receiver_maps_only_the_files_it_holds(tmp_path: Path) -> None
     # pages finds their page tables filled), and drops it with the file
     a, b = tmp_path / "a", tmp_path / "b"
     b.mkdir()
-    store = LocalStore()
-    async with open_replicas(str(a), 1, MANUAL) as ra, open_replicas(str(b), 1, MANUAL) as rb:
-        rounds = [peer_round(store, 0, 2, (0,)), peer_round(store, 1, 2, (1,))]
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ra.join, rounds[0])
-            tg.start_soon(rb.join, rounds[1])
-        ra.started(rounds[0])
-        for step in (2, 4, 6, 8):
-            commit(a, step, 0, 2, os.urandom(CHUNK + step))
-            L.prune(str(a), [0])
-            await ra.push()
-            kept = [L.rank_file(str(b), s, 0, 2) for s in sorted(L.scan(str(b)))]
-            assert _mapped(b) == kept
-        assert sorted(L.scan(str(b))) == [6, 8]
+
+    def only_the_held_files_mapped() -> None:
+        kept = [L.rank_file(str(b), s, 0, 2) for s in sorted(L.scan(str(b)))]
+        assert _mapped(b) == kept
+
+    data = {s: os.urandom(CHUNK + s) for s in (2, 4, 6, 8)}
+    await _pushed_by_a(a, b, [2, 4, 6, 8], data, only_the_held_files_mapped)
+    assert sorted(L.scan(str(b))) == [6, 8]
     assert _mapped(b) == []
 
 
