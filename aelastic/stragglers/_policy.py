@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from .._dataclass import dataclass
 from ._exceptions import StragglerConfigError
@@ -137,16 +137,25 @@ class RankScore:
     individual: float
 
 
+def fastest_rate(rates: Collection[float]) -> float | None:
+    """The job's reference for relative scores: the fastest rank's median rate; None with
+    fewer than two ranks (a rank alone is not slow relative to anything)."""
+    return min(rates) if len(rates) >= 2 else None
+
+
 def score_ranks(
-    medians: Mapping[int, tuple[str, float]], best: Mapping[int, float]
+    medians: Mapping[int, tuple[str, float]],
+    best: Mapping[int, float],
+    fastest: float | None = None,
 ) -> list[RankScore]:
-    """Score every rank from ``{global rank: (node, median rate)}`` and its best past
-    median; [] when fewer than two ranks are known or the fastest one is idle (a job
-    that waits everywhere, e.g. on its data, says nothing about who is slow)."""
-    if len(medians) < 2:
-        return []
-    fastest = min(rate for _, rate in medians.values())
-    if fastest < IDLE_RATE:
+    """Score the ranks of ``{global rank: (node, median rate)}``, each against the job's
+    fastest rank and its own best past median; [] when fewer than two ranks are known or
+    the fastest one is idle (a job that waits everywhere, e.g. on its data, says nothing
+    about who is slow). ``fastest``: the job's fastest rate when ``medians`` holds only
+    some of its ranks (from a summary: see ``_watch``); None: computed from ``medians``."""
+    if fastest is None:
+        fastest = fastest_rate([rate for _, rate in medians.values()])
+    if fastest is None or fastest < IDLE_RATE:
         return []
     scores = []
     for rank in sorted(medians):

@@ -8,6 +8,15 @@ mark, its ``/status`` and ``/metrics``, and with ``exclude`` its own exclusion. 
 two agents report the same straggler and no agent acts for another machine. Store
 layout (under the run's status prefix): ``strag/nodes`` (the index, one node id per
 line) and ``strag/n/<node>`` (its round and its ranks' medians), one SET per interval.
+
+**Reads.** A relative score needs only the job's fastest rank. Up to ``direct_max``
+nodes (32), every agent reads every node's medians each interval (n key reads per
+agent, n² job-wide). The agent that runs global rank 0 (the *leader*) always does, and
+publishes ``strag/summary``: the round, the number of nodes, the fastest rate and a
+sequence number. In a job of more nodes, the other agents read that one key instead:
+O(n) reads job-wide, and their reference is at most an interval or two older. A summary
+of another round, or one whose sequence number has not moved for three reads (the
+leader stopped publishing), sends them back to reading every node.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from ._policy import (
     SlowInterval,
     SlowTracker,
     StragglerSettings,
+    fastest_rate,
     node_verdicts,
     score_ranks,
     slow_intervals,
@@ -43,6 +53,11 @@ __all__ = ("StragglerWatch",)
 log = logging.getLogger("aelastic.stragglers")
 
 INDEX_KEY = "strag/nodes"
+SUMMARY_KEY = "strag/summary"
+#: Jobs of up to this many nodes: every agent reads every node's medians.
+DIRECT_MAX = 32
+#: Reads of an unchanged summary after which an agent reads every node again.
+_STALE_READS = 3
 
 
 def _node_key(node: str) -> str:
@@ -95,8 +110,10 @@ class StragglerWatch:
         mark: Callable[[str, str], None] | None = None,
         exclude: Callable[[str], Awaitable[None]] | None = None,
         charge: Callable[[float], None] | None = None,
+        direct_max: int = DIRECT_MAX,
     ) -> None:
         self.settings = settings
+        self.direct_max = direct_max
         self.job = job
         self.store_of = store_of
         self.node = node
@@ -122,6 +139,8 @@ class StragglerWatch:
         self._held_since: float | None = None  # a first report held back (see _hold)
         self._errors: set[str] = set()  # kinds of errors logged as warnings already
         self._token: object | None = None
+        self._seq = 0  # the leader's summaries published
+        self._summary_seen: tuple[int, int] = (-1, 0)  # (its seq, reads of that seq)
 
     def status(self) -> dict[str, Any]:
         """This node's ranks' scores and its verdict (``/status``'s ``stragglers``)."""
@@ -171,10 +190,13 @@ class StragglerWatch:
         medians = self.sample(now)
         if now - self._started < self.settings.warmup:
             return  # nothing to share yet: no store traffic during the warm-up
-        shared = await self._share(medians)
-        if shared is None:  # no store (static backend): this node's ranks among themselves
-            shared = {r: (self.node, m, self._windows[r].best or m) for r, m in medians.items()}
-        await self.decide(shared, now)
+        rates = {r: (m, self._windows[r].best or m) for r, m in medians.items()}
+        found = self.store_of()
+        if found is None:  # no store (static backend): this node's ranks among themselves
+            shared, fastest = {r: (self.node, m, b) for r, (m, b) in rates.items()}, None
+        else:
+            shared, fastest = await self.share(rates, *found)
+        await self.decide(shared, now, fastest)
 
     def sample(self, now: float) -> dict[int, float]:
         """Read every local worker's busy time; return ``{global rank: median rate}``."""
@@ -211,45 +233,81 @@ class StragglerWatch:
                 medians[rank] = median
         return medians
 
-    async def _share(self, medians: dict[int, float]) -> dict[int, tuple[str, float, float]] | None:
-        """Publish this node's medians; read every node's of this round (None: no store).
+    async def share(
+        self, rates: Mapping[int, tuple[float, float]], store: Store, token: object
+    ) -> tuple[dict[int, tuple[str, float, float]], float | None]:
+        """Publish this node's ``{global rank: (median, best median)}``; return what to
+        score: every node's ranks of this round (``{rank: (node, median, best)}``) and
+        None, or this node's ranks and the job's fastest rate from the leader's summary
+        (see the module docstring). ``token`` names ``store``'s connection (this node
+        enters the index once per connection).
 
         Raises:
             TimeoutError: the store did not answer within the bound.
             Exception: what the store raised (the caller skips the sample).
         """
-        found = self.store_of()
-        if found is None:
-            return None
-        store, token = found
         bound = max(self.settings.interval, 1.0)
-        doc = {
-            "round": self._round,
-            "ranks": {str(r): [m, self._windows[r].best or m] for r, m in medians.items()},
-        }
+        doc = {"round": self._round, "ranks": {str(r): [m, b] for r, (m, b) in rates.items()}}
+        own = {r: (self.node, m, b) for r, (m, b) in rates.items()}
         with anyio.move_on_after(bound):
             await store.set(_node_key(self.node), json.dumps(doc, separators=(",", ":")))
             if token != self._token:
                 await store.append(INDEX_KEY, self.node + "\n")
                 self._token = token
+            leader = any(w.global_rank == 0 for w in self.job.workers())
+            if not leader:
+                summary = await self._summary(store)
+                if summary is not None and summary["nodes"] > self.direct_max:
+                    return own, summary["fastest"] or 0.0  # 0: no reference, no scores
             nodes = sorted({n for n in (await store.get(INDEX_KEY)).decode().split() if n})
             raws = await store.multi_get([_node_key(n) for n in nodes])
             shared: dict[int, tuple[str, float, float]] = {}
+            publishing = 0
             for node, raw in zip(nodes, raws, strict=True):
                 other = json.loads(raw)
                 if other.get("round") != self._round:
                     continue  # a node of another round (gone, or not caught up)
+                publishing += 1
                 for rank, (median, best) in other["ranks"].items():
                     shared[int(rank)] = (node, float(median), float(best))
-            return shared
+            if leader:
+                self._seq += 1
+                summary = {
+                    "round": self._round,
+                    "seq": self._seq,
+                    "nodes": publishing,
+                    "fastest": fastest_rate([m for _, m, _ in shared.values()]),
+                }
+                await store.set(SUMMARY_KEY, json.dumps(summary))
+            return shared, None
         # no decision on this node's ranks alone: skip the sample (logged by run())
         raise TimeoutError(f"the rendezvous store did not answer within {bound:g} s")
 
-    async def decide(self, shared: Mapping[int, tuple[str, float, float]], now: float) -> None:
-        """Score the job's ranks; report, clear or exclude this node's slowdown."""
+    async def _summary(self, store: Store) -> dict[str, Any] | None:
+        """The leader's summary of this round while it is being refreshed (None: none,
+        another round's, or unchanged for ``_STALE_READS`` reads)."""
+        if not await store.check([SUMMARY_KEY]):
+            return None
+        summary: dict[str, Any] = json.loads(await store.get(SUMMARY_KEY))
+        if summary.get("round") != self._round:
+            return None
+        seq, reads = self._summary_seen
+        reads = reads + 1 if summary["seq"] == seq else 1
+        self._summary_seen = (summary["seq"], reads)
+        return summary if reads <= _STALE_READS else None
+
+    async def decide(
+        self,
+        shared: Mapping[int, tuple[str, float, float]],
+        now: float,
+        fastest: float | None = None,
+    ) -> None:
+        """Score the ranks of ``shared`` (against ``fastest``, the job's fastest rate,
+        when ``shared`` holds only this node's); report, clear or exclude this node's
+        slowdown."""
         medians = {rank: (node, median) for rank, (node, median, _) in shared.items()}
         best = {rank: b for rank, (_, _, b) in shared.items()}
-        self.scores = score_ranks(medians, best)
+        self.scores = score_ranks(medians, best, fastest)
         self.tracker.update(self.scores, now)
         mine = [v for v in node_verdicts(self.scores, self.tracker.slow) if v.node == self.node]
         verdict = mine[0] if mine else None

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
 
+from aelastic.store import LocalStore
 from aelastic.stragglers import StragglerSettings, StragglerWatch
 
 pytestmark = pytest.mark.anyio
@@ -164,3 +165,54 @@ def test_straggler_cost_is_the_share_of_time_lost() -> None:
     assert straggler_cost(10.0, 0.75) == pytest.approx(2.5)
     assert straggler_cost(10.0, 1.0) == 0.0
     assert straggler_cost(-1.0, 0.5) == 0.0 and straggler_cost(4.0, -1.0) == 4.0
+
+
+class _ReadCounting(LocalStore):
+    """A real in-process store that counts the reads of other nodes' medians."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.multi_gets = 0
+
+    async def multi_get(self, keys: Sequence[str], *, timeout: float | None = None) -> list[bytes]:
+        self.multi_gets += 1
+        return await super().multi_get(keys, timeout=timeout)
+
+
+async def test_beyond_direct_max_nodes_the_others_read_the_leaders_summary() -> None:
+    # three nodes, direct reads up to one: node a runs global rank 0 (the leader) and
+    # reads everyone's medians; b and c read its summary (one key) and score their own
+    # ranks against the job's fastest rate; a summary that stops moving sends them back
+    store = _ReadCounting()
+    ranks = {"a": [0, 1], "b": [2, 3], "c": [4, 5]}
+    watches = {}
+    for node, own in ranks.items():
+        watches[node] = StragglerWatch(
+            StragglerSettings(),
+            _Job(own),
+            lambda: (store, "token"),
+            node=node,
+            host=f"host{node}",
+            emit=lambda name, md: None,
+            direct_max=1,
+        )
+    rate = {0: 0.5, 1: 0.55, 2: 0.6, 3: 0.9, 4: 0.6, 5: 0.62}  # rank 3 slow
+
+    async def share(node: str) -> tuple[dict[int, tuple[str, float, float]], float | None]:
+        rates = {r: (rate[r], rate[r]) for r in ranks[node]}
+        return await watches[node].share(rates, store, "token")
+
+    for node in ("b", "c"):
+        assert (await share(node))[1] is None  # no summary yet: every node read
+    shared, fastest = await share("a")
+    assert sorted(shared) == [0, 1, 2, 3, 4, 5] and fastest is None  # the leader reads all
+    reads = store.multi_gets
+    shared, fastest = await share("b")
+    assert sorted(shared) == [2, 3] and fastest == 0.5 and store.multi_gets == reads
+    await watches["b"].decide(shared, 0.0, fastest)
+    scores = {s.global_rank: round(s.relative, 3) for s in watches["b"].scores}
+    assert scores == {2: round(0.5 / 0.6, 3), 3: round(0.5 / 0.9, 3)}  # as if it read all
+    for _ in range(2):  # the leader stopped publishing: three reads of its last summary...
+        assert sorted((await share("b"))[0]) == [2, 3]
+    assert sorted((await share("b"))[0]) == [0, 1, 2, 3, 4, 5]  # ...then every node again
+    assert store.multi_gets == reads + 1
