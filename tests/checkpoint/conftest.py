@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import anyio
 import pytest
 
@@ -15,7 +17,10 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> str:
     from .test_checkpoint_ddp import run_job
 
     tmp = tmp_path_factory.mktemp("reference")
-    result, lines = anyio.run(run_job, tmp)
+    # in a thread of its own: an async test that asks for it first runs in an event loop
+    # already (seen running one test file alone)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        result, lines = pool.submit(anyio.run, run_job, tmp).result()
     assert result.state is WorkerState.SUCCEEDED, result
     assert lines[-1]["start"] == 0
     return str(lines[-1]["checksum"])

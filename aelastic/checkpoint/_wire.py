@@ -1,0 +1,136 @@
+"""One peer-copy connection: a non-blocking TCP socket, driven by anyio's socket waits.
+
+What goes over it is JSON lines and the raw bytes of rank files. The bytes take the
+shortest path the kernel offers, on every anyio backend and with no worker thread:
+
+* **sent** with ``sendfile`` from the file's page cache to the socket (no read into
+  Python, no copy in user space);
+* **received** with ``recv_into`` straight into a mapping of the destination file (one
+  copy, the kernel's, into pages allocated beforehand).
+
+``sendfile`` may hand the socket references to the file's pages rather than copies, so
+bytes still in flight can change if the file is written after the call returned: the
+receiver acknowledges that it holds every byte before the sender checks whether its
+files were taken over meanwhile (``_replica``).
+
+Every wait for the socket is bounded by ``io_timeout`` seconds (:class:`TimeoutError`);
+a closed peer is :class:`anyio.EndOfStream`; other failures are :class:`OSError`.
+Cancellation leaves the connection unusable: the owner closes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+
+from .._net import connect_socket
+
+__all__ = ("PeerConn", "connect")
+
+#: Bytes asked of ``sendfile`` at a time: a bound on one call's time on the event loop.
+SEND_CHUNK = 4 << 20
+_RECV_SIZE = 1 << 16
+_RETRY = (BlockingIOError, InterruptedError)
+
+
+class PeerConn:
+    """A connected socket (made non-blocking here); see the module docstring."""
+
+    def __init__(self, sock: socket.socket, io_timeout: float, max_line: int = 1 << 20) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.io_timeout = io_timeout
+        self.max_line = max_line
+        self._buffer = bytearray()  # received past the last line
+
+    async def _writable(self) -> None:
+        with anyio.fail_after(self.io_timeout):
+            await anyio.wait_writable(self.sock)
+
+    async def _readable(self) -> None:
+        with anyio.fail_after(self.io_timeout):
+            await anyio.wait_readable(self.sock)
+
+    async def send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[self.sock.send(view) :]
+            except _RETRY:
+                await self._writable()
+
+    async def send_line(self, message: Any) -> None:
+        await self.send(json.dumps(message).encode() + b"\n")
+
+    async def send_file(self, fd: int, size: int) -> None:
+        """The first ``size`` bytes of the file ``fd``. Raises OSError if it is shorter."""
+        offset = 0
+        while offset < size:
+            try:
+                sent = os.sendfile(self.sock.fileno(), fd, offset, min(SEND_CHUNK, size - offset))
+            except _RETRY:
+                await self._writable()
+                continue
+            if sent == 0:
+                raise OSError(f"the file ended at byte {offset} of the {size} announced")
+            offset += sent
+
+    async def receive_line(self) -> Any:
+        """The next JSON line. Raises ValueError (not JSON, or longer than ``max_line``)."""
+        while (end := self._buffer.find(b"\n")) < 0:
+            if len(self._buffer) > self.max_line:
+                raise ValueError(f"a line longer than {self.max_line} bytes")
+            self._buffer += await self._receive()
+        line = bytes(self._buffer[:end])
+        del self._buffer[: end + 1]
+        return json.loads(line)
+
+    async def receive_into(self, view: memoryview) -> None:
+        """Fill ``view`` (what was read past the last line first)."""
+        taken = min(len(self._buffer), len(view))
+        view[:taken] = self._buffer[:taken]
+        del self._buffer[:taken]
+        offset = taken
+        while offset < len(view):
+            try:
+                got = self.sock.recv_into(view[offset:])
+            except _RETRY:
+                await self._readable()
+                continue
+            if got == 0:
+                raise anyio.EndOfStream
+            offset += got
+
+    async def _receive(self) -> bytes:
+        while True:
+            try:
+                data = self.sock.recv(_RECV_SIZE)
+            except _RETRY:
+                await self._readable()
+                continue
+            if not data:
+                raise anyio.EndOfStream
+            return data
+
+    def close(self) -> None:
+        """Close the socket (no wait: nothing else waits on it)."""
+        self.sock.close()
+
+
+@asynccontextmanager
+async def connect(host: str, port: int, io_timeout: float) -> AsyncIterator[PeerConn]:
+    """A connection to ``host:port`` made within ``io_timeout`` seconds (also each later
+    wait's bound), closed on leaving. Raises OSError or TimeoutError."""
+    with anyio.fail_after(io_timeout):
+        sock = await connect_socket(host, port)
+    conn = PeerConn(sock, io_timeout)
+    try:
+        yield conn
+    finally:
+        conn.close()
