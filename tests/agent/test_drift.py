@@ -141,8 +141,7 @@ async def test_c10d_drift_first_node_hosts_the_store(
 
 @pytest.mark.parametrize("barrier_times_out", [True, False], ids=["barrier-times-out", "barrier"])
 async def test_etcd_drift(etcd: EtcdServer, tmp_path: Path, barrier_times_out: bool) -> None:
-    if etcd.proc is None:
-        etcd.start()
+    etcd.ensure_running()
     run_id = f"drift{uuid.uuid4().hex[:8]}"
 
     def handler() -> RendezvousHandler:

@@ -55,7 +55,6 @@ def etcd_server() -> Iterator[EtcdServer]:
 
 @pytest.mark.parametrize("fault", ETCD_FAULTS, ids=lambda f: f.name.replace(" ", "-"))
 async def test_chaos_trial_etcd(fault: Fault, etcd_server: EtcdServer, tmp_path: Path) -> None:
-    if etcd_server.proc is None:
-        etcd_server.start()
+    etcd_server.ensure_running()  # a previous test stopped it, or it died
     result = await run_trial(fault, SEED + ETCD_FAULTS.index(fault), tmp_path, etcd=etcd_server)
     assert not result.problems(), "\n".join([result.outcome, *result.problems()])

@@ -111,6 +111,13 @@ class EtcdServer:
                 raise RuntimeError(f"etcd not ready after {ready_timeout}s; see {self.log.name}")
             time.sleep(0.05)
 
+    def ensure_running(self) -> None:
+        """Start etcd if it is not running: a test stopped it, or it died (etcd 3.5.0-3.5.4
+        panic when a client cancels a read-only transaction: etcd#14110)."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = None
+            self.start()
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()

@@ -26,8 +26,7 @@ def etcd_server() -> Iterator[EtcdServer]:
 
 @pytest.fixture
 def etcd_endpoint(etcd_server: EtcdServer) -> str:
-    if etcd_server.proc is None:  # a previous test stopped it
-        etcd_server.start()
+    etcd_server.ensure_running()  # a previous test stopped it, or it died
     return etcd_server.endpoint
 
 

@@ -89,8 +89,7 @@ async def test_c10d_node_waiting_for_the_store_says_which_and_how(tmp_path: Path
 async def test_etcd_node_waiting_for_peers_says_who_and_how(
     etcd: EtcdServer, tmp_path: Path
 ) -> None:
-    if etcd.proc is None:
-        etcd.start()
+    etcd.ensure_running()
     line = await _waiting_line("etcd", etcd.endpoint, "waite", tmp_path)
     assert f"rendezvous 'waite' (etcd at {etcd.endpoint})" in line
     assert "round 0: 1+ joined" in line

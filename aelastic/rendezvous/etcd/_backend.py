@@ -291,11 +291,9 @@ class EtcdRendezvousHandler(RendezvousHandler):
         return parse_done(round_, self._keys.done(round_), raw, self._where())
 
     async def _read_open_round(self) -> tuple[int | None, bool]:
-        reply = await self.client.txn(
-            [], [op_range(self._keys.open_round), op_range(self._keys.closed)]
-        )
-        kvs_round = reply.responses[0].response_range.kvs
-        closed = bool(reply.responses[1].response_range.kvs)
+        (round_, closed_), _ = await self.client.read([self._keys.open_round, self._keys.closed])
+        kvs_round = round_.kvs
+        closed = bool(closed_.kvs)
         return self._parse_round(bytes(kvs_round[0].value) if kvs_round else None), closed
 
     # -- next_rendezvous -----------------------------------------------------------------

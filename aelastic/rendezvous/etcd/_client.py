@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 import sniffio
 from anyio.abc import AsyncResource
 
@@ -321,11 +322,13 @@ class EtcdClient(AsyncResource):
             async with self._auth_lock:
                 if self._token is None:
                     stub = rpc.AuthStub(self._channel())
-                    reply = await stub.Authenticate(
-                        rpc.AuthenticateRequest(
-                            name=self.config.username, password=self.config.password
-                        ),
-                        timeout=self.config.read_timeout,
+                    reply = await _grpc(
+                        stub.Authenticate(
+                            rpc.AuthenticateRequest(
+                                name=self.config.username, password=self.config.password
+                            ),
+                            timeout=self.config.read_timeout,
+                        )
                     )
                     self._token = (("token", reply.token),)
         return self._token
@@ -371,7 +374,7 @@ class EtcdClient(AsyncResource):
             stub_cls = rpc.LeaseStub if method.startswith("Lease") else rpc.KVStub
             call = getattr(stub_cls(channel), method)
             self.stats.count(method, request)
-            return await call(request, timeout=timeout, metadata=metadata)
+            return await _grpc(call(request, timeout=timeout, metadata=metadata))
 
         return await self._retrying(method, attempt, deadline)
 
@@ -403,10 +406,35 @@ class EtcdClient(AsyncResource):
             request.range_end = range_end
         return await self._unary("DeleteRange", request)
 
+    async def read(self, keys: Sequence[bytes]) -> tuple[list[Any], int]:
+        """Each of ``keys``' ``RangeResponse``, all at one revision, and that revision.
+
+        Plain ``Range`` requests, never a read-only transaction: etcd 3.5.0-3.5.4 panic
+        and exit when a client cancels a read-only transaction (or its deadline passes)
+        while etcd applies it (etcd#14110, fixed in 3.5.5), and a request of aelastic's
+        is cancelled whenever its caller is. The first key is read at the current
+        revision, the others at that revision: the same snapshot a transaction reads.
+        """
+        replies: list[Any] = []
+        revision = 0
+        for key in keys:
+            request = range_request(key)
+            request.revision = revision
+            replies.append(await self._unary("Range", request))
+            revision = revision or int(replies[0].header.revision)
+        return replies, revision
+
     async def txn(
         self, compare: Sequence[Any], success: Sequence[Any], failure: Sequence[Any] = ()
     ) -> Any:
-        """Run one transaction; ops are ``RequestOp`` messages (see :func:`op_put` etc.)."""
+        """Run one transaction that writes; ops are ``RequestOp`` messages (see
+        :func:`op_put` etc.).
+
+        Raises:
+            ValueError: the transaction only reads (use :meth:`read`: see why there).
+        """
+        if _reads_only([*success, *failure]):
+            raise ValueError("a read-only etcd transaction: use EtcdClient.read (etcd#14110)")
         request = rpc.TxnRequest(
             compare=list(compare), success=list(success), failure=list(failure)
         )
@@ -453,9 +481,9 @@ class EtcdClient(AsyncResource):
                 )
                 while True:
                     self.stats.count("LeaseKeepAlive")
-                    await call.write(rpc.LeaseKeepAliveRequest(ID=lease_id))
+                    await _grpc(call.write(rpc.LeaseKeepAliveRequest(ID=lease_id)))
                     with anyio.fail_after(self.config.read_timeout):
-                        reply = await call.read()
+                        reply = await _grpc(call.read())
                     if reply is grpc.aio.EOF:
                         raise StoreConnectionError(
                             "keep-alive stream ended", endpoint=self.endpoint
@@ -552,7 +580,7 @@ class EtcdWatch:
         client.stats.count("Watch", request)
         call = rpc.WatchStub(client._channel()).Watch(metadata=await client._metadata())
         self._call = call
-        await call.write(request)
+        await _grpc(call.write(request))
 
     async def next(self) -> list[Any]:
         """Return the next non-empty batch of ``mvccpb.Event`` messages."""
@@ -561,7 +589,7 @@ class EtcdWatch:
             try:
                 if self._call is None:
                     await self._open()
-                reply = await self._call.read()
+                reply = await _grpc(self._call.read())
                 if reply is grpc.aio.EOF:
                     raise StoreConnectionError("watch stream ended", endpoint=self._client.endpoint)
                 if reply.compact_revision:
@@ -597,6 +625,36 @@ class EtcdWatch:
 
 
 # -- request builders ---------------------------------------------------------------
+
+
+async def _grpc(awaitable: Awaitable[_T]) -> _T:
+    """Await a grpc.aio call, its stream's read or write, so that an anyio cancel scope
+    around it works.
+
+    grpc answers a task cancelled while it waits by cancelling the RPC and raising a new
+    ``CancelledError`` without the cancel scope's message, so anyio (which recognises
+    its cancellations by that message) let it through ``move_on_after`` and
+    ``fail_after`` as an unexplained cancellation. After such an error this yields once:
+    a cancelled scope delivers its own cancellation there, which anyio then catches;
+    any other cancellation propagates as it came."""
+    try:
+        return await awaitable
+    except asyncio.CancelledError:
+        await anyio.lowlevel.checkpoint()
+        raise
+
+
+def _reads_only(ops: Sequence[Any]) -> bool:
+    """Whether ``ops`` (``RequestOp`` messages, nested transactions included) only read:
+    etcd then runs the transaction as a read-only one (``isTxnReadonly``)."""
+    for op in ops:
+        if op.HasField("request_put") or op.HasField("request_delete_range"):
+            return False
+        if op.HasField("request_txn"):
+            inner = op.request_txn
+            if not _reads_only([*inner.success, *inner.failure]):
+                return False
+    return True
 
 
 def range_request(

@@ -122,20 +122,12 @@ class EtcdStore(Store):
                 old, compare = None, [cmp_version(k, 0)]
 
     async def _read_many(self, keys: Sequence[bytes]) -> tuple[list[bytes | None], int]:
-        """Read ``keys`` (one transaction per 128: etcd's ``--max-txn-ops`` default).
-
-        Returns their values and the revision of the first read: a watch from the
-        revision after it sees every later write to any of the keys.
+        """Read ``keys`` at one revision (:meth:`EtcdClient.read`: never a read-only
+        transaction). Returns their values and that revision: a watch from the revision
+        after it sees every later write to any of the keys.
         """
-        values: list[bytes | None] = []
-        revision = 0
-        for i in range(0, len(keys), _TXN_OPS):
-            reply = await self.client.txn([], [op_range(k) for k in keys[i : i + _TXN_OPS]])
-            revision = revision or int(reply.header.revision)
-            for response in reply.responses:
-                kvs = response.response_range.kvs
-                values.append(bytes(kvs[0].value) if kvs else None)
-        return values, revision
+        replies, revision = await self.client.read(keys)
+        return [bytes(r.kvs[0].value) if r.kvs else None for r in replies], revision
 
     async def _wait_values(
         self,
@@ -204,15 +196,15 @@ class EtcdStore(Store):
         self._check_open(key)
         k, exp, des = self._k(key), to_bytes(expected), to_bytes(desired)
         while True:
-            reply = await self.client.txn([cmp_version(k, 0)], [], [op_range(k)])
-            if reply.succeeded:  # missing
+            kvs = (await self.client.range(k)).kvs
+            if not kvs:  # missing
                 if exp:
                     return exp
                 done = await self.client.txn([cmp_version(k, 0)], [op_put(k, des)])
                 if done.succeeded:
                     return des
                 continue
-            kv = reply.responses[0].response_range.kvs[0]
+            kv = kvs[0]
             if bytes(kv.value) != exp:
                 return bytes(kv.value)
             done = await self.client.txn([cmp_mod(k, kv.mod_revision)], [op_put(k, des)])
