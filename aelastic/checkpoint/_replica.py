@@ -22,8 +22,8 @@ they were whole (a file taken over by a worker's save while it was sent is not):
 
 Nothing here blocks the event loop. The bytes go by ``sendfile`` and are received
 straight into a mapping of the destination file (``_wire``); a copy of a newer step
-writes into the pages of the older step it replaces (:func:`_target`), and a new file's
-pages are allocated in a worker thread before its bytes arrive. Every wait for a peer
+writes into the pages of the older step it replaces, and a new file's pages are
+allocated in a worker thread before its bytes arrive (``_landing``). Every wait for a peer
 has a timeout. A peer that is closed, dead or too slow only costs its copy: errors are
 logged, never raised. A file appears by ``rename`` once all its bytes arrived whole, so
 a copy cut short leaves no partial file behind.
