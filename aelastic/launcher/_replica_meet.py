@@ -21,6 +21,7 @@ from contextlib import AsyncExitStack, asynccontextmanager, suppress
 
 import anyio
 
+from .._tasks import background_tasks
 from ..rendezvous import (
     DEFAULT_C10D_PORT,
     RendezvousParameters,
@@ -37,6 +38,8 @@ log = logging.getLogger("aelastic.replicas")
 
 #: seconds a runner waits for the store's host (when the config sets no join timeout)
 DEFAULT_MEET_TIMEOUT = 600.0
+#: seconds of that wait before the runner says what it waits for
+WAIT_NOTICE = 30.0
 
 
 def _prefix(run_id: str) -> str:
@@ -52,6 +55,24 @@ def _bind(host: str) -> str:
     except ValueError:
         return "localhost" if host == "localhost" else "0.0.0.0"
     return host
+
+
+async def _say_still_waiting(group_id: int, host: str, port: int, within: float) -> None:
+    """After ``WAIT_NOTICE`` seconds (half of ``within`` if shorter), say on stderr what
+    this runner waits for: a node that waits for a store nobody hosts would otherwise
+    wait ``within`` s in silence."""
+    await anyio.sleep(min(WAIT_NOTICE, within / 2))
+    log.warning(
+        "replica group %d: still waiting for the store at %s:%s to give the Lighthouse's URL"
+        " (up to %g s). Start the node that hosts it; if %s is not this machine's name,"
+        " give that node --rdzv-conf is_host=1; or give every node --lighthouse"
+        " http://HOST:PORT",
+        group_id,
+        host,
+        port,
+        within,
+        host,
+    )
 
 
 @asynccontextmanager
@@ -104,8 +125,10 @@ async def shared_lighthouse(
         if store is None:
             client = TCPStoreClient(host, port, timeout=within, connect_timeout=within)
             try:
-                await stack.enter_async_context(client)
-                url = (await client.get(f"{prefix}/lighthouse", timeout=within)).decode()
+                async with background_tasks() as tg:
+                    tg.start_soon(_say_still_waiting, group_id, host, port, within)
+                    await stack.enter_async_context(client)
+                    url = (await client.get(f"{prefix}/lighthouse", timeout=within)).decode()
             except (StoreError, OSError, TimeoutError) as exc:
                 raise LighthouseError(
                     f"replica group {group_id}: no Lighthouse URL from the store at "

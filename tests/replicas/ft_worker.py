@@ -24,16 +24,31 @@ step ahead of a group in their quorum, so each reads it before that step.
 ``FT_STOP_FILE``: every group leaves its loop after the step in which it finds that
 file (a test's signal that it has seen what it waited for). ``FT_MIN_REPLICAS``: the
 Manager's ``min_replica_size`` (1): 2 makes the groups step only together, so two groups
-started seconds apart on a loaded machine still train together.
+started seconds apart on a loaded machine still train together. ``FT_HOSTNAME``: the name
+the Manager gives the Lighthouse for itself (the machine's name by default).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 from datetime import timedelta
+
+
+def _transport(host: str, timeout: timedelta) -> object:
+    """torchft's HTTP checkpoint transport (what the Manager makes by default), whose
+    address names ``host`` instead of the machine's name."""
+    from torchft.checkpointing.http_transport import HTTPTransport
+
+    class Named(HTTPTransport):  # type: ignore[misc]
+        def address(self) -> str:
+            own = f"http://{socket.gethostname()}:"
+            return str(super().address()).replace(own, f"http://{host}:", 1)
+
+    return Named(timeout=timeout, num_chunks=0)
 
 
 def main() -> None:
@@ -64,6 +79,8 @@ def main() -> None:
             model.load_state_dict(state["model"])  # type: ignore[arg-type]
             inner.load_state_dict(state["optim"])  # type: ignore[arg-type]
 
+        host = os.environ.get("FT_HOSTNAME") or socket.gethostname()
+        timeout = float(os.environ.get("FT_TIMEOUT", "10"))
         manager = Manager(
             pg=ProcessGroupGloo(timeout=timedelta(seconds=10)),
             load_state_dict=load_state,
@@ -71,9 +88,13 @@ def main() -> None:
             min_replica_size=int(os.environ.get("FT_MIN_REPLICAS", "1")),
             replica_id=f"rg{group}",
             use_async_quorum=False,
-            timeout=timedelta(seconds=float(os.environ.get("FT_TIMEOUT", "10"))),
+            timeout=timedelta(seconds=timeout),
             quorum_timeout=timedelta(seconds=float(os.environ.get("FT_QUORUM_TIMEOUT", "30"))),
             connect_timeout=timedelta(seconds=10),
+            # the name other groups reach this group's Manager and checkpoint server by
+            # (FT_HOSTNAME: a test host's address; the machine's name is its loopback)
+            hostname=host,
+            checkpoint_transport=_transport(host, timedelta(seconds=timeout)),
         )
         optimizer = OptimizerWrapper(manager, inner)
         everyone_n = int(os.environ["NUM_REPLICA_GROUPS"])

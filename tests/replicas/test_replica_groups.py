@@ -14,13 +14,14 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
+from chaos._netns import two_hosts, unavailable  # tests/ is on sys.path
 
 pytest.importorskip("torchft")
 # each test runs a whole job: seconds alone, more on a loaded machine
@@ -50,12 +51,14 @@ async def _run(
     env: dict[str, str],
     on_line: Callable[[str, int], Awaitable[None]] | None = None,
     on_err: Callable[[str], Awaitable[None]] | None = None,
+    prefix: Sequence[str] = (),
 ) -> tuple[int, str]:
     """Run ``aelastic run FLAGS ft_worker.py``; ``(exit status, stderr)``.
 
     ``on_line(line, pid)`` sees each line of the job's stdout (the workers' output),
-    ``on_err(line)`` each line of its stderr (the agents' log)."""
-    argv = [sys.executable, "-m", "aelastic", "run", *flags, WORKER]
+    ``on_err(line)`` each line of its stderr (the agents' log); ``prefix`` runs it on
+    another test host (``ip netns exec NAME``)."""
+    argv = [*prefix, sys.executable, "-m", "aelastic", "run", *flags, WORKER]
     full_env = {**os.environ, "FT_LOG_DIR": str(log_dir), "LOGLEVEL": "WARNING", **env}
     err = bytearray()
     with anyio.fail_after(JOB_TIMEOUT):
@@ -208,4 +211,53 @@ async def test_two_nodes_meet_without_lighthouse_flag(tmp_path: Path) -> None:
     assert codes[0][0] == 0 and codes[1][0] == 0, codes
     steps = _steps(_records(tmp_path, 0)) + _steps(_records(tmp_path, 1))
     assert max(r["participants"] for r in steps) == 2  # one quorum: one Lighthouse
+    assert _params(tmp_path, 0) == _params(tmp_path, 1)
+
+
+async def test_a_node_waiting_for_a_store_nobody_hosts_says_so_then_fails(
+    tmp_path: Path,
+) -> None:
+    # group 1's node is told it does not host the store, and no node does: it says what it
+    # waits for halfway through its join timeout, then fails with what to do
+    flags = ["--replica-groups", "2", "--replica-group-id", "1", "--rdzv-backend", "c10d"]
+    flags += ["--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", "alone"]
+    flags += ["--rdzv-conf", "is_host=0,join_timeout=4", "--nnodes", "1"]
+    code, err = await _run(tmp_path, flags, {})
+    assert code != 0, err
+    waiting = err.index("replica group 1: still waiting for the store at 127.0.0.1:")
+    assert "is_host=1" in err[waiting:] and "--lighthouse http://HOST:PORT" in err[waiting:]
+    assert "no Lighthouse URL from the store" in err[waiting:], err
+    assert not (tmp_path / "steps-rg1.jsonl").exists()  # no worker started
+
+
+async def test_two_hosts_meet_and_train_together(tmp_path: Path) -> None:
+    # the same meeting across two hosts (network namespaces joined by a link): host a's
+    # runner hosts the store and the Lighthouse on its address, b's finds the Lighthouse
+    # through the store; the groups' stores, Managers, checkpoint servers and gloo use
+    # each host's own address (the machine's name resolves to loopback here, so the
+    # workers are told it: FT_HOSTNAME for torchft, GLOO_SOCKET_IFNAME for gloo)
+    why = unavailable()
+    if why is not None:
+        pytest.skip(why)
+    codes: dict[int, tuple[int, str]] = {}
+    with two_hosts() as hosts:
+        endpoint = f"{hosts.addresses[0]}:{_free_port()}"
+
+        async def node(group: int) -> None:
+            flags = ["--replica-groups", "2", "--replica-group-id", str(group)]
+            flags += ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "hosts"]
+            flags += ["--nnodes", "1", "--max-restarts", "0"]
+            # host a's address is not this machine's name: say which node hosts the store
+            flags += ["--local-addr", hosts.addresses[group], "--rdzv-conf", f"is_host={1 - group}"]
+            env = {"FT_STEPS": "15", "FT_MIN_REPLICAS": "2"}
+            env["GLOO_SOCKET_IFNAME"] = hosts.interfaces[group]
+            env["FT_HOSTNAME"] = hosts.addresses[group]
+            codes[group] = await _run(tmp_path, flags, env, prefix=hosts.prefix(group))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(node, 0)
+            tg.start_soon(node, 1)
+    assert codes[0][0] == 0 and codes[1][0] == 0, codes
+    steps = _steps(_records(tmp_path, 0)) + _steps(_records(tmp_path, 1))
+    assert max(r["participants"] for r in steps) == 2  # trained together, across the link
     assert _params(tmp_path, 0) == _params(tmp_path, 1)
