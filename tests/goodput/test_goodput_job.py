@@ -110,10 +110,13 @@ async def test_two_nodes_with_a_crash_a_hang_and_rollbacks(tmp_path: Path) -> No
             expected,
         )
         # a hang: from the hung rank's last step to its 2 s deadline; a crash: at once.
-        # The crash's peer blocks in its all-reduce: its agent finds a hang too, or the
-        # membership change first.
+        # Rank 1 crashes, then rank 0 hangs, and each blocks in its all-reduce when the
+        # other fails: rank 1 sees rank 0's hang at its own 2 s deadline; rank 0, the
+        # crash's peer, finds a hang at 2 s or the membership change sooner (1.6 s seen
+        # in CI), so its total is its own 2 s plus up to 2 s
         detection = record["badput_s"]["detection"]
-        assert min(abs(detection - 2.0 * hangs) for hangs in (1, 2)) <= slack, record
+        low, high = (2.0, 4.0) if rank == 0 else (2.0, 2.0)
+        assert low - slack <= detection <= high + slack, record
         assert record["badput_s"]["restart.hang"] > 0
         assert record["steps_kept"] == 61 and record["steps_lost"] == 20
     crashed = ranks[1]
