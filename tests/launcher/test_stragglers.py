@@ -30,9 +30,9 @@ DDP = str(Path(__file__).parent.parent / "stragglers" / "ddp_worker.py")
 QUICK = ["--straggler-window", "3", "--straggler-min-duration", "3", "--straggler-warmup", "10"]
 THRESHOLD = ["--straggler-threshold", "0.8"]
 #: "named within 20 steps of the onset" for detection that takes seconds: each step sleeps
-#: 0.5 s on every rank (so 20 steps are at least 10 s) and the onset comes after the
-#: 10 s warm-up (25 steps are at least 12.5 s)
-PACED = ["--pause", "0.5"]
+#: 0.6 s on every rank (so 20 steps are at least 12 s; at 0.5 s, CI's load once took 21
+#: steps) and the onset comes after the 10 s warm-up (25 steps are at least 15 s)
+PACED = ["--pause", "0.6"]
 ONSET = 25
 
 
