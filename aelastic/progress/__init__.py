@@ -28,6 +28,7 @@ from ._worker import checkpoint_blocked as checkpoint_blocked
 from ._worker import heartbeat as heartbeat
 from ._worker import section as section
 from ._worker import step as step
+from ._worker import work_timed as work_timed
 
 __all__ = (
     "FILE_ENV",
@@ -41,4 +42,5 @@ __all__ = (
     "parse_section_timeouts",
     "section",
     "step",
+    "work_timed",
 )

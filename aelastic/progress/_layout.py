@@ -38,6 +38,8 @@ __all__ = (
     "STACKS_SIGNAL_ENV",
     "STEP",
     "STEP_NS",
+    "WORK_NS",
+    "WORK_SPAN_NS",
 )
 
 from .._stacks_dump import STACKS_FILE_ENV as STACKS_FILE_ENV
@@ -65,7 +67,9 @@ FIRST_STEP = 11  # the first step of this attempt (valid once FIRST_STEP_NS is s
 FIRST_STEP_NS = 12  # when it was reported (0: no step yet)
 CKPT_SAVE_NS = 13  # total time blocked in aelastic.checkpoint.save
 CKPT_LOAD_NS = 14  # total time blocked in aelastic.checkpoint.load
-SLOTS = 16
+WORK_NS = 15  # total own work measured by a work timer (work_timed: stragglers on GPUs)
+WORK_SPAN_NS = 16  # the wall time those measurements cover (0: no work timer)
+SLOTS = 24
 
 NAMES_OFFSET = SLOTS * 8
 NAME_SIZE = 64

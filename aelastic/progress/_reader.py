@@ -33,6 +33,9 @@ class ProgressSnapshot:
     #: Total time blocked saving / loading checkpoints (``checkpoint_blocked``).
     checkpoint_save_ns: int = 0
     checkpoint_load_ns: int = 0
+    #: Own work and the wall time it was measured over (``work_timed``; 0: not measured).
+    work_ns: int = 0
+    work_span_ns: int = 0
 
 
 class ProgressFile:
@@ -75,6 +78,8 @@ class ProgressFile:
             first_step_ns=s[L.FIRST_STEP_NS] if attached else 0,
             checkpoint_save_ns=s[L.CKPT_SAVE_NS],
             checkpoint_load_ns=s[L.CKPT_LOAD_NS],
+            work_ns=s[L.WORK_NS],
+            work_span_ns=s[L.WORK_SPAN_NS],
         )
 
     def _names(self, count: int) -> list[tuple[str, int]]:

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from .._stacks_dump import register_from_env
 from . import _layout as L
 
-__all__ = ("attached", "checkpoint_blocked", "heartbeat", "section", "step")
+__all__ = ("attached", "checkpoint_blocked", "heartbeat", "section", "step", "work_timed")
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -143,6 +143,23 @@ def checkpoint_blocked(kind: str, ns: int, step: int | None = None) -> None:
     s[slot] += max(0, int(ns))
     if step is not None and kind == "save" and not _own_steps:
         _step(step)
+
+
+def work_timed(work_ns: int, span_ns: int) -> None:
+    """Add ``span_ns`` nanoseconds of wall time of which this rank spent ``work_ns`` on its
+    own work, the rest waiting for its peers (in a collective).
+
+    The straggler detection's signal where CPU time says nothing (GPU jobs): with any
+    measurement reported, the agent scores this rank by ``work / span`` instead of its CPU
+    time. :func:`aelastic.stragglers.time_work` reports it for a DDP model; call it
+    yourself around other collectives (FSDP, hand-written ones), every rank alike.
+    Call it from one thread at a time. A no-op outside an agent's worker.
+    """
+    s = _slots
+    if s is None or span_ns <= 0:
+        return
+    s[L.WORK_NS] += min(max(0, int(work_ns)), int(span_ns))
+    s[L.WORK_SPAN_NS] += int(span_ns)  # written last: the agent pairs it with the work
 
 
 def _name_id(name: str) -> int:

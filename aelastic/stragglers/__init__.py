@@ -10,6 +10,9 @@ rank is slow is named as a node. ``--straggler-action report`` (default) logs a
 ``straggler:`` line, records an ``aelastic.straggler`` event, marks the job view and
 shows the scores in ``/status``, ``/metrics`` and ``aelastic status``; ``exclude`` also
 excludes the node (``aelastic.nodes``) once it has been slow for ``--straggler-timeout``.
+Where CPU time does not show the work (GPU jobs), one line in the training script,
+:func:`time_work` (a DDP communication hook), times each rank's own work between its
+all-reduces instead.
 Decisions are plain functions (:mod:`._policy`); :class:`StragglerWatch` runs them.
 See ``docs/stragglers.md``.
 """
@@ -20,6 +23,8 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._exceptions import StragglerConfigError as StragglerConfigError
+    from ._hook import WorkTimer as WorkTimer
+    from ._hook import time_work as time_work
     from ._policy import NodeVerdict as NodeVerdict
     from ._policy import RankScore as RankScore
     from ._policy import RateWindow as RateWindow
@@ -41,10 +46,12 @@ __all__ = (
     "StragglerConfigError",
     "StragglerSettings",
     "StragglerWatch",
+    "WorkTimer",
     "busy_seconds",
     "node_verdicts",
     "score_ranks",
     "slow_intervals",
+    "time_work",
 )
 
 __getattr__, __dir__ = lazy_exports(__name__, globals())

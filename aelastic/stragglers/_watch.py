@@ -46,6 +46,7 @@ from ._policy import (
 from ._signal import busy_seconds
 
 if TYPE_CHECKING:
+    from ..progress import ProgressSnapshot
     from ..store import Store
 
 __all__ = ("StragglerWatch",)
@@ -66,6 +67,8 @@ def _node_key(node: str) -> str:
 
 class _Worker(Protocol):
     @property
+    def local_rank(self) -> int: ...
+    @property
     def global_rank(self) -> int: ...
     @property
     def pid(self) -> int | None: ...
@@ -79,6 +82,7 @@ class _Job(Protocol):
     @property
     def done(self) -> bool: ...
     def workers(self) -> Sequence[_Worker]: ...
+    def progress(self) -> Mapping[int, ProgressSnapshot]: ...
 
 
 Emit = Callable[[str, Mapping[str, Any]], None]
@@ -132,7 +136,8 @@ class StragglerWatch:
         self.intervals: list[SlowInterval] = []
         self.excluded = False
         self._windows: dict[int, RateWindow] = {}
-        self._last: dict[int, tuple[int, float, float]] = {}  # rank: (pid, busy, mono)
+        #: rank: (pid, signal, its value, when): busy seconds at agent time, or work at span
+        self._last: dict[int, tuple[int, str, float, float]] = {}
         self._round: int | None = None
         self._pids: set[int | None] = set()
         self._started = 0.0  # when the current workers were first seen
@@ -199,7 +204,8 @@ class StragglerWatch:
         await self.decide(shared, now, fastest)
 
     def sample(self, now: float) -> dict[int, float]:
-        """Read every local worker's busy time; return ``{global rank: median rate}``."""
+        """Read every local worker's signal (its timed work, else its busy time); return
+        ``{global rank: median rate}``."""
         workers = [w for w in self.job.workers() if w.pid is not None]
         pids = {w.pid for w in workers}
         if self.job.round != self._round or pids != self._pids:  # new workers: start over
@@ -214,20 +220,23 @@ class StragglerWatch:
         if now - self._started < self.settings.warmup:
             return {}
         window = self.settings.window
+        progress = self.job.progress()
         medians = {}
         for worker in workers:
             rank, pid = worker.global_rank, worker.pid
             if pid is None:
                 continue
-            busy = busy_seconds(pid)
-            if busy is None:
+            reading = _reading(pid, progress.get(worker.local_rank), now)
+            if reading is None:
                 continue
             last = self._last.get(rank)
-            self._last[rank] = (pid, busy, now)
-            if last is None or last[0] != pid or now <= last[2]:
+            self._last[rank] = (pid, *reading)
+            if last is None or last[:2] != (pid, reading[0]):
+                self._windows.pop(rank, None)  # new worker or signal: its rates start over
                 continue
             rates = self._windows.setdefault(rank, RateWindow(window))
-            rates.add(now, (busy - last[1]) / (now - last[2]))
+            if reading[2] > last[3]:  # else no iteration timed since (work timers)
+                rates.add(now, (reading[1] - last[2]) / (reading[2] - last[3]))
             median = rates.median()
             if median is not None:
                 medians[rank] = median
@@ -404,3 +413,15 @@ class StragglerWatch:
         )
         if self.mark is not None:
             self.mark("straggler_end", f"{self.node}: ranks {ranks} no longer slow")
+
+
+def _reading(
+    pid: int, progress: ProgressSnapshot | None, now: float
+) -> tuple[str, float, float] | None:
+    """A worker's signal now: ``("work", work s, span s)`` once its work timer reported
+    (``aelastic.stragglers.time_work``, GPU jobs), else ``("busy", busy s, now)`` (its
+    CPU time from ``/proc``); None when neither can be read."""
+    if progress is not None and progress.work_span_ns > 0:
+        return "work", progress.work_ns / 1e9, progress.work_span_ns / 1e9
+    busy = busy_seconds(pid)
+    return None if busy is None else ("busy", busy, now)

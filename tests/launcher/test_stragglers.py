@@ -183,6 +183,31 @@ async def test_a_rank_forty_percent_slower_is_named_within_20_steps(tmp_path: Pa
     assert set(gauges) == {"2", "3"} and float(gauges["3"]) < 0.8 < float(gauges["2"]), metrics
 
 
+async def test_work_busy_time_cannot_see_is_named_through_time_work(tmp_path: Path) -> None:
+    """A GPU job's case on CPU: the slow rank's extra work is a wait (as for its GPU's
+    kernels), which busy time cannot see; ``time_work``'s DDP hook times each rank's own
+    work between all-reduces, and the rank is named from that."""
+    port, stop, events = free_port(), tmp_path / "stop", tmp_path / "events"
+    onset = 60  # 0.15 s steps: past the 10 s warm-up
+    worker = ["--work", "0", "--wait-work", "0.15", "--time-work", "--onset", str(onset)]
+    async with cluster() as c:
+        a = await c.start(
+            _argv(port, "strag4", True, stop, *THRESHOLD, nnodes="1", events=events, worker=worker),
+            env=_env("a", events, "1"),
+        )
+        with anyio.fail_after(180):
+            await a.wait_for_err("straggler:")
+        step = _steps(a, 1)
+        stop.touch()
+        codes = await wait_all([a], 120)
+    assert codes == [0], a.err
+    assert step >= onset, (step, _straggler_lines([a]))  # nothing before the slowdown
+    (line,) = _straggler_lines([a])
+    assert "node a global ranks 1 scores 0." in line and "rank(s) slow" in line, line
+    (event,) = _events(events, "aelastic.straggler")
+    assert event["ranks"] == "1" and 0 < float(str(event["score"])) < 0.8, event
+
+
 async def test_an_even_job_next_to_a_cpu_hog_reports_nothing(tmp_path: Path) -> None:
     port, stop, events = free_port(), tmp_path / "stop", tmp_path / "events"
     run = "strag2"

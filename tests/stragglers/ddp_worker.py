@@ -1,7 +1,7 @@
 """A gloo DDP worker for straggler tests: deterministic work per step, made slower on demand.
 
     ddp_worker.py --stop-file PATH [--work N] [--pause S] [--onset STEP] [--factor F]
-                  [--max-steps N]
+                  [--max-steps N] [--wait-work S] [--time-work]
 
 Each step does ``--work`` small matrix products (plus a DDP forward/backward, whose
 gradient all-reduce makes every rank wait for the slowest), then one all-reduce of a
@@ -13,8 +13,11 @@ the machine's load. ``--pause`` sleeps that long in every step on every rank, in
 slices between ten slices of the work: a floor under the step time that leaves the
 busy-time ratio of slow to fast ranks as it is (a test that counts steps then counts
 seconds too), spread finer than the detection's samples (0.3 s in the tests), whose
-median would otherwise swing between a sleeping and a working sample. Single-threaded (one
-core per worker).
+median would otherwise swing between a sleeping and a working sample. ``--wait-work S``
+adds work that costs no CPU: each step waits S seconds (``--factor`` times S on a slow
+rank), as a rank waits for its GPU's kernels, which busy time cannot see;
+``--time-work`` registers ``aelastic.stragglers.time_work`` on the DDP model, the signal
+for such jobs. Single-threaded (one core per worker).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ def main() -> None:
     p.add_argument("--factor", type=float, default=1.4)
     p.add_argument("--pause", type=float, default=0.0)
     p.add_argument("--max-steps", type=int, default=3000)
+    p.add_argument("--wait-work", type=float, default=0.0)
+    p.add_argument("--time-work", action="store_true")
     args = p.parse_args()
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     group = os.environ["GROUP_RANK"]
@@ -45,14 +50,20 @@ def main() -> None:
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(nn.Linear(32, 32))
+    if args.time_work:
+        from aelastic.stragglers import time_work
+
+        time_work(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(64, 32)
     a = torch.randn(160, 160) / 13
     print(f"READY rank={rank} group={group}", flush=True)
     for step in range(args.max_steps):
-        units = args.work
+        units, wait = args.work, args.wait_work
         if slow and step >= args.onset:
-            units = round(units * args.factor)
+            units, wait = round(units * args.factor), wait * args.factor
+        if wait:
+            time.sleep(wait)
         b = a
         for unit in range(units):
             b = torch.tanh(b @ a)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from aelastic.progress import ProgressSnapshot
 from aelastic.store import LocalStore
 from aelastic.stragglers import StragglerSettings, StragglerWatch
 
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.anyio
 
 class _Worker:
     def __init__(self, rank: int) -> None:
-        self.global_rank = rank
+        self.global_rank = self.local_rank = rank
         self.pid: int | None = None
 
 
@@ -28,6 +29,9 @@ class _Job:
 
     def workers(self) -> list[_Worker]:
         return self._workers
+
+    def progress(self) -> dict[int, ProgressSnapshot]:
+        return {}
 
 
 def _watch(
