@@ -1,6 +1,7 @@
 """Straggler detection (``aelastic.stragglers``): delay, false reports, cost, exclusion.
 
-    python benchmarks/stragglers.py [--only delay,false,cost,exclude] [--false-seconds 120]
+    python benchmarks/stragglers.py [--only delay,false,cost,exclude,hook] [--false-seconds 120]
+                                    [--signal busy|work]
 
 Every job is 2 ``aelastic run`` agents x 2 gloo DDP workers on this machine
 (``tests/stragglers/ddp_worker.py``: deterministic matrix work per step, made
@@ -13,6 +14,11 @@ node ``b``. Windows: the defaults unless said (``--straggler-window 10
 * false: ``straggler:`` lines of an even job run next to a CPU hog for ``--false-seconds``;
 * cost: the agent's read of one worker's busy time (``busy_seconds``), per call; the worker
   itself runs nothing for the signal;
+* hook: the worker's cost of ``time_work`` (the DDP hook that times own work, GPU jobs'
+  signal) per iteration, against DDP's built-in all-reduce and torch's Python
+  ``allreduce_hook`` in the same process (``benchmarks/_hook_cost_worker.py``);
+* ``--signal work``: the delay runs' extra work is a wait that costs no CPU (as a rank
+  waits for its GPU), 50 ms per step, measured through ``time_work``;
 * exclude: rank 0's steps/s before the onset, while slow, and after the spare replaced the
   excluded node, against the same job left running with its straggler (``report``).
 """
@@ -20,6 +26,7 @@ node ``b``. Windows: the defaults unless said (``--straggler-window 10
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import signal
@@ -138,14 +145,22 @@ def onset_time(agent: Agent, rank: int, onset: int, seconds: float) -> float | N
     return min(t for t, r, _, s in agent.steps() if r == rank and s >= onset)
 
 
-def delay(factor: float, threshold: float, tmp: Path, onset: int = 200) -> str:
-    port, stop = free_port(), tmp / f"stop-delay-{factor}-{threshold}"
-    run = f"delay{int(factor * 100)}{int(threshold * 100)}"
+#: ``--signal work``: each step waits 50 ms (``factor`` x on the slow rank), no CPU work
+WAIT_WORK = ["--work", "0", "--wait-work", "0.05", "--time-work"]
+
+
+def delay(
+    factor: float, threshold: float, tmp: Path, onset: int = 200, signal: str = "busy"
+) -> str:
+    port, stop = free_port(), tmp / f"stop-delay-{factor}-{threshold}-{signal}"
+    run = f"delay{int(factor * 100)}{int(threshold * 100)}{signal}"
     flags = ["--straggler-threshold", str(threshold)]
     worker = ["--onset", str(onset), "--factor", str(factor)]
+    if signal == "work":
+        worker += WAIT_WORK
     a = job(run, port, stop, "a", "", flags, worker)
     b = job(run, port, stop, "b", "1", flags, worker)
-    what = f"{factor:.2f}x work on rank 3, threshold {threshold:g}"
+    what = f"{factor:.2f}x work on rank 3, threshold {threshold:g}, signal {signal}"
     try:
         t_onset = onset_time(b, 3, onset, 300)
         if t_onset is None:
@@ -213,6 +228,26 @@ def cost(tmp: Path) -> str:
     )
 
 
+def hook_cost() -> str:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "_hook_cost_worker.py")],
+        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    found = json.loads(done.stdout.splitlines()[-1])
+    median = found["median_s"]
+    mine = median["time_work"] - median["python_hook"]
+    total = median["time_work"] - median["none"]
+    return (
+        f"time_work per iteration ({found['buckets']} buckets, 1 process, gloo): medians"
+        f" {median['none'] * 1e3:.3f} ms (built-in all-reduce) / {median['python_hook'] * 1e3:.3f}"
+        f" ms (torch's allreduce_hook) / {median['time_work'] * 1e3:.3f} ms (time_work); the"
+        f" timer's own cost {mine * 1e6:.0f} us ({mine / 0.05 * 100:.2f}% of a 50 ms step),"
+        f" with the Python hook in place of the built-in {total * 1e6:.0f} us"
+        f" ({total / 0.05 * 100:.2f}%);"
+        f" work fraction {found['work_fraction']:.3f} over {found['timed_seconds']:.1f} s timed"
+    )
+
+
 def exclusion(tmp: Path, action: str, onset: int = 200, factor: float = 1.5) -> str:
     port, stop = free_port(), tmp / f"stop-{action}"
     run = f"ex{action}"
@@ -254,7 +289,10 @@ def exclusion(tmp: Path, action: str, onset: int = 200, factor: float = 1.5) -> 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--only", default="cost,delay,false,exclude", help="report: left running only")
+    p.add_argument(
+        "--only", default="cost,hook,delay,false,exclude", help="report: left running only"
+    )
+    p.add_argument("--signal", choices=("busy", "work"), default="busy", help="delay runs' signal")
     p.add_argument("--false-seconds", type=float, default=120.0)
     p.add_argument(
         "--delays",
@@ -267,10 +305,12 @@ def main() -> None:
     print(f"load before: {Path('/proc/loadavg').read_text().strip()}", flush=True)
     if "cost" in parts:
         print(cost(tmp), flush=True)
+    if "hook" in parts:
+        print(hook_cost(), flush=True)
     if "delay" in parts:
         for pair in args.delays.split(","):
             factor, threshold = (float(x) for x in pair.split(":"))
-            print(delay(factor, threshold, tmp), flush=True)
+            print(delay(factor, threshold, tmp, signal=args.signal), flush=True)
     if "false" in parts:
         print(false_reports(tmp, args.false_seconds), flush=True)
     if "exclude" in parts:

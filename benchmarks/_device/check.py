@@ -294,6 +294,20 @@ def table(machine: dict[str, Any], results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def time_work(work: str, env: dict[str, str], budget: Budget) -> dict[str, Any]:
+    argv = [PY, os.path.join(ROOT, "benchmarks", "_hook_cost_worker.py"), "--rounds", "2"]
+    argv += ["--iterations", "100", "--hidden", str(HIDDEN), "--bucket-mb", "25"]
+    argv += ["--device", "cpu" if CPU else "cuda"]
+    err = os.path.join(work, "launcher.log")
+    code = _finish(_start(argv, env, err), budget.deadline(120))
+    lines = [line for line in _read(err).splitlines() if line.startswith("{")]
+    found = json.loads(lines[-1]) if code == 0 and lines else {}
+    result: dict[str, Any] = {"code": code, **found}
+    fraction = found.get("work_fraction")
+    result["ok"] = code == 0 and fraction is not None and 0.5 < fraction <= 1.0
+    return result
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=None, help="where device_check.json/.md go")
@@ -313,6 +327,7 @@ def main() -> None:
         "checkpoint": lambda w: checkpoint(w, env, budget),
         "hang/cuda-sync": lambda w: hang("cuda-sync", w, env, budget),
         "hang/nccl": lambda w: hang("nccl", w, env, budget),
+        "stragglers/time_work": lambda w: time_work(w, env, budget),
     }
     results: dict[str, dict[str, Any]] = {}
     work_root = tempfile.mkdtemp(prefix="device_check_")
