@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import sys
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -135,15 +136,23 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         print(f"FINAL step={opts.steps} loss={loss.item():.6f} checksum={checksum(model)}")
     dist.destroy_process_group()
-    return 0
+    exit_now(0)  # here, while `ddp` still holds the process group
 
 
-if __name__ == "__main__":
-    code = main()
-    # Everything is done and saved; skip interpreter finalization, where gloo's C++
-    # threads can still hold Python objects and abort the process ("terminate called
-    # without an active exception", SIGABRT; pytorch PR #179291). Seen in 1 of 7 suite
-    # runs on a loaded 2-core machine, under any launcher.
+def exit_now(code: int) -> NoReturn:
+    """Leave without freeing anything: everything is done and saved.
+
+    Freeing the last reference to a gloo process group (DDP's, when main()'s locals go)
+    joins gloo's threads while holding the GIL; a gloo thread that still needs the GIL to
+    drop its last work item then waits forever (seen in 4 of 38 runs). Interpreter
+    finalization is skipped too: gloo's C++ threads can still hold Python objects there
+    and abort the process ("terminate called without an active exception", SIGABRT;
+    pytorch PR #179291; 1 of 7 suite runs on a loaded 2-core machine, any launcher).
+    """
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":
+    exit_now(main())
