@@ -30,11 +30,15 @@ from .._dataclass import dataclass
 from . import _layout as L
 
 __all__ = (
+    "Map",
     "MapWriter",
     "forget_others",
     "held_files",
     "map_file",
+    "plan",
     "prepare",
+    "remember",
+    "size_of",
     "spare_path",
     "target",
 )
@@ -46,14 +50,16 @@ _PAGE = mmap.PAGESIZE
 
 
 @dataclass
-class _Map:
+class Map:
+    """A file's mapping and how much of the file is known to have pages."""
+
     mm: mmap.mmap
     #: bytes from the file's start known to be allocated (written or fallocated)
     allocated: int
 
 
 #: ``{(st_dev, st_ino): mapping}`` of this process's buffers.
-_maps: dict[tuple[int, int], _Map] = {}
+_maps: dict[tuple[int, int], Map] = {}
 _lock = threading.Lock()
 
 
@@ -78,20 +84,37 @@ def held_files(root: str, rank: int, but: int | None = None) -> list[str]:
     return out
 
 
-def _next_buffer(root: str, rank: int, step: int | None = None) -> str | None:
-    """The file the next save of ``rank`` writes into, if one exists: the oldest of two
-    kept steps (that step goes with the save), else the spare."""
-    held = held_files(root, rank, step)
+#: ``{(root, rank): files}``: the committed files of a rank this process saves, oldest
+#: step first, as its last save left them. Only this process writes its rank's files
+#: while it runs; the list is checked before use all the same (a file gone: a scan).
+_held: dict[tuple[str, int], list[str]] = {}
+
+
+def remember(root: str, rank: int, held: list[str]) -> None:
+    """Note ``rank``'s committed files after a save (oldest step first)."""
+    _held[(root, rank)] = list(held)
+
+
+def plan(root: str, rank: int, step: int) -> tuple[list[str], str | None]:
+    """What the save of ``step`` finds: this rank's committed files (oldest step first,
+    ``step`` left out) and the file it writes into, if one exists: the oldest of two
+    kept steps (that step goes with the save), else a spare. The files are the ones the
+    last save of this process left if they are all still there (a stat each), else a
+    scan of the directory (the first save, after a failed one)."""
+    known = _held.get((root, rank))
+    if known is not None and all(os.path.exists(p) for p in known):
+        held = [p for p in known if L.step_of(p) != step]
+    else:
+        held = held_files(root, rank, step)
     if len(held) >= 2:
-        return held[0]
+        return held, held[0]
     spares = (spare_path(root, rank, i) for i in range(_SPARES))
-    return next((p for p in spares if os.path.exists(p)), None)
+    return held, next((p for p in spares if os.path.exists(p)), None)
 
 
-def target(root: str, rank: int, step: int, tmp: str) -> int:
-    """Rename the buffer the save of ``step`` reuses to ``tmp`` (or create ``tmp``);
-    its descriptor. Raises OSError."""
-    reuse = _next_buffer(root, rank, step)
+def target(root: str, reuse: str | None, tmp: str) -> int:
+    """Rename ``reuse`` (the buffer a save takes over, from :func:`plan`) to ``tmp`` (or
+    create ``tmp``); its descriptor. Raises OSError."""
     if reuse is not None:
         with contextlib.suppress(FileNotFoundError):
             os.rename(reuse, tmp)
@@ -100,13 +123,12 @@ def target(root: str, rank: int, step: int, tmp: str) -> int:
     return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
 
-def reused_bytes(root: str, rank: int, step: int) -> int:
-    """Bytes the save of ``step`` takes over from an existing buffer (0: none)."""
-    reuse = _next_buffer(root, rank, step)
-    if reuse is None:
+def size_of(path: str | None) -> int:
+    """Bytes of ``path`` (0: None, or gone)."""
+    if path is None:
         return 0
     try:
-        return os.stat(reuse).st_size
+        return os.stat(path).st_size
     except FileNotFoundError:
         return 0
 
@@ -123,19 +145,42 @@ _POPULATE_WRITE = 23
 def map_file(fd: int, length: int, populate: int) -> mmap.mmap:
     """``fd`` mapped ``length`` long, the page tables of its first ``populate`` bytes
     filled (only those: populating the slack past them would allocate pages that the
-    save's final truncation frees again, tens of ms per MiB on some machines)."""
+    save's final truncation frees again, tens of ms per MiB on some machines).
+
+    Filling them takes milliseconds per hundred MiB; it runs without the GIL, so the
+    training thread goes on while a background preparation fills them."""
     mm = mmap.mmap(fd, length, flags=mmap.MAP_SHARED)
     if populate > 0:
         try:
-            mm.madvise(_POPULATE_WRITE, 0, -(-populate // _PAGE) * _PAGE)
+            _populate(mm, -(-populate // _PAGE) * _PAGE)
         except (OSError, ValueError, AttributeError):  # an older kernel: populated whole
             mm.close()
             flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-            mm = mmap.mmap(fd, length, flags=flags)
+            mm = mmap.mmap(fd, length, flags=flags)  # (the mmap call drops the GIL)
     return mm
 
 
-def mapping(fd: int, nbytes: int) -> _Map:
+def _populate(mm: mmap.mmap, length: int) -> None:
+    """``madvise(MADV_POPULATE_WRITE)`` on ``mm``'s first ``length`` bytes, through
+    ctypes, which drops the GIL for the call (``mmap.madvise`` holds it: measured, a
+    save's background preparation of 512 MiB then stopped the training thread for
+    126 ms). Raises OSError when the kernel refuses (older than 5.14)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    anchor = ctypes.c_char.from_buffer(mm)  # the mapping's address (pins it meanwhile)
+    try:
+        address = ctypes.addressof(anchor)
+    finally:
+        del anchor
+    madvise = libc.madvise
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    if madvise(address, length, _POPULATE_WRITE) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def mapping(fd: int, nbytes: int) -> Map:
     """The mapping of the file ``fd`` (a save's, renamed away from readers), at least
     ``nbytes + SLACK`` long, its first ``nbytes`` allocated. Raises OSError
     (``ENOSPC``: not enough shared memory)."""
@@ -149,7 +194,7 @@ def mapping(fd: int, nbytes: int) -> _Map:
         if os.fstat(fd).st_size < length:
             os.ftruncate(fd, length)  # sparse: no pages until written
         if m is None:
-            m = _maps[key] = _Map(map_file(fd, length, nbytes), known)
+            m = _maps[key] = Map(map_file(fd, length, nbytes), known)
         elif len(m.mm) < length:
             m.mm.resize(length)  # the pages mapped so far stay mapped
         m.allocated = max(known, nbytes)
@@ -164,14 +209,14 @@ def _map_committed(fd: int) -> None:
     with _lock:
         if key not in _maps and st.st_size > 0:
             known = min(st.st_size, st.st_blocks * 512)
-            _maps[key] = _Map(map_file(fd, st.st_size, known), known)
+            _maps[key] = Map(map_file(fd, st.st_size, known), known)
 
 
 class MapWriter:
     """A file-like object ``torch.save`` writes into a mapping: each ``write`` is one
     copy into the mapped pages (a tensor's bytes arrive as one memoryview of them)."""
 
-    def __init__(self, fd: int, m: _Map) -> None:
+    def __init__(self, fd: int, m: Map) -> None:
         self.fd, self.m, self.pos = fd, m, 0
 
     def write(self, data: bytes | memoryview) -> int:
@@ -204,11 +249,13 @@ class MapWriter:
         self.m.allocated = min(self.m.allocated, self.pos)
 
 
-def forget_others(root: str, rank: int) -> bool:
+def forget_others(root: str, rank: int, held: list[str] | None = None) -> bool:
     """Unmap what is no longer one of ``rank``'s buffers (a mapping would keep the
     memory of a deleted file); whether the next save's buffer is mapped already (the
-    steady state: :func:`prepare` has nothing to do)."""
-    held = held_files(root, rank)
+    steady state: :func:`prepare` has nothing to do). ``held``: the rank's committed
+    files, oldest first, when the caller knows them (None: scanned)."""
+    if held is None:
+        held = held_files(root, rank)
     keys = []
     for path in (*held, *(spare_path(root, rank, i) for i in range(_SPARES))):
         with contextlib.suppress(OSError):
