@@ -1,6 +1,6 @@
 """Checkpoint save/load: aelastic.checkpoint vs torch.save / torch.load vs DCP async_save.
 
-    python benchmarks/checkpoint.py [--sizes-mib 128,1024] [--repeats 3] [--mode all|peer]
+    python benchmarks/checkpoint.py [--sizes-mib 128,1024] [--repeats 3] [--mode all|peer|floor|stall]
 
 One process plays one rank (RANK=0, WORLD_SIZE=1) of a state of N MiB (8 float32
 tensors, a model-like state_dict) and measures, side by side in one run:
@@ -33,6 +33,10 @@ tensors, a model-like state_dict) and measures, side by side in one run:
   chunks): the ceiling. Both ends run in this process's event loop in every case,
   with the largest stall a 1 ms ticker sees meanwhile.
 
+* **stall** (``--mode stall`` runs only this): a save buffer prepared in a thread (as
+  after a save) while the main thread spins like a training loop: the preparation's
+  time and the main thread's longest stall, page tables filled by ``mmap.madvise``
+  (which holds the GIL) and by ``_buffer.map_file`` (ctypes, which drops it).
 * **floor** (``--mode floor`` runs only this): per size, ``--repeats`` interleaved pairs
   of the copy floor and a steady-state save, then the first and second save of a run
   after ``reserve()``; min and median of each (on a shared machine the minimum is the
@@ -55,6 +59,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
@@ -359,16 +364,73 @@ async def raw_tcp(size: int) -> None:
     assert got == size, (got, size)
 
 
+def prepare_stall(mib: int) -> dict[str, tuple[float, float]]:
+    """A save buffer of ``mib`` MiB prepared in a thread (as after a save) while the main
+    thread spins as a training loop would: how long the preparation took and the longest
+    the main thread went without running, with the page tables filled by
+    ``mmap.madvise`` (holds the GIL) and by ``_buffer.map_file`` (ctypes: drops it)."""
+    size = mib << 20
+    directory = tempfile.mkdtemp(prefix="ckpt_bench_stall_", dir="/dev/shm")
+
+    def by_madvise(fd: int) -> mmap.mmap:
+        mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
+        mm.madvise(23, 0, size)  # MADV_POPULATE_WRITE
+        return mm
+
+    def by_map_file(fd: int) -> mmap.mmap:
+        return _buffer.map_file(fd, size, size)
+
+    out = {}
+    try:
+        for name, populate in (("mmap.madvise", by_madvise), ("map_file", by_map_file)):
+            path = os.path.join(directory, name)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            os.posix_fallocate(fd, 0, size)
+            took: list[float] = []
+
+            def prepare(
+                fd: int = fd,
+                populate: Callable[[int], mmap.mmap] = populate,
+                took: list[float] = took,
+            ) -> None:
+                start = time.perf_counter()
+                populate(fd).close()
+                took.append(time.perf_counter() - start)
+
+            worker = threading.Thread(target=prepare)
+            gap, last = 0.0, time.perf_counter()
+            worker.start()
+            while worker.is_alive():
+                now = time.perf_counter()
+                gap, last = max(gap, now - last), now
+            worker.join()
+            os.close(fd)
+            os.unlink(path)
+            out[name] = (took[0], gap)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes-mib", default="128,1024")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scratch", default=None, help="local directory for torch.save/DCP")
-    parser.add_argument("--mode", choices=("all", "peer", "floor"), default="all")
+    parser.add_argument("--mode", choices=("all", "peer", "floor", "stall"), default="all")
     opts = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f}; torch {torch.__version__}", flush=True)
     results: dict[str, dict[int, dict[str, float]]] = {"save_load": {}, "peer": {}}
     sizes = [int(x) for x in opts.sizes_mib.split(",")]
+    if opts.mode == "stall":
+        for mib in sizes:
+            for name, (took, gap) in prepare_stall(mib).items():
+                print(
+                    f"{mib} MiB prepared in the background, page tables filled by {name}:"
+                    f" {took * 1e3:.1f} ms; the training thread's longest stall {gap * 1e3:.1f} ms",
+                    flush=True,
+                )
+        return
     if opts.mode == "floor":
         for mib in sizes:
             memory = tempfile.mkdtemp(prefix="ckpt_bench_", dir="/dev/shm")

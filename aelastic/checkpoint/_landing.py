@@ -104,6 +104,22 @@ class Landing:
                     f.mm.close()
             os.close(f.fd)
 
+    def put_metadata(self, step: int, data: bytes) -> None:
+        """Write a DCP step's ``.metadata`` (received with its rank files) into the
+        step's directory: a temporary file, then a rename (a reader never sees half).
+        Raises OSError."""
+        directory = L.step_dir(self.memory_dir, step)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f"{L.METADATA}.{os.urandom(8).hex()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.rename(tmp, os.path.join(directory, L.METADATA))
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
     def sweep(self) -> None:
         """Unmap the kept mappings of files no longer held (replaced, pruned, dropped)."""
         held = set()

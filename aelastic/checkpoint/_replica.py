@@ -103,6 +103,16 @@ class PeerRound:
     advertised: str
 
 
+#: The largest DCP ``.metadata`` a peer accepts on its own (it describes every tensor's
+#: shards: megabytes for the largest models).
+_MAX_METADATA = 1 << 30
+
+
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def _newest(memory_dir: str, ranks: Iterable[int], after: int | None = None) -> dict[int, int]:
     """``{step: world}`` complete for ``ranks`` in ``memory_dir``, newer than ``after``."""
     steps = L.complete_steps(L.scan(memory_dir), ranks)
@@ -111,16 +121,25 @@ def _newest(memory_dir: str, ranks: Iterable[int], after: int | None = None) -> 
 
 @dataclass(frozen=True)
 class _Opened:
-    """A step's rank files opened for sending: an open file's bytes stay readable if
-    the step is deleted while they are sent."""
+    """A step's rank files opened for sending, then its DCP ``.metadata`` if it has one
+    (the last entry when ``metadata``): an open file's bytes stay readable if the step is
+    deleted while they are sent."""
 
     paths: tuple[str, ...]
     fds: tuple[int, ...]
     sizes: tuple[int, ...]
+    metadata: bool = False
 
-    def files(self, ranks: Sequence[int]) -> list[list[int]]:
-        """The header's ``files``: ``[[rank, size], ...]``."""
-        return [[rank, size] for rank, size in zip(ranks, self.sizes, strict=True)]
+    def header(self, ranks: Sequence[int]) -> dict[str, Any]:
+        """The header's ``files`` (``[[rank, size], ...]``) and, for a DCP step whose
+        ``.metadata`` is here, ``metadata`` (its size)."""
+        sizes = self.sizes[:-1] if self.metadata else self.sizes
+        out: dict[str, Any] = {
+            "files": [[rank, size] for rank, size in zip(ranks, sizes, strict=True)]
+        }
+        if self.metadata:
+            out["metadata"] = self.sizes[-1]
+        return out
 
     def still_named(self) -> bool:
         """Whether each file still has its name (blocking). A worker's save renames its
@@ -141,18 +160,23 @@ class _Opened:
 
 
 def _open_files(memory_dir: str, step: int, world: int, ranks: Sequence[int]) -> _Opened:
-    """The step's rank files, opened (blocking; all or none). Raises OSError."""
-    paths = tuple(L.rank_file(memory_dir, step, rank, world) for rank in ranks)
+    """The step's rank files, opened (blocking; all or none), and its DCP ``.metadata``
+    when the step has one here. Raises OSError."""
+    paths = [L.rank_file(memory_dir, step, rank, world) for rank in ranks]
     fds: list[int] = []
     try:
         for path in paths:
             fds.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        metadata = os.path.join(L.step_dir(memory_dir, step), L.METADATA)
+        with contextlib.suppress(FileNotFoundError):  # not a DCP step, or not its node's
+            fds.append(os.open(metadata, os.O_RDONLY | os.O_CLOEXEC))
+            paths.append(metadata)
         sizes = tuple(os.fstat(fd).st_size for fd in fds)
     except OSError:
         for fd in fds:
             os.close(fd)
         raise
-    return _Opened(paths, tuple(fds), sizes)
+    return _Opened(tuple(paths), tuple(fds), sizes, len(fds) > len(ranks))
 
 
 async def _send_files(conn: PeerConn, opened: _Opened) -> bool:
@@ -170,16 +194,19 @@ async def _send_files(conn: PeerConn, opened: _Opened) -> bool:
 
 
 async def _receive_files(
-    conn: PeerConn, landing: Landing, step: int, world: int, files: Any
+    conn: PeerConn, landing: Landing, step: int, world: int, header: Any
 ) -> int | None:
-    """Receive the announced files into ``landing``'s directory and, if the trailer
-    says they were whole, give them their names (temporary files, then renames: a file
-    with the final name is whole; an existing one is replaced). Returns the bytes
-    received, None when the sender's files changed while it sent them (nothing is kept).
+    """Receive the files ``header`` announces (``files``, then ``metadata``: a DCP step's
+    ``.metadata``) into ``landing``'s directory and, if the trailer says they were whole,
+    give them their names (temporary files, then renames: a file with the final name is
+    whole; an existing one is replaced). Returns the bytes received, None when the
+    sender's files changed while it sent them (nothing is kept).
 
     Each file's pages are allocated and mapped in a worker thread before its bytes
     arrive (:meth:`Landing.open`). Cancellation or an error removes the temporary files.
     """
+    files = header["files"]
+    metadata = bytearray(int(header.get("metadata") or 0))
     landed: list[Landed] = []
     whole = False
     try:
@@ -189,13 +216,17 @@ async def _receive_files(
             if f.mm is not None:
                 with memoryview(f.mm)[: int(size)] as view:
                     await conn.receive_into(view)
+        if metadata:
+            await conn.receive_into(memoryview(metadata))
         await conn.send_line("held")
         whole = (await conn.receive_line()) == {"whole": True}
     finally:
         # bounded (renames or unlinks, unmaps), and the pages must not leak: shielded
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(landing.finish, landed, whole)
-    return sum(int(size) for _, size in files) if whole else None
+            if whole and metadata:  # after the rank files: a reader needs both
+                await anyio.to_thread.run_sync(landing.put_metadata, step, bytes(metadata))
+    return sum(int(size) for _, size in files) + len(metadata) if whole else None
 
 
 class Replicas:
@@ -211,7 +242,8 @@ class Replicas:
         self._round: PeerRound | None = None
         self._port: int | None = None
         #: the newest step copied to the current round's peers
-        self._pushed: tuple[PeerRound, int] | None = None
+        #: the round and step pushed last, and whether its DCP ``.metadata`` went too
+        self._pushed: tuple[PeerRound, int, bool] | None = None
         #: the global ranks of this node's workers (a copy of them is refused)
         self._own: frozenset[int] = frozenset()
         #: the newest step copied to a peer, and the last fetched from one
@@ -320,7 +352,7 @@ class Replicas:
             header = await conn.receive_line()
             if len(header["files"]) != len(pr.ranks):
                 raise ValueError(f"the peer no longer holds step {step}")
-            size = await _receive_files(conn, self._landing, step, world, header["files"])
+            size = await _receive_files(conn, self._landing, step, world, header)
             if size is None:
                 raise ValueError(f"the peer's files of step {step} changed while it sent them")
             return size
@@ -342,7 +374,11 @@ class Replicas:
             return
         complete = await anyio.to_thread.run_sync(_newest, self.memory_dir, pr.ranks)
         step = max(complete, default=None)
-        if step is None or self._pushed == (pr, step):
+        if step is None:
+            return
+        if self._pushed is not None and self._pushed[:2] == (pr, step):
+            if not self._pushed[2]:  # DCP's coordinator may write it after the push
+                await self._push_late_metadata(pr, step)
             return
         world = complete[step]
         try:
@@ -359,8 +395,39 @@ class Replicas:
                     tg.start_soon(self._push_to, pr, target, step, world, opened)
         finally:
             opened.close()
-        self._pushed = (pr, step)
+        self._pushed = (pr, step, opened.metadata)
         self.pushed_step = step
+
+    async def _push_late_metadata(self, pr: PeerRound, step: int) -> None:
+        """Send the ``.metadata`` that DCP's coordinator wrote after ``step`` was pushed
+        (the rank files are written first) to the same peers; nothing when there is none
+        (not a DCP step, or not this node's coordinator). A peer that fails is skipped."""
+        path = os.path.join(L.step_dir(self.memory_dir, step), L.METADATA)
+        try:
+            data = await anyio.to_thread.run_sync(_read_file, path)
+        except FileNotFoundError:
+            return
+        count = min(self.copies, pr.group_world_size - 1)
+        targets = [(pr.group_rank + i) % pr.group_world_size for i in range(1, count + 1)]
+
+        async def send(target: int) -> None:
+            try:
+                address = await self._address(pr.store, target)
+                if address.get("port") is None:
+                    return
+                async with self._connect(pr.store, target, address) as conn:
+                    await conn.send_line({"op": "metadata", "step": step, "size": len(data)})
+                    await conn.send(data)
+                    if (await conn.receive_line()) != "ok":
+                        raise ValueError("the peer did not confirm the metadata")
+            except _PEER_ERRORS as exc:
+                why = _why(exc)
+                log.warning("cannot copy step %d's metadata to node %d: %s", step, target, why)
+
+        async with anyio.create_task_group() as tg:
+            for target in targets:
+                tg.start_soon(send, target)
+        self._pushed = (pr, step, True)
 
     async def _push_to(
         self, pr: PeerRound, target: int, step: int, world: int, opened: _Opened
@@ -371,12 +438,7 @@ class Replicas:
                 log.debug("node %d keeps no copies (--checkpoint-replicas 0)", target)
                 return
             async with self._connect(pr.store, target, address) as conn:
-                header = {
-                    "op": "push",
-                    "step": step,
-                    "world": world,
-                    "files": opened.files(pr.ranks),
-                }
+                header = {"op": "push", "step": step, "world": world, **opened.header(pr.ranks)}
                 await conn.send_line(header)
                 if not await _send_files(conn, opened):
                     # saved over twice while it was sent (a copy slower than two steps)
@@ -428,7 +490,7 @@ class Replicas:
                 log.debug("checkpoint listener: ignored a connection (%s)", _why(exc))
                 return
             op = request.get("op") if isinstance(request, dict) else None
-            if op not in ("push", "offer", "fetch"):
+            if op not in ("push", "offer", "fetch", "metadata"):
                 log.debug("checkpoint listener: ignored a connection that is not a peer's")
                 return
             try:
@@ -437,7 +499,7 @@ class Replicas:
                     files = request["files"]
                     if self._own.intersection(int(rank) for rank, _ in files):
                         raise ValueError("a copy of this node's own ranks (an older round's)")
-                    if await _receive_files(conn, self._landing, step, world, files) is None:
+                    if await _receive_files(conn, self._landing, step, world, request) is None:
                         log.debug("the copy of checkpoint step %d changed while it was sent", step)
                         return
                     ranks = [int(rank) for rank, _ in files]
@@ -450,6 +512,19 @@ class Replicas:
                     await conn.send_line({"steps": {str(s): w for s, w in held.items()}})
                 elif op == "fetch":
                     await self._send_step(conn, int(request["step"]), request["ranks"])
+                elif op == "metadata":
+                    step, size = int(request["step"]), int(request["size"])
+                    if not 0 < size <= _MAX_METADATA:
+                        raise ValueError(f"a metadata file of {size} bytes")
+                    data = bytearray(size)
+                    await conn.receive_into(memoryview(data))
+                    if await anyio.to_thread.run_sync(
+                        os.path.isdir, L.step_dir(self.memory_dir, step)
+                    ):
+                        await anyio.to_thread.run_sync(
+                            self._landing.put_metadata, step, bytes(data)
+                        )
+                    await conn.send_line("ok")
             except _PEER_ERRORS as exc:
                 log.warning("a checkpoint exchange with a peer failed: %s", _why(exc))
 
@@ -462,7 +537,7 @@ class Replicas:
             _open_files, self.memory_dir, step, held[step], ranks
         )
         try:
-            await conn.send_line({"world": held[step], "files": opened.files(ranks)})
+            await conn.send_line({"world": held[step], **opened.header(ranks)})
             await _send_files(conn, opened)
         finally:
             opened.close()

@@ -57,6 +57,40 @@ def gloo_job(world: int, env: dict[str, str], *args: str) -> list[dict[str, Any]
     return sorted(lines, key=lambda line: int(line["rank"]))
 
 
+def _split(saved: Path, a: Path, b: Path) -> None:
+    """The newest step of ``saved``: ranks 0, 1 and ``.metadata`` into ``a``, 2 and 3 into ``b``."""
+    step = max(L.scan(str(saved)))
+    for node, ranks in ((a, (0, 1)), (b, (2, 3))):
+        for rank in ranks:
+            source = Path(L.rank_file(str(saved), step, rank, 4))
+            target = Path(L.rank_file(str(node), step, rank, 4))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(source.read_bytes())
+    metadata = Path(L.step_dir(str(saved), step), L.METADATA)
+    Path(L.step_dir(str(a), step), L.METADATA).write_bytes(metadata.read_bytes())
+
+
+async def after_node_a_left(saved: Path, tmp: Path) -> dict[str, str]:
+    """Two nodes of 2 ranks held a 4-rank DCP job's newest step without a shared
+    ``--checkpoint-dir``: node a ranks 0 and 1 and the ``.metadata`` (DCP's coordinator is
+    rank 0), node b ranks 2 and 3. Node a pushed its copy to b (``--checkpoint-replicas``),
+    then left; b's two workers resume as ranks 0 and 1 of 2. What b's agent gives them."""
+    from aelastic.checkpoint._replica import PeerRound, open_replicas
+
+    a, b = tmp / "node_a", tmp / "node_b"
+    _split(saved, a, b)
+    store = LocalStore()
+    async with open_replicas(str(a), 1, 3600) as ra, open_replicas(str(b), 1, 3600) as rb:
+        rounds = [PeerRound(store, g, 2, ranks, "127.0.0.1", "127.0.0.1") for g, ranks in
+                  ((0, (0, 1)), (1, (2, 3)))]  # fmt: skip
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ra.join, rounds[0])
+            tg.start_soon(rb.join, rounds[1])
+        ra.started(rounds[0])
+        await ra.push()
+    return await resume_env(b, None, [0, 1])
+
+
 async def resume_env(memory: Path, disk: Path | None, ranks: list[int]) -> dict[str, str]:
     """What the agent gives a round of ``ranks`` (one node): its own choice of the step."""
     cp = Checkpoints(str(memory), None if disk is None else str(disk), lambda n, md: None)
@@ -110,6 +144,7 @@ def loads(
         **{
             name: anyio.run(resume_env, memory, None, [0, 1]) for name, memory in saved_by_4.items()
         },
+        "node_a_left": anyio.run(after_node_a_left, saved_by_4["save"], tmp),
         "no_checkpoint": {L.DIR_ENV: str(tmp / "nothing")},
         # nothing in memory: the agent finds the step on disk, MemoryReader reads it there
         "fresh_launch": anyio.run(resume_env, empty, persisted, [0, 1]),
@@ -143,6 +178,18 @@ def test_dcp_state_saved_by_4_ranks_loads_resharded_into_2(
     assert not (memory / "step_000000000001").exists()  # reused, not left behind
 
     env, lines = loads[mode]
+    assert (env[L.STEP_ENV], env[L.WORLD_ENV]) == ("3", "4")
+    assert lines == [{"rank": r, "step": 3, "same": True, "saved": 3} for r in (0, 1)]
+
+
+def test_without_a_shared_dir_the_peer_copy_carries_the_dcp_metadata(
+    loads: dict[str, tuple[dict[str, str], list[dict[str, Any]]]],
+) -> None:
+    # node b holds only its own ranks' files and a's copy: the step's .metadata came
+    # with it, and the 4-rank state loads resharded into b's 2 ranks
+    env, lines = loads["node_a_left"]
+    b = Path(env[L.DIR_ENV])
+    assert (b / "step_000000000003" / L.METADATA).is_file()
     assert (env[L.STEP_ENV], env[L.WORLD_ENV]) == ("3", "4")
     assert lines == [{"rank": r, "step": 3, "same": True, "saved": 3} for r in (0, 1)]
 

@@ -77,6 +77,56 @@ async def test_a_step_is_copied_to_the_next_node_and_a_replacement_fetches_it(
     assert held(c, 6, 0) == big
 
 
+def metadata(root: Path, step: int, data: bytes | None = None) -> bytes | None:
+    """The DCP ``.metadata`` of ``step`` in ``root`` (None if absent); written first if
+    ``data`` is given."""
+    path = Path(L.step_dir(str(root), step), L.METADATA)
+    if data is not None:
+        path.write_bytes(data)
+    return path.read_bytes() if path.exists() else None
+
+
+async def test_a_dcp_steps_metadata_travels_with_its_copies(tmp_path: Path) -> None:
+    # DCP's coordinator wrote .metadata on node a only; b gets it with a's push, and a
+    # replacement c for a gets it with its fetch from b
+    a, b, c = (tmp_path / n for n in "abc")
+    for d in (a, b, c):
+        d.mkdir()
+    data = os.urandom(3000)
+    commit(a, 6, 0, 2)
+    metadata(a, 6, data)
+    commit(b, 6, 1, 2)
+    store = LocalStore()
+    async with open_replicas(str(a), 1, MANUAL) as ra, open_replicas(str(b), 1, MANUAL) as rb:
+        rounds = [peer_round(store, 0, 2, (0,)), peer_round(store, 1, 2, (1,))]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ra.join, rounds[0])
+            tg.start_soon(rb.join, rounds[1])
+        ra.started(rounds[0])
+        await ra.push()
+        # the coordinator writes .metadata once every rank wrote: after a push, at times
+        commit(a, 8, 0, 2)
+        await ra.push()
+        assert held(b, 8, 0) == b"x" * 100 and metadata(b, 8) is None
+        metadata(a, 8, data[::-1])
+        await ra.push()  # step 8 again: its metadata only
+    assert metadata(b, 8) == data[::-1]
+    assert metadata(b, 6) == data
+    assert held(b, 6, 0) == b"x" * 100
+    assert not [n for d in (b, b / "step_000000000006") for n in os.listdir(d) if ".tmp" in n]
+
+    store = LocalStore()
+    async with (
+        open_replicas(str(b), 1, MANUAL) as rb,
+        open_replicas(str(c), 1, MANUAL) as rc,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(rb.join, peer_round(store, 1, 2, (1,)))
+        tg.start_soon(rc.join, peer_round(store, 0, 2, (0,)))
+    assert (metadata(c, 6), metadata(c, 8)) == (data, data[::-1])
+    assert held(c, 6, 0) == held(c, 8, 0) == b"x" * 100
+
+
 async def _pushed_by_a(
     a: Path,
     b: Path,
