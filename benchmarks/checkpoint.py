@@ -1,6 +1,7 @@
 """Checkpoint save/load: aelastic.checkpoint vs torch.save / torch.load vs DCP async_save.
 
-    python benchmarks/checkpoint.py [--sizes-mib 128,1024] [--repeats 3] [--mode all|peer|floor|stall]
+    python benchmarks/checkpoint.py [--sizes-mib 128,1024] [--repeats 3]
+        [--mode all|peer|floor|stall]
 
 One process plays one rank (RANK=0, WORLD_SIZE=1) of a state of N MiB (8 float32
 tensors, a model-like state_dict) and measures, side by side in one run:

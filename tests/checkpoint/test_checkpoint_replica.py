@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +49,7 @@ async def test_a_step_is_copied_to_the_next_node_and_a_replacement_fetches_it(
     for step in (2, 4, 6):
         commit(a, step, 0, 2, big if step == 6 else b"old")
     commit(b, 6, 1, 2)
-    store = LocalStore()
-    async with open_replicas(str(a), 1, MANUAL) as ra, open_replicas(str(b), 1, MANUAL) as rb:
-        rounds = [peer_round(store, 0, 2, (0,)), peer_round(store, 1, 2, (1,))]
-        async with anyio.create_task_group() as tg:  # each offers nothing newer to the other
-            tg.start_soon(ra.join, rounds[0])
-            tg.start_soon(rb.join, rounds[1])
-        ra.started(rounds[0])
+    async with a_pushing_to_b(a, b) as ra:  # each offered nothing newer to the other
         await ra.push()
         await ra.push()  # the same step again: nothing to do
         assert ra.pushed_step == 6
@@ -77,6 +72,20 @@ async def test_a_step_is_copied_to_the_next_node_and_a_replacement_fetches_it(
     assert held(c, 6, 0) == big
 
 
+@contextlib.asynccontextmanager
+async def a_pushing_to_b(a: Path, b: Path) -> AsyncIterator[Replicas]:
+    """Nodes a (group rank 0, rank 0) and b (group rank 1, rank 1) of a round, joined;
+    a's replicas, started (its ``push()`` copies to b), until the block ends."""
+    store = LocalStore()
+    async with open_replicas(str(a), 1, MANUAL) as ra, open_replicas(str(b), 1, MANUAL) as rb:
+        rounds = [peer_round(store, 0, 2, (0,)), peer_round(store, 1, 2, (1,))]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ra.join, rounds[0])
+            tg.start_soon(rb.join, rounds[1])
+        ra.started(rounds[0])
+        yield ra
+
+
 def metadata(root: Path, step: int, data: bytes | None = None) -> bytes | None:
     """The DCP ``.metadata`` of ``step`` in ``root`` (None if absent); written first if
     ``data`` is given."""
@@ -96,13 +105,7 @@ async def test_a_dcp_steps_metadata_travels_with_its_copies(tmp_path: Path) -> N
     commit(a, 6, 0, 2)
     metadata(a, 6, data)
     commit(b, 6, 1, 2)
-    store = LocalStore()
-    async with open_replicas(str(a), 1, MANUAL) as ra, open_replicas(str(b), 1, MANUAL) as rb:
-        rounds = [peer_round(store, 0, 2, (0,)), peer_round(store, 1, 2, (1,))]
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ra.join, rounds[0])
-            tg.start_soon(rb.join, rounds[1])
-        ra.started(rounds[0])
+    async with a_pushing_to_b(a, b) as ra:
         await ra.push()
         # the coordinator writes .metadata once every rank wrote: after a push, at times
         commit(a, 8, 0, 2)
@@ -136,13 +139,7 @@ async def _pushed_by_a(
 ) -> None:
     """Node a saves each of ``steps`` in turn (keeping two, like a worker) and pushes it
     to node b; ``after_each()`` after each push."""
-    store = LocalStore()
-    async with open_replicas(str(a), 1, MANUAL) as ra, open_replicas(str(b), 1, MANUAL) as rb:
-        rounds = [peer_round(store, 0, 2, (0,)), peer_round(store, 1, 2, (1,))]
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ra.join, rounds[0])
-            tg.start_soon(rb.join, rounds[1])
-        ra.started(rounds[0])
+    async with a_pushing_to_b(a, b) as ra:
         for step in steps:
             commit(a, step, 0, 2, data[step])
             L.prune(str(a), [0])

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from _committed import committed  # this script's directory
 
 from aelastic import checkpoint
 
@@ -29,14 +30,7 @@ def attempt(name: str, call: Callable[[], object]) -> None:
 
 
 def listing() -> list[str]:
-    """The committed files (hidden entries, like a rank's spare buffer, are the saver's)."""
-    checkpoint.wait()
-    return sorted(
-        os.path.join(d, f)
-        for d in os.listdir(root)
-        if not d.startswith(".")
-        for f in os.listdir(os.path.join(root, d))
-    )
+    return committed(root)
 
 
 checkpoint.save({"w": torch.arange(4.0), "note": "ok"}, step=5)
