@@ -113,8 +113,10 @@ def plan(root: str, rank: int, step: int) -> tuple[list[str], str | None]:
 
 
 def target(root: str, reuse: str | None, tmp: str) -> int:
-    """Rename ``reuse`` (the buffer a save takes over, from :func:`plan`) to ``tmp`` (or
-    create ``tmp``); its descriptor. Raises OSError."""
+    """Rename ``reuse`` (a file whose pages the new one takes over: the buffer a save
+    reuses, from :func:`plan`, or the older replica a peer copy replaces) to ``tmp``, or
+    create ``tmp``; its descriptor. A step left without files loses its directory.
+    Raises OSError."""
     if reuse is not None:
         with contextlib.suppress(FileNotFoundError):
             os.rename(reuse, tmp)

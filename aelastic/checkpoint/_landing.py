@@ -59,11 +59,8 @@ class Landing:
         is left behind)."""
         tmp = os.path.join(self.memory_dir, f".replica_{rank}_{os.urandom(8).hex()}.tmp")
         held = B.held_files(self.memory_dir, rank, step)
-        if len(held) >= 2 and L.step_of(held[-1]) < step:
-            with contextlib.suppress(FileNotFoundError):
-                os.rename(held[0], tmp)
-                L.remove_if_done(os.path.dirname(held[0]))
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        older = len(held) >= 2 and L.step_of(held[-1]) < step
+        fd = B.target(self.memory_dir, held[0] if older else None, tmp)
         try:
             os.ftruncate(fd, size)
             mm = None

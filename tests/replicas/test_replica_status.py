@@ -14,7 +14,7 @@ import pytest
 
 from aelastic.replicas import QuorumHistory, member_group, parse_status_page
 
-from .test_replica_groups import _run
+from .test_replica_groups import _run, ft_steps
 
 pytest.importorskip("torchft")
 pytestmark = pytest.mark.timeout(300)
@@ -100,8 +100,7 @@ async def test_status_shows_the_groups_their_restarts_and_the_quorum(tmp_path: P
     async def on_line(line: str, pid: int) -> None:
         # the restarted group 1 stepped again: from then on, ask status (never in this
         # callback: it would hold up the reading of the job's output behind each ask)
-        words = line.split()  # FT_STEP <group> <step> <attempt>
-        if words[:2] == ["FT_STEP", "1"] and words[3] != "0" and int(words[2]) >= 34:
+        if any(g == 1 and a != 0 and s >= 34 for g, s, a in ft_steps(line)):
             rejoined.set()
 
     async def ask_status() -> None:
