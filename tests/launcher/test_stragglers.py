@@ -202,10 +202,15 @@ async def test_work_busy_time_cannot_see_is_named_through_time_work(tmp_path: Pa
         codes = await wait_all([a], 120)
     assert codes == [0], a.err
     assert step >= onset, (step, _straggler_lines([a]))  # nothing before the slowdown
-    (line,) = _straggler_lines([a])
-    assert "node a global ranks 1 scores 0." in line and "rank(s) slow" in line, line
-    (event,) = _events(events, "aelastic.straggler")
-    assert event["ranks"] == "1" and 0 < float(str(event["score"])) < 0.8, event
+    # the report; when the job ends, its workers go and so does the slowdown ("no longer
+    # slow", seen in CI)
+    lines = _straggler_lines([a])
+    reports = [line for line in lines if "no longer slow" not in line]
+    assert reports and all("node a global ranks 1 scores 0." in r for r in reports), lines
+    assert "rank(s) slow" in reports[0], lines
+    found = _events(events, "aelastic.straggler")
+    assert found and all(e["ranks"] == "1" for e in found), found
+    assert 0 < float(str(found[0]["score"])) < 0.8, found
 
 
 async def test_an_even_job_next_to_a_cpu_hog_reports_nothing(tmp_path: Path) -> None:
