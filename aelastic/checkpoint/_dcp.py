@@ -10,30 +10,30 @@ in DCP's own format: ``dcp.load(sd, checkpoint_id=<--checkpoint-dir>/step_<N>)``
 the persisted step without aelastic. :class:`MemoryReader` is a ``FileSystemReader`` of
 the step the agent chose; DCP's load plans reshard it to the world that loads.
 
-Imports torch (worker side only; the agent never imports this module).
+Imports torch when one of the two classes is first looked up (the module itself imports
+no torch): each is built then from its body here and torch's base class; without torch
+that lookup raises :class:`CheckpointError` naming the fix.
 """
 
 from __future__ import annotations
 
 import os
 import queue
-from typing import Any
-
-import torch.distributed as dist
-from torch.distributed.checkpoint.filesystem import (
-    FileSystemReader,
-    FileSystemWriter,
-    _item_size,
-    _write_files_from_queue,
-)
-from torch.distributed.checkpoint.metadata import Metadata
-from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItemType
-from torch.distributed.checkpoint.storage import WriteResult
-from torch.futures import Future
+from typing import TYPE_CHECKING, Any
 
 from . import _layout as L
 from . import _worker
 from ._exceptions import CheckpointError
+
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.filesystem import FileSystemReader as _ReaderBase
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter as _WriterBase
+    from torch.distributed.checkpoint.metadata import Metadata
+    from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
+    from torch.distributed.checkpoint.storage import WriteResult
+    from torch.futures import Future
+else:  # the bodies below; the real bases join them in __getattr__
+    _ReaderBase = _WriterBase = object
 
 __all__ = ("MemoryReader", "MemoryWriter")
 
@@ -51,7 +51,7 @@ class _Stream:
         pass
 
 
-class MemoryWriter(FileSystemWriter):
+class _MemoryWriter(_WriterBase):
     """Save a DCP checkpoint as ``step`` into the node's agent memory::
 
         dcp.save(state_dict, storage_writer=MemoryWriter(step=step))
@@ -87,11 +87,17 @@ class MemoryWriter(FileSystemWriter):
         super().reset()
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        import torch.distributed as dist
+
         super().set_up_storage_writer(is_coordinator, *args, **kwargs)
         if dist.is_available() and dist.is_initialized():
             self._rank, self._world = dist.get_rank(), dist.get_world_size()
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        from torch.distributed.checkpoint.filesystem import _item_size, _write_files_from_queue
+        from torch.distributed.checkpoint.planner import WriteItemType
+        from torch.futures import Future
+
         _worker.wait()  # a preparation of this rank's buffers in flight
         final = L.rank_file(self._root, self.step, self._rank, self._world)
         nbytes = sum(_item_size(i) for i in plan.items if i.type != WriteItemType.BYTE_IO)
@@ -124,7 +130,7 @@ class MemoryWriter(FileSystemWriter):
         return False  # never chosen for a checkpoint_id: pass it as storage_writer
 
 
-class MemoryReader(FileSystemReader):
+class _MemoryReader(_ReaderBase):
     """Load the DCP checkpoint the node's agent resumes this worker from::
 
         reader = MemoryReader()
@@ -160,6 +166,32 @@ class MemoryReader(FileSystemReader):
         return False
 
 
+if TYPE_CHECKING:
+    MemoryWriter = _MemoryWriter
+    MemoryReader = _MemoryReader
+else:
+
+    def __getattr__(name: str) -> type:
+        """``MemoryWriter``/``MemoryReader``: built at first lookup on torch's classes."""
+        if name not in __all__:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        try:
+            from torch.distributed.checkpoint import filesystem
+        except ImportError as exc:
+            raise CheckpointError(
+                f"aelastic.checkpoint.{name} needs torch ({exc}); install torch in the "
+                "workers' environment (torch.distributed.checkpoint is part of it)"
+            ) from None
+        for public, body, base in (
+            ("MemoryWriter", _MemoryWriter, filesystem.FileSystemWriter),
+            ("MemoryReader", _MemoryReader, filesystem.FileSystemReader),
+        ):
+            built = type(public, (body, base), {"__doc__": body.__doc__, "__module__": __name__})
+            built.__qualname__ = public
+            globals()[public] = built
+        return globals()[name]
+
+
 def _choose() -> tuple[int | None, str | None]:
     """(step, its directory) for :class:`MemoryReader`: the step the agent chose, where
     its DCP metadata is (memory, then ``--checkpoint-dir``). If it has none there: the
@@ -192,7 +224,8 @@ def _choose() -> tuple[int | None, str | None]:
         raise CheckpointError(
             f"aelastic.checkpoint.MemoryReader: step {chosen}, the one to resume from, has "
             "no torch.distributed.checkpoint metadata on this node: it was saved with "
-            "checkpoint.save() (read it with checkpoint.load()), or its .metadata is on "
-            "the node of DCP's coordinator (rank 0): give the nodes a shared --checkpoint-dir"
+            "checkpoint.save() (read it with checkpoint.load()), or its .metadata, written on "
+            "the node of DCP's coordinator (rank 0), did not reach this one: --checkpoint-"
+            "replicas copies carry it, or give the nodes a shared --checkpoint-dir"
         )
     return best

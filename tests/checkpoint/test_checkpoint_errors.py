@@ -82,3 +82,21 @@ def test_script_options_that_look_like_launcher_options_stay_the_scripts() -> No
     assert parsed.script == "train.py"
     script_args = ["--checkpoint", "c.bin", "--checkpoint-dir", "d", "--nnodes", "4"]
     assert parsed.args[-7:] == ["train.py", *script_args]
+
+
+def test_dcp_classes_without_torch_raise_one_clear_error() -> None:
+    # torch made unimportable (a None entry in sys.modules): the agent's side imports
+    # aelastic.checkpoint without it, and only the DCP classes need it
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from aelastic import checkpoint\n"
+        "try:\n"
+        "    checkpoint.MemoryWriter\n"
+        "except checkpoint.CheckpointError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "aelastic.checkpoint.MemoryWriter needs torch" in done.stdout, done
+    assert "install torch" in done.stdout
