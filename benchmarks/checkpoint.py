@@ -38,10 +38,11 @@ tensors, a model-like state_dict) and measures, side by side in one run:
   after a save) while the main thread spins like a training loop: the preparation's
   time and the main thread's longest stall, page tables filled by ``mmap.madvise``
   (which holds the GIL) and by ``_buffer.map_file`` (ctypes, which drops it).
-* **floor** (``--mode floor`` runs only this): per size, ``--repeats`` interleaved pairs
-  of the copy floor and a steady-state save, then the first and second save of a run
-  after ``reserve()``; min and median of each (on a shared machine the minimum is the
-  closest to the uncontended cost, and interleaving gives both the same load).
+* **floor** (``--mode floor`` runs only this): per size, ``--repeats`` interleaved
+  pairs of the copy floor and a steady-state save, then ``--repeats`` runs' first and
+  second saves after ``reserve()`` (a fresh directory each); min and median of each (on
+  a shared machine the minimum is the closest to the uncontended cost, and
+  interleaving gives both the same load).
 
 Medians over ``--repeats``.
 """
@@ -163,24 +164,30 @@ def first_save(sd: dict[str, torch.Tensor], memory: str, prepared: bool) -> tupl
 
 
 def floor_pairs(mib: int, repeats: int, memory: str) -> dict[str, float]:
-    """Interleaved copy floor and steady-state saves; the first two saves after reserve()."""
+    """Interleaved copy floors and steady-state saves, then the first two saves of a
+    run after reserve() (a fresh directory each; after the steady saves, as a save
+    process unmaps the buffers of any other directory)."""
     sd = state(mib)
     os.environ.update({L.DIR_ENV: memory, "RANK": "0", "WORLD_SIZE": "1"})
-    first, second = first_save(sd, memory, prepared=True)
     checkpoint.save(sd, step=next(_steps))
     checkpoint.save(sd, step=next(_steps))
-    floor, ours = [], []
+    floor, ours, firsts, seconds = [], [], [], []
     for _ in range(repeats):
         floor.append(copy_floor(sd, memory))
         checkpoint.wait()
         ours.append(timed(functools.partial(checkpoint.save, sd, step=next(_steps))))
+    checkpoint.wait()
+    for _ in range(repeats):
+        first, second = first_save(sd, memory, prepared=True)
+        firsts.append(first)
+        seconds.append(second)
     return {
         "floor": statistics.median(floor),
         "floor_min": min(floor),
         "save": statistics.median(ours),
         "save_min": min(ours),
-        "first": first,
-        "second": second,
+        "first": statistics.median(firsts),
+        "second": statistics.median(seconds),
     }
 
 
@@ -444,9 +451,9 @@ def main() -> None:
                 f"{mib} MiB: save min {f['save_min'] * 1e3:.1f} ms / floor min"
                 f" {f['floor_min'] * 1e3:.1f} ms = {f['save_min'] / f['floor_min']:.2f}x;"
                 f" medians {f['save'] * 1e3:.1f} / {f['floor'] * 1e3:.1f} ms ="
-                f" {f['save'] / f['floor']:.2f}x; first save after reserve()"
-                f" {f['first'] * 1e3:.1f} ms ({f['first'] / f['floor_min']:.2f}x floor min),"
-                f" second {f['second'] * 1e3:.1f} ms ({f['second'] / f['floor_min']:.2f}x)",
+                f" {f['save'] / f['floor']:.2f}x; first save of a run after reserve()"
+                f" {f['first'] * 1e3:.1f} ms ({f['first'] / f['floor']:.2f}x the floor's"
+                f" median), second {f['second'] * 1e3:.1f} ms ({f['second'] / f['floor']:.2f}x)",
                 flush=True,
             )
         print(f"load average {os.getloadavg()[0]:.2f}")

@@ -275,6 +275,7 @@ def prepare(root: str, rank: int, nbytes: int) -> None:
     as it is), and a spare for each save that finds no step to reuse. Errors are
     ignored: the save itself reports them."""
     held = held_files(root, rank)
+    remember(root, rank, held)  # the next save's plan needs no scan
     with contextlib.suppress(OSError, ValueError):
         if len(held) >= 2:
             fd = os.open(held[0], os.O_RDWR | os.O_CLOEXEC)

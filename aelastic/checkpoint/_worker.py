@@ -15,9 +15,9 @@ import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
-from . import _buffer
+from . import _buffer, _torchfile
 from . import _layout as L
 from ._exceptions import CheckpointError
 
@@ -71,17 +71,27 @@ def _tensors(obj: Any) -> Iterator[Any]:
             stack.extend(item)
 
 
-def _tensor_bytes(obj: Any) -> int:
-    """The bytes of the distinct tensor storages in ``obj`` (what torch.save writes)."""
-    seen: set[tuple[str, int]] = set()
+class _Storages(NamedTuple):
+    """The distinct tensor storages in an object (what torch.save writes)."""
+
+    nbytes: int
+    number: int
+    #: whether one of them is on a CUDA device
+    cuda: bool
+
+
+def _storages(obj: Any) -> _Storages:
+    seen: set[int] = set()
     total = 0
+    cuda = False
     for tensor in _tensors(obj):
         storage = tensor.untyped_storage()
-        key = (str(tensor.device), storage.data_ptr())
+        key = storage._cdata  # one per storage, whatever its device (torch.save's key)
         if key not in seen:
             seen.add(key)
             total += storage.nbytes()
-    return total
+            cuda = cuda or tensor.is_cuda
+    return _Storages(total, len(seen), cuda)
 
 
 def _size(n: int) -> str:
@@ -146,14 +156,15 @@ def save(obj: Any, *, step: int, asynchronous: bool = False) -> None:
     root = _memory_dir()
     rank, world = _rank_and_world()
     check_order(rank, step, "save")
-    staged, events = _stage(obj, asynchronous)
+    sizes = _storages(obj)  # a staged object's host storages: as many, as large
+    staged, events = _stage(obj, asynchronous) if sizes.cuda else (obj, [])
     if asynchronous and events:
         _last_saved[rank] = step  # the order of steps counts from the call
 
         def write() -> None:
             for event in events:
                 event.synchronize()
-            size, ready = _write(staged, root, step, rank, world)
+            size, ready = _write(staged, sizes, root, step, rank, world)
             if not ready:
                 _buffer.prepare(root, rank, size)
 
@@ -161,7 +172,7 @@ def save(obj: Any, *, step: int, asynchronous: bool = False) -> None:
         return
     for event in events:
         event.synchronize()
-    size, ready = _write(staged, root, step, rank, world)
+    size, ready = _write(staged, sizes, root, step, rank, world)
     if not ready:  # the next save's buffer, prepared while training goes on
         prepare_next(root, rank, size)
 
@@ -208,7 +219,8 @@ def reserve(size: Any) -> None:
     if isinstance(size, int):
         nbytes = size + _RECORDS_BASE
     else:  # the file holds the tensors' bytes, then a record each and the pickle
-        nbytes = _tensor_bytes(size) + _RECORDS_BASE + _RECORD * sum(1 for _ in _tensors(size))
+        sizes = _storages(size)
+        nbytes = sizes.nbytes + _RECORDS_BASE + _RECORD * sizes.number
     root = _memory_dir()
     rank, _ = _rank_and_world()
     wait()
@@ -243,7 +255,7 @@ def _warm_up(root: str) -> None:
             try:
                 for _ in range(8):
                     with _no_crc32():
-                        torch.save(state, _buffer.MapWriter(fd, m))  # type: ignore[arg-type]
+                        _torchfile.save(state, _buffer.MapWriter(fd, m), 4, 1)
             finally:
                 m.mm.close()
         finally:
@@ -285,14 +297,15 @@ def _in_background(work: Callable[[], None], what: str | None) -> None:
     _thread.start_new_thread(run, ())
 
 
-def _write(obj: Any, root: str, step: int, rank: int, world: int) -> tuple[int, bool]:
-    """Copy ``obj`` into this rank's buffer for ``step`` and commit it (blocking); the
-    bytes of its file, and whether the next save's buffer is ready."""
-    import torch
-
-    nbytes = _tensor_bytes(obj)
-    with rank_buffer(root, step, rank, world, nbytes, "save") as (writer, done), _no_crc32():
-        torch.save(obj, writer)  # type: ignore[arg-type]  # a file-like writer
+def _write(
+    obj: Any, sizes: _Storages, root: str, step: int, rank: int, world: int
+) -> tuple[int, bool]:
+    """Copy ``obj`` (its storages: ``sizes``) into this rank's buffer for ``step`` and
+    commit it (blocking); the bytes of its file, and whether the next save's buffer is
+    ready."""
+    buffer = rank_buffer(root, step, rank, world, sizes.nbytes, "save")
+    with buffer as (writer, done), _no_crc32():
+        _torchfile.save(obj, writer, sizes.nbytes, sizes.number)
     return writer.pos, done[0]
 
 
@@ -309,7 +322,8 @@ def rank_buffer(
     tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.{os.getpid()}.tmp")
     where = f"aelastic.checkpoint.{caller}"
     held, reuse = _buffer.plan(root, rank, step)  # the one scan of the directory
-    _check_memory(root, nbytes + _buffer.SLACK - _buffer.size_of(reuse), where)
+    if nbytes > _buffer.size_of(reuse):  # (a buffer that holds the tensors has the pages)
+        _check_memory(root, nbytes + _buffer.SLACK - _buffer.size_of(reuse), where)
     try:
         with contextlib.suppress(FileExistsError):
             os.mkdir(os.path.dirname(final))  # in the agent's directory, which exists
@@ -358,11 +372,11 @@ def rank_buffer(
 
 
 def _stage(obj: Any, asynchronous: bool) -> tuple[Any, list[Any]]:
-    """``obj`` with its tensors replaced by host copies where a save needs them; the
-    CUDA events that mark those copies finished (``[]``: nothing staged).
+    """``obj`` (which holds CUDA tensors) with its tensors replaced by host copies where
+    a save needs them; the CUDA events that mark those copies finished.
 
-    Without CUDA tensors ``obj`` goes as it is (the save copies it before returning).
-    With them, each distinct CUDA storage is copied into a pinned host buffer (reused
+    (Without CUDA tensors a save takes ``obj`` as it is: it copies it before returning.)
+    Each distinct CUDA storage is copied into a pinned host buffer (reused
     from save to save) by a non-blocking transfer on its device's current stream, and
     an event is recorded there; with ``asynchronous`` the CPU tensors are copied too,
     as the caller may change them once :func:`save` returns. Views of one storage stay
@@ -371,8 +385,6 @@ def _stage(obj: Any, asynchronous: bool) -> tuple[Any, list[Any]]:
     """
     import torch
 
-    if not any(t.is_cuda for t in _tensors(obj)):
-        return obj, []
     hosts: dict[tuple[str, int], Any] = {}
     devices: dict[str, Any] = {}
     used = 0
