@@ -1,10 +1,10 @@
 """Checkpoint save/load: aelastic.checkpoint vs torch.save / torch.load vs DCP async_save.
 
     python benchmarks/checkpoint.py [--sizes-mib 128,1024] [--repeats 3]
-        [--mode all|peer|floor|stall]
+        [--mode all|peer|floor|stall] [--tensors 8]
 
-One process plays one rank (RANK=0, WORLD_SIZE=1) of a state of N MiB (8 float32
-tensors, a model-like state_dict) and measures, side by side in one run:
+One process plays one rank (RANK=0, WORLD_SIZE=1) of a state of N MiB (``--tensors``
+float32 tensors, 8 by default: a model-like state_dict) and measures, side by side in one run:
 
 * **save, blocking**: ``aelastic.checkpoint.save`` into an agent-style directory in
   ``/dev/shm`` (steady state: after two saves, as in training, so it reuses the pages
@@ -39,7 +39,8 @@ tensors, a model-like state_dict) and measures, side by side in one run:
   time and the main thread's longest stall, page tables filled by ``mmap.madvise``
   (which holds the GIL) and by ``_buffer.map_file`` (ctypes, which drops it).
 * **floor** (``--mode floor`` runs only this): per size, ``--repeats`` interleaved
-  pairs of the copy floor and a steady-state save, then ``--repeats`` runs' first and
+  rounds of the copy floor, a steady-state save and ``torch.save`` to a ``/dev/shm``
+  file (torch's defaults: CRC-32 on), then ``--repeats`` runs' first and
   second saves after ``reserve()`` (a fresh directory each); min and median of each (on
   a shared machine the minimum is the closest to the uncontended cost, and
   interleaving gives both the same load).
@@ -100,9 +101,13 @@ print(t1 - t0, t2 - t0, t3 - t2, t4 - t2)
 _steps = itertools.count()
 
 
+#: Tensors per state (``--tensors``).
+_tensors = 8
+
+
 def state(mib: int) -> dict[str, torch.Tensor]:
     n = mib * (1 << 20) // 4
-    return {f"w{i}": torch.randn(n // 8) for i in range(8)}
+    return {f"w{i}": torch.randn(n // _tensors) for i in range(_tensors)}
 
 
 def timed(fn: object) -> float:
@@ -171,11 +176,14 @@ def floor_pairs(mib: int, repeats: int, memory: str) -> dict[str, float]:
     os.environ.update({L.DIR_ENV: memory, "RANK": "0", "WORLD_SIZE": "1"})
     checkpoint.save(sd, step=next(_steps))
     checkpoint.save(sd, step=next(_steps))
-    floor, ours, firsts, seconds = [], [], [], []
+    floor, ours, firsts, seconds, plain = [], [], [], [], []
+    plain_path = os.path.join(memory, "torch_save.pt")
     for _ in range(repeats):
         floor.append(copy_floor(sd, memory))
         checkpoint.wait()
         ours.append(timed(functools.partial(checkpoint.save, sd, step=next(_steps))))
+        plain.append(timed(functools.partial(torch.save, sd, plain_path)))
+        os.unlink(plain_path)
     checkpoint.wait()
     for _ in range(repeats):
         first, second = first_save(sd, memory, prepared=True)
@@ -188,6 +196,7 @@ def floor_pairs(mib: int, repeats: int, memory: str) -> dict[str, float]:
         "save_min": min(ours),
         "first": statistics.median(firsts),
         "second": statistics.median(seconds),
+        "torch_save": statistics.median(plain),
     }
 
 
@@ -426,7 +435,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scratch", default=None, help="local directory for torch.save/DCP")
     parser.add_argument("--mode", choices=("all", "peer", "floor", "stall"), default="all")
+    parser.add_argument("--tensors", type=int, default=8, help="tensors per state")
     opts = parser.parse_args()
+    global _tensors
+    _tensors = opts.tensors
     print(f"load average {os.getloadavg()[0]:.2f}; torch {torch.__version__}", flush=True)
     results: dict[str, dict[int, dict[str, float]]] = {"save_load": {}, "peer": {}}
     sizes = [int(x) for x in opts.sizes_mib.split(",")]
@@ -453,7 +465,9 @@ def main() -> None:
                 f" medians {f['save'] * 1e3:.1f} / {f['floor'] * 1e3:.1f} ms ="
                 f" {f['save'] / f['floor']:.2f}x; first save of a run after reserve()"
                 f" {f['first'] * 1e3:.1f} ms ({f['first'] / f['floor']:.2f}x the floor's"
-                f" median), second {f['second'] * 1e3:.1f} ms ({f['second'] / f['floor']:.2f}x)",
+                f" median), second {f['second'] * 1e3:.1f} ms ({f['second'] / f['floor']:.2f}x);"
+                f" torch.save to /dev/shm {f['torch_save'] * 1e3:.1f} ms"
+                f" ({f['torch_save'] / f['floor']:.2f}x)",
                 flush=True,
             )
         print(f"load average {os.getloadavg()[0]:.2f}")

@@ -254,19 +254,25 @@ class MapWriter:
 def forget_others(root: str, rank: int, held: list[str] | None = None) -> bool:
     """Unmap what is no longer one of ``rank``'s buffers (a mapping would keep the
     memory of a deleted file); whether the next save's buffer is mapped already (the
-    steady state: :func:`prepare` has nothing to do). ``held``: the rank's committed
-    files, oldest first, when the caller knows them (None: scanned)."""
+    steady state, and the two saves after :func:`prepare` made spares: nothing to
+    prepare). ``held``: the rank's committed files, oldest first, when the caller knows
+    them (None: scanned)."""
     if held is None:
         held = held_files(root, rank)
-    keys = []
-    for path in (*held, *(spare_path(root, rank, i) for i in range(_SPARES))):
+    spares = [spare_path(root, rank, i) for i in range(_SPARES)]
+    keys: dict[str, tuple[int, int]] = {}
+    for path in (*held, *spares):
         with contextlib.suppress(OSError):
             st = os.stat(path)
-            keys.append((st.st_dev, st.st_ino))
+            keys[path] = (st.st_dev, st.st_ino)
+    # what the next save writes into (see plan): the older of two held steps, else the
+    # first spare there is
+    following = held[0] if len(held) >= _SPARES else next((p for p in spares if p in keys), None)
     with _lock:
-        for key in [k for k in _maps if k not in keys]:
+        kept = set(keys.values())
+        for key in [k for k in _maps if k not in kept]:
             _maps.pop(key).mm.close()
-        return len(held) == _SPARES and keys[:1] == [k for k in keys[:1] if k in _maps]
+        return following is not None and keys.get(following) in _maps
 
 
 def prepare(root: str, rank: int, nbytes: int) -> None:

@@ -65,13 +65,16 @@ class _Records:
         self.sink = sink
         self.entries: list[tuple[bytes, int, int, int]] = []  # name, offset, size, flags
         self.alignment = 64
+        #: bytes for the sink not written yet: small records and headers go with the
+        #: next write, so a tensor's record costs two (its header, its bytes)
+        self.pending = b""
 
     def write_record(self, name: str, data: Any, nbytes: int) -> None:
         if name == ".storage_alignment":  # written before the first tensor's record
             self.alignment = int(data)
         sink = self.sink
         encoded = (_ARCHIVE + name).encode()
-        offset = sink.pos
+        offset = sink.pos + len(self.pending)
         start = offset + _LOCAL.size + len(encoded) + 4
         pad = -start % self.alignment
         flags = _UTF8 | _DESCRIBED if nbytes else _UTF8
@@ -82,13 +85,12 @@ class _Records:
             + b"Z" * pad
         )
         described = _DESCRIPTOR.pack(0x08074B50, 0, nbytes, nbytes) if nbytes else b""
-        if isinstance(data, (bytes, str)):  # a small record: one write
-            sink.write(header + _view(data, nbytes) + described)
+        if isinstance(data, (bytes, str)) or not nbytes:
+            self.pending += header + _view(data, nbytes) + described
         else:
-            sink.write(header)
-            if nbytes:
-                sink.write(_view(data, nbytes))
-            sink.write(described)
+            sink.write(self.pending + header)
+            sink.write(_view(data, nbytes))
+            self.pending = described
         self.entries.append((encoded, offset, nbytes, flags))
 
     def write_record_metadata(self, name: str, nbytes: int) -> None:
@@ -99,13 +101,14 @@ class _Records:
         records."""
         self.write_record("version", "3\n", 2)
         self.write_record(".data/serialization_id", serialization_id, len(serialization_id))
-        sink = self.sink
-        directory = sink.pos
-        sink.write(b"".join(_central(*entry) for entry in self.entries))
-        n, end64 = len(self.entries), sink.pos
+        directory = self.sink.pos + len(self.pending)
+        entries = b"".join(_central(*entry) for entry in self.entries)
+        n, end64 = len(self.entries), directory + len(entries)
         size = end64 - directory
-        sink.write(
-            _END64.pack(0x06064B50, 44, 0x031E, 0x2D, 0, 0, n, n, size, directory)
+        self.sink.write(
+            self.pending
+            + entries
+            + _END64.pack(0x06064B50, 44, 0x031E, 0x2D, 0, 0, n, n, size, directory)
             + _LOCATOR.pack(0x07064B50, 0, end64, 1)
             + _END.pack(0x06054B50, 0, 0, n, n, size, directory, 0)
         )
