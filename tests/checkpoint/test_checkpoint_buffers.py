@@ -61,6 +61,9 @@ def test_first_save_fits_the_reserved_pages_and_a_file_removed_behind_the_saver(
     out = json.loads(done.stdout)
     # reserve() allocated the tensors' bytes and room for torch.save's records
     assert out["first_file"] <= out["reserved"], out
+    # each of the first four saves found the next one's buffer mapped (reserve's two
+    # spares, then the oldest kept step): no thread started to prepare one
+    assert out["prepared"] == [False, False, False, False], out
     assert [os.path.dirname(p) for p in out["steady"]] == ["step_000000000002", "step_000000000003"]
     # step 2's file vanished: the save of 4 rescanned and kept 3 and 4
     assert [os.path.dirname(p) for p in out["after_removal"]] == [

@@ -12,7 +12,7 @@ import torch
 from _committed import committed  # this script's directory
 
 from aelastic import checkpoint
-from aelastic.checkpoint import _buffer
+from aelastic.checkpoint import _buffer, _worker
 
 root = os.environ["AELASTIC_CHECKPOINT_DIR"]
 state = {f"w{i}": torch.full((1 << 18,), float(i)) for i in range(8)}  # 8 MiB, 8 tensors
@@ -25,10 +25,13 @@ checkpoint.wait()
 spare = _buffer.spare_path(root, 0)
 out["reserved"] = os.stat(spare).st_blocks * 512
 checkpoint.save(state, step=0)
+prepared = [_worker._background is not None]  # a background preparation after the save
 (first,) = committed(root)
 out["first_file"] = os.path.getsize(os.path.join(root, first))
 for step in (1, 2, 3):
     checkpoint.save(state, step=step)
+    prepared.append(_worker._background is not None)
+out["prepared"] = prepared
 out["steady"] = committed(root)
 # the oldest kept file removed behind the saver's back: the next save scans again
 os.unlink(os.path.join(root, out["steady"][0]))
