@@ -25,6 +25,7 @@ import contextlib
 import mmap
 import os
 import threading
+from typing import Any
 
 from .._dataclass import dataclass
 from . import _layout as L
@@ -32,6 +33,7 @@ from . import _layout as L
 __all__ = (
     "Map",
     "MapWriter",
+    "allocate_mapped",
     "forget_others",
     "held_files",
     "map_file",
@@ -162,24 +164,47 @@ def map_file(fd: int, length: int, populate: int) -> mmap.mmap:
     return mm
 
 
-def _populate(mm: mmap.mmap, length: int) -> None:
-    """``madvise(MADV_POPULATE_WRITE)`` on ``mm``'s first ``length`` bytes, through
-    ctypes, which drops the GIL for the call (``mmap.madvise`` holds it: measured, a
-    save's background preparation of 512 MiB then stopped the training thread for
-    126 ms). Raises OSError when the kernel refuses (older than 5.14)."""
+def _populate(mm: mmap.mmap, length: int, start: int = 0) -> None:
+    """``madvise(MADV_POPULATE_WRITE)`` on ``length`` bytes of ``mm`` from ``start`` (a
+    multiple of the page size), through ctypes, which drops the GIL for the call
+    (``mmap.madvise`` holds it: measured, a save's background preparation of 512 MiB
+    then stopped the training thread for 126 ms). Raises OSError when the kernel
+    refuses (older than 5.14)."""
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = _libc()
     anchor = ctypes.c_char.from_buffer(mm)  # the mapping's address (pins it meanwhile)
     try:
         address = ctypes.addressof(anchor)
     finally:
         del anchor
-    madvise = libc.madvise
-    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    if madvise(address, length, _POPULATE_WRITE) != 0:
+    if libc.madvise(address + start, length, _POPULATE_WRITE) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
+
+
+_libcs: list[Any] = []
+
+
+def _libc() -> Any:
+    """The C library, with ``madvise``'s signature (loaded once)."""
+    if not _libcs:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        _libcs.append(libc)
+    return _libcs[0]
+
+
+def allocate_mapped(fd: int, mm: mmap.mmap, start: int, end: int) -> None:
+    """Allocate the pages of bytes ``start`` (a multiple of the page size) to ``end`` of
+    the file ``fd`` and fill their page tables in ``mm``, its mapping (blocking, without
+    the GIL: run it in a worker thread). Raises OSError (``ENOSPC``: not enough shared
+    memory)."""
+    _allocate(fd, start, end)
+    with contextlib.suppress(OSError):  # an older kernel: faulted in as they are written
+        _populate(mm, -(-(end - start) // _PAGE) * _PAGE, start)
 
 
 def mapping(fd: int, nbytes: int) -> Map:

@@ -9,8 +9,11 @@ dropped by :meth:`Landing.sweep` once the file is gone (a mapping would keep a d
 file's memory). A mapping holds its file's inode, so a kept mapping can never be taken
 for a later file's.
 
-Page tables are never filled ahead (``MAP_POPULATE``, ``madvise``): CPython holds the
-GIL through both, which stalled the agent's event loop 125-205 ms per 512 MiB here.
+A new file's pages are allocated, and their page tables filled, by :meth:`Landing.allocate`
+a chunk at a time in a worker thread while the bytes of the chunk before arrive
+(``_replica``), through ctypes (``_buffer.allocate_mapped``): ``MAP_POPULATE`` and
+``mmap.madvise`` hold CPython's GIL, which stalled the agent's event loop 125-205 ms per
+512 MiB here.
 """
 
 from __future__ import annotations
@@ -31,12 +34,13 @@ __all__ = ("Landed", "Landing")
 @dataclass
 class Landed:
     """One file being received: its temporary name, final name, descriptor and mapping
-    (None for an empty file)."""
+    (None for an empty file), and how many of its bytes have pages allocated."""
 
     tmp: str
     final: str
     fd: int
     mm: mmap.mmap | None
+    allocated: int = 0
 
 
 def _key(fd: int) -> tuple[int, int]:
@@ -53,27 +57,34 @@ class Landing:
         self._lock = threading.Lock()
 
     def open(self, rank: int, step: int, world: int, size: int) -> Landed:
-        """A temporary file for ``rank``'s file of ``step``, ``size`` bytes allocated
-        and mapped: the pages of ``rank``'s older held step when two steps older than
-        ``step`` are held. Raises OSError (``ENOSPC``: not enough shared memory; nothing
-        is left behind)."""
+        """A temporary file for ``rank``'s file of ``step``, ``size`` bytes long and
+        mapped: the pages of ``rank``'s older held step when two steps older than
+        ``step`` are held (``allocated`` says how many of its bytes have pages: the
+        rest must go through :meth:`allocate` before they are written). Raises OSError
+        (nothing is left behind)."""
         tmp = os.path.join(self.memory_dir, f".replica_{rank}_{os.urandom(8).hex()}.tmp")
         held = B.held_files(self.memory_dir, rank, step)
         older = len(held) >= 2 and L.step_of(held[-1]) < step
         fd = B.target(self.memory_dir, held[0] if older else None, tmp)
         try:
+            had = os.fstat(fd).st_size  # a complete file's: its pages are allocated
             os.ftruncate(fd, size)
-            mm = None
-            if size:
-                # allocated before it is written: a full /dev/shm is ENOSPC here, not
-                # a fault while the bytes arrive
-                os.posix_fallocate(fd, 0, size)
-                mm = self._mapping(fd, size)
+            mm = self._mapping(fd, size) if size else None
         except BaseException:
             os.close(fd)
             os.unlink(tmp)
             raise
-        return Landed(tmp, L.rank_file(self.memory_dir, step, rank, world), fd, mm)
+        final = L.rank_file(self.memory_dir, step, rank, world)
+        return Landed(tmp, final, fd, mm, min(had, size) // mmap.PAGESIZE * mmap.PAGESIZE)
+
+    def allocate(self, landed: Landed, end: int) -> None:
+        """Allocate the pages of ``landed``'s bytes up to ``end`` and fill their page
+        tables (blocking, without the GIL: a worker thread runs it while bytes arrive
+        before ``landed.allocated``). A full ``/dev/shm`` is ``ENOSPC`` here, never a
+        fault while the bytes are written. Raises OSError."""
+        if landed.mm is not None and end > landed.allocated:
+            B.allocate_mapped(landed.fd, landed.mm, landed.allocated, end)
+            landed.allocated = end
 
     def _mapping(self, fd: int, size: int) -> mmap.mmap:
         with self._lock:
@@ -82,7 +93,7 @@ class Landing:
             return mm  # the page tables the last copy into these pages filled
         if mm is not None:
             mm.close()
-        return B.map_file(fd, size, 0)
+        return B.map_file(fd, size, 0)  # page tables: filled by allocate()
 
     def finish(self, landed: Sequence[Landed], keep: bool) -> None:
         """Give the files their final names and keep their mappings (``keep``), or

@@ -202,8 +202,9 @@ async def _receive_files(
     whole; an existing one is replaced). Returns the bytes received, None when the
     sender's files changed while it sent them (nothing is kept).
 
-    Each file's pages are allocated and mapped in a worker thread before its bytes
-    arrive (:meth:`Landing.open`). Cancellation or an error removes the temporary files.
+    Each file's pages are allocated in a worker thread before its bytes arrive, a
+    chunk ahead of them (:func:`_receive_file`). Cancellation or an error (``ENOSPC``:
+    not enough shared memory) removes the temporary files.
     """
     files = header["files"]
     metadata = bytearray(int(header.get("metadata") or 0))
@@ -214,8 +215,7 @@ async def _receive_files(
             f = await anyio.to_thread.run_sync(landing.open, int(rank), step, world, int(size))
             landed.append(f)
             if f.mm is not None:
-                with memoryview(f.mm)[: int(size)] as view:
-                    await conn.receive_into(view)
+                await _receive_file(conn, landing, f, int(size))
         if metadata:
             await conn.receive_into(memoryview(metadata))
         await conn.send_line("held")
@@ -227,6 +227,46 @@ async def _receive_files(
             if whole and metadata:  # after the rank files: a reader needs both
                 await anyio.to_thread.run_sync(landing.put_metadata, step, bytes(metadata))
     return sum(int(size) for _, size in files) + len(metadata) if whole else None
+
+
+#: Bytes a new file's pages are allocated by at a time, ahead of the bytes arriving:
+#: the first chunk (allocated while nothing arrives) small, each next one twice the last
+#: up to the most.
+ALLOCATE_FIRST, ALLOCATE_MOST = 1 << 20, 16 << 20
+
+
+async def _receive_file(conn: PeerConn, landing: Landing, f: Landed, size: int) -> None:
+    """Receive ``size`` bytes into ``f``'s mapping. Where its pages are new, a worker
+    thread allocates the next chunk of them while the bytes of this one arrive
+    (the two took turns before: a fetch into empty memory spent 0.4-0.5 of its time
+    allocating pages). Raises what the connection or the allocation (OSError) raises;
+    returns or raises only once no thread touches the mapping."""
+    if f.mm is None:
+        return
+    failed: list[OSError] = []
+
+    async def allocate(end: int) -> None:
+        try:
+            await anyio.to_thread.run_sync(landing.allocate, f, end)
+        except OSError as exc:
+            failed.append(exc)
+
+    chunk = ALLOCATE_FIRST
+    with memoryview(f.mm)[:size] as view:
+        received = 0
+        while received < size:
+            if f.allocated <= received:  # nothing allocated ahead: this chunk, now
+                await allocate(min(size, received + chunk))
+            if failed:
+                raise failed[0]
+            ready = min(size, f.allocated)
+            chunk = min(2 * chunk, ALLOCATE_MOST)
+            # the thread is waited for when the block ends, even when it is cancelled
+            async with background_tasks() as tg:
+                if ready < size:
+                    tg.start_soon(allocate, min(size, ready + chunk))
+                await conn.receive_into(view[received:ready])
+            received = ready
 
 
 class Replicas:
