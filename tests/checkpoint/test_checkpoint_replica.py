@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ import pytest
 from aelastic.checkpoint import _layout as L
 from aelastic.checkpoint import _replica
 from aelastic.checkpoint._agent import Checkpoints
+from aelastic.checkpoint._landing import Landed, Landing
 from aelastic.checkpoint._replica import KEY, PeerRound, Replicas, open_replicas
 from aelastic.checkpoint._wire import SEND_CHUNK as CHUNK
 from aelastic.store import LocalStore
@@ -160,6 +162,61 @@ async def test_a_copy_reuses_the_pages_of_the_oldest_replica_it_replaces(tmp_pat
     assert os.stat(L.rank_file(str(b), 6, 0, 2)).st_ino == inode_2
     assert (held(b, 4, 0), held(b, 6, 0)) == (data[4], data[6])  # shorter: cut to size
     assert not [n for n in os.listdir(b) if n.startswith(".")]
+
+
+async def test_new_pages_are_allocated_a_chunk_ahead_of_the_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a copy into new pages: each byte lands in pages allocated before it arrives, a
+    # chunk at a time (small chunks here: many of them), and the file comes out whole
+    a, b = tmp_path / "a", tmp_path / "b"
+    b.mkdir()
+    monkeypatch.setattr(_replica, "ALLOCATE_FIRST", 1 << 16)
+    monkeypatch.setattr(_replica, "ALLOCATE_MOST", 1 << 18)
+    ends: list[int] = []
+    real_allocate = Landing.allocate
+
+    def allocate(self: Landing, landed: Landed, end: int) -> None:
+        ends.append(end)
+        real_allocate(self, landed, end)
+
+    monkeypatch.setattr(Landing, "allocate", allocate)
+    data = {2: os.urandom(3 * CHUNK + 12345)}
+    await _pushed_by_a(a, b, [2], data)
+    assert held(b, 2, 0) == data[2]
+    size = len(data[2])
+    assert ends[0] == 1 << 16 and ends[-1] == size and ends == sorted(ends)
+    assert len(ends) > size // (1 << 18)  # in chunks of at most 256 KiB
+    assert os.stat(L.rank_file(str(b), 2, 0, 2)).st_blocks * 512 >= size
+
+
+async def test_shared_memory_running_out_mid_copy_loses_only_that_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # /dev/shm fills while a copy arrives: the copy is dropped (no temporary file left,
+    # no fault while writing), the step the peer held before stays, a warning says why
+    a, b = tmp_path / "a", tmp_path / "b"
+    b.mkdir()
+    data = {2: b"two" * 1000, 4: os.urandom(3 * CHUNK)}
+    await _pushed_by_a(a, b, [2], data)
+    monkeypatch.setattr(_replica, "ALLOCATE_FIRST", 1 << 16)
+    calls = 0
+    real_allocate = Landing.allocate
+
+    def allocate(self: Landing, landed: Landed, end: int) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_allocate(self, landed, end)
+
+    monkeypatch.setattr(Landing, "allocate", allocate)
+    with caplog.at_level(logging.WARNING, "aelastic.checkpoint"):
+        await _pushed_by_a(a, b, [4], data)
+    assert calls >= 3
+    assert sorted(L.scan(str(b))) == [2] and held(b, 2, 0) == data[2]
+    assert not [n for n in os.listdir(b) if n.startswith(".")]
+    assert "No space left on device" in caplog.text
 
 
 def _mapped(root: Path) -> list[str]:
