@@ -22,6 +22,7 @@ size hint before the first save). The next save waits for it, so at most one run
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 import os
 import threading
@@ -65,6 +66,7 @@ _maps: dict[tuple[int, int], Map] = {}
 _lock = threading.Lock()
 
 
+@functools.cache
 def spare_path(root: str, rank: int, index: int = 0) -> str:
     return os.path.join(root, f".spare_rank_{rank}_{index}")
 

@@ -22,7 +22,7 @@ import queue
 from typing import TYPE_CHECKING, Any
 
 from . import _layout as L
-from . import _worker
+from . import _torchfile, _worker
 from ._exceptions import CheckpointError
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ class _MemoryWriter(_WriterBase):
         buffer = _worker.rank_buffer(
             self._root, self.step, self._rank, self._world, nbytes, "MemoryWriter"
         )
-        with buffer as (writer, done), _worker._no_crc32():
+        with buffer as (writer, done), _torchfile.no_crc32():
             _write_files_from_queue(
                 create_stream=lambda path, mode: _Stream(writer),
                 file_queue=files,

@@ -9,7 +9,9 @@ calls are no-ops for it outside an agent's worker.
 
 from __future__ import annotations
 
+import functools
 import time
+from types import ModuleType
 from typing import Any
 
 from . import _worker
@@ -17,9 +19,17 @@ from . import _worker
 __all__ = ("load", "save")
 
 
-def save(obj: Any, *, step: int, asynchronous: bool = False) -> None:
+@functools.cache
+def _progress() -> ModuleType:
+    """``aelastic.progress``, imported at the first call (an import statement in
+    :func:`save` cost microseconds on every save)."""
     from .. import progress
 
+    return progress
+
+
+def save(obj: Any, *, step: int, asynchronous: bool = False) -> None:
+    progress = _progress()
     started = time.monotonic_ns()  # an asynchronous save blocks only until it returns
     _worker.save(obj, step=step, asynchronous=asynchronous)
     progress.checkpoint_blocked("save", time.monotonic_ns() - started, step)
@@ -29,8 +39,7 @@ save.__doc__ = _worker.save.__doc__
 
 
 def load(*, rank: int | None = None, map_location: Any = "cpu") -> tuple[int, Any] | None:
-    from .. import progress
-
+    progress = _progress()
     started = time.monotonic_ns()
     try:
         return _worker.load(rank=rank, map_location=map_location)

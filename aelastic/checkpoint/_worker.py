@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from . import _buffer, _torchfile
+from . import _buffer, _statepickle, _torchfile
 from . import _layout as L
 from ._exceptions import CheckpointError
 
@@ -156,7 +156,12 @@ def save(obj: Any, *, step: int, asynchronous: bool = False) -> None:
     root = _memory_dir()
     rank, world = _rank_and_world()
     check_order(rank, step, "save")
-    sizes = _storages(obj)  # a staged object's host storages: as many, as large
+    pickled = _statepickle.dumps(obj)  # None: a CUDA tensor, or what torch must pickle
+    if pickled is not None:  # (its walk counted the storages)
+        nbytes = sum(storage.nbytes() for storage in pickled.storages)
+        sizes = _Storages(nbytes, len(pickled.storages), False)
+    else:
+        sizes = _storages(obj)  # a staged object's host storages: as many, as large
     staged, events = _stage(obj, asynchronous) if sizes.cuda else (obj, [])
     if asynchronous and events:
         _last_saved[rank] = step  # the order of steps counts from the call
@@ -164,7 +169,7 @@ def save(obj: Any, *, step: int, asynchronous: bool = False) -> None:
         def write() -> None:
             for event in events:
                 event.synchronize()
-            size, ready = _write(staged, sizes, root, step, rank, world)
+            size, ready = _write(staged, sizes, root, step, rank, world, None)
             if not ready:
                 _buffer.prepare(root, rank, size)
 
@@ -172,7 +177,7 @@ def save(obj: Any, *, step: int, asynchronous: bool = False) -> None:
         return
     for event in events:
         event.synchronize()
-    size, ready = _write(staged, sizes, root, step, rank, world)
+    size, ready = _write(staged, sizes, root, step, rank, world, pickled)
     if not ready:  # the next save's buffer, prepared while training goes on
         prepare_next(root, rank, size)
 
@@ -236,7 +241,7 @@ _RECORDS_BASE = 64 << 10
 
 
 def _warm_up(root: str) -> None:
-    """Tiny saves through a save's own path (torch.save into a mapped file of ``root``),
+    """Tiny saves through a save's own path (its writer into a mapped file of ``root``),
     and the modules a save imports: the first call's imports and set-up (about 10 ms),
     and the interpreter's first slow runs of that code, are not paid by the first real
     save. Errors are ignored: the save reports its own."""
@@ -254,8 +259,7 @@ def _warm_up(root: str) -> None:
             state = {"w": torch.zeros(1)}
             try:
                 for _ in range(8):
-                    with _no_crc32():
-                        _torchfile.save(state, _buffer.MapWriter(fd, m), 4, 1)
+                    _torchfile.save(state, _buffer.MapWriter(fd, m), 4, 1)
             finally:
                 m.mm.close()
         finally:
@@ -298,14 +302,20 @@ def _in_background(work: Callable[[], None], what: str | None) -> None:
 
 
 def _write(
-    obj: Any, sizes: _Storages, root: str, step: int, rank: int, world: int
+    obj: Any,
+    sizes: _Storages,
+    root: str,
+    step: int,
+    rank: int,
+    world: int,
+    pickled: _statepickle.Pickled | None,
 ) -> tuple[int, bool]:
-    """Copy ``obj`` (its storages: ``sizes``) into this rank's buffer for ``step`` and
-    commit it (blocking); the bytes of its file, and whether the next save's buffer is
-    ready."""
+    """Copy ``obj`` (its storages: ``sizes``; its pickle, if made already) into this
+    rank's buffer for ``step`` and commit it (blocking); the bytes of its file, and
+    whether the next save's buffer is ready."""
     buffer = rank_buffer(root, step, rank, world, sizes.nbytes, "save")
-    with buffer as (writer, done), _no_crc32():
-        _torchfile.save(obj, writer, sizes.nbytes, sizes.number)
+    with buffer as (writer, done):
+        _torchfile.save(obj, writer, sizes.nbytes, sizes.number, pickled)
     return writer.pos, done[0]
 
 
@@ -435,22 +445,6 @@ def _stage(obj: Any, asynchronous: bool) -> tuple[Any, list[Any]]:
         event.record(torch.cuda.current_stream(device))
         events.append(event)
     return staged, events
-
-
-@contextlib.contextmanager
-def _no_crc32() -> Iterator[None]:
-    """torch.save without the zip records' CRC-32 (a third of its time; torch.load does
-    not need it) for this call only. Sets torch's option and puts it back (its
-    ``config.patch`` costs 18 us a call, this 3)."""
-    from torch.utils.serialization import config
-
-    options = config.save
-    before = options.compute_crc32
-    options.compute_crc32 = False
-    try:
-        yield
-    finally:
-        options.compute_crc32 = before
 
 
 def _remove(path: str) -> None:
