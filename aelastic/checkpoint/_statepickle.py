@@ -19,7 +19,6 @@ viewing one storage as different dtypes, or a torch without the pieces named in
 
 from __future__ import annotations
 
-import pickle
 import struct
 from collections import OrderedDict
 from typing import Any
@@ -93,6 +92,8 @@ def _long(value: int) -> bytes:
         return b"M" + value.to_bytes(2, "little")
     if -0x80000000 <= value < 0x80000000:
         return b"J" + _I4.pack(value)
+    import pickle  # (here: the agent imports this module and needs no pickle)
+
     encoded = pickle.encode_long(value)
     if len(encoded) >= 0x100:
         raise _Unsupported

@@ -17,10 +17,8 @@ is not the one this was written against. Imports torch when called.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import inspect
 import os
-import pickle
 import struct
 import sys
 from collections.abc import Iterator
@@ -128,6 +126,8 @@ def _view(data: Any, nbytes: int) -> bytes | memoryview:
         return data
     if isinstance(data, str):
         return data.encode()
+    import ctypes  # (here: the agent imports this module and needs no ctypes)
+
     return memoryview((ctypes.c_char * nbytes).from_address(data.data_ptr())).cast("B")
 
 
@@ -203,6 +203,8 @@ def save(
         pickled = _statepickle.dumps(obj)
     alignment = getattr(getattr(t.config, "save", None), "storage_alignment", None)
     if pickled is None or not isinstance(alignment, int):
+        import pickle
+
         t.serialization._save(obj, zip_file, pickle, 2, False)
     else:  # the records torch's _save writes, in its order
         zip_file.write_record("data.pkl", pickled.data, len(pickled.data))
