@@ -229,8 +229,7 @@ def reserve(size: Any) -> None:
     root = _memory_dir()
     rank, _ = _rank_and_world()
     wait()
-    prepare_next(root, rank, nbytes)
-    _warm_up(root)
+    prepare_first(root, rank, nbytes)
 
 
 #: What a ``torch.save`` file holds beside the tensors' bytes, per tensor (its zip
@@ -269,6 +268,18 @@ def _warm_up(root: str) -> None:
 def prepare_next(root: str, rank: int, nbytes: int) -> None:
     """Prepare ``rank``'s next save buffers of ``nbytes`` in the background thread."""
     _in_background(functools.partial(_buffer.prepare, root, rank, nbytes), None)
+
+
+def prepare_first(root: str, rank: int, nbytes: int) -> None:
+    """Prepare ``rank``'s first save of this process in the background thread: its
+    buffers of ``nbytes``, then :func:`_warm_up` (off the caller's path: a resumed
+    worker's :func:`load` returned 10 ms later with it)."""
+
+    def first() -> None:
+        _buffer.prepare(root, rank, nbytes)
+        _warm_up(root)
+
+    _in_background(first, None)
 
 
 def _in_background(work: Callable[[], None], what: str | None) -> None:
@@ -499,8 +510,7 @@ def load(*, rank: int | None = None, map_location: Any = "cpu") -> tuple[int, An
         if rank is None and memory:  # the first save finds its buffer ready
             size = os.path.getsize(path)
             wait()
-            prepare_next(memory, want, size)
-            _warm_up(memory)
+            prepare_first(memory, want, size)
         return step, obj
     raise CheckpointError(
         f"aelastic.checkpoint.load: rank {want}'s object of step {step} is not on this node "
