@@ -1,13 +1,14 @@
 """A ``torch.save`` file written straight into a save's mapped buffer.
 
 ``torch.save`` hands each record of its zip file to a Python file-like object through
-its C++ writer, three calls a record: at 16 MiB of state that round trip, not the copy,
-was a third of a save's time. :func:`save` runs torch's own pickling
-(``torch.serialization._save``, so the pickle is the one ``torch.save`` writes) with a
-record writer of ours that lays the zip out itself, byte for byte the layout torch's
-writer produces with ``compute_crc32`` off: stored records, each record's data aligned
-to the storage alignment by a padding field, a data descriptor after each, zip64 end
-records. ``torch.load`` (``weights_only`` included, and ``mmap=True``) reads it.
+its C++ writer, three calls a record, and pickles with per-object hooks in Python: at
+16 MiB of state those, not the copy, were most of what a save cost beyond its copy.
+:func:`save` writes the records itself, byte for byte the layout torch's writer produces
+with ``compute_crc32`` off (stored records, each record's data aligned to the storage
+alignment by a padding field, a data descriptor after each, zip64 end records), around
+the pickle of :func:`_statepickle.dumps` where it takes the object, else torch's own
+(``torch.serialization._save``, the pickle ``torch.save`` writes). ``torch.load``
+(``weights_only`` included, and ``mmap=True``) reads it.
 
 Falls back to ``torch.save`` where this layout would not hold: a file of 4 GiB or more
 (its offsets need zip64 fields), more than 65,535 records, or a torch whose ``_save``
