@@ -185,18 +185,14 @@ def _populate(mm: mmap.mmap, length: int, start: int = 0) -> None:
         raise OSError(err, os.strerror(err))
 
 
-_libcs: list[Any] = []
-
-
+@functools.cache
 def _libc() -> Any:
     """The C library, with ``madvise``'s signature (loaded once)."""
-    if not _libcs:
-        import ctypes
+    import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        _libcs.append(libc)
-    return _libcs[0]
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    return libc
 
 
 def allocate_mapped(fd: int, mm: mmap.mmap, start: int, end: int) -> None:

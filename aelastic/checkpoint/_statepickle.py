@@ -19,6 +19,7 @@ viewing one storage as different dtypes, or a torch without the pieces named in
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections import OrderedDict
 from typing import Any
@@ -56,29 +57,25 @@ class Pickled:
         self.storages = storages
 
 
-_torch_parts: list[Any] = []
+@functools.cache
+def _parts() -> tuple[Any, dict[Any, bytes]] | None:
+    """torch's pieces this writer relies on, found once: ``(torch, {dtype: the pickled
+    global of its storage type})`` for the dtypes torch pickles this way; None where a
+    torch lacks one of them."""
+    import torch
 
-
-def _parts() -> Any:
-    """torch's pieces this writer relies on, found once: ``(torch, storage type name
-    per dtype, dtypes torch pickles another way)``; None where a torch lacks one."""
-    if not _torch_parts:
-        import torch
-
-        try:
-            names = torch.storage._dtype_to_storage_type_map()
-            other = set(torch.storage._new_dtypes())
-            torch._utils._rebuild_tensor_v2  # noqa: B018  # what the pickle calls
-            torch._utils.get_tensor_metadata  # noqa: B018
-            globals_ = {
-                dtype: f"ctorch\n{name}\n".encode()
-                for dtype, name in names.items()
-                if dtype not in other and hasattr(torch, name)
-            }
-            _torch_parts.append((torch, globals_))
-        except AttributeError:
-            _torch_parts.append(None)
-    return _torch_parts[0]
+    try:
+        names = torch.storage._dtype_to_storage_type_map()
+        other = set(torch.storage._new_dtypes())  # pickled another way by torch
+        torch._utils._rebuild_tensor_v2  # noqa: B018  # what the pickle calls
+        torch._utils.get_tensor_metadata  # noqa: B018
+    except AttributeError:
+        return None
+    return torch, {
+        dtype: f"ctorch\n{name}\n".encode()
+        for dtype, name in names.items()
+        if dtype not in other and hasattr(torch, name)
+    }
 
 
 #: BININT1 of 0 to 255.

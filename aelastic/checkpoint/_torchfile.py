@@ -18,12 +18,13 @@ is not the one this was written against. Imports torch when called.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
 import struct
 import sys
 from collections.abc import Iterator
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from . import _statepickle
 
@@ -144,24 +145,20 @@ class _Torch(NamedTuple):
     usable: bool
 
 
-_modules: list[_Torch] = []
-
-
+@functools.cache
 def _torch() -> _Torch:
-    if not _modules:
-        import torch
-        import torch.serialization as serialization
+    import torch
+    import torch.serialization as serialization
 
-        config: Any = None
-        with contextlib.suppress(ImportError):
-            from torch.utils.serialization import config
-        save = getattr(serialization, "_save", None)
-        try:
-            params = list(inspect.signature(save).parameters) if save else []
-        except (TypeError, ValueError):
-            params = []
-        _modules.append(_Torch(torch, serialization, config, params == _SAVE_PARAMS))
-    return _modules[0]
+    config: Any = None
+    with contextlib.suppress(ImportError):
+        from torch.utils.serialization import config
+    save = getattr(serialization, "_save", None)
+    try:
+        params = list(inspect.signature(save).parameters) if save else []
+    except (TypeError, ValueError):
+        params = []
+    return _Torch(torch, serialization, config, params == _SAVE_PARAMS)
 
 
 @contextlib.contextmanager
@@ -187,12 +184,13 @@ def save(
     sink: Sink,
     tensor_bytes: int,
     records: int,
-    pickled: _statepickle.Pickled | None = None,
+    pickled: _statepickle.Pickled | Literal["make"] | None = "make",
 ) -> None:
     """Write ``obj`` as ``torch.save(obj, sink)`` would with ``compute_crc32`` off, into
     ``sink``: ``tensor_bytes`` and ``records`` (its distinct storages) choose between
     this writer and ``torch.save`` itself; ``pickled``: ``obj``'s
-    :func:`_statepickle.dumps`, if the caller made it. Raises what pickling raises."""
+    :func:`_statepickle.dumps` if the caller made it (None: it refused ``obj``), else
+    ``"make"``. Raises what pickling raises."""
     t = _torch()
     fits = tensor_bytes + (records + 8) * 1024 + (1 << 20) < _LIMIT and records < 0xFFF0
     if not (fits and t.usable) or t.serialization._serialization_tls.skip_data:
@@ -200,7 +198,7 @@ def save(
             t.torch.save(obj, sink)
         return
     zip_file = _Records(sink)
-    if pickled is None:
+    if pickled == "make":
         pickled = _statepickle.dumps(obj)
     alignment = getattr(getattr(t.config, "save", None), "storage_alignment", None)
     if pickled is None or not isinstance(alignment, int):

@@ -15,7 +15,7 @@ import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from . import _buffer, _statepickle, _torchfile
 from . import _layout as L
@@ -169,7 +169,7 @@ def save(obj: Any, *, step: int, asynchronous: bool = False) -> None:
         def write() -> None:
             for event in events:
                 event.synchronize()
-            size, ready = _write(staged, sizes, root, step, rank, world, None)
+            size, ready = _write(staged, sizes, root, step, rank, world, "make")
             if not ready:
                 _buffer.prepare(root, rank, size)
 
@@ -177,7 +177,8 @@ def save(obj: Any, *, step: int, asynchronous: bool = False) -> None:
         return
     for event in events:
         event.synchronize()
-    size, ready = _write(staged, sizes, root, step, rank, world, pickled)
+    # a staged object is another one: its pickle is made from it
+    size, ready = _write(staged, sizes, root, step, rank, world, "make" if events else pickled)
     if not ready:  # the next save's buffer, prepared while training goes on
         prepare_next(root, rank, size)
 
@@ -319,9 +320,9 @@ def _write(
     step: int,
     rank: int,
     world: int,
-    pickled: _statepickle.Pickled | None,
+    pickled: _statepickle.Pickled | Literal["make"] | None,
 ) -> tuple[int, bool]:
-    """Copy ``obj`` (its storages: ``sizes``; its pickle, if made already) into this
+    """Copy ``obj`` (its storages: ``sizes``; its pickle: see ``_torchfile.save``) into this
     rank's buffer for ``step`` and commit it (blocking); the bytes of its file, and
     whether the next save's buffer is ready."""
     buffer = rank_buffer(root, step, rank, world, sizes.nbytes, "save")
@@ -343,8 +344,9 @@ def rank_buffer(
     tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.{os.getpid()}.tmp")
     where = f"aelastic.checkpoint.{caller}"
     held, reuse = _buffer.plan(root, rank, step)  # the one scan of the directory
-    if nbytes > _buffer.size_of(reuse):  # (a buffer that holds the tensors has the pages)
-        _check_memory(root, nbytes + _buffer.SLACK - _buffer.size_of(reuse), where)
+    reused = _buffer.size_of(reuse)
+    if nbytes > reused:  # (a buffer that holds the tensors has the pages)
+        _check_memory(root, nbytes + _buffer.SLACK - reused, where)
     try:
         with contextlib.suppress(FileExistsError):
             os.mkdir(os.path.dirname(final))  # in the agent's directory, which exists
