@@ -108,6 +108,15 @@ class PeerRound:
 _MAX_METADATA = 1 << 30
 
 
+def _metadata_size(value: Any, required: bool) -> int:
+    """A header's ``.metadata`` size, checked (0: none, where not ``required``). Raises
+    ValueError for a size out of bounds: a garbled header must not allocate gigabytes."""
+    size = int(value or 0)
+    if not (1 if required else 0) <= size <= _MAX_METADATA:
+        raise ValueError(f"a metadata file of {size} bytes")
+    return size
+
+
 def _read_file(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
@@ -207,7 +216,7 @@ async def _receive_files(
     not enough shared memory) removes the temporary files.
     """
     files = header["files"]
-    metadata = bytearray(int(header.get("metadata") or 0))
+    metadata = bytearray(_metadata_size(header.get("metadata"), required=False))
     landed: list[Landed] = []
     whole = False
     try:
@@ -553,10 +562,8 @@ class Replicas:
                 elif op == "fetch":
                     await self._send_step(conn, int(request["step"]), request["ranks"])
                 elif op == "metadata":
-                    step, size = int(request["step"]), int(request["size"])
-                    if not 0 < size <= _MAX_METADATA:
-                        raise ValueError(f"a metadata file of {size} bytes")
-                    data = bytearray(size)
+                    step = int(request["step"])
+                    data = bytearray(_metadata_size(request["size"], required=True))
                     await conn.receive_into(memoryview(data))
                     if await anyio.to_thread.run_sync(
                         os.path.isdir, L.step_dir(self.memory_dir, step)

@@ -311,7 +311,17 @@ async def test_a_dead_peer_costs_only_its_copy(tmp_path: Path) -> None:
     assert sorted(L.scan(str(a))) == [3]
 
 
-@pytest.mark.parametrize("bad", [b"not json\n", b'{"op": "push", "step": 1}\n', b"\xff" * 10])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"not json\n",
+        b'{"op": "push", "step": 1}\n',
+        b"\xff" * 10,
+        # a .metadata of 1 TiB: refused before anything is allocated for it
+        b'{"op": "push", "step": 1, "world": 2, "files": [], "metadata": 1099511627776}\n',
+        b'{"op": "metadata", "step": 1, "size": 1099511627776}\n',
+    ],
+)
 async def test_a_peer_sending_garbage_is_refused(tmp_path: Path, bad: bytes) -> None:
     a = tmp_path / "a"
     a.mkdir()
