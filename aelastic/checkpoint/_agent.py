@@ -31,6 +31,7 @@ from ._disk import write_step
 from ._exceptions import CheckpointError
 from ._owner import claim, release_if_empty, sweep_abandoned
 from ._replica import PeerRound, Replicas, announce_no_replicas, open_replicas
+from ._resume import Holdings, choose, fetch_plan, holdings, lost
 
 __all__ = ("Checkpoints", "open_checkpoints")
 
@@ -111,26 +112,24 @@ class Checkpoints:
 
     # -- the step to resume from ----------------------------------------------------------
 
-    def _candidates(self, ranks: Sequence[int]) -> dict[int, int]:
-        """``{step: world}`` complete for ``ranks`` in memory or on disk (blocking)."""
-        found = {}
+    def _holdings(self, ranks: Sequence[int], serves: bool) -> Holdings:
+        """What this node holds for the round to agree on (blocking: scans both dirs)."""
+        disk: dict[int, L.Step] = {}
+        disk_metadata: list[int] = []
         if self.persist_dir is not None:
-            found.update(L.complete_steps(L.scan(self.persist_dir), ranks))
-        found.update(L.complete_steps(L.scan(self.memory_dir), ranks))
-        return found
+            disk = L.scan(self.persist_dir)
+            disk_metadata = _with_metadata(self.persist_dir, disk)
+        memory = L.scan(self.memory_dir)
+        metadata = _with_metadata(self.memory_dir, memory)
+        return holdings(ranks, memory, disk, metadata, disk_metadata, serves)
 
-    def _choose_alone(self, ranks: Sequence[int]) -> dict[int, int]:
-        """:meth:`_candidates`, then :meth:`_drop_newer` than the newest (blocking): the
-        choice of a round without other nodes, in one thread hop."""
-        found = self._candidates(ranks)
-        self._drop_newer(max(found, default=None))
-        return found
+    def _keep_only(self, chosen: tuple[int, int] | None) -> None:
+        """Delete interrupted saves, the memory steps newer than ``chosen`` and all but the
+        newest older one (blocking).
 
-    def _drop_newer(self, step: int | None) -> None:
-        """Delete the memory steps newer than ``step`` and interrupted saves (blocking).
-
-        Run while no worker runs: a step newer than the one resumed from was not
-        complete everywhere, and the workers will save that number again.
+        Run while no worker runs: a newer step could not be read by every node, and the
+        workers save its number again; older ones than the fallback no round can choose
+        again (the chosen step is readable by every node).
         """
         for name in os.listdir(self.memory_dir):
             path = os.path.join(self.memory_dir, name)
@@ -138,8 +137,11 @@ class Checkpoints:
                 if tmp.endswith(".tmp"):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(path, tmp))
-        for found in L.scan(self.memory_dir).values():
-            if step is None or found.step > step:
+        steps = L.scan(self.memory_dir)
+        step = None if chosen is None else chosen[0]
+        older = sorted((s for s in steps if step is not None and s < step), reverse=True)
+        for number, found in steps.items():
+            if step is None or number > step or number in older[1:]:
                 L.remove_ranks(self.memory_dir, found)
 
     async def resume_env(
@@ -153,88 +155,94 @@ class Checkpoints:
     ) -> dict[str, str]:
         """Decide the step this round's workers resume from; their environment for it.
 
-        The newest step complete for this node's ``ranks`` (in memory or on disk) that
-        every other node of the round also has complete for its ranks, agreed through
-        the round's ``store`` (one ``set`` and one ``multi_get`` per agent; an agent
-        with nothing to offer does not wait). Waiting for the peers ends early when
-        ``membership_changed()`` returns (no step then, and nothing is dropped: the
-        round is over anyway, the next one decides).
+        Each agent publishes what it holds (memory and ``--checkpoint-dir``) in the
+        round's ``store`` and reads the others' (one ``set`` and one ``multi_get``); all
+        then apply the same rule (``_resume``: the newest step every node can read what
+        its ranks need of), and each fetches the files it lacks from the peers that hold
+        them (``--checkpoint-replicas``: a node that joins or replaces a lost one). The
+        wait for the peers ends early when ``membership_changed()`` returns (no step then,
+        and nothing is deleted: the round is over anyway, the next one decides).
 
         With peer copies and several nodes, ``address`` is ``(bind, advertised)`` of
-        this node's replica listener: first a step of ``ranks`` newer than any held
-        here is fetched from a peer (see ``_replica``), then the agreement counts it.
+        this node's replica listener.
 
-        Only call between rounds (no worker running). Cancellation: stops waiting.
+        Only call between rounds (no worker running). A peer that cannot send a file is
+        logged (the worker that needs it then fails to load, and the next round decides
+        again). Cancellation: stops waiting.
         """
         self.local_ranks = tuple(ranks)
         peer_round, replicas = None, self.replicas
-        if replicas is not None and group_world_size > 1 and address is not None:
+        alone = group_world_size <= 1
+        serves = False
+        if not alone and replicas is not None and address is not None:
             peer_round = PeerRound(store, group_rank, group_world_size, self.local_ranks, *address)
             try:  # ends early when the round does (a peer died before announcing itself)
-                await _unless_membership_changes(
+                serves = await _unless_membership_changes(
                     functools.partial(replicas.join, peer_round), membership_changed
                 )
             except StoreError as exc:
                 log.warning("cannot reach the other agents' checkpoint replicas: %s", exc)
-        elif group_world_size > 1:
+        elif not alone:
             with contextlib.suppress(StoreError):  # the agreement below reports it
                 await announce_no_replicas(store, group_rank)
-        alone = group_world_size <= 1  # nothing to agree on: choose and drop in one hop
         async with self._limiter:
-            choose = self._choose_alone if alone else self._candidates
-            found = await anyio.to_thread.run_sync(choose, list(ranks))
-        agreed: dict[int, int] | None = found
+            mine = await anyio.to_thread.run_sync(self._holdings, list(ranks), serves)
+        nodes: list[Holdings] | None = [mine]
         if not alone:
             try:
-                agreed = await self._agree(
-                    found, store, group_rank, group_world_size, membership_changed
+                nodes = await self._gather(
+                    mine, store, group_rank, group_world_size, membership_changed
                 )
             except StoreError as exc:  # the round's store is gone: so is the round
                 log.warning("cannot agree on a checkpoint step with the other agents: %s", exc)
-                agreed = None
-        found = agreed or {}
-        step = max(found, default=None)
-        if agreed is not None and not alone:  # None: cut short, the next round decides
+                nodes = None
+        chosen = None if nodes is None else choose(nodes)
+        if nodes is not None:  # None: cut short, the next round decides
+            me = 0 if alone else group_rank
+            if chosen is not None and peer_round is not None:
+                await self._fetch(nodes, me, chosen, peer_round)
+            _warn_lost(nodes, me, chosen)
             async with self._limiter:
-                await anyio.to_thread.run_sync(self._drop_newer, step)
+                await anyio.to_thread.run_sync(self._keep_only, chosen)
+        step = None if chosen is None else chosen[0]
         self.resumed_step = step
         if peer_round is not None and replicas is not None:
             replicas.started(peer_round)
         held = self.held_bytes()
-        if step is not None or held:  # a job that never saves hears nothing of checkpoints
+        if chosen is not None or held:  # a job that never saves hears nothing of checkpoints
             self._emit(
                 "aelastic.checkpoint.resume",
                 {
                     "step": step,
-                    "world_size": None if step is None else found[step],
+                    "world_size": None if chosen is None else chosen[1],
                     "bytes_held": held,
                 },
             )
-        if step is None:
+        if chosen is None:
             return {L.STEP_ENV: ""}
-        return {L.STEP_ENV: str(step), L.WORLD_ENV: str(found[step])}
+        return {L.STEP_ENV: str(chosen[0]), L.WORLD_ENV: str(chosen[1])}
 
-    async def _agree(
+    async def _gather(
         self,
-        found: dict[int, int],
+        mine: Holdings,
         store: Store,
         group_rank: int,
         group_world_size: int,
         membership_changed: Callable[[], Awaitable[None]] | None,
-    ) -> dict[int, int] | None:
-        """The steps every node has complete; None when the wait for them was cut short."""
-        await store.set(f"{_KEY}/{group_rank}", json.dumps(found))
-        if not found:
-            return {}  # nothing in common whatever the others hold: no need to wait
+    ) -> list[Holdings] | None:
+        """Every node's :class:`Holdings`, by group rank; None when the wait for them was
+        cut short (a membership change, or :data:`_AGREE_TIMEOUT`). Raises StoreError."""
+        await store.set(f"{_KEY}/{group_rank}", json.dumps(mine.to_json()))
         keys = [f"{_KEY}/{r}" for r in range(group_world_size)]
-        common: dict[int, int] = {}
+        nodes: list[Holdings] = []
 
         async def gather() -> None:
-            common.update(found)
-            for raw in await store.multi_get(keys):
-                theirs = {int(k): int(v) for k, v in json.loads(raw).items()}
-                for step in [s for s, w in common.items() if theirs.get(s) != w]:
-                    del common[step]
+            for r, raw in enumerate(await store.multi_get(keys)):
+                try:
+                    nodes.append(Holdings.from_json(json.loads(raw)))
+                except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                    log.warning("node %d published no readable checkpoint holdings: %s", r, exc)
+                    nodes.append(Holdings((), {}, {}))
 
         # A peer that died before publishing must not hold the round up: the round
         # ends with the membership change, or the wait with the timeout.
@@ -247,7 +255,21 @@ class Checkpoints:
                 _AGREE_TIMEOUT,
             )
             return None
-        return common if finished else None
+        return nodes if finished else None
+
+    async def _fetch(
+        self, nodes: Sequence[Holdings], me: int, chosen: tuple[int, int], pr: PeerRound
+    ) -> None:
+        """Fetch what this node lacks of the ``chosen`` step from its peers, at the same
+        time. A peer that fails is logged (the worker needing its files fails to load)."""
+        plan = fetch_plan(nodes, me, *chosen)
+        replicas = self.replicas
+        if not plan or replicas is None:
+            return
+        step, world = chosen
+        async with anyio.create_task_group() as tg:
+            for peer, ranks in plan.items():
+                tg.start_soon(replicas.fetch, pr, peer, step, world, sorted(ranks))
 
     # -- disk -----------------------------------------------------------------------------
 
@@ -315,6 +337,28 @@ async def _unless_membership_changes(
         tg.start_soon(run)
         tg.start_soon(watch)
     return finished
+
+
+def _with_metadata(root: str, steps: Mapping[int, L.Step]) -> list[int]:
+    """The steps of ``steps`` whose DCP ``.metadata`` is in ``root`` (blocking)."""
+    return [s for s in steps if os.path.exists(os.path.join(L.step_dir(root, s), L.METADATA))]
+
+
+def _warn_lost(nodes: Sequence[Holdings], me: int, chosen: tuple[int, int] | None) -> None:
+    """Say once per round (on the first node) what progress the round gives up and why."""
+    newest = lost(nodes, chosen)
+    if newest is None or me != 0:
+        return
+    if chosen is not None:  # the step in flight when the round ended: expected
+        log.info("checkpoint steps up to %d were not saved by every rank; dropped", newest)
+        return
+    log.warning(
+        "checkpoint step %d is held by this job's nodes, but not every node can read what "
+        "its ranks need of it; the workers start from scratch. A node that joins or "
+        "replaces another fetches its ranks' files from its peers' memory: keep "
+        "--checkpoint-replicas >= 1, or give the nodes a shared --checkpoint-dir",
+        newest,
+    )
 
 
 def _safe(run_id: str) -> str:

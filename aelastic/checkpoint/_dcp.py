@@ -208,8 +208,9 @@ def _choose() -> tuple[int | None, str | None]:
         return None, None
     chosen = int(raw)
     roots = [r for r in (os.environ.get(L.DIR_ENV), os.environ.get(L.PERSIST_DIR_ENV)) if r]
-    for root in roots:
-        if os.path.exists(os.path.join(L.step_dir(root, chosen), L.METADATA)):
+    for root in roots:  # the first root with the metadata and every rank's file
+        whole = L.complete_steps(L.scan(root), (), whole_world=True)
+        if chosen in whole and os.path.exists(os.path.join(L.step_dir(root, chosen), L.METADATA)):
             return chosen, L.step_dir(root, chosen)
     best: tuple[int, str] | None = None
     for root in roots:

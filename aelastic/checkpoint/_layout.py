@@ -38,6 +38,7 @@ __all__ = (
     "rank_file",
     "remove_ranks",
     "scan",
+    "source_rank",
     "step_dir",
     "step_of",
 )
@@ -57,6 +58,13 @@ METADATA = ".metadata"
 
 _STEP_RE = re.compile(r"^step_(\d+)$")
 _RANK_RE = re.compile(r"^rank_(\d+)_of_(\d+)\.pt$")
+
+
+def source_rank(rank: int, world: int) -> int:
+    """The rank of a step saved by a world of ``world`` ranks whose file global ``rank``
+    reads: its own when that world had it, else ``rank % world`` (a job that grew:
+    data-parallel state is the same on every rank)."""
+    return rank if rank < world else rank % world
 
 
 def step_dir(root: str, step: int) -> str:

@@ -6,9 +6,9 @@ background it copies the newest step complete for its ranks to the agents of the
 ``N`` group ranks (``g+1 .. g+N`` modulo the number of nodes), which keep the two newest
 steps of those ranks in their own memory directory, in the same layout as their own
 (so ``load(rank=...)`` reads them like any other file). When a round starts, before the
-workers do, each agent asks the others for a step of its ranks newer than the one it
-holds and downloads the newest offered: a node that replaces a lost one gets its ranks'
-state from a replica, and the agreement on the resume step counts it like any other.
+workers do, the agents agree on the step to resume from and on which files each fetches
+from which peer (``_resume``): a node that replaces a lost one, or joins a job that
+grows, gets the state its ranks read from its peers' memory (:meth:`Replicas.fetch`).
 
 The wire format is a JSON header line, then the raw bytes of the files it lists, the
 receiver's ``"held"`` once it holds them all, and the sender's trailer saying whether
@@ -16,8 +16,7 @@ they were whole (a file taken over by a worker's save while it was sent is not):
 
     {"op": "push", "step": 40, "world": 2, "files": [[1, 1048576]]}\\n<bytes>
         <- "held"\\n  -> {"whole": true}\\n  <- "ok"\\n
-    {"op": "offer", "ranks": [1], "after": 30}\\n  <- {"steps": {"40": 2}}\\n
-    {"op": "fetch", "ranks": [1], "step": 40}\\n
+    {"op": "fetch", "ranks": [1], "step": 40, "world": 2}\\n
         <- {"world": 2, "files": [[1, n]]}\\n<bytes>  -> "held"\\n  <- {"whole": true}\\n
 
 Nothing here blocks the event loop. The bytes go by ``sendfile`` and are received
@@ -309,14 +308,13 @@ class Replicas:
 
     # -- a round starts -------------------------------------------------------------------
 
-    async def join(self, peer_round: PeerRound) -> int | None:
-        """Announce this node's listener in the round's store and download, from the peer
-        offering the newest, the steps of this node's ranks newer than any held here.
+    async def join(self, peer_round: PeerRound) -> None:
+        """Start this node's listener (once) and announce it in the round's store; copies
+        to peers pause until :meth:`started`. What the round resumes from, and what this
+        node fetches for it (:meth:`fetch`), the agent decides (``_resume``).
 
-        Returns the newest step downloaded (None: none). Copies to peers pause until
-        :meth:`started`. Raises only :class:`~aelastic.store.StoreError` (the round's
-        store is gone); a peer that does not answer is skipped. Cancellation: stops (a
-        file being received is removed).
+        Raises only :class:`~aelastic.store.StoreError` (the round's store is gone).
+        Cancellation: stops.
         """
         self._round = None
         self._own = frozenset(peer_round.ranks)
@@ -325,55 +323,39 @@ class Replicas:
         pr = peer_round
         # the round's start may have dropped steps: their mappings go too
         await anyio.to_thread.run_sync(self._landing.sweep)
-        held = await anyio.to_thread.run_sync(_newest, self.memory_dir, pr.ranks)
-        after = max(held, default=None)
-        # "holds": whether a peer may have anything to offer. A job that never saves
-        # costs each agent one set and one get per peer per round, no connection.
-        holds = bool(await anyio.to_thread.run_sync(L.scan, self.memory_dir))
-        announced = {"host": pr.advertised, "port": self._port, "holds": holds}
+        announced = {"host": pr.advertised, "port": self._port}
         await pr.store.set(f"{KEY}/{pr.group_rank}", json.dumps(announced))
-        peers = [g for g in range(pr.group_world_size) if g != pr.group_rank]
-        offers: dict[int, dict[int, int]] = {}  # {group rank: {step: world}}
 
-        async def ask(peer: int) -> None:
-            try:
-                address = await self._address(pr.store, peer)
-                if not address.get("holds"):
-                    return
-                request = {"op": "offer", "ranks": list(pr.ranks), "after": after}
-                async with self._connect(pr.store, peer, address) as conn:
-                    await conn.send_line(request)
-                    steps = (await conn.receive_line())["steps"]
-            except _PEER_ERRORS as exc:
-                why = _why(exc)
-                log.warning("node %d did not say which checkpoint steps it holds: %s", peer, why)
-                return
-            if steps:
-                offers[peer] = {int(s): int(w) for s, w in steps.items()}
-
-        async with anyio.create_task_group() as tg:
-            for peer in peers:
-                tg.start_soon(ask, peer)
-        # From the peer offering the newest step, every step it offers (it keeps two): the
-        # agreement may settle on the older one if another node lacks the newer.
-        for peer, steps in sorted(offers.items(), key=lambda o: -max(o[1])):
-            fetched = []
-            for step, world in sorted(steps.items(), reverse=True):
-                try:
-                    size = await self._fetch(pr, peer, step, world)
-                except _PEER_ERRORS as exc:
-                    why = _why(exc)
-                    log.warning("cannot fetch checkpoint step %d from node %d: %s", step, peer, why)
-                    continue
-                log.info(
-                    "checkpoint step %d of ranks %s fetched from node %d (%d bytes)",
-                    step, list(pr.ranks), peer, size,
-                )  # fmt: skip
-                fetched.append(step)
-            if fetched:
-                self.fetched_step = max(fetched)
-                return self.fetched_step
-        return None
+    async def fetch(
+        self, pr: PeerRound, peer: int, step: int, world: int, ranks: Sequence[int]
+    ) -> int | None:
+        """Download ``ranks``' files of ``step`` (saved by ``world`` ranks) from node
+        ``peer``, with the step's DCP metadata if the peer has it (``ranks`` empty: only
+        that). Returns the bytes received; None when the peer failed (logged, not
+        raised). Cancellation: stops (a file being received is removed)."""
+        try:
+            async with self._connect(pr.store, peer) as conn:
+                request = {"op": "fetch", "ranks": list(ranks), "step": step, "world": world}
+                await conn.send_line(request)
+                header = await conn.receive_line()
+                if len(header["files"]) != len(ranks) or int(header["world"]) != world:
+                    raise ValueError(f"the peer no longer holds step {step}")
+                size = await _receive_files(conn, self._landing, step, world, header)
+                if size is None:
+                    raise ValueError(f"the peer's files of step {step} changed while it sent them")
+        except _PEER_ERRORS as exc:
+            why = _why(exc)
+            log.error(
+                "cannot fetch checkpoint step %d of ranks %s from node %d: %s",
+                step, list(ranks), peer, why,
+            )  # fmt: skip
+            return None
+        log.info(
+            "checkpoint step %d of ranks %s fetched from node %d (%d bytes)",
+            step, list(ranks), peer, size,
+        )  # fmt: skip
+        self.fetched_step = step if self.fetched_step is None else max(self.fetched_step, step)
+        return size
 
     def started(self, peer_round: PeerRound) -> None:
         """The round's workers start: copy their steps to the peers from now on."""
@@ -394,17 +376,6 @@ class Replicas:
             address = await self._address(store, peer)
         async with connect(address["host"], int(address["port"]), IO_TIMEOUT) as conn:
             yield conn
-
-    async def _fetch(self, pr: PeerRound, peer: int, step: int, world: int) -> int:
-        async with self._connect(pr.store, peer) as conn:
-            await conn.send_line({"op": "fetch", "ranks": list(pr.ranks), "step": step})
-            header = await conn.receive_line()
-            if len(header["files"]) != len(pr.ranks):
-                raise ValueError(f"the peer no longer holds step {step}")
-            size = await _receive_files(conn, self._landing, step, world, header)
-            if size is None:
-                raise ValueError(f"the peer's files of step {step} changed while it sent them")
-            return size
 
     # -- copying to the next nodes --------------------------------------------------------
 
@@ -539,7 +510,7 @@ class Replicas:
                 log.debug("checkpoint listener: ignored a connection (%s)", _why(exc))
                 return
             op = request.get("op") if isinstance(request, dict) else None
-            if op not in ("push", "offer", "fetch", "metadata"):
+            if op not in ("push", "fetch", "metadata"):
                 log.debug("checkpoint listener: ignored a connection that is not a peer's")
                 return
             try:
@@ -554,13 +525,9 @@ class Replicas:
                     ranks = [int(rank) for rank, _ in files]
                     await anyio.to_thread.run_sync(self._prune, ranks)
                     await conn.send_line("ok")
-                elif op == "offer":
-                    held = await anyio.to_thread.run_sync(
-                        _newest, self.memory_dir, request["ranks"], request["after"]
-                    )
-                    await conn.send_line({"steps": {str(s): w for s, w in held.items()}})
                 elif op == "fetch":
-                    await self._send_step(conn, int(request["step"]), request["ranks"])
+                    ranks = [int(r) for r in request["ranks"]]
+                    await self._send_step(conn, int(request["step"]), int(request["world"]), ranks)
                 elif op == "metadata":
                     step = int(request["step"])
                     data = bytearray(_metadata_size(request["size"], required=True))
@@ -575,16 +542,18 @@ class Replicas:
             except _PEER_ERRORS as exc:
                 log.warning("a checkpoint exchange with a peer failed: %s", _why(exc))
 
-    async def _send_step(self, conn: PeerConn, step: int, ranks: list[int]) -> None:
-        held = await anyio.to_thread.run_sync(_newest, self.memory_dir, ranks, step - 1)
-        if step not in held:
-            await conn.send_line({"files": []})
-            return
-        opened = await anyio.to_thread.run_sync(
-            _open_files, self.memory_dir, step, held[step], ranks
-        )
+    async def _send_step(self, conn: PeerConn, step: int, world: int, ranks: list[int]) -> None:
+        """``ranks``' files of ``step`` saved by ``world`` ranks, and its DCP metadata if
+        held here; a header without files when one of them is not held (any more)."""
         try:
-            await conn.send_line({"world": held[step], **opened.header(ranks)})
+            opened = await anyio.to_thread.run_sync(
+                _open_files, self.memory_dir, step, world, ranks
+            )
+        except OSError:
+            await conn.send_line({"world": world, "files": []})
+            return
+        try:
+            await conn.send_line({"world": world, **opened.header(ranks)})
             await _send_files(conn, opened)
         finally:
             opened.close()

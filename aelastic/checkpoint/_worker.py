@@ -471,8 +471,10 @@ def load(*, rank: int | None = None, map_location: Any = "cpu") -> tuple[int, An
     The step is the newest one that every rank of the world that saved it completed,
     as the agent found it when it started this worker (in its memory, or in
     ``--checkpoint-dir`` after a fresh launch); ``obj`` is this rank's object of that
-    step, or global rank ``rank``'s (for replicated states read after the world size
-    changed; it must be on this node). Outside ``aelastic run`` it returns None.
+    step, or global rank ``rank``'s (it must be on this node). After the world grew, a
+    rank the saving world did not have reads rank ``RANK % saved world size``'s object,
+    which its agent fetched from a peer before starting it (docs/checkpoints.md,
+    "Resizing"). Outside ``aelastic run`` it returns None.
 
     Tensors come back on the CPU, read into this process's memory (not mapped: a later
     ``save`` reuses the pages of the oldest step). A GPU job moves them itself
@@ -488,7 +490,8 @@ def load(*, rank: int | None = None, map_location: Any = "cpu") -> tuple[int, An
     import torch
 
     step, world = int(raw), int(os.environ[L.WORLD_ENV])
-    want = _rank_and_world()[0] if rank is None else rank
+    own = _rank_and_world()[0] if rank is None else rank
+    want = L.source_rank(own, world) if rank is None else rank
     for root in (os.environ.get(L.DIR_ENV), os.environ.get(L.PERSIST_DIR_ENV)):
         if not root:
             continue
@@ -512,7 +515,7 @@ def load(*, rank: int | None = None, map_location: Any = "cpu") -> tuple[int, An
         if rank is None and memory:  # the first save finds its buffer ready
             size = os.path.getsize(path)
             wait()
-            prepare_first(memory, want, size)
+            prepare_first(memory, own, size)
         return step, obj
     raise CheckpointError(
         f"aelastic.checkpoint.load: rank {want}'s object of step {step} is not on this node "

@@ -138,3 +138,45 @@ async def test_a_job_that_shrinks_reads_rank_0_on_every_rank(tmp_path: Path) -> 
     assert codes == [0, 0], "\n".join(n.err[-4000:] for n in nodes[:2])
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["start"] for r in records] == [6]
+
+
+async def test_a_job_that_grows_keeps_its_step_and_the_new_ranks_read_a_saved_ranks_state(
+    tmp_path: Path,
+) -> None:
+    """Issue 36: two nodes of two workers train at world 4 and hold step 6; a third node
+    joins (world 6). Every node keeps its memory steps, the new node fetches the files
+    its ranks 4 and 5 read (ranks 0 and 1 of world 4) from its peers, and the job
+    resumes from step 6 (before: every node dropped its steps and it started over)."""
+    out = tmp_path / "out.jsonl"
+    endpoint = f"127.0.0.1:{free_port()}"
+    conf = f"{CONF},last_call_timeout=1"
+
+    def argv(is_host: bool) -> list[str]:
+        return [
+            "--nnodes", "2:3",
+            "--nproc-per-node", "2",
+            "--max-restarts", "2",
+            "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", endpoint,
+            "--rdzv-id", "grow",
+            "--rdzv-conf", f"{conf},is_host={int(is_host)}",
+            "--monitor-interval", "0.1",
+            SCRIPT, "--out", str(out), "--steps", "10", "--every", "2",
+            "--hold-after-save", "6", "--own-only", "--print-world",
+        ]  # fmt: skip
+
+    def env(i: int) -> dict[str, str]:
+        return {"AELASTIC_CHECKPOINT_MEMORY_ROOT": str(tmp_path / f"shm{i}"), "LOGLEVEL": "INFO"}
+
+    async with cluster() as c:
+        nodes = [await c.start(argv(i == 0), env(i)) for i in range(2)]
+        with anyio.fail_after(90):
+            for node in nodes:  # both workers of each node hold step 6
+                await node.wait_for_line(lambda line: line.startswith("HELD 6 "), count=2)
+        nodes.append(await c.start(argv(False), env(2)))
+        codes = await wait_all(nodes, 90)
+    assert codes == [0, 0, 0], "\n".join(n.err[-4000:] for n in nodes)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["start"], r["world"]) for r in records] == [(6, 6)], records
+    fetched = "checkpoint step 6 of ranks [0, 1] fetched from node"
+    assert fetched in nodes[2].err, nodes[2].err[-4000:]

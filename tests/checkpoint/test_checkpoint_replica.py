@@ -60,18 +60,32 @@ async def test_a_step_is_copied_to_the_next_node_and_a_replacement_fetches_it(
     assert not [n for n in os.listdir(b) if n.endswith(".tmp")]
 
     # Node a is lost; c takes its place (rank 0) and finds nothing in its own memory.
-    store = LocalStore()
-    async with open_replicas(str(b), 1, MANUAL) as rb, open_replicas(str(c), 1, MANUAL) as rc:
-        got: dict[str, int | None] = {}
+    envs = await resume_b_and_c(b, c)
+    assert envs["b"][L.STEP_ENV] == envs["c"][L.STEP_ENV] == "6"
+    assert held(c, 6, 0) == big
 
-        async def join(name: str, r: Replicas, pr: PeerRound) -> None:
-            got[name] = await r.join(pr)
+
+async def resume_b_and_c(b: Path, c: Path) -> dict[str, dict[str, str]]:
+    """The round after node a (group rank 0, rank 0) was lost: b keeps group rank 1 and
+    rank 1, a new node c takes group rank 0 and rank 0. Each agent's resume_env."""
+    store = LocalStore()
+    envs: dict[str, dict[str, str]] = {}
+    async with open_replicas(str(b), 1, MANUAL) as rb, open_replicas(str(c), 1, MANUAL) as rc:
+        nodes = {
+            "b": (Checkpoints(str(b), None, lambda *_: None, rb), 1, [1]),
+            "c": (Checkpoints(str(c), None, lambda *_: None, rc), 0, [0]),
+        }
+
+        async def resume(name: str) -> None:
+            node, group_rank, ranks = nodes[name]
+            envs[name] = await node.resume_env(
+                ranks, store, group_rank, 2, address=("127.0.0.1", "127.0.0.1")
+            )
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(join, "b", rb, peer_round(store, 1, 2, (1,)))
-            tg.start_soon(join, "c", rc, peer_round(store, 0, 2, (0,)))
-    assert got == {"b": None, "c": 6}
-    assert held(c, 6, 0) == big
+            for name in nodes:
+                tg.start_soon(resume, name)
+    return envs
 
 
 @contextlib.asynccontextmanager
@@ -120,16 +134,13 @@ async def test_a_dcp_steps_metadata_travels_with_its_copies(tmp_path: Path) -> N
     assert held(b, 6, 0) == b"x" * 100
     assert not [n for d in (b, b / "step_000000000006") for n in os.listdir(d) if ".tmp" in n]
 
-    store = LocalStore()
-    async with (
-        open_replicas(str(b), 1, MANUAL) as rb,
-        open_replicas(str(c), 1, MANUAL) as rc,
-        anyio.create_task_group() as tg,
-    ):
-        tg.start_soon(rb.join, peer_round(store, 1, 2, (1,)))
-        tg.start_soon(rc.join, peer_round(store, 0, 2, (0,)))
-    assert (metadata(c, 6), metadata(c, 8)) == (data, data[::-1])
-    assert held(c, 6, 0) == held(c, 8, 0) == b"x" * 100
+    # A DCP step is read whole: step 8 lacks rank 1's file anywhere, so the round
+    # resumes from 6, and c fetches both of its rank files and its metadata from b.
+    envs = await resume_b_and_c(b, c)
+    assert envs["b"][L.STEP_ENV] == envs["c"][L.STEP_ENV] == "6"
+    assert metadata(c, 6) == data
+    assert held(c, 6, 0) == held(c, 6, 1) == b"x" * 100
+    assert sorted(L.scan(str(c))) == [6]
 
 
 async def _pushed_by_a(
@@ -270,26 +281,10 @@ async def test_the_agreement_counts_a_fetched_replica(tmp_path: Path) -> None:
         commit(b, step, 1, 2)
         commit(b, step, 0, 2, b"copy %d" % step)  # the copies of the lost node's rank 0
     c.mkdir()
-    store = LocalStore()
-    envs: dict[str, dict[str, str]] = {}
-    async with open_replicas(str(b), 1, MANUAL) as rb, open_replicas(str(c), 1, MANUAL) as rc:
-        nodes = {
-            "b": (Checkpoints(str(b), None, lambda *_: None, rb), 1, [1]),
-            "c": (Checkpoints(str(c), None, lambda *_: None, rc), 0, [0]),
-        }
-
-        async def resume(name: str) -> None:
-            node, group_rank, ranks = nodes[name]
-            envs[name] = await node.resume_env(
-                ranks, store, group_rank, 2, address=("127.0.0.1", "127.0.0.1")
-            )
-
-        async with anyio.create_task_group() as tg:
-            for name in nodes:
-                tg.start_soon(resume, name)
+    envs = await resume_b_and_c(b, c)
     assert envs["b"][L.STEP_ENV] == envs["c"][L.STEP_ENV] == "8"
-    # both steps the peer kept came over: the agreement could have settled on the older one
-    assert (held(c, 6, 0), held(c, 8, 0)) == (b"copy 6", b"copy 8")
+    # only the step agreed on comes over
+    assert (held(c, 6, 0), held(c, 8, 0)) == (None, b"copy 8")
 
 
 async def test_a_dead_peer_costs_only_its_copy(tmp_path: Path) -> None:
@@ -336,9 +331,9 @@ async def test_a_peer_sending_garbage_is_refused(tmp_path: Path, bad: bytes) -> 
                 await stream.receive()  # closed without an answer
         # and it still serves the next peer
         async with await anyio.connect_tcp("127.0.0.1", address["port"]) as stream:
-            await stream.send(b'{"op": "offer", "ranks": [5], "after": null}\n')
+            await stream.send(b'{"op": "fetch", "ranks": [5], "step": 1, "world": 2}\n')
             with anyio.fail_after(10):
-                assert json.loads(await stream.receive()) == {"steps": {}}
+                assert json.loads(await stream.receive()) == {"world": 2, "files": []}
     assert os.listdir(a) == []
 
 

@@ -61,6 +61,7 @@ def main() -> int:
         "--async", dest="asynchronous", action="store_true", help="save(asynchronous=True)"
     )
     parser.add_argument("--load-rank", type=int, default=-1)
+    parser.add_argument("--print-world", action="store_true", help="--out lines name the world")
     opts = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -80,7 +81,10 @@ def main() -> int:
         start, state = resumed
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        assert state["rank"] == rank and state["step"] == start, (state["rank"], state["step"])
+        # a rank the saving world did not have (the job grew) reads rank % that world's
+        saved_world = int(os.environ["AELASTIC_CHECKPOINT_WORLD_SIZE"])
+        source = rank if rank < saved_world else rank % saved_world
+        assert state["rank"] == source and state["step"] == start, (state["rank"], state["step"])
         if not opts.own_only:
             peer = opts.load_rank  # load(rank=): another rank's object
             if peer < 0:
@@ -120,8 +124,12 @@ def main() -> int:
     vec = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
     digest = hashlib.sha256(bytes(vec.view(torch.uint8).tolist())).hexdigest()[:16]
     if rank == 0:
+        world = dist.get_world_size()
+        line = {"start": start, "attempt": attempt, "checksum": digest}
+        if opts.print_world:
+            line["world"] = world
         with open(opts.out, "a") as f:
-            f.write(json.dumps({"start": start, "attempt": attempt, "checksum": digest}) + "\n")
+            f.write(json.dumps(line) + "\n")
     dist.destroy_process_group()
     return 0
 
