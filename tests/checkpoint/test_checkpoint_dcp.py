@@ -91,6 +91,51 @@ async def after_node_a_left(saved: Path, tmp: Path) -> dict[str, str]:
     return await resume_env(b, None, [0, 1])
 
 
+async def after_node_a_left_of_three(saved: Path, tmp: Path) -> dict[str, dict[str, str]]:
+    """Three nodes held a 4-rank DCP job's newest step, one copy each on the ring
+    (issue 36): node a ranks 0, 1, the ``.metadata`` and c's copy; b rank 2 and a's
+    copy (with the metadata, as a's push carries it); c rank 3 and b's copy. Node a left;
+    b and c resume as ranks 0 and 1 of 2. Neither holds every file DCP may read (it
+    writes a replicated item once, in one rank's file): each fetches what it lacks from
+    the other. What each agent gives its worker, by node."""
+    from aelastic.checkpoint._replica import open_replicas
+
+    nodes = _ring_of_three(saved, tmp)
+    store = LocalStore()
+    envs: dict[str, dict[str, str]] = {}
+    async with (
+        open_replicas(str(nodes["b"]), 1, 3600) as rb,
+        open_replicas(str(nodes["c"]), 1, 3600) as rc,
+    ):
+
+        async def resume(name: str, group_rank: int, replicas: Any) -> None:
+            cp = Checkpoints(str(nodes[name]), None, lambda n, md: None, replicas)
+            address = ("127.0.0.1", "127.0.0.1")
+            env = await cp.resume_env([group_rank], store, group_rank, 2, address=address)
+            envs[name] = {**cp.env(), **env}
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(resume, "b", 0, rb)
+            tg.start_soon(resume, "c", 1, rc)
+    return envs
+
+
+def _ring_of_three(saved: Path, tmp: Path) -> dict[str, Path]:
+    """The newest step of ``saved`` laid out on nodes a, b, c as described above."""
+    step = max(L.scan(str(saved)))
+    nodes = {n: tmp / f"three_{n}" for n in "abc"}
+    held = {"a": (0, 1, 3), "b": (2, 0, 1), "c": (3, 2)}
+    metadata = Path(L.step_dir(str(saved), step), L.METADATA).read_bytes()
+    for name, ranks in held.items():
+        for rank in ranks:
+            target = Path(L.rank_file(str(nodes[name]), step, rank, 4))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(Path(L.rank_file(str(saved), step, rank, 4)).read_bytes())
+        if name in "ab":
+            Path(L.step_dir(str(nodes[name]), step), L.METADATA).write_bytes(metadata)
+    return nodes
+
+
 async def resume_env(memory: Path, disk: Path | None, ranks: list[int]) -> dict[str, str]:
     """What the agent gives a round of ``ranks`` (one node): its own choice of the step."""
     cp = Checkpoints(str(memory), None if disk is None else str(disk), lambda n, md: None)
@@ -145,6 +190,10 @@ def loads(
             name: anyio.run(resume_env, memory, None, [0, 1]) for name, memory in saved_by_4.items()
         },
         "node_a_left": anyio.run(after_node_a_left, saved_by_4["save"], tmp),
+        **{
+            f"three_{name}": env
+            for name, env in anyio.run(after_node_a_left_of_three, saved_by_4["save"], tmp).items()
+        },
         "no_checkpoint": {L.DIR_ENV: str(tmp / "nothing")},
         # nothing in memory: the agent finds the step on disk, MemoryReader reads it there
         "fresh_launch": anyio.run(resume_env, empty, persisted, [0, 1]),
@@ -191,6 +240,20 @@ def test_without_a_shared_dir_the_peer_copy_carries_the_dcp_metadata(
     b = Path(env[L.DIR_ENV])
     assert (b / "step_000000000003" / L.METADATA).is_file()
     assert (env[L.STEP_ENV], env[L.WORLD_ENV]) == ("3", "4")
+    assert lines == [{"rank": r, "step": 3, "same": True, "saved": 3} for r in (0, 1)]
+
+
+@pytest.mark.parametrize("node", ["b", "c"])
+def test_three_nodes_without_a_shared_dir_fetch_the_whole_dcp_step(
+    loads: dict[str, tuple[dict[str, str], list[dict[str, Any]]]], node: str
+) -> None:
+    # each survivor's memory holds every rank file of step 3 and its metadata once the
+    # round started (c had 2 of the 4 files and no metadata), and the state loads
+    env, lines = loads[f"three_{node}"]
+    assert (env[L.STEP_ENV], env[L.WORLD_ENV]) == ("3", "4")
+    memory = env[L.DIR_ENV]
+    assert sorted(L.scan(memory)[3].ranks[4]) == [0, 1, 2, 3]
+    assert (Path(L.step_dir(memory, 3)) / L.METADATA).is_file()
     assert lines == [{"rank": r, "step": 3, "same": True, "saved": 3} for r in (0, 1)]
 
 
