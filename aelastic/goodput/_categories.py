@@ -8,7 +8,15 @@ later feature fills through :meth:`~aelastic.goodput.GoodputRecorder.charge` (sa
 
 from __future__ import annotations
 
-__all__ = ("BADPUT", "CATEGORIES", "CHARGED", "PRODUCTIVE", "RESTART_CAUSES", "restart_category")
+__all__ = (
+    "BADPUT",
+    "CATEGORIES",
+    "CHARGED",
+    "PRODUCTIVE",
+    "RESTART_CAUSES",
+    "UNREPORTED",
+    "restart_category",
+)
 
 PRODUCTIVE = "productive"
 #: Why an attempt ended, each with its own ``restart.<cause>`` category.
@@ -17,6 +25,9 @@ RESTART_CAUSES: tuple[str, ...] = ("crash", "hang", "node_loss", "membership", "
 #: ``straggler``: the time a slow rank of this node cost its job, ``(1 - score)`` of each
 #: second it was confirmed slow (``aelastic.stragglers``; score: its relative speed).
 CHARGED: tuple[str, ...] = ("straggler",)
+#: Stepping time of ranks that reported no step while their peers did: not known to be
+#: productive (a rank's share of its node's time; in the job's ledger, a whole node's).
+UNREPORTED = "unreported"
 #: Every badput category, in the order the summary line and the page show them.
 BADPUT: tuple[str, ...] = (
     "startup",
@@ -27,6 +38,7 @@ BADPUT: tuple[str, ...] = (
     "checkpoint_load",
     "waiting",
     *CHARGED,
+    UNREPORTED,
     "other",
 )
 CATEGORIES: tuple[str, ...] = (PRODUCTIVE, *BADPUT)

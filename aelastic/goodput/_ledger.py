@@ -7,17 +7,22 @@ Times are ``time.monotonic_ns()`` of one host. An attempt is split in three span
   and the time its ranks blocked loading a checkpoint (``checkpoint_load``);
 * ``[first step, last step]``: stepping. Re-running steps an earlier attempt already
   reported is ``rollback`` (at the attempt's mean step time); the time ranks blocked
-  saving checkpoints is ``checkpoint_save``; the rest is ``productive``;
+  saving checkpoints is ``checkpoint_save``; the rest is ``productive``, less the share
+  of the ranks that reported no step (``unreported``, :func:`silent_share`);
 * ``[last step, end)``: after a failure, the unfinished work up to the fault is
   ``rollback`` and the fault to its notice ``detection`` (a fault on another node, a
   membership change or node loss, counts from the last step); after a clean end,
   ``other``.
 
-The slowest rank sets each figure: an attempt steps once every rank has (the latest
-first step) and has reached the lowest rank's last step. An attempt without steps is
-all ``startup`` / ``restart`` while other attempts step; in a run with no steps at
-all the workers' running time counts as ``productive`` (a ledger by phase) and the
-step counts are None.
+The slowest rank sets each figure: an attempt steps once every rank that reports steps
+has (the latest first step) and has reached the lowest rank's last step. An attempt
+whose first step is where a step counter begins (:func:`new_count`) starts a new count
+instead of re-running the steps before. An attempt without steps is all ``startup`` /
+``restart`` while other attempts step; in a run with no steps at all the workers'
+running time counts as ``productive`` (a ledger by phase) and the step counts are None.
+
+:func:`combine` makes the job's ledger of the nodes' (:func:`job_charge`,
+:func:`job_steps` for its straggler cost and step counts).
 """
 
 from __future__ import annotations
@@ -25,11 +30,26 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from .._dataclass import dataclass
-from ._categories import BADPUT, CATEGORIES, PRODUCTIVE, restart_category
+from ._categories import BADPUT, CATEGORIES, CHARGED, PRODUCTIVE, UNREPORTED, restart_category
 
-__all__ = ("Attempt", "Ledger", "RankSteps", "combine", "compute")
+__all__ = (
+    "COUNTER_START",
+    "Attempt",
+    "Ledger",
+    "RankSteps",
+    "combine",
+    "compute",
+    "job_charge",
+    "job_steps",
+    "new_count",
+    "silent_share",
+)
 
 _NS = 1e-9
+#: Where a worker's own step counter begins: ``progress.step()`` and
+#: ``report_optimizer_steps()`` count from 0 in each process. (Lightning's ``global_step``
+#: is restored from checkpoints: 1 again means the run started over, a rollback.)
+COUNTER_START = 0
 
 
 @dataclass(frozen=True)
@@ -121,7 +141,9 @@ class Ledger:
 
     def summary(self) -> str:
         """``goodput 96.1% of 312.0 s: restart 2.1 s (2), rollback 3.1 s (31 steps), ...``
-        (the badput categories over 0.05 s, largest first; restarts summed)."""
+        (the badput categories over 0.05 s, largest first; restarts summed). Without
+        steps no ratio: ``goodput unknown of 312.0 s (steps unknown: the workers ran
+        300.0 s): ...``."""
         parts: list[tuple[float, str]] = []
         restart = sum(s for c, s in self.seconds.items() if c.startswith("restart."))
         if restart >= 0.05:
@@ -134,9 +156,13 @@ class Ledger:
             extra = f" ({self.steps_lost} steps)" if c == "rollback" and self.steps_lost else ""
             parts.append((s, f"{c} {s:.1f} s{extra}"))
         parts.sort(key=lambda p: -p[0])
-        head = f"goodput {100 * self.ratio:.1f}% of {self.wall_s:.1f} s"
-        if self.steps_kept is None:
-            head += " (steps unknown: productive is the workers' running time)"
+        if self.steps_kept is None:  # a ledger by phase: running time is no goodput
+            head = (
+                f"goodput unknown of {self.wall_s:.1f} s"
+                f" (steps unknown: the workers ran {self.productive_s:.1f} s)"
+            )
+        else:
+            head = f"goodput {100 * self.ratio:.1f}% of {self.wall_s:.1f} s"
         return head + (": " + ", ".join(p[1] for p in parts) if parts else "")
 
 
@@ -164,6 +190,28 @@ def _slowest(ranks: Sequence[RankSteps]) -> RankSteps | None:
     )
 
 
+def new_count(first_step: int, best: int | None) -> bool:
+    """Whether an attempt whose first step is ``first_step`` began a new step count, after
+    attempts of the current count that reached ``best`` (None: no step yet).
+
+    A counter that starts again where a worker's own counter begins
+    (:data:`COUNTER_START`: ``step()`` counts from 0 in each process) is a new count:
+    its steps add to those before, none is a rollback. A resumed run reports the step
+    it resumed from (``step(n)``, ``start=n``), above that, and what it runs again is
+    rollback."""
+    return best is not None and first_step <= min(COUNTER_START, best)
+
+
+def silent_share(ns: int, ranks: Sequence[RankSteps]) -> int:
+    """The part of ``ns`` of an attempt's stepping time that belongs to its silent ranks
+    (those that reported no step while another did): each rank holds an equal share,
+    and a silent rank's is ``unreported``, not ``productive``."""
+    if not ranks:
+        return 0
+    silent = sum(1 for r in ranks if not r.stepped)
+    return ns * silent // len(ranks)
+
+
 def compute(
     launch_ns: int,
     attempts: Sequence[Attempt],
@@ -183,7 +231,7 @@ def compute(
     slowest = [_slowest(a.ranks) for a in attempts]
     known = any(s is not None for s in slowest)
     kept = lost = 0
-    prev_max: int | None = None
+    best: int | None = None  # the highest step of the current count
     prev_cause: str | None = None
     cursor = launch_ns
     for index, (attempt, steps) in enumerate(zip(attempts, slowest, strict=True)):
@@ -204,22 +252,27 @@ def compute(
             last = min(max(steps.last_ns, ready), end)
             span = last - ready
             redo = 0
-            if prev_max is not None and steps.first_step <= prev_max:
-                repeated = min(steps.last_step, prev_max) - steps.first_step
+            if new_count(steps.first_step, best):
+                best = None  # the steps before stay kept
+            if best is not None and steps.first_step <= best:
+                repeated = min(steps.last_step, best) - steps.first_step
                 total = steps.last_step - steps.first_step
                 redo = span * repeated // total if total > 0 else 0
                 lost += repeated + 1
                 kept -= repeated + 1
             kept += steps.last_step - steps.first_step + 1
-            prev_max = steps.last_step if prev_max is None else max(prev_max, steps.last_step)
+            best = steps.last_step if best is None else max(best, steps.last_step)
             save = min(steps.save_ns, span - redo)
             ns["rollback"] += redo
             ns["checkpoint_save"] += save
-            ns[PRODUCTIVE] += span - redo - save
+            work = span - redo - save
             work_end = last
             if attempt.cause is None and attempt.end_ns is None:
-                ns[PRODUCTIVE] += end - last  # a step under way
+                work += end - last  # a step under way
                 work_end = end
+            silent = silent_share(work, attempt.ranks)
+            ns[UNREPORTED] += silent
+            ns[PRODUCTIVE] += work - silent
         # the opening span, less its waits and checkpoint loads
         waited = _overlap(waits, begin, ready)
         load = 0 if steps is None else min(steps.load_ns, ready - begin - waited)
@@ -271,26 +324,54 @@ def _fault(attempt: Attempt, lo: int, hi: int) -> int:
     return min(max(fault, lo), hi)
 
 
+def job_charge(node_seconds: Sequence[float]) -> float:
+    """The job's cost of a charged category (``straggler``) from each node's: the largest.
+    A synchronous job runs at the pace of its slowest node, so a node that cost itself
+    50 s cost every node, and the job, 50 s (slowdowns of two nodes at the same time
+    cost the larger; at different times, this is the larger of the two, a lower bound)."""
+    return max((max(0.0, s) for s in node_seconds), default=0.0)
+
+
+def job_steps(
+    counts: Sequence[tuple[int | None, int | None]],
+) -> tuple[int | None, int | None]:
+    """The job's ``(steps_kept, steps_lost)`` from each node's: those of the node that saw
+    the most steps kept (then lost), the one in the job the longest. A node that left
+    early, or joined late, saw fewer of the job's steps. ``(None, None)``: no node's
+    steps are known."""
+    known = [(kept, lost or 0) for kept, lost in counts if kept is not None]
+    if not known:
+        return None, None
+    return max(known)
+
+
 def combine(records: Sequence[Mapping[str, object]]) -> Ledger | None:
     """The job's ledger from every node's :meth:`Ledger.record` (None: no record).
 
     Node-seconds are added up and scaled to the longest wall time: each node counts in
     proportion to the time it was part of the job, so a node that left keeps its
-    share. Steps: the fewest kept and the most lost (the slowest node).
+    share. Where some nodes reported steps, a node that reported none has no
+    ``productive`` time: its running time is ``unreported``. The charged categories
+    (``straggler``) are the job's pace (:func:`job_charge`), taken from ``productive``;
+    the step counts are the job's (:func:`job_steps`).
     """
     ledgers = [Ledger.from_record(r) for r in records]
     ledgers = [lg for lg in ledgers if lg.wall_s > 0]
     if not ledgers:
         return None
+    stepped = any(lg.steps_kept is not None for lg in ledgers)
+    node_seconds = [dict(lg.seconds) for lg in ledgers]
+    for lg, node in zip(ledgers, node_seconds, strict=True):
+        if stepped and lg.steps_kept is None:  # a silent node among stepping ones
+            node[UNREPORTED] += node[PRODUCTIVE]
+            node[PRODUCTIVE] = 0.0
     wall = max(lg.wall_s for lg in ledgers)
     total = sum(lg.wall_s for lg in ledgers)
-    seconds = {c: wall * sum(lg.seconds[c] for lg in ledgers) / total for c in CATEGORIES}
-    kept = [lg.steps_kept for lg in ledgers if lg.steps_kept is not None]
-    lost = [lg.steps_lost for lg in ledgers if lg.steps_lost is not None]
-    return Ledger(
-        wall_s=wall,
-        seconds=seconds,
-        steps_kept=min(kept) if kept else None,
-        steps_lost=max(lost) if lost else None,
-        restarts={},
-    )
+    seconds = {c: wall * sum(n[c] for n in node_seconds) / total for c in CATEGORIES}
+    for category in CHARGED:
+        cost = job_charge([n[category] for n in node_seconds])
+        moved = min(max(0.0, cost - seconds[category]), seconds[PRODUCTIVE])
+        seconds[category] += moved
+        seconds[PRODUCTIVE] -= moved
+    kept, lost = job_steps([(lg.steps_kept, lg.steps_lost) for lg in ledgers])
+    return Ledger(wall_s=wall, seconds=seconds, steps_kept=kept, steps_lost=lost, restarts={})

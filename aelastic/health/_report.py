@@ -111,7 +111,10 @@ def metrics_text(job: JobView) -> str:
 
 
 def _goodput_lines(record: dict[str, Any] | None, labels: str) -> list[str]:
-    """This node's goodput ledger (``aelastic.goodput``): ratio, productive and badput."""
+    """This node's goodput ledger (``aelastic.goodput``): ratio, wall, productive and badput.
+
+    Gauges, not counters: the ledger is revised as facts arrive (a crash turns the step
+    under way from ``productive`` into ``rollback``), so a category may go down."""
     if record is None:
         return []
     badput = record.get("badput_s") or {}
@@ -119,13 +122,18 @@ def _goodput_lines(record: dict[str, Any] | None, labels: str) -> list[str]:
         "# HELP aelastic_goodput_ratio Productive time over wall time since the launch.",
         "# TYPE aelastic_goodput_ratio gauge",
         f"aelastic_goodput_ratio{{{labels}}} {record['ratio']}",
-        "# HELP aelastic_productive_seconds_total Time of the steps that are kept.",
-        "# TYPE aelastic_productive_seconds_total counter",
-        f"aelastic_productive_seconds_total{{{labels}}} {record['productive_s']}",
-        "# HELP aelastic_badput_seconds_total Time lost, by category (docs/goodput.md).",
-        "# TYPE aelastic_badput_seconds_total counter",
+        "# HELP aelastic_goodput_wall_seconds Time since the launch: the ledger's total.",
+        "# TYPE aelastic_goodput_wall_seconds gauge",
+        f"aelastic_goodput_wall_seconds{{{labels}}} {record['wall_s']}",
+        "# HELP aelastic_goodput_productive_seconds Time of the steps kept so far"
+        " (revised: a crash makes the step under way rollback).",
+        "# TYPE aelastic_goodput_productive_seconds gauge",
+        f"aelastic_goodput_productive_seconds{{{labels}}} {record['productive_s']}",
+        "# HELP aelastic_goodput_badput_seconds Time lost so far, by category"
+        " (docs/goodput.md; revised as facts arrive).",
+        "# TYPE aelastic_goodput_badput_seconds gauge",
         *(
-            f'aelastic_badput_seconds_total{{{labels},category="{_escape(c)}"}} {s}'
+            f'aelastic_goodput_badput_seconds{{{labels},category="{_escape(c)}"}} {s}'
             for c, s in badput.items()
         ),
     ]

@@ -31,7 +31,9 @@ WORKER = str(HERE / "ddp_worker.py")
 def truth(log: Path) -> dict[str, float]:
     """Productive and rollback seconds, from one rank's step log, per the ledger's
     definitions: steps kept (first run) vs re-run, between an attempt's first and last
-    step; an attempt's first step counts to its start-up / restart."""
+    step; an attempt's first step counts to its start-up / restart. A phase whose first
+    step is 0 after earlier steps starts a new count (docs/goodput.md: restarted step
+    counters)."""
     steps: dict[int, list[tuple[int, int]]] = {}
     for line in log.read_text().splitlines():
         phase, what, number, ns = line.split()
@@ -41,6 +43,8 @@ def truth(log: Path) -> dict[str, float]:
     done = -1  # the highest step run so far
     for key in sorted(steps):
         run = steps[key]
+        if run[0][0] <= min(0, done):
+            done = -1  # a new count: the steps before stay kept
         for (_, t0), (value, t1) in itertools.pairwise(run):
             if value <= done:
                 rollback += t1 - t0
@@ -136,7 +140,8 @@ async def test_two_nodes_with_a_crash_a_hang_and_rollbacks(tmp_path: Path) -> No
 
 
 def test_a_job_without_steps_gets_a_ledger_by_phase(tmp_path: Path) -> None:
-    """The CLI's last stderr line says where the time went, and that steps are unknown."""
+    """The CLI's last stderr line says where the time went, that steps are unknown, and
+    no goodput ratio."""
     script = tmp_path / "nosteps.py"
     script.write_text("import time\ntime.sleep(0.5)\n")
     started = time.monotonic()
@@ -158,9 +163,10 @@ def test_a_job_without_steps_gets_a_ledger_by_phase(tmp_path: Path) -> None:
     elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stderr
     line = done.stderr.strip().splitlines()[-1]
-    assert line.startswith("aelastic: goodput "), done.stderr
-    assert "steps unknown" in line
-    # "goodput R% of W s": the wall time is the launch's, inside the process's
+    # no ratio without steps: the running time is not known to be goodput
+    assert line.startswith("aelastic: goodput unknown of "), done.stderr
+    assert "steps unknown" in line and "%" not in line
+    # "goodput unknown of W s": the wall time is the launch's, inside the process's
     wall = float(line.split(" of ")[1].split(" s")[0])
     assert 0.5 <= wall <= elapsed
     assert len(CATEGORIES) == len(BADPUT) + 1

@@ -101,8 +101,8 @@ async def test_status_readiness_and_metrics_of_a_running_job() -> None:
                 assert f"aelastic_job_restarts_left{{{labels}}} 2" in text
                 assert "# TYPE aelastic_job_restarts_total counter" in text
                 assert f"aelastic_goodput_ratio{{{labels}}} " in text
-                assert "# TYPE aelastic_productive_seconds_total counter" in text
-                assert f'aelastic_badput_seconds_total{{{labels},category="startup"}} ' in text
+                assert "# TYPE aelastic_goodput_productive_seconds gauge" in text
+                assert f'aelastic_goodput_badput_seconds{{{labels},category="startup"}} ' in text
                 assert f'{{{labels},category="restart.crash"}} 0.0' in text
                 assert (await get(address, "/nope"))[0] == 404
                 assert (await get(address, "/status", "POST"))[0] == 405
