@@ -58,7 +58,8 @@ class StragglerSettings:
     long after its workers start a node's ranks are not scored (``warmup``: imports and
     process-group setup take each rank a different time, and nothing is in lockstep
     yet). Samples are taken every :attr:`interval` seconds (a tenth of the window, 0.1
-    to 1 s).
+    to 1 s); a node is excluded at most once per set of workers and once per
+    :attr:`exclude_backoff` seconds.
 
     Raises:
         StragglerConfigError: a value out of range (see :meth:`check`).
@@ -99,6 +100,13 @@ class StragglerSettings:
     def interval(self) -> float:
         """Seconds between two samples: a tenth of the window, within 0.1 to 1 s."""
         return min(1.0, max(0.1, self.window / 10))
+
+    @property
+    def exclude_backoff(self) -> float:
+        """Least seconds between two exclusions of one node (action ``exclude``):
+        ``warmup + min_duration + timeout``, the time new workers take to be scored,
+        confirmed slow and excluded (200 s by default). See :mod:`._exclude`."""
+        return self.warmup + self.min_duration + self.timeout
 
 
 class RateWindow:

@@ -17,6 +17,14 @@ sequence number. In a job of more nodes, the other agents read that one key inst
 O(n) reads job-wide, and their reference is at most an interval or two older. A summary
 of another round, or one whose sequence number has not moved for three reads (the
 leader stopped publishing), sends them back to reading every node.
+
+**Exclusion** (``exclude``; the rules are plain functions in :mod:`._exclude`): at most
+once per set of workers and once per ``exclude_backoff`` seconds; an ``exclude`` that
+raises is retried at the next sample, up to ``EXCLUDE_ATTEMPTS`` times per set of
+workers. Before it excludes its node, an agent appends ``{node, ranks}`` to
+``strag/excluded``, the job's record; an agent whose slow rank another node was already
+excluded for reports the slowness as its rank's work (``aelastic.straggler.workload``)
+and does not exclude its node for that rank.
 """
 
 from __future__ import annotations
@@ -30,6 +38,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 import anyio.abc
 
+from ._exclude import (
+    EXCLUDE_ATTEMPTS,
+    ExcludedFor,
+    exclusion_due,
+    parse_record,
+    workload_ranks,
+)
 from ._policy import (
     NodeVerdict,
     RankScore,
@@ -55,6 +70,10 @@ log = logging.getLogger("aelastic.stragglers")
 
 INDEX_KEY = "strag/nodes"
 SUMMARY_KEY = "strag/summary"
+#: The job's record of straggler exclusions, one ``{node, ranks}`` JSON line each.
+RECORD_KEY = "strag/excluded"
+#: Seconds a read or an append of the record may take (once per exclusion: generous).
+_RECORD_BOUND = 5.0
 #: Jobs of up to this many nodes: every agent reads every node's medians.
 DIRECT_MAX = 32
 #: Reads of an unchanged summary after which an agent reads every node again.
@@ -96,7 +115,8 @@ class StragglerWatch:
     returns the run's status store and a token naming its connection (None: none yet);
     ``emit(name, metadata)`` records an event; ``mark(kind, detail)`` puts a mark on
     the job view's time axis; ``exclude(reason)`` excludes this node (action
-    ``exclude``; awaited once per slowdown); ``charge(seconds)`` is told, at each
+    ``exclude``; awaited when due, see :mod:`._exclude`; what it raises is logged and
+    retried at the next sample, a bounded number of times); ``charge(seconds)`` is told, at each
     decision, the time this node's slowdown cost the job since the last one (the
     goodput ledger's ``straggler`` category). Store errors are logged and retried at
     the next interval: the job never waits on the watch.
@@ -134,7 +154,12 @@ class StragglerWatch:
         self.verdict: NodeVerdict | None = None
         #: this node's slow stretches, oldest first (wall clock, ``time.time()``)
         self.intervals: list[SlowInterval] = []
+        #: this node was excluded for its current workers (new workers: False again)
         self.excluded = False
+        self._attempts = 0  # failed exclusions for the current workers
+        self._last_exclusion: float | None = None  # when this node was last excluded
+        # global ranks whose slowness is their work's: {rank: nodes excluded for it}
+        self._workload: dict[int, tuple[str, ...]] = {}
         self._windows: dict[int, RateWindow] = {}
         #: rank: (pid, signal, its value, when): busy seconds at agent time, or work at span
         self._last: dict[int, tuple[int, str, float, float]] = {}
@@ -213,6 +238,7 @@ class StragglerWatch:
             self._windows.clear()
             self._last.clear()
             self.tracker = SlowTracker(self.settings)
+            self.excluded, self._attempts = False, 0  # (the backoff still holds)
             if self.verdict is not None:  # its workers are gone: that slowdown is over
                 self._recovered(self.verdict)
                 self.verdict = None
@@ -313,7 +339,8 @@ class StragglerWatch:
     ) -> None:
         """Score the ranks of ``shared`` (against ``fastest``, the job's fastest rate,
         when ``shared`` holds only this node's); report, clear or exclude this node's
-        slowdown."""
+        slowdown (see :meth:`_act`). Raises nothing of the exclusion's (logged and
+        retried); cancellation propagates."""
         medians = {rank: (node, median) for rank, (node, median, _) in shared.items()}
         best = {rank: b for rank, (_, _, b) in shared.items()}
         self.scores = score_ranks(medians, best, fastest)
@@ -336,15 +363,98 @@ class StragglerWatch:
             self._report(verdict)
         elif verdict is None and previous is not None:
             self._recovered(previous)
-        if verdict is not None and self.settings.action == "exclude" and not self.excluded:
-            since = self.tracker.slow_since(verdict.ranks)
-            if (
-                since is not None
-                and now - since >= self.settings.min_duration + self.settings.timeout
-            ):
-                self.excluded = True
-                if self.exclude is not None:
-                    await self.exclude(self._reason(verdict))
+        if verdict is not None and self.settings.action == "exclude":
+            await self._act(verdict, now)
+
+    async def _act(self, verdict: NodeVerdict, now: float) -> None:
+        """Exclude this node for ``verdict``'s ranks once due (:func:`exclusion_due`),
+        less the ranks whose slowness is their work's (:func:`workload_ranks`: those are
+        reported once, and never counted again). Reading the job's record or ``exclude``
+        failing is logged and counts as a failed attempt, retried at the next decision
+        up to ``EXCLUDE_ATTEMPTS`` times for these workers. Never raises but
+        cancellation (an attempt cancelled is not counted)."""
+        ranks = [r for r in verdict.ranks if r not in self._workload]
+        if not self._due(ranks, now):
+            return
+        try:
+            found = workload_ranks(self.node, ranks, await self._read_record())
+            if found:
+                self._workload.update(found)
+                self._report_workload(found)
+                ranks = [r for r in ranks if r not in found]
+                if not self._due(ranks, now):
+                    return
+            await self._write_record(ExcludedFor(self.node, tuple(ranks)))
+            if self.exclude is not None:
+                await self.exclude(self._reason(_part(verdict, ranks)))
+        except Exception as exc:
+            self._failed(exc)
+            return
+        self.excluded, self._last_exclusion = True, now
+
+    def _due(self, ranks: Sequence[int], now: float) -> bool:
+        return exclusion_due(
+            self.settings,
+            now,
+            self.tracker.slow_since(ranks),
+            excluded=self.excluded,
+            attempts=self._attempts,
+            last=self._last_exclusion,
+        )
+
+    def _failed(self, exc: Exception) -> None:
+        """Count and log (once) a failed exclusion."""
+        self._attempts += 1
+        then = (
+            "retried at the next sample"
+            if self._attempts < EXCLUDE_ATTEMPTS
+            else "not retried until this node has new workers"
+        )
+        log.warning(
+            "straggler: excluding node %s failed (attempt %d of %d; %s): %s: %s",
+            self.node,
+            self._attempts,
+            EXCLUDE_ATTEMPTS,
+            then,
+            type(exc).__name__,
+            exc,
+        )
+
+    async def _read_record(self) -> list[ExcludedFor]:
+        """The job's straggler exclusions so far ([] without a store).
+
+        Raises:
+            TimeoutError: the store did not answer within the bound.
+            Exception: what the store raised.
+        """
+        found = self.store_of()
+        if found is None:
+            return []
+        store = found[0]
+        with anyio.fail_after(_RECORD_BOUND):
+            if not await store.check([RECORD_KEY]):
+                return []
+            raw = await store.get(RECORD_KEY)
+        return parse_record(raw.decode(errors="replace"))
+
+    async def _write_record(self, exclusion: ExcludedFor) -> None:
+        """Append ``exclusion`` to the job's record before this node goes, so the node
+        that takes its place reads it. Best effort: a store that fails or does not
+        answer within the bound is logged, and the exclusion goes on. Never raises but
+        cancellation."""
+        found = self.store_of()
+        if found is None:
+            return
+        try:
+            with anyio.fail_after(_RECORD_BOUND):
+                await found[0].append(RECORD_KEY, exclusion.line())
+        except Exception as exc:
+            log.warning(
+                "straggler: could not record this node's exclusion in the store (a node"
+                " that takes its place may be excluded for the same ranks): %s: %s",
+                type(exc).__name__,
+                exc,
+            )
 
     def _hold(self, verdict: NodeVerdict, now: float) -> bool:
         """Whether to hold a first report back while other ranks of this node are slow but
@@ -403,6 +513,35 @@ class StragglerWatch:
         if self.mark is not None:
             self.mark("straggler", f"{self.node}: {verdict.describe()}")
 
+    def _report_workload(self, found: Mapping[int, tuple[str, ...]]) -> None:
+        ranks = ",".join(str(r) for r in found)
+        nodes = ",".join(dict.fromkeys(n for excluded in found.values() for n in excluded))
+        log.warning(
+            "straggler: host %s node %s global ranks %s slow again after node(s) %s were"
+            " excluded for them: the slowdown follows the rank (its work), not the node;"
+            " no node is excluded for these ranks",
+            self.host,
+            self.node,
+            ranks,
+            nodes,
+        )
+        self.emit(
+            "aelastic.straggler.workload",
+            {
+                "node": self.node,
+                "host": self.host,
+                "ranks": ranks,
+                "excluded_nodes": nodes,
+                "action": self.settings.action,
+            },
+        )
+        if self.mark is not None:
+            self.mark(
+                "straggler_workload",
+                f"{self.node}: global rank(s) {ranks} slow again after {nodes} excluded:"
+                " the workload, not the node",
+            )
+
     def _recovered(self, previous: NodeVerdict) -> None:
         ranks = ",".join(str(r) for r in previous.ranks)
         log.warning(
@@ -413,6 +552,12 @@ class StragglerWatch:
         )
         if self.mark is not None:
             self.mark("straggler_end", f"{self.node}: ranks {ranks} no longer slow")
+
+
+def _part(verdict: NodeVerdict, ranks: Sequence[int]) -> NodeVerdict:
+    """``verdict`` restricted to ``ranks`` (the ones an exclusion is for)."""
+    whole = verdict.whole_node and len(ranks) == len(verdict.ranks)
+    return NodeVerdict(verdict.node, {r: verdict.ranks[r] for r in ranks}, whole)
 
 
 def _reading(

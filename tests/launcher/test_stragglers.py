@@ -266,3 +266,78 @@ async def test_a_slow_node_is_named_excluded_and_a_spare_takes_its_group_rank(
     assert "b excluded for 600 s (exclusion #1): straggler:" in b.err, b.err
     (excluded,) = _events(events, "aelastic.node.excluded")
     assert str(excluded["reason"]).startswith("straggler: every rank of the node is slow")
+
+
+async def test_a_slowdown_that_follows_its_rank_to_the_spare_does_not_exclude_the_spare(
+    tmp_path: Path,
+) -> None:
+    # global rank 3 does 1.4x the work on whichever node runs it (its work, not a node):
+    # node b runs it first and is excluded for it; the spare takes b's group rank, so
+    # global rank 3, which is slow there too: reported as the workload, the spare stays
+    port, stop, events = free_port(), tmp_path / "stop", tmp_path / "events"
+    run = "strag5"
+    policy = ["--straggler-action", "exclude", "--straggler-timeout", "1", *THRESHOLD]
+    policy += ["--exclude-node-cooldown", "600"]
+    worker = ["--onset", "10", "--slow-rank", "3"]
+
+    def argv(is_host: bool) -> list[str]:
+        return _argv(port, run, is_host, stop, *policy, events=events, worker=worker)
+
+    async with cluster() as c:
+        a = await c.start(argv(True), env=_env("a", events))
+        b = await c.start(argv(False), env=_env("b", events))
+        await _wait_step(b, 2, 0)
+        spare = await c.start(argv(False), env=_env("spare", events))  # waits: world full
+        with anyio.fail_after(240):
+            await b.wait_for_err("excluding this node")
+        with anyio.fail_after(240):
+            await spare.wait_for_err("follows the rank")
+        steps = _steps(spare, 3)
+        stop.touch()
+        codes = await wait_all([a, b, spare], 120)
+    # the spare was not excluded (it would exit 95 once the job ended while it was out)
+    assert codes == [0, NODE_EXCLUDED_EXIT_CODE, 0], [n.err for n in c.nodes]
+    assert steps >= 0, spare.lines  # the spare ran global rank 3 when it said so
+    (excluded,) = _events(events, "aelastic.node.excluded")  # node b's exclusion alone
+    assert str(excluded["reason"]).startswith("straggler: slow rank(s): global rank 3 (score")
+    (workload,) = _events(events, "aelastic.straggler.workload")
+    assert workload["node"] == "spare" and workload["ranks"] == "3", workload
+    assert workload["excluded_nodes"] == "b", workload
+    assert "excluding this node" not in spare.err, spare.err
+    line = next(x for x in _straggler_lines([spare]) if "follows the rank" in x)
+    assert "node spare global ranks 3 slow again after node(s) b were excluded" in line, line
+
+
+async def test_a_node_slow_again_after_its_cooldown_is_excluded_again(tmp_path: Path) -> None:
+    # every rank of node b is slow whenever it runs; --nnodes 1:2 lets node a go on alone
+    # while b sits out its cooldown (2 s); b rejoins, is slow again on new workers, and is
+    # excluded a second time (its cooldown doubled); the job ends once b's next workers
+    # are up (none of them can be excluded before the 10 s warm-up), so both nodes exit 0
+    port, stop, events = free_port(), tmp_path / "stop", tmp_path / "events"
+    run = "strag6"
+    policy = ["--straggler-action", "exclude", "--straggler-timeout", "1", *THRESHOLD]
+    policy += ["--exclude-node-cooldown", "2"]
+    worker = ["--onset", "10"]
+
+    def argv(is_host: bool) -> list[str]:
+        return _argv(port, run, is_host, stop, *policy, nnodes="1:2", events=events, worker=worker)
+
+    async with cluster() as c:
+        a = await c.start(argv(True), env=_env("a", events))
+        b = await c.start(argv(False), env=_env("b", events, "0,1"))
+        with anyio.fail_after(300):
+            await b.wait_for_err("(exclusion #2)")
+            started = sum(1 for line in b.lines if line.startswith("READY rank=2 "))
+            await b.wait_for_line(lambda line: line.startswith("READY rank=2 "), started + 1)
+        stop.touch()
+        codes = await wait_all([a, b], 120)
+    assert codes == [0, 0], [n.err for n in c.nodes]
+    reasons = [str(e["reason"]) for e in _events(events, "aelastic.node.excluded")]
+    assert len(reasons) == 2, reasons
+    assert all(r.startswith("straggler: every rank of the node is slow") for r in reasons)
+    assert (
+        "b excluded for 2 s (exclusion #1)" in b.err
+        and "b excluded for 4 s (exclusion #2)" in b.err
+    )
+    # two rounds of b's workers, each reported
+    assert len(_events(events, "aelastic.straggler")) >= 2

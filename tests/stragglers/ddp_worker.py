@@ -1,7 +1,7 @@
 """A gloo DDP worker for straggler tests: deterministic work per step, made slower on demand.
 
     ddp_worker.py --stop-file PATH [--work N] [--pause S] [--onset STEP] [--factor F]
-                  [--max-steps N] [--wait-work S] [--time-work]
+                  [--max-steps N] [--wait-work S] [--time-work] [--slow-rank R]
 
 Each step does ``--work`` small matrix products (plus a DDP forward/backward, whose
 gradient all-reduce makes every rank wait for the slowest), then one all-reduce of a
@@ -9,8 +9,10 @@ stop flag (set once ``--stop-file`` exists on any rank), and prints
 ``STEP rank=R group=G step=S``. From step ``--onset``, a worker whose local rank is
 listed in ``$STRAGGLER_TEST_SLOW`` (e.g. ``0,1``; set on one node only) does
 ``--factor`` times the work: deterministic extra work, so the slowdown holds whatever
-the machine's load. ``--pause`` sleeps that long in every step on every rank, in ten
-slices between ten slices of the work: a floor under the step time that leaves the
+the machine's load. ``--slow-rank R`` slows global rank R the same way on whichever
+node runs it: a slowness of the rank's work (rank 0 evaluating), not of a node.
+``--pause`` sleeps that long in every step on every rank, in ten slices between ten
+slices of the work: a floor under the step time that leaves the
 busy-time ratio of slow to fast ranks as it is (a test that counts steps then counts
 seconds too), spread finer than the detection's samples (0.3 s in the tests), whose
 median would otherwise swing between a sleeping and a working sample. ``--wait-work S``
@@ -43,10 +45,12 @@ def main() -> None:
     p.add_argument("--max-steps", type=int, default=3000)
     p.add_argument("--wait-work", type=float, default=0.0)
     p.add_argument("--time-work", action="store_true")
+    p.add_argument("--slow-rank", type=int, action="append", default=[])
     args = p.parse_args()
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     group = os.environ["GROUP_RANK"]
     slow = str(local) in os.environ.get("STRAGGLER_TEST_SLOW", "").split(",")
+    slow = slow or rank in args.slow_rank
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(nn.Linear(32, 32))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,6 +11,8 @@ import pytest
 from aelastic.progress import ProgressSnapshot
 from aelastic.store import LocalStore
 from aelastic.stragglers import StragglerSettings, StragglerWatch
+from aelastic.stragglers._exclude import EXCLUDE_ATTEMPTS, ExcludedFor, parse_record
+from aelastic.stragglers._watch import RECORD_KEY
 
 pytestmark = pytest.mark.anyio
 
@@ -220,3 +223,130 @@ async def test_beyond_direct_max_nodes_the_others_read_the_leaders_summary() -> 
         assert sorted((await share("b"))[0]) == [2, 3]
     assert sorted((await share("b"))[0]) == [0, 1, 2, 3, 4, 5]  # ...then every node again
     assert store.multi_gets == reads + 1
+
+
+#: exclusion due 5 s after the onset (2 s to confirm, 3 s more); backoff 10 + 2 + 3 = 15 s
+EXCLUDE = StragglerSettings(action="exclude", window=4, min_duration=2, timeout=3, warmup=10)
+
+
+class _Node:
+    """One node's watch over ranks 2 and 3 (rank 3 slow from the first sample, rank 2 once
+    ``slow2``), a clock, and what its ``exclude`` was called at; ``fail`` makes the
+    next calls of ``exclude`` raise (a count; -1: every one)."""
+
+    def __init__(self, node: str, store: LocalStore | None = None) -> None:
+        self.now = 0.0
+        self.node = node
+        self.calls: list[tuple[float, str]] = []  # (clock, reason) of each exclude call
+        self.events: list[tuple[str, Mapping[str, Any]]] = []
+        self.marks: list[str] = []
+        self.fail = 0
+        self.slow2 = False
+        self.job = _Job([2, 3])
+        self.watch = StragglerWatch(
+            EXCLUDE,
+            self.job,
+            (lambda: None) if store is None else (lambda: (store, "token")),
+            node=node,
+            host=f"host{node}",
+            emit=lambda name, md: self.events.append((name, md)),
+            mark=lambda kind, detail: self.marks.append(kind),
+            exclude=self._exclude,
+        )
+
+    async def _exclude(self, reason: str) -> None:
+        self.calls.append((self.now, reason))
+        if self.fail:
+            self.fail -= 1
+            raise RuntimeError("the store is gone")
+
+    async def run(self, until: float) -> None:
+        """Decide every half second until ``until``."""
+        while self.now < until:
+            self.now += 0.5
+            rates = {r: ("a" if r < 2 else self.node, 0.6, 0.6) for r in range(4)}
+            rates[3] = (self.node, 0.9, 0.6)
+            if self.slow2:
+                rates[2] = (self.node, 0.9, 0.6)
+            await self.watch.decide(rates, self.now)
+
+    def new_workers(self) -> None:
+        """A new round: its workers are new (what ``sample`` sees), their slowdown too."""
+        self.job.round = (self.job.round or 0) + 1
+        self.watch.sample(self.now)
+
+    def named(self, name: str) -> list[Mapping[str, Any]]:
+        return [md for event, md in self.events if event == name]
+
+
+async def test_a_node_is_excluded_again_for_new_workers_but_not_within_the_backoff() -> None:
+    node = _Node("b")
+    await node.run(10.0)  # slow from 0.5: confirmed at 2.5, excluded at 5.5, once
+    assert [t for t, _ in node.calls] == [5.5] and node.watch.excluded
+    node.new_workers()  # a new round; rank 3 slow again from 10.5: due at 15.5...
+    assert not node.watch.excluded
+    await node.run(40.0)
+    # ...held back until 15 s after the first exclusion, then once for these workers
+    assert [t for t, _ in node.calls] == [5.5, 20.5]
+    assert node.calls[1][1].startswith("straggler: slow rank(s): global rank 3 (score")
+    assert len(node.named("aelastic.straggler")) == 2  # each round's slowdown reported
+
+
+async def test_a_failed_exclusion_is_retried_at_the_next_sample_a_bounded_number_of_times(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="aelastic.stragglers")
+    node = _Node("b")
+    node.fail = -1  # every try fails: one per sample, EXCLUDE_ATTEMPTS of them, then none
+    await node.run(30.0)
+    assert [t for t, _ in node.calls] == [5.5, 6.0, 6.5][:EXCLUDE_ATTEMPTS]
+    failed = [r.getMessage() for r in caplog.records if "excluding node b failed" in r.getMessage()]
+    assert len(failed) == EXCLUDE_ATTEMPTS, failed  # once per failure
+    assert "attempt 1 of 3; retried at the next sample): RuntimeError" in failed[0]
+    assert "not retried until this node has new workers" in failed[-1]
+    assert not node.watch.excluded
+    node.fail = 1  # new workers, slow again: the first try fails, the next sample's succeeds
+    node.new_workers()
+    await node.run(60.0)
+    assert [t for t, _ in node.calls][3:] == [35.5, 36.0] and node.watch.excluded
+
+
+async def test_a_slowdown_that_follows_the_rank_to_the_spare_is_reported_not_excluded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="aelastic.stragglers")
+    store = LocalStore()
+    b = _Node("b", store)
+    await b.run(10.0)  # rank 3 slow on node b: b is excluded for it, and says so first
+    assert [t for t, _ in b.calls] == [5.5]
+    assert parse_record((await store.get(RECORD_KEY, timeout=5)).decode()) == [
+        ExcludedFor("b", (3,))
+    ]
+    # the spare takes b's group rank, so global ranks 2 and 3; rank 3 is slow there too
+    spare = _Node("spare", store)
+    await spare.run(30.0)
+    assert spare.calls == []  # not excluded: the slowdown is rank 3's work
+    (found,) = spare.named("aelastic.straggler.workload")  # reported once
+    assert found == {
+        "node": "spare",
+        "host": "hostspare",
+        "ranks": "3",
+        "excluded_nodes": "b",
+        "action": "exclude",
+    }
+    assert "straggler_workload" in spare.marks
+    lines = [r.getMessage() for r in caplog.records if "follows the rank" in r.getMessage()]
+    assert lines == [
+        "straggler: host hostspare node spare global ranks 3 slow again after node(s) b were"
+        " excluded for them: the slowdown follows the rank (its work), not the node; no node"
+        " is excluded for these ranks"
+    ]
+    assert len(spare.named("aelastic.straggler")) == 1  # still reported as a straggler
+    # rank 2 slows down on the spare too: that one is the spare's, which is excluded for it
+    spare.slow2 = True
+    await spare.run(60.0)
+    ((_, reason),) = spare.calls
+    assert reason.startswith("straggler: slow rank(s): global rank 2 (score"), reason
+    assert "rank 3" not in reason
+    record = parse_record((await store.get(RECORD_KEY, timeout=5)).decode())
+    assert record == [ExcludedFor("b", (3,)), ExcludedFor("spare", (2,))]
