@@ -1,0 +1,1 @@
+"""A seeded fault campaign over a real checkpointing gloo job (issue 36): see _campaign."""
