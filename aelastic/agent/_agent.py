@@ -329,6 +329,9 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
                 stopped = isinstance(exc, (SignalException, anyio.get_cancelled_exc_class()))
                 wg.state = WorkerState.STOPPED if stopped else WorkerState.UNKNOWN
             await self._leave_rendezvous()
+            # a run ended by a signal, an exclusion or an error has a ledger too
+            self.goodput.finished()
+            self._record_goodput()
             raise
         finally:
             self._running = False

@@ -385,6 +385,8 @@ class LocalElasticAgent(SimpleElasticAgent):
         return stacks[rank] if rank is not None and rank in captured else None
 
     def _close_round_progress(self, progress: RoundProgress) -> None:
+        # the ledger keeps the round's steps: a run stopped now (a signal) still counts them
+        self.goodput.round_closing(self._rank_steps())
         progress.close()
         self._progress = None
 

@@ -36,6 +36,8 @@ class GoodputRecorder:
         self._begin: int | None = None
         self._wait_from: int | None = None
         self._end: int | None = None
+        #: the running attempt's steps when its progress files closed (:meth:`round_closing`)
+        self._closing: tuple[RankSteps, ...] = ()
 
     def launched(self, at_ns: int | None = None) -> None:
         """The run starts now (or at ``at_ns``); later calls are ignored."""
@@ -58,6 +60,24 @@ class GoodputRecorder:
         self.launched()
         assert self._begin is not None
         self.attempts.append(Attempt(begin_ns=self._begin, started_ns=self.clock()))
+        self._closing = ()
+
+    def round_closing(self, ranks: Sequence[RankSteps]) -> None:
+        """The running attempt's progress is about to go (its files close): ``ranks`` are
+        its steps from now on, for an :meth:`attempt_ended` without them and for a
+        :meth:`ledger` of a run stopped before the attempt ended (a signal)."""
+        if self.attempts and self.attempts[-1].end_ns is None:
+            self._closing = tuple(ranks)
+
+    def _steps_now(self) -> tuple[RankSteps, ...]:
+        return self._or_closing(self.steps() if self.steps is not None else ())
+
+    def _or_closing(self, ranks: Sequence[RankSteps]) -> tuple[RankSteps, ...]:
+        """``ranks``, unless they say nothing (the progress files are gone) and the steps
+        were kept when they closed."""
+        if self._closing and not any(r != RankSteps() for r in ranks):
+            return self._closing
+        return tuple(ranks)
 
     def attempt_ended(
         self,
@@ -75,9 +95,8 @@ class GoodputRecorder:
             raise ValueError(f"cause {cause!r}: use one of {', '.join(RESTART_CAUSES)}")
         end = self.clock() if noticed_ns is None else noticed_ns
         last = self.attempts[-1]
-        self.attempts[-1] = Attempt(
-            last.begin_ns, last.started_ns, end, cause, fault_ns, tuple(ranks)
-        )
+        kept = self._or_closing(ranks)
+        self.attempts[-1] = Attempt(last.begin_ns, last.started_ns, end, cause, fault_ns, kept)
         self._begin = end
 
     def reclassify(self, cause: str) -> None:
@@ -110,8 +129,8 @@ class GoodputRecorder:
         now = self._end if self._end is not None else self.clock()
         attempts = list(self.attempts)
         last = attempts[-1] if attempts else None
-        if last is not None and last.end_ns is None and self.steps is not None:
-            attempts[-1] = Attempt(last.begin_ns, last.started_ns, ranks=tuple(self.steps()))
+        if last is not None and last.end_ns is None:
+            attempts[-1] = Attempt(last.begin_ns, last.started_ns, ranks=self._steps_now())
         elif last is not None and last.cause is not None and self._end is None:
             attempts.append(Attempt(begin_ns=self._begin or now, started_ns=now))  # restarting
         waits = self.waits

@@ -211,3 +211,30 @@ def test_recorder_feeds_the_same_ledger() -> None:
     with pytest.raises(ValueError, match="cause 'oops'"):
         rec.attempt_started()
         rec.attempt_ended([], "oops")
+
+
+def test_a_run_stopped_before_its_attempt_ended_keeps_the_steps_of_its_last_round() -> None:
+    # SIGTERM: the round's progress files close before the attempt is ended (or never
+    # is): the steps its workers reported stay in the ledger (before: "steps unknown")
+    now = [0]
+    rec = GoodputRecorder(clock=lambda: now[0])
+    rec.launched()
+    now[0] = 2 * S
+    rec.attempt_started()
+    reported = [steps(1, 3, 30, 8), steps(1, 3, 30, 8)]
+    live: list[RankSteps] = list(reported)
+    rec.steps = lambda: live
+    now[0] = 9 * S
+    rec.round_closing(live)
+    live = [RankSteps(), RankSteps()]  # the files are gone: nothing attached
+    rec.finished()
+    ledger = rec.ledger()
+    assert ledger is not None
+    assert ledger.steps_kept == 30
+    # from the first step at 3 s to the stop at 9 s (the step under way counts, as live)
+    assert seconds(ledger) == {"startup": 3.0, "productive": 6.0}
+    assert_adds_up(ledger)
+    # an attempt ended later without its steps (read after the close) keeps them too
+    rec.attempt_ended(live)
+    ended = rec.ledger()
+    assert ended is not None and ended.steps_kept == 30
