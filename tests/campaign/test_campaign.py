@@ -26,17 +26,10 @@ from ._campaign import NAMED, Result, Schedule, generate, run_schedule
 #: A schedule takes 15-50 s on an idle 2-core machine; the bound is for a loaded one.
 pytestmark = pytest.mark.timeout(300)
 
-#: Defects the campaign found, by a pattern of the violation's text (see the module's text).
-KNOWN: dict[str, str] = {
-    r"exited (95|143) without an aelastic\.goodput event": (
-        "an agent that ends excluded (95) or on SIGTERM (143) prints its goodput line but "
-        "emits no aelastic.goodput event"
-    ),
-    r"ledger says steps unknown, but its workers completed": (
-        "the ledger of an agent stopped by SIGTERM has no steps ('steps unknown') although "
-        "its workers reported them"
-    ),
-}
+#: Defects the campaign found and reported, not fixed yet, by a pattern of the violation's
+#: text -> what it is. (Found and since fixed: the missing aelastic.goodput event of an
+#: agent ending on SIGTERM or excluded, and its ledger's "steps unknown", 0dbb2d0.)
+KNOWN: dict[str, str] = {}
 
 
 def check(result: Result) -> None:
