@@ -31,7 +31,7 @@ from ._disk import write_step
 from ._exceptions import CheckpointError
 from ._owner import claim, release_if_empty, sweep_abandoned
 from ._replica import PeerRound, Replicas, announce_no_replicas, open_replicas
-from ._resume import Holdings, choose, fetch_plan, holdings, lost
+from ._resume import Holdings, choose, fetch_plan, holdings, lost, to_delete
 
 __all__ = ("Checkpoints", "open_checkpoints")
 
@@ -124,13 +124,8 @@ class Checkpoints:
         return holdings(ranks, memory, disk, metadata, disk_metadata, serves)
 
     def _keep_only(self, chosen: tuple[int, int] | None) -> None:
-        """Delete interrupted saves, the memory steps newer than ``chosen`` and all but the
-        newest older one (blocking).
-
-        Run while no worker runs: a newer step could not be read by every node, and the
-        workers save its number again; older ones than the fallback no round can choose
-        again (the chosen step is readable by every node).
-        """
+        """Delete interrupted saves and the memory steps :func:`~._resume.to_delete` names
+        for a round that chose ``chosen`` (blocking). Run while no worker runs."""
         for name in os.listdir(self.memory_dir):
             path = os.path.join(self.memory_dir, name)
             for tmp in os.listdir(path) if os.path.isdir(path) else ():
@@ -138,11 +133,8 @@ class Checkpoints:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(path, tmp))
         steps = L.scan(self.memory_dir)
-        step = None if chosen is None else chosen[0]
-        older = sorted((s for s in steps if step is not None and s < step), reverse=True)
-        for number, found in steps.items():
-            if step is None or number > step or number in older[1:]:
-                L.remove_ranks(self.memory_dir, found)
+        for number in to_delete(steps, chosen):
+            L.remove_ranks(self.memory_dir, steps[number])
 
     async def resume_env(
         self,
@@ -354,9 +346,10 @@ def _warn_lost(nodes: Sequence[Holdings], me: int, chosen: tuple[int, int] | Non
         return
     log.warning(
         "checkpoint step %d is held by this job's nodes, but not every node can read what "
-        "its ranks need of it; the workers start from scratch. A node that joins or "
-        "replaces another fetches its ranks' files from its peers' memory: keep "
-        "--checkpoint-replicas >= 1, or give the nodes a shared --checkpoint-dir",
+        "its ranks need of it; the workers start from scratch. A node fetches its "
+        "ranks' files from its peers' memory: keep --checkpoint-replicas >= 1, or give "
+        "the nodes a shared --checkpoint-dir (a node lost while its copies lagged: see "
+        "docs/checkpoints.md, 'Resizing')",
         newest,
     )
 

@@ -21,6 +21,7 @@ The rule (docs/checkpoints.md, "Resizing"):
   from the memory of a node that serves peer copies (``--checkpoint-replicas`` > 0).
   A node with nothing does not veto the step: it fetches (a job that grows keeps its
   progress).
+* What each node deletes then: :func:`to_delete`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 from .._dataclass import dataclass
 from . import _layout as L
 
-__all__ = ("Holdings", "choose", "fetch_plan", "holdings", "lost", "missing")
+__all__ = ("Holdings", "choose", "fetch_plan", "holdings", "lost", "missing", "to_delete")
 
 #: ``{step: {world: ranks}}``
 Held = Mapping[int, Mapping[int, frozenset[int]]]
@@ -179,6 +180,20 @@ def choose(nodes: Sequence[Holdings]) -> tuple[int, int] | None:
         if all(fetch_plan(nodes, i, step, world) is not None for i in range(len(nodes))):
             return step, world
     return None
+
+
+def to_delete(held: Iterable[int], chosen: tuple[int, int] | None) -> list[int]:
+    """The steps of ``held`` a node deletes from its memory once the round chose
+    ``chosen``: the newer ones (every one, when none was chosen: the workers save these
+    numbers again, and a round must never see old and new files as one step), and of
+    the older ones all but the newest (a fallback: no round chooses the others again).
+
+    A step newer than the chosen one cannot be kept for a later round in any case: the
+    workers' saves reuse their rank's two newest files, whatever their step.
+    """
+    step = None if chosen is None else chosen[0]
+    older = sorted((s for s in held if step is not None and s < step), reverse=True)
+    return sorted(s for s in held if step is None or s > step or s in older[1:])
 
 
 def lost(nodes: Sequence[Holdings], chosen: tuple[int, int] | None) -> int | None:

@@ -290,8 +290,9 @@ NAMED: dict[str, Schedule] = {
     ),
     # an agent SIGSTOPped long enough for the others to form a round without it; its
     # workers went on saving while it could copy nothing (its replica lags: the round
-    # of two starts over, documented); once it is back, the round of three has every
-    # step again (its own in its memory, the others' in theirs) and should resume
+    # of two starts over: the documented limit, a note); once it is back, the round of
+    # three resumes from what the round of two saved since (its saves took over the
+    # files of the steps given up)
     "stop_rejoin": Schedule(
         seed=0,
         name="stop_rejoin",
@@ -855,6 +856,8 @@ def gens_of(lines: Iterable[Line]) -> list[Gen]:
 
 
 _COPIED = re.compile(r"checkpoint step (\d+) copied to node")
+#: What the first node logs when a round can read no step the nodes hold.
+_STARTED_OVER = b"the workers start from scratch"
 
 
 def _check_progress(job: Job) -> list[Violation]:
@@ -863,8 +866,11 @@ def _check_progress(job: Job) -> list[Violation]:
     for ln in job.lines:
         if ln.kind == "DIVERGED":
             out.append(Violation("I1", f"ranks of one world resumed differently: {ln.fields}"))
+    # after a documented loss (replica lag), progress counts from the world that lost it:
+    # the steps before it are gone for every later world too (docs/checkpoints.md)
+    base = 0
     for i, gen in enumerate(gens[1:], 1):
-        printed = [(s, t, g) for g in gens[:i] for s, t in g.rank0_steps() if t < gen.t0]
+        printed = [(s, t, g) for g in gens[base:i] for s, t in g.rank0_steps() if t < gen.t0]
         if not printed:
             continue
         best, _, holder = max(printed, key=lambda p: p[0])
@@ -917,6 +923,22 @@ def _check_progress(job: Job) -> list[Violation]:
                 f"{what} resumed from step {gen.start} after step {best}: replica lag "
                 f"(documented limit): {detail}"
             )
+            base = i
+            continue
+        # A round between them that could read no step (the stopped or lost node's
+        # copies lagged) started over, and said so: the documented limit as well.
+        agents = job.agents.values()
+        announced = (
+            gen.start == 0
+            and any(r[1] <= gen.t0 for agent in agents for r in agent.removed_at)
+            and any(_STARTED_OVER in n.stderr for agent in agents for n in agent.nodes)
+        )
+        if announced:
+            job.notes.append(
+                f"{what} started over after step {best}: a round without a removed node "
+                "could read no step (replica lag, documented limit; the agents said so)"
+            )
+            base = i
             continue
         removed = f"; removed since: {lags}" if lags else ""
         out.append(

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from aelastic.checkpoint._layout import source_rank
-from aelastic.checkpoint._resume import Holdings, choose, fetch_plan, lost, missing
+from aelastic.checkpoint._resume import Holdings, choose, fetch_plan, lost, missing, to_delete
 
 
 def node(
@@ -125,3 +125,9 @@ def test_holdings_travel_as_json_and_bad_ones_are_refused() -> None:
     ):
         with pytest.raises((ValueError, KeyError, TypeError)):
             Holdings.from_json(bad)
+
+
+def test_a_round_deletes_the_newer_steps_and_all_older_ones_but_a_fallback() -> None:
+    assert to_delete([4, 6, 8, 10, 12], (8, 2)) == [4, 10, 12]
+    assert to_delete([8], (8, 2)) == []
+    assert to_delete([4, 6], None) == [4, 6]
