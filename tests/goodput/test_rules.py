@@ -13,16 +13,13 @@ import pytest
 from aelastic.goodput import (
     BADPUT,
     CATEGORIES,
-    COUNTER_START,
     Attempt,
     Ledger,
     RankSteps,
     combine,
     compute,
-    job_charge,
-    job_steps,
-    new_count,
 )
+from aelastic.goodput._ledger import COUNTER_START, job_charge, job_steps, new_count
 
 S = 1_000_000_000  # ns per second
 
