@@ -10,7 +10,8 @@ attempt, and a checksum of the parameters. Faults, on the first attempt only:
 dies while ``save()`` writes step K), ``--fail-at-step K`` (rank 0 exits 1 before step
 K on every attempt: the job fails for good; ``--every 1 --async``: every step saved
 with ``save(..., asynchronous=True)``), ``--hold-after-save K`` (a run that did not
-resume saves step K, prints ``HELD K rank R``, and waits to be killed). A run that resumes
+resume from step K or later saves step K, prints ``HELD K rank R``, and waits to be
+killed). A run that resumes
 checks that the next rank's object loads too (``--load-rank R``: rank R's; ``--own-only``:
 no check, for a node holding only its own ranks).
 """
@@ -116,7 +117,7 @@ def main() -> int:
             dist.barrier()
             if opts.print_saves and rank == 0:
                 print("SAVED", done, flush=True)
-            if done == opts.hold_after_save and resumed is None:
+            if done == opts.hold_after_save and start < done:  # not after resuming there
                 print("HELD", done, "rank", rank, flush=True)
                 while True:
                     signal.pause()  # until the test kills this node
