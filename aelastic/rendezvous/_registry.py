@@ -119,11 +119,7 @@ class RendezvousHandlerRegistry:
             self._load_plugins()
             factory = self._factories.get(name)
         if factory is None:
-            raise RendezvousConfigError(
-                f"unknown rendezvous backend {backend!r}; choose one of "
-                f"{', '.join(self.names())} or install a plugin registered under the "
-                f"entry-point group {ENTRY_POINT_GROUP!r}"
-            )
+            raise RendezvousConfigError(_unknown_backend(backend, self.names()))
         return name, factory
 
     def create_handler(self, params: RendezvousParameters) -> RendezvousHandler:
@@ -141,6 +137,24 @@ class RendezvousHandlerRegistry:
                 f"{reported!r}; the plugin's get_backend() must return {name!r}"
             )
         return handler
+
+
+def _unknown_backend(backend: str, names: list[str]) -> str:
+    """The error text for ``--rdzv-backend backend`` when no backend of that name is known:
+    the registered names, or that none is registered (and how to register one)."""
+    install = (
+        f"install a plugin that registers it under the entry-point group {ENTRY_POINT_GROUP!r}"
+    )
+    if not names:
+        return (
+            f"unknown rendezvous backend {backend!r}: no rendezvous backend is registered in "
+            f"this registry; register one with registry.register({backend!r}, factory) "
+            f"(aelastic.rendezvous.register for the default registry) or {install}"
+        )
+    return (
+        f"unknown rendezvous backend {backend!r}; choose one of {', '.join(names)} "
+        f"(--rdzv-backend), or {install}"
+    )
 
 
 def _default_registry() -> RendezvousHandlerRegistry:

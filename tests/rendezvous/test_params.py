@@ -148,6 +148,24 @@ def test_registry_unknown_backend_lists_choices() -> None:
         get_rendezvous_handler(params(backend="nope"))
 
 
+def test_registry_with_no_backend_says_none_is_registered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from aelastic.rendezvous import _registry
+
+    monkeypatch.setattr(_registry, "entry_points", lambda group: [])  # no plugin installed
+    empty = _registry.RendezvousHandlerRegistry()
+    with pytest.raises(RendezvousConfigError) as info:
+        empty.create_handler(params(backend="c10d"))
+    text = str(info.value)
+    assert "no rendezvous backend is registered" in text
+    assert "choose one of" not in text  # not an empty list of choices
+    assert "register('c10d', factory)" in text and "'aelastic.rendezvous'" in text
+    empty.register("mine", lambda p: create_handler(params()))
+    with pytest.raises(RendezvousConfigError, match=r"choose one of mine \(--rdzv-backend\)"):
+        empty.create_handler(params(backend="c10d"))
+
+
 def test_invalid_c10d_store_type_is_a_config_error() -> None:
     with pytest.raises(RendezvousConfigError, match=r"store_type='file'.*store_type=tcp"):
         create_handler(params(store_type="file"))
