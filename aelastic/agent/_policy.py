@@ -249,7 +249,9 @@ def progress_deadline(
     """The earliest deadline that applies to a worker now, or None when none does.
 
     A worker that has not attached (never imported :mod:`aelastic.progress`) is not
-    judged (None). Inside a section with a timeout only that timeout counts (a long
+    judged (None), nor one whose script ended (``snapshot.ended_ns``: it is exiting; a
+    slow interpreter shutdown is bounded by ``--exit-grace``, not a hang). Inside a
+    section with a timeout only that timeout counts (a long
     checkpoint is not a missed heartbeat). Otherwise: until the first heartbeat or
     section exit, the initial timeout from ``started_ns`` (the worker's start), also
     inside an untimed section (a hang there is caught, not ignored); after a heartbeat,
@@ -257,7 +259,7 @@ def progress_deadline(
     (leaving a long timed section is progress, not a missed heartbeat); once sections
     were used, the out-of-section timeout from the latest section exit.
     """
-    if not snapshot.attached:
+    if not snapshot.attached or snapshot.ended_ns:
         return None
     section = snapshot.section
     if section is not None and section in timeouts.sections:

@@ -19,6 +19,7 @@ __all__ = (
     "BEATS",
     "CKPT_LOAD_NS",
     "CKPT_SAVE_NS",
+    "ENDED_NS",
     "FILE_ENV",
     "FIRST_STEP",
     "FIRST_STEP_NS",
@@ -69,6 +70,7 @@ CKPT_SAVE_NS = 13  # total time blocked in aelastic.checkpoint.save
 CKPT_LOAD_NS = 14  # total time blocked in aelastic.checkpoint.load
 WORK_NS = 15  # total own work measured by a work timer (work_timed: stragglers on GPUs)
 WORK_SPAN_NS = 16  # the wall time those measurements cover (0: no work timer)
+ENDED_NS = 17  # when the script ended and the interpreter began to exit (0: not yet)
 SLOTS = 24
 
 NAMES_OFFSET = SLOTS * 8

@@ -36,6 +36,9 @@ class ProgressSnapshot:
     #: Own work and the wall time it was measured over (``work_timed``; 0: not measured).
     work_ns: int = 0
     work_span_ns: int = 0
+    #: When the worker's script ended and its interpreter began its shutdown (0: not yet;
+    #: see ``aelastic.progress._worker._script_ended``). An exiting worker is not hung.
+    ended_ns: int = 0
 
 
 class ProgressFile:
@@ -80,6 +83,7 @@ class ProgressFile:
             checkpoint_load_ns=s[L.CKPT_LOAD_NS],
             work_ns=s[L.WORK_NS],
             work_span_ns=s[L.WORK_SPAN_NS],
+            ended_ns=s[L.ENDED_NS] if attached else 0,
         )
 
     def _names(self, count: int) -> list[tuple[str, int]]:

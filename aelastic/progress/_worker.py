@@ -66,9 +66,35 @@ def _attach() -> None:
     _slots = slots
     # A forked child (e.g. a fork-started data loader worker) must not speak for us.
     os.register_at_fork(after_in_child=_detach)
+    _on_exit(_script_ended)
     # Fresh interpreters (no warm pool) register the stacks dump here; a no-op when the
     # warm bootstrap did already.
     register_from_env()
+
+
+def _on_exit(fn: Callable[[], None]) -> None:
+    """Call ``fn`` when the interpreter starts its shutdown: right after the script ended,
+    before non-daemon threads are joined and ``atexit`` handlers run (threading's own
+    exit hooks, private but there since Python 3.9); plain ``atexit`` otherwise."""
+    import threading
+
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is None:
+            raise RuntimeError
+        register(fn)
+    except RuntimeError:  # no such hook, or the shutdown already began
+        import atexit
+
+        atexit.register(fn)
+
+
+def _script_ended() -> None:
+    """Mark the file: the script ended, the interpreter exits (the agent stops judging
+    this worker: a slow teardown is not a hang; ``--exit-grace`` bounds it)."""
+    s = _slots
+    if s is not None:
+        s[L.ENDED_NS] = _now()
 
 
 def _detach() -> None:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import anyio
 import pytest
 
-from aelastic.agent import LocalElasticAgent, WorkerState
+from aelastic import metrics
+from aelastic.agent import LocalElasticAgent, RunResult, WorkerState
 from aelastic.events import subscribe
 
 from .conftest import SCRIPTS, LocalRendezvous, local_spec, run_until_event, start_run
@@ -274,3 +277,101 @@ async def test_a_same_step_hang_blames_the_rank_outside_the_collective(tmp_path:
     assert [h["local_rank"] for h in hangs] == [0, 1], hangs
     assert [h["hung_local_ranks"] for h in hangs] == ["0,1", "1,0"]
     assert all(h["step"] == 3 for h in hangs), hangs
+
+
+HOLD_WORKER = str(SCRIPTS / "exit_hold_worker.py")
+
+
+class _AgentLooks(metrics.MetricHandler):
+    """Sets ``twice_after`` once the hang watch looked at the workers (it puts the
+    heartbeat age) twice after ``after_ns`` (monotonic): the second look's clock read
+    follows the first's report, so it saw a time past ``after_ns``."""
+
+    def __init__(self) -> None:
+        self.after_ns: int | None = None
+        self.looks = 0
+        self.twice_after = anyio.Event()
+
+    def emit(self, metric_data: metrics.MetricData) -> None:
+        if metric_data.name != "progress.heartbeat_age_ms" or self.after_ns is None:
+            return
+        if time.monotonic_ns() > self.after_ns:
+            self.looks += 1
+            if self.looks >= 2:
+                self.twice_after.set()
+
+
+async def test_a_worker_held_in_its_shutdown_after_its_last_step_is_not_hung(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 40 item 9: rank 0 ended its script and is held in an atexit handler (a slow
+    teardown) past its 1 s heartbeat deadline while rank 1 still runs. The test releases
+    it only once the hang watch looked twice after that deadline (a look past it, before
+    the fix, reported a hang at once): no stacks captured, rc 0."""
+    looks = _AgentLooks()
+    metrics.configure(looks, "torchelastic")
+    caplog.set_level(logging.INFO, logger="aelastic.agent")
+    spec = local_spec(
+        LocalRendezvous(),
+        ("-u", HOLD_WORKER, "clean", str(tmp_path)),
+        tmp_path,
+        heartbeat_timeout=1.0,
+        max_restarts=0,
+    )
+    agent = LocalElasticAgent(spec)
+    hangs: list[object] = []
+    results: list[RunResult] = []
+    try:
+        with anyio.fail_after(90):
+            async with subscribe() as stream, anyio.create_task_group() as tg:
+
+                async def run() -> None:
+                    results.append(await agent.run())
+                    looks.twice_after.set()  # ended early: the asserts say why
+                    tg.cancel_scope.cancel()
+
+                async def watch_events() -> None:
+                    async for event in stream:
+                        if event.name == "aelastic.progress.hang":
+                            hangs.append(event)
+                            looks.twice_after.set()
+
+                tg.start_soon(run)
+                tg.start_soon(watch_events)
+                step_file = tmp_path / "r0_step"
+                while not (step_file.exists() and (tmp_path / "r0_exiting").exists()):  # noqa: ASYNC110 - files of another process
+                    await anyio.sleep(0.05)
+                looks.after_ns = int(step_file.read_text()) + 1_000_000_000  # its deadline
+                await looks.twice_after.wait()
+                (tmp_path / "release").touch()
+    finally:
+        metrics.configure(metrics.NullMetricHandler(), "torchelastic")
+    assert not hangs
+    assert "capturing the stacks" not in caplog.text
+    (result,) = results
+    assert result.state is WorkerState.SUCCEEDED
+    assert agent.remaining_restarts == 0
+
+
+async def test_a_hung_peer_of_a_worker_held_in_its_shutdown_is_still_caught(
+    tmp_path: Path,
+) -> None:
+    """Rank 0 is held in its shutdown (past its deadline, not hung); rank 1 then hangs
+    mid-training: the hang names rank 1 alone, and the job fails."""
+    spec = local_spec(
+        LocalRendezvous(),
+        ("-u", HOLD_WORKER, "hung", str(tmp_path)),
+        tmp_path,
+        heartbeat_timeout=1.0,
+        max_restarts=0,
+    )
+    agent = LocalElasticAgent(spec)
+    try:
+        with anyio.fail_after(90):
+            result, event = await run_until_event(agent, "aelastic.progress.hang")
+    finally:
+        (tmp_path / "release").touch()  # rank 0, if the agent left it (it does not)
+    assert (tmp_path / "r0_exiting").exists()  # rank 1 hung only after rank 0 was held
+    assert event.metadata["hung_local_ranks"] == "1"
+    assert event.metadata["local_rank"] == 1 and event.metadata["rule"] == "heartbeat"
+    assert result.state is WorkerState.FAILED

@@ -232,3 +232,45 @@ def test_first_step_and_checkpoint_blocking_for_the_goodput_ledger(
     assert (snap.first_step, snap.step) == (first, last)
     assert snap.step_ns >= snap.first_step_ns > snap.attach_ns
     assert (snap.checkpoint_save_ns, snap.checkpoint_load_ns) == (saved, 3)
+
+
+def test_a_worker_whose_script_ended_is_not_judged(tmp_path: Path) -> None:
+    """The file marks the end of the script before threads are joined and atexit
+    handlers run: a worker held in its shutdown has no deadline (issue 40, item 9)."""
+    progress = ProgressFile(str(tmp_path / "w.progress"))
+    code = (
+        "import atexit, sys\n"
+        "from aelastic.progress import step\n"
+        "def held():\n"
+        "    print('exiting', flush=True)\n"
+        "    sys.stdin.readline()  # the test reads the file while we are held here\n"
+        "atexit.register(held)\n"
+        "step(7)\n"
+        "print('ran', flush=True)\n"
+        "sys.stdin.readline()\n"
+    )
+    env = {**_env_without_agent(), "AELASTIC_PROGRESS_FILE": progress.path}
+    t = ProgressTimeouts(heartbeat=1, sections={"ckpt": 60})
+    with subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    ) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        assert proc.stdout.readline() == b"ran\n"
+        running = progress.snapshot()
+        proc.stdin.write(b"\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == b"exiting\n"
+        exiting = progress.snapshot()
+        proc.stdin.write(b"\n")
+        proc.stdin.flush()
+    assert proc.returncode == 0
+    assert running.ended_ns == 0 and running.step == 7
+    assert progress_deadline(running, t, started_ns=0) is not None  # judged while it runs
+    assert exiting.ended_ns >= exiting.last_beat_ns > 0
+    assert progress_deadline(exiting, t, started_ns=0) is None
+    s = 1_000_000_000
+    # The rule alone: ended inside a timed section, or before any heartbeat: not judged.
+    in_section = _snap(tmp_path, BEATS=1, LAST_BEAT_NS=s, SECTION=1, NAMES=1, ENDED_NS=2 * s)
+    assert progress_deadline(in_section, t, started_ns=s) is None
+    assert progress_deadline(_snap(tmp_path, ENDED_NS=s), ProgressTimeouts(initial=1), s) is None
+    progress.close()
