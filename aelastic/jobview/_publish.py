@@ -1,8 +1,10 @@
 """The status publisher: one task per agent writing its node's status into the store.
 
 It writes on each state change of the worker group (at most one write per
-``min_gap`` seconds, terminal states at once) and every ``interval`` seconds (longer
-in runs of more than 500 nodes: see :func:`period`): one
+``min_gap`` seconds, terminal states at once), on the workers' progress (a new step:
+at most once a second in runs of up to 300 nodes, see :func:`progress_period`) and
+every ``interval`` seconds (longer in runs of more than 500 nodes: see
+:func:`period`): one
 ``set`` of a small document (plus one ``append`` to the run's index when the node
 first writes to a store, e.g. after a c10d store was re-hosted by the heir).
 Publishing is best effort: a store error is logged and the next write tries again,
@@ -28,7 +30,16 @@ from ._view import read_view
 if TYPE_CHECKING:
     from ._source import Change, NodeSource
 
-__all__ = ("DEFAULT_INTERVAL", "MAX_RUN_RATE", "StatusPublisher", "period", "publish_replicas")
+__all__ = (
+    "DEFAULT_INTERVAL",
+    "MAX_RUN_RATE",
+    "PROGRESS_NODES",
+    "StatusPublisher",
+    "due",
+    "period",
+    "progress_period",
+    "publish_replicas",
+)
 
 log = logging.getLogger("aelastic.jobview")
 
@@ -41,12 +52,48 @@ MIN_GAP = 1.0
 MAX_RUN_RATE = 100.0
 
 
+#: Least seconds between two writes caused by the workers' progress (a new step).
+PROGRESS_GAP = 1.0
+#: Runs of up to this many nodes write on progress; at most ``PROGRESS_NODES /
+#: PROGRESS_GAP`` writes per second reach the store from progress (300), larger runs
+#: keep the periodic writes alone (at most ``MAX_RUN_RATE`` per second).
+PROGRESS_NODES = 300
+
+
 def period(interval: float, nodes: int) -> float:
     """Seconds between an agent's periodic writes in a run of ``nodes`` nodes."""
     return max(interval, nodes / MAX_RUN_RATE)
 
 
+def progress_period(interval: float, nodes: int) -> float:
+    """Seconds between two looks at the workers' steps, a write when one moved, in a run
+    of ``nodes`` nodes: :data:`PROGRESS_GAP` up to :data:`PROGRESS_NODES` nodes (what
+    ``aelastic status`` shows is then at most about a second old), else the periodic
+    :func:`period` (the store's load stays bounded in large runs)."""
+    if nodes <= PROGRESS_NODES:
+        return min(PROGRESS_GAP, period(interval, nodes))
+    return period(interval, nodes)
+
+
+def due(progressed: bool, since_write: float, interval: float, nodes: int) -> bool:
+    """Whether a look at the workers (no state change) writes the status: its steps
+    moved since the last write and :func:`progress_period` passed, or the periodic
+    :func:`period` passed (``since_write``: seconds since the last write)."""
+    if since_write >= period(interval, nodes):
+        return True
+    return progressed and since_write >= progress_period(interval, nodes)
+
+
 _TERMINAL = ("SUCCEEDED", "FAILED")
+#: Seconds a node waits at its end for its peers' final ledgers (see ``end_view``).
+END_WAIT = 3.0
+
+
+def done_with(node: dict[str, Any], ended: int) -> bool:
+    """Whether ``node`` (a node of the view) no longer holds up a peer's end: it wrote
+    ``"ended" >= ended`` or it is stale (gone)."""
+    mark = node.get("ended")
+    return bool(node.get("stale")) or (isinstance(mark, int) and mark >= ended)
 
 
 async def publish_replicas(handler: Any, record: dict[str, Any], within: float = 2.0) -> bool:
@@ -103,6 +150,8 @@ class StatusPublisher:
         self._token: object | None = None  # the store connection our index entry is in
         self._hangs = 0
         self._world: int | None = None
+        self._written: list[int | None] = []  # the steps of the last write
+        self._ended = 0  # see end_view
 
     def note(self, kind: str, detail: str = "", when: float | None = None) -> None:
         """Mark ``kind`` (an open set: ``restart``, ``hang``, ``node_lost``... or any
@@ -141,8 +190,15 @@ class StatusPublisher:
             task_status.started()
             last = -math.inf
             while True:
-                with anyio.move_on_after(period(self.interval, self._nodes())):
+                nodes = self._nodes()
+                woken = False
+                with anyio.move_on_after(progress_period(self.interval, nodes)):
                     await self._wake.wait()
+                    woken = True
+                if not woken and not due(
+                    self._steps() != self._written, time.monotonic() - last, self.interval, nodes
+                ):
+                    continue  # nothing new to show: no write
                 wait = last + self.min_gap - time.monotonic()
                 if wait > 0 and not self._urgent:
                     await anyio.sleep(wait)  # coalesce a burst of changes into one write
@@ -157,6 +213,10 @@ class StatusPublisher:
         workers = self.job.workers()
         return workers[0].world_size // len(workers) if workers else 1
 
+    def _steps(self) -> list[int | None]:
+        """The local workers' steps now (read from shared memory: no I/O)."""
+        return [w["step"] for w in worker_rows(self.job)]
+
     async def publish_once(self) -> bool:
         """Write the node's status now; return whether it reached the store. Never raises
         but cancellation; bounded by ``interval``."""
@@ -168,15 +228,16 @@ class StatusPublisher:
         now = time.time()
         workers = worker_rows(self.job)
         steps = [w["step"] for w in workers]
+        self._written = steps
         if any(s is not None for s in steps):
             self.history.sample(now, steps)
         if self._token is not None and token != self._token:
             self.history.mark(now, "store_moved", "the rendezvous store moved to a new host")
         every = period(self.interval, self._nodes())
-        raw = json.dumps(
-            node_status(self.job, self.node, self.history, every, now, workers),
-            separators=(",", ":"),
-        )
+        doc = node_status(self.job, self.node, self.history, every, now, workers)
+        if self._ended:
+            doc["ended"] = self._ended
+        raw = json.dumps(doc, separators=(",", ":"))
         with anyio.move_on_after(self.interval):
             try:
                 await store.set(node_key(self.node), raw)
@@ -191,6 +252,44 @@ class StatusPublisher:
             return True
         self.failed += 1
         return False
+
+    async def end_view(self, within: float = END_WAIT) -> dict[str, Any] | None:
+        """At the job's end, before the rendezvous handler is left: the job's view with
+        every node's final ledger, for the one end line that gives the job's goodput.
+
+        Writes this node's last status (``"ended": 1``), waits until every other live
+        node of its round wrote its own, reads the view, then writes ``"ended": 2`` and
+        waits until those nodes read too: the node that hosts the store does not take
+        it away before its peers read. All within ``within`` seconds; None when the view
+        could not be read in time (no store, a store error, a peer that did not end).
+        Never raises but cancellation.
+        """
+        with anyio.move_on_after(within):
+            try:
+                self._ended = 1
+                await self.publish_once()
+                view = await self._wait_peers(1)
+                self._ended = 2
+                await self.publish_once()
+                await self._wait_peers(2)
+            except Exception as exc:  # best effort: the end line falls back to the node's
+                log.debug("the job's view was not read at the end: %s", exc)
+                return None
+            return view
+        return None
+
+    async def _wait_peers(self, ended: int) -> dict[str, Any]:
+        """The view, read once every other live node of this node's round has written
+        ``"ended" >= ended`` (polled every 0.1 s; the caller bounds it)."""
+        while True:
+            view = await self.read_view()
+            if all(
+                done_with(n, ended)
+                for n in view["nodes"]
+                if n.get("node") != self.node and n.get("round") == self.job.round
+            ):
+                return view
+            await anyio.sleep(0.1)
 
     def _note_hangs(self) -> None:
         count = self.job.hang_count

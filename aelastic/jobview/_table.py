@@ -35,9 +35,13 @@ def printable(value: Any, limit: int = _MAX_CELL) -> str:
 
 
 def _ranks(workers: list[dict[str, Any]]) -> str:
+    """``0-3``, ``0,2``; ``waiting`` for a node whose workers have no rank yet (not in a
+    round: they show as -1); ``-`` without workers."""
     ranks = sorted(w["global_rank"] for w in workers if isinstance(w.get("global_rank"), int))
     if not ranks:
         return "-"
+    if ranks[-1] < 0:
+        return "waiting"
     if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 1:
         return f"{ranks[0]}-{ranks[-1]}"
     return ",".join(map(str, ranks))
@@ -56,7 +60,11 @@ def _failure(node: dict[str, Any]) -> str:
 
 
 def _ratio(record: Any) -> str:
+    """A node's goodput ratio; ``-`` without steps (its running time is not known to be
+    goodput: ``aelastic run``'s end line says ``goodput unknown`` too)."""
     if not isinstance(record, dict) or not isinstance(record.get("ratio"), (int, float)):
+        return "-"
+    if record.get("steps_kept") is None:
         return "-"
     return f"{100 * record['ratio']:.1f}%"
 
@@ -130,6 +138,9 @@ def replica_lines(record: dict[str, Any]) -> list[str]:
             ]
         )
     lines += _aligned(rows)
+    for g in groups:
+        if g.get("last_failure"):  # names the group and the quorum it left
+            lines.append(f"last failure: {printable(g['last_failure'], 300)}")
     quorum = record.get("quorum")
     if isinstance(quorum, dict) and quorum.get("quorum_id") is not None:
         members = ", ".join(

@@ -2,7 +2,8 @@
 
 :func:`read_view` costs two requests however many nodes there are: the index, then
 every status in one ``multi_get``. :func:`summarize` adds per node its step (the
-slowest local worker's), steps per second (over its last two samples), heartbeat
+slowest local worker's), steps per second (:func:`steps_per_second`: over the last
+``RATE_WINDOW`` seconds of the current attempt), heartbeat
 age, the status's age and whether it is stale (a running node that stopped
 publishing: its agent or host is gone, or cut off from the store).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ..goodput import combine
@@ -74,14 +76,40 @@ def _min_step(steps: list[Any]) -> int | None:
     return min(known) if known else None
 
 
-def steps_per_second(samples: list[list[Any]]) -> float | None:
-    """The slowest local worker's steps per second over the last two samples."""
-    if len(samples) < 2:
+#: Seconds of recent samples :func:`steps_per_second` measures over.
+RATE_WINDOW = 30.0
+#: Marks after which the node runs new workers: samples before them are another attempt's.
+ATTEMPT_MARKS = ("restart", "node_lost", "membership")
+
+
+def steps_per_second(
+    samples: Sequence[Sequence[Any]],
+    marks: Sequence[Sequence[Any]] = (),
+    window: float = RATE_WINDOW,
+) -> float | None:
+    """The slowest local worker's steps per second in the current attempt, over its
+    last ``window`` seconds of samples (``[time, step per local rank...]``).
+
+    The current attempt's samples are those after the last mark of
+    :data:`ATTEMPT_MARKS` (``[time, kind, detail]``) and after the last sample without
+    a step or with a lower step than the one before (new workers): a rate never spans a
+    restart's start-up, nor an old attempt's steps. None: fewer than two such samples.
+    """
+    start = max((float(m[0]) for m in marks if len(m) > 1 and m[1] in ATTEMPT_MARKS), default=-1.0)
+    run: list[tuple[float, int]] = []
+    for when, *steps in samples:
+        t, step = float(when), _min_step(steps)
+        if t <= start or step is None or (run and step < run[-1][1]):
+            run = []  # before the attempt, or new workers (not started, counting anew)
+            if t <= start or step is None:
+                continue
+        run.append((t, step))
+    if len(run) < 2:
         return None
-    (t0, *s0), (t1, *s1) = samples[-2], samples[-1]
-    t0, t1 = float(t0), float(t1)
-    a, b = _min_step(s0), _min_step(s1)
-    if a is None or b is None or not t1 > t0 or b < a:
+    t1, b = run[-1]
+    recent = [(t, s) for t, s in run[:-1] if t >= t1 - window]
+    t0, a = recent[0] if recent else run[-2]  # samples sparser than the window: the last two
+    if not t1 > t0:
         return None
     return round((b - a) / (t1 - t0), 3)
 
@@ -103,7 +131,9 @@ def summarize(run_id: str, docs: list[dict[str, Any]], now: float | None = None)
             w.get("heartbeat_age_ms") for w in workers if w.get("heartbeat_age_ms") is not None
         ]
         node["step"] = _min_step([w.get("step") for w in workers])
-        node["steps_per_s"] = steps_per_second(history.get("samples") or [])
+        node["steps_per_s"] = steps_per_second(
+            history.get("samples") or [], history.get("marks") or []
+        )
         node["heartbeat_age_ms"] = max(beats) if beats else None
         node["age_s"] = round(age, 1)
         node["stale"] = node.get("state") not in _TERMINAL and age > max(3 * interval, 10.0)

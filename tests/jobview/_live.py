@@ -99,3 +99,41 @@ async def write_stale_node(store: Store, like: dict[str, Any], name: str, **fiel
     doc = {k: v for k, v in doc.items() if k not in ("step", "steps_per_s", "age_s", "stale")}
     await store.set(f"n/{name}", json.dumps(doc))
     await store.append("nodes", name + "\n")
+
+
+async def status_follows_progress(w: Workers, jobs: list[Job]) -> None:
+    """Return once the status shows, for every node, a step its worker reported after
+    the status last changed, with no periodic write to show it: each publisher's
+    periodic interval is made an hour, so only the workers' progress can write."""
+    publishers = [job.status_publisher for job in jobs]
+    assert all(p is not None for p in publishers)
+    before = [p.published for p in publishers]  # type: ignore[union-attr]
+    for p in publishers:
+        p.interval = 3600.0  # type: ignore[union-attr]
+    # a periodic wait already begun may still write once: let it
+    while True:
+        if all(p.published > n for p, n in zip(publishers, before, strict=True)):  # type: ignore[union-attr]
+            break
+        await anyio.sleep(0.1)
+    shown = await _shown(jobs[0])
+    reported: dict[str, int] = {}  # pid: a step the worker reported past the shown one
+    while len(reported) < len(shown):
+        words = await w.line()
+        if words[0] == "stepped" and words[3] in shown and int(words[4]) > shown[words[3]]:
+            reported[words[3]] = int(words[4])
+    while True:
+        now = await _shown(jobs[0])
+        if all(now[pid] >= step for pid, step in reported.items()):
+            return
+        await anyio.sleep(0.1)
+
+
+async def _shown(job: Job) -> dict[str, int]:
+    """``{worker pid: step}`` in the job's view as read from the store (-1: none)."""
+    assert job.status_publisher is not None
+    view = await job.status_publisher.read_view()
+    return {
+        str(worker["pid"]): worker["step"] if isinstance(worker["step"], int) else -1
+        for node in view["nodes"]
+        for worker in node["workers"]
+    }

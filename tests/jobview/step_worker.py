@@ -3,7 +3,7 @@
     step_worker.py PORT [--fail-once FILE]
 
 Connects to 127.0.0.1:PORT and makes a step every 20 ms, sending
-``stepped <global_rank> <restart_count> <pid>`` after every 5th, until the test sends
+``stepped <global_rank> <restart_count> <pid> <step>`` after every 5th, until the test sends
 ``exit <code>`` (or closes the connection: exit 0). ``--fail-once FILE``: the first
 worker of global rank 1 to create FILE exits 3 once it has sent ``stepped`` (so the
 job fails once, whichever node holds rank 1 after the restart).
@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
             steps += 1
             step(steps)
             if steps % 5 == 0:
-                conn.sendall(f"stepped {rank} {restart} {os.getpid()}\n".encode())
+                conn.sendall(f"stepped {rank} {restart} {os.getpid()} {steps}\n".encode())
                 if steps == 5 and "--fail-once" in argv and rank == "1" and _first(argv[-1]):
                     return 3
             continue

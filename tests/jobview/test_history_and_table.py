@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
-from aelastic.goodput import BADPUT
+from aelastic.goodput import BADPUT, Ledger
 from aelastic.jobview import History, summarize, table
+from aelastic.jobview._publish import due, period, progress_period
+from aelastic.jobview._view import steps_per_second
+from aelastic.launcher._launch import end_line
 
 
 def test_history_keeps_the_whole_run_in_bounded_size() -> None:
@@ -101,3 +104,59 @@ def test_the_replica_groups_section_of_the_table() -> None:
         "4: rg0:a, rg1:b",
         "5: rg1:b",
     ]
+
+
+def test_a_node_writes_on_progress_each_second_up_to_300_nodes() -> None:
+    # issue 40: a two-node job's status showed a step 5 s old
+    assert progress_period(5.0, 2) == 1.0 and progress_period(5.0, 300) == 1.0
+    assert progress_period(5.0, 301) == 5.0 and progress_period(5.0, 1000) == 10.0
+    assert period(5.0, 1000) == 10.0  # large runs keep the periodic bound alone
+    assert due(True, 1.0, 5.0, 2) and not due(False, 1.0, 5.0, 2) and due(False, 5.0, 5.0, 2)
+    assert not due(True, 0.5, 5.0, 2)  # at most one progress write a second
+    assert not due(True, 5.0, 5.0, 1000) and due(True, 10.0, 5.0, 1000)
+
+
+def test_steps_per_second_is_the_current_attempt_s_recent_rate() -> None:
+    # 50 steps at 5 steps/s, a restart at t=11 (new workers import for 9 s, then resume
+    # from the checkpoint at step 40, 4 steps/s): the issue's 1.17 spanned the restart
+    before = [[float(t), 5 * t] for t in range(11)]
+    after = [[20.0, None], [21.0, 40], [22.0, 44], [23.0, 48], [24.0, 52]]
+    marks = [[11.0, "restart", "#1: rank 1 exited 3"]]
+    assert steps_per_second(before + after, marks) == 4.0
+    assert steps_per_second(before + after[:2], marks) is None  # one sample: no rate yet
+    # no mark (a node that missed it): a lower step starts the attempt, None too
+    assert steps_per_second(before + after[1:]) == 4.0
+    # the window: the rate over the last 30 s, not since the attempt began
+    slow_then_fast = [[float(t), t] for t in range(100)] + [[130.0, 99 + 90]]
+    assert steps_per_second(slow_then_fast) == round(90 / 31, 3)
+    assert steps_per_second(slow_then_fast, window=1000) == round(189 / 130, 3)
+    # samples sparser than the window: the last two
+    assert steps_per_second([[0.0, 0], [100.0, 50]]) == 0.5
+
+
+def test_waiting_ranks_and_no_ratio_without_steps() -> None:
+    waiting = [{"global_rank": -1, "local_rank": i, "pid": None, "step": None} for i in (0, 1)]
+    unknown = {"wall_s": 10.0, "productive_s": 9.96, "ratio": 0.996, "steps_kept": None,
+               "badput_s": dict.fromkeys(BADPUT, 0.0), "steps_lost": None}  # fmt: skip
+    view = summarize("r", [_doc("a", 1, workers=waiting, goodput=unknown)], now=1000.0)
+    row = table(view).splitlines()[2].split()
+    assert row[3] == "waiting" and "-1,-1" not in row
+    assert "99.6%" not in table(view) and "goodput unknown" in table(view)
+
+
+def test_the_end_line_is_the_job_s() -> None:
+    def record(wall: float, productive: float) -> dict[str, object]:
+        badput = dict.fromkeys(BADPUT, 0.0)
+        badput["startup"] = wall - productive
+        return {"wall_s": wall, "productive_s": productive, "ratio": productive / wall,
+                "badput_s": badput, "steps_kept": 10, "steps_lost": 0}  # fmt: skip
+
+    a, b = record(10.0, 8.0), record(10.0, 9.0)  # 80% and 90%: the issue's two lines
+    view = summarize("r", [_doc("a", 1, goodput=a), _doc("b", 1, goodput=b)], now=1000.0)
+    own = Ledger.from_record(a)
+    assert end_line(view, own) == "goodput 85.0% of 10.0 s (the job's, 2 nodes): startup 1.5 s"
+    alone = summarize("r", [_doc("a", 1, goodput=a)], now=1000.0)
+    assert end_line(alone, own) == "goodput 80.0% of 10.0 s: startup 2.0 s"
+    assert end_line(None, own, alone=True) == "goodput 80.0% of 10.0 s: startup 2.0 s"
+    assert "this node's: the job's view could not be read" in str(end_line(None, own))
+    assert end_line(None, None) is None

@@ -15,7 +15,14 @@ from launcher._nodes import free_port
 
 from aelastic.jobview import status_store
 
-from ._live import publish, status, status_json, two_nodes, write_stale_node
+from ._live import (
+    publish,
+    status,
+    status_follows_progress,
+    status_json,
+    two_nodes,
+    write_stale_node,
+)
 
 DASHBOARD = [sys.executable, "-m", "aelastic", "dashboard"]
 
@@ -33,7 +40,7 @@ async def test_status_of_a_live_two_node_job_with_one_restart(tmp_path: Path) ->
     with anyio.fail_after(90):
         async with two_nodes(
             tmp_path, rdzv_backend="c10d", rdzv_endpoint=endpoint, run_id="view-c10d"
-        ) as (_, jobs):
+        ) as (w, jobs):
             await publish(jobs)
             view = await status_json(*flags)
             assert view["run_id"] == "view-c10d"
@@ -92,6 +99,9 @@ async def test_status_of_a_live_two_node_job_with_one_restart(tmp_path: Path) ->
                 )
                 dashboard.send_signal(signal.SIGTERM)
                 assert await dashboard.wait() == 0
+
+            # The status follows the workers' steps, not a 5 s period (issue 40).
+            await status_follows_progress(w, jobs)
 
 
 async def test_a_wrong_run_id_or_endpoint_is_one_line_and_exit_2(tmp_path: Path) -> None:
