@@ -15,7 +15,8 @@ from another package only what that package's ``__init__`` exports (never one of
 ``_private`` modules); the base helpers are shared by all (``tests/test_layers.py``
 enforces this, and that no two modules import each other)::
 
-    0. base: _dataclass _entry_points _exceptions _features _ids _lazy _net _stacks_dump _tasks
+    0. base: _dataclass _entry_points _exceptions _features _ids _lazy _net _owned_dirs
+    0. base too: _stacks_dump _tasks
     1. store errors metrics progress goodput
     2. events integrations
     3. workers rendezvous checkpoint

@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 
 from .._dataclass import dataclass
+from .._owned_dirs import claim, release, sweep_abandoned
 from .._stacks_dump import STACKS_FILE_ENV, STACKS_SIGNAL_ENV
 from ..errors import ProcessFailure
 from ..metrics import put_metric
@@ -34,17 +35,22 @@ from ._policy import ProgressDeadline, progress_deadline
 from ._stacks import STACKS_SIGNAL, capture_stacks
 
 __all__ = (
+    "PROGRESS_DIR_PREFIX",
+    "PROGRESS_ROOT_ENV",
     "Hang",
+    "ProgressDirectory",
     "RoundProgress",
     "blame_grace",
     "hang_failures",
     "last_progress_ns",
+    "open_progress_directory",
     "progress_directory",
     "reblame",
     "remove_empty_files",
     "report_hang",
     "stacks_env",
     "stacks_files",
+    "sweep_progress_directories",
 )
 
 log = logging.getLogger("aelastic.agent")
@@ -309,10 +315,58 @@ def stacks_files(
     return out
 
 
+#: Where the agent puts its progress directory instead of ``/dev/shm`` (tests: a private root).
+PROGRESS_ROOT_ENV = "AELASTIC_PROGRESS_ROOT"
+#: The name of every agent's progress directory, ``aelastic_progress_<random>``.
+PROGRESS_DIR_PREFIX = "aelastic_progress_"
+
+
 def progress_directory() -> str:
-    """Where progress files go: ``/dev/shm`` when usable (pure memory), else the temp dir."""
+    """Where progress directories go: ``$AELASTIC_PROGRESS_ROOT`` (created), else
+    ``/dev/shm`` when usable (pure memory), else the temp dir."""
+    chosen = os.environ.get(PROGRESS_ROOT_ENV)
+    if chosen:
+        os.makedirs(chosen, exist_ok=True)
+        return chosen
     shm = "/dev/shm"
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+
+
+def sweep_progress_directories() -> list[str]:
+    """Remove the progress directories whose agent died (SIGKILL, the OOM killer); their
+    paths. Blocking (a listing of the root, a few system calls per directory); never raises.
+    A live agent's directory, and one made before directories had an owner, stay."""
+    try:
+        root = progress_directory()
+    except OSError:
+        return []
+    return sweep_abandoned(root, PROGRESS_DIR_PREFIX)
+
+
+def open_progress_directory() -> ProgressDirectory:
+    """Free what killed agents left (:func:`sweep_progress_directories`, logged), then
+    claim this agent's :class:`ProgressDirectory`. Blocking: run it in a thread."""
+    freed = sweep_progress_directories()
+    if freed:
+        log.warning("removed progress directories that killed agents left behind: %s", freed)
+    return ProgressDirectory()
+
+
+class ProgressDirectory:
+    """This agent's progress directory, locked while it lives (:mod:`aelastic._owned_dirs`):
+    if the agent is killed, the next agent's :func:`sweep_progress_directories` frees it.
+
+    Creating it costs a few system calls on tmpfs (``OSError`` if it cannot be made);
+    :meth:`cleanup` removes it with its files and drops the lock (idempotent, never raises).
+    """
+
+    def __init__(self) -> None:
+        self.name, self._lock = claim(progress_directory(), PROGRESS_DIR_PREFIX)
+
+    def cleanup(self) -> None:
+        if self._lock >= 0:
+            lock, self._lock = self._lock, -1
+            release(self.name, lock)
 
 
 def hang_failures(hang: Hang, exitcodes: Mapping[int, int]) -> dict[int, ProcessFailure]:

@@ -44,7 +44,7 @@ from ._types import RunResult, WorkerGroup, WorkerSpec, WorkerState
 # imported at the point of use, where run() has already imported them off the loop.
 if TYPE_CHECKING:
     from ._file_timer import FileTimerServer
-    from ._hang import RoundProgress
+    from ._hang import ProgressDirectory, RoundProgress
 
 __all__ = ("LocalElasticAgent",)
 
@@ -130,7 +130,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._result_dir: tempfile.TemporaryDirectory[str] | None = None
         self._warm_pool: WarmPool | None = None
         self._log_run_dir: str | None = None  # <log_dir>/<run_id>_<random>, this agent's
-        self._progress_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._progress_dir: ProgressDirectory | None = None
         self._file_timer: FileTimerServer | None = None
         # {local_rank: stacks file} of this round when the file timer is served
         self._timer_stacks: dict[int, str] = {}
@@ -323,12 +323,10 @@ class LocalElasticAgent(SimpleElasticAgent):
         return progress
 
     def _progress_directory(self) -> str:
-        if self._progress_dir is None:
-            from ._hang import progress_directory
+        if self._progress_dir is None:  # run() claims it; here only when called outside
+            from ._hang import ProgressDirectory
 
-            self._progress_dir = tempfile.TemporaryDirectory(
-                prefix="aelastic_progress_", dir=progress_directory()
-            )
+            self._progress_dir = ProgressDirectory()
         return self._progress_dir.name
 
     def _open_timer_stacks(
@@ -608,6 +606,10 @@ class LocalElasticAgent(SimpleElasticAgent):
         # hang detection's and the file timer's modules when the spec or env turns them on
         await import_features(feature_modules(self._worker_group.spec, os.environ))
         try:
+            if self._progress_dir is None:
+                from ._hang import open_progress_directory  # frees what killed agents left
+
+                self._progress_dir = await anyio.to_thread.run_sync(open_progress_directory)
             async with self._open_warm_pool(), self._open_file_timer(), self._open_checkpoints():
                 return await super().run(role)
         finally:
