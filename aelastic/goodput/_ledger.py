@@ -139,11 +139,12 @@ class Ledger:
             restarts={},
         )
 
-    def summary(self) -> str:
+    def summary(self, scope: str = "") -> str:
         """``goodput 96.1% of 312.0 s: restart 2.1 s (2), rollback 3.1 s (31 steps), ...``
         (the badput categories over 0.05 s, largest first; restarts summed). Without
         steps no ratio: ``goodput unknown of 312.0 s (steps unknown: the workers ran
-        300.0 s): ...``."""
+        300.0 s): ...``. ``scope`` (``job, 2 nodes``) is said after the head, in
+        parentheses."""
         parts: list[tuple[float, str]] = []
         restart = sum(s for c, s in self.seconds.items() if c.startswith("restart."))
         if restart >= 0.05:
@@ -163,6 +164,8 @@ class Ledger:
             )
         else:
             head = f"goodput {100 * self.ratio:.1f}% of {self.wall_s:.1f} s"
+        if scope:
+            head += f" ({scope})"
         return head + (": " + ", ".join(p[1] for p in parts) if parts else "")
 
 

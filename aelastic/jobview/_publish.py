@@ -261,9 +261,10 @@ class StatusPublisher:
         node of its round wrote its own, reads the view, then writes ``"ended": 2`` and
         waits until those nodes read too: the node that hosts the store does not take
         it away before its peers read. All within ``within`` seconds; None when the view
-        could not be read in time (no store, a store error, a peer that did not end).
-        Never raises but cancellation.
+        could not be read in time (no store, a store error, a peer that did not end;
+        what happens after the read does not matter). Never raises but cancellation.
         """
+        view: dict[str, Any] | None = None
         with anyio.move_on_after(within):
             try:
                 self._ended = 1
@@ -271,23 +272,23 @@ class StatusPublisher:
                 view = await self._wait_peers(1)
                 self._ended = 2
                 await self.publish_once()
-                await self._wait_peers(2)
+                await self._wait_peers(2)  # a store gone now: its host had what it needs
             except Exception as exc:  # best effort: the end line falls back to the node's
-                log.debug("the job's view was not read at the end: %s", exc)
-                return None
-            return view
-        return None
+                log.debug("the job's view at the end: %s", exc)
+        return view
 
     async def _wait_peers(self, ended: int) -> dict[str, Any]:
-        """The view, read once every other live node of this node's round has written
-        ``"ended" >= ended`` (polled every 0.1 s; the caller bounds it)."""
+        """The view, read once every other live node of the job's last round (the
+        view's) has written ``"ended" >= ended`` (polled every 0.1 s; the caller bounds
+        it). Nodes of earlier rounds left before: their last ledgers are in the view."""
         while True:
             view = await self.read_view()
-            if all(
-                done_with(n, ended)
+            peers = [
+                n
                 for n in view["nodes"]
-                if n.get("node") != self.node and n.get("round") == self.job.round
-            ):
+                if n.get("node") != self.node and n.get("round") == view["round"]
+            ]
+            if all(done_with(n, ended) for n in peers):
                 return view
             await anyio.sleep(0.1)
 

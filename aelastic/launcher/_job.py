@@ -182,6 +182,10 @@ class Job:
         self.learned_heartbeat_timeout: float | None = None
         #: publishes this node's status into the rendezvous store (``aelastic.jobview``)
         self.status_publisher: StatusPublisher | None = None
+        #: set before the run ends: read the job's view at the end (``aelastic run``'s
+        #: goodput line, the job's); the view read, None if it could not be
+        self._want_end_view = False
+        self._end_view: dict[str, Any] | None = None
         #: finds this node's slow ranks (``aelastic.stragglers``; None: detection off)
         self.straggler_watch: StragglerWatch | None = None
         group = self._agent.get_worker_group()
@@ -604,6 +608,8 @@ class Job:
                     if self.status_publisher is not None:
                         self.status_publisher.wake()  # visible while it waits for peers
                     self._outcome = await self._agent.run()
+                    if self._want_end_view and self.status_publisher is not None:
+                        self._end_view = await self.status_publisher.end_view()  # bounded
             except anyio.get_cancelled_exc_class():
                 sig = self._entry_signal
                 if sig is not None and not self._stop_requested:

@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 
 from .._tasks import background_tasks
+from ..goodput import Ledger, combine
 from ..rendezvous import C10dRendezvousHandler
 from ..workers import console_writer
 from ._build import entrypoint_name, parse_signals
@@ -41,11 +42,14 @@ async def run_launch(
     With ``handle_signals`` the process's handlers for those signals are replaced while
     the launch runs (only the main thread may do this): each received signal makes the
     agent stop its workers with that signal, and :class:`aelastic.agent.SignalException`
-    is raised once they are gone. With ``goodput_line`` this node's goodput ledger is
-    printed to stderr as one line when the job ends, however it ends.
+    is raised once they are gone. With ``goodput_line`` the job's goodput ledger (every
+    node's, read from the status store at the end: at most 3 s more; this node's when
+    it cannot be read) is printed to stderr as one line when the job ends, however it
+    ends.
     """
     signals = parse_signals(config.signals_to_handle) if handle_signals else []
     async with open_job(config, entrypoint, *args) as job, background_tasks() as tg:
+        job._want_end_view = goodput_line
         if say is not None:
             tg.start_soon(_say_where, job, say)
         try:
@@ -53,9 +57,34 @@ async def run_launch(
                 return await job.wait()
             return await _wait_forwarding(job, signals)
         finally:
-            line = job.goodput_summary() if goodput_line else None
+            line = _end_line(job) if goodput_line else None
             if line is not None:  # queued: a stalled stderr must not hold the exit
                 console_writer("stderr").write(f"aelastic: {line}\n".encode())
+
+
+def _end_line(job: Job) -> str | None:
+    """The job's goodput line (:func:`end_line`)."""
+    alone = job.config.max_nodes <= 1
+    return end_line(job._end_view, job._agent.goodput.ledger(), alone)
+
+
+def end_line(view: dict[str, Any] | None, own: Ledger | None, alone: bool = False) -> str | None:
+    """The goodput line a node prints at the end of ``aelastic run``: the job's, from
+    ``view`` (every node's final ledger: ``StatusPublisher.end_view``) when it has
+    more than one node, else this node's own ledger ``own`` (a one-node job, or the
+    view could not be read: then it says so unless the job is ``alone``, one node at
+    most). None: no ledger at all."""
+    records = [] if view is None else [n.get("goodput") for n in view["nodes"]]
+    known = [r for r in records if isinstance(r, dict)]
+    if len(known) > 1:
+        ledger = combine(known)
+        if ledger is not None:
+            return ledger.summary(f"the job's, {len(known)} nodes")
+    if own is None:
+        return None
+    if view is None and not alone:
+        return own.summary("this node's: the job's view could not be read at the end")
+    return own.summary()
 
 
 async def _say_where(job: Job, say: Callable[[str], None]) -> None:
