@@ -10,7 +10,10 @@ blocks (comma-separated numbers), the target's full argv (count, items),
 ``sys.argv`` (count, items), then the environment as ``NAME=value`` items.
 The socket stays open: when the target ends (returns, ``SystemExit``, an uncaught
 exception), the worker writes ``exit <status>\n`` into it, before the interpreter's
-shutdown, so the agent can bound a shutdown that never ends (``_exit_grace.py``).
+shutdown, so the agent can bound a shutdown that never ends (``_exit_grace.py``). It is
+the one descriptor a worker holds that a worker under torchrun does not (see
+docs/differences.md): close-on-exec, closed in a child the script forks, and left alone
+(never written, never closed) if the script closed its number and reused it.
 The interpreter then becomes that worker: the signal dispositions and mask a
 fresh ``python`` spawned by the agent now would start with (ignored stays
 ignored, everything else default; then what CPython's start-up adds: SIGPIPE
@@ -222,21 +225,44 @@ def _exit_status(code: object) -> int:
     return 1
 
 
+def _identity(fd: int) -> "tuple[int, int] | None":
+    """(device, inode) of the open file ``fd``; None when ``fd`` is not open."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _drop(sock: _socket.socket) -> None:
+    """Close the channel if its descriptor is still ours, else only forget the number: a
+    script that closed it (``os.closerange``) may have reused it for its own file."""
+    fd = sock.fileno()
+    if fd >= 0 and _identity(fd) == _CHANNEL_ID[0]:
+        sock.close()
+    else:
+        sock.detach()
+
+
 def _tell_script_ended(sock: _socket.socket, status: int) -> None:
     """``exit <status>`` to the agent (see ``_exit_grace.py``); from this process only.
 
-    A child forked by the script (no exec) holds the socket too and may unwind to
-    here: only the worker itself speaks. Never raises, never blocks.
+    A forked child (no exec) does not hold the socket (closed after the fork, see
+    :func:`_main`); should one unwind to here, it does not speak. Nothing is sent when the
+    script closed the descriptor (it may now be another file). Never raises, never blocks.
     """
-    if os.getpid() == _WORKER_PID[0]:
+    fd = sock.fileno()
+    if os.getpid() == _WORKER_PID[0] and fd >= 0 and _identity(fd) == _CHANNEL_ID[0]:
         try:  # noqa: SIM105 - contextlib is one import too many here
             sock.send(b"exit %d\n" % status, _socket.MSG_DONTWAIT)
         except OSError:
             pass
-    sock.close()
+    _drop(sock)
 
 
 _WORKER_PID = [0]
+#: (device, inode) of the channel's socket, to tell it from a file that reused its number.
+_CHANNEL_ID: "list[tuple[int, int] | None]" = [None]
 
 
 def _record_imports(path: str) -> None:
@@ -321,6 +347,9 @@ def _run_module(name: str) -> None:
 def _main() -> None:
     kind, target, sock = _become_worker()
     _WORKER_PID[0] = os.getpid()
+    _CHANNEL_ID[0] = _identity(sock.fileno())
+    # A child the script forks (multiprocessing's fork, os.fork) does not hold the channel.
+    os.register_at_fork(after_in_child=lambda: _drop(sock))
     status = 0
     try:
         if kind == "module":
