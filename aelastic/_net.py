@@ -16,7 +16,10 @@ __all__ = (
     "connect_socket",
     "free_port",
     "is_loopback",
+    "is_own_address",
+    "node_address",
     "node_name",
+    "route_source",
     "set_keepalive",
 )
 
@@ -46,6 +49,66 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def is_own_address(host: str) -> bool:
+    """Whether the IP literal ``host`` is an address of one of this machine's interfaces.
+
+    Asked of the kernel, not of the resolver: a UDP socket can be bound to it
+    (``EADDRNOTAVAIL`` otherwise). Names, the unspecified addresses (``0.0.0.0``,
+    ``::``) and malformed input are not. Never blocks (binding sends nothing).
+    """
+    import ipaddress
+
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    if ip.is_unspecified:
+        return False
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.bind((str(ip), 0))
+    except OSError:
+        return False
+    return True
+
+
+def route_source(address: str) -> str | None:
+    """The local address this machine sends from to reach the IP literal ``address``.
+
+    The kernel's route: ``connect()`` on a UDP socket sends nothing and fixes the
+    source address, which ``getsockname()`` names. None when there is no route (or
+    ``address`` is not an IP literal). Never blocks.
+    """
+    import ipaddress
+
+    try:
+        ip = ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        return None
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.connect((str(ip), 9))  # the port does not matter: nothing is sent
+            return str(sock.getsockname()[0])
+    except OSError:
+        return None
+
+
+def node_address(source: str | None, name: str, name_addresses: list[str]) -> tuple[str, str]:
+    """(address to bind, address to announce) of a server the other nodes must reach.
+
+    ``source``: the address this node reaches the rendezvous from (:func:`route_source`),
+    None if unknown; ``name``: the host name; ``name_addresses``: what ``name``
+    resolves to. Binds ``source`` and announces the host name when it resolves to that
+    very address (as torchrun's MASTER_ADDR, a host name), else the address itself. With
+    no ``source``, every interface and the host name (torchrun's behaviour).
+    """
+    if source is None:
+        return "", name
+    return source, name if source in name_addresses else source
 
 
 def free_port(host: str = "localhost") -> int:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._features import feature_modules, file_timer_enabled, import_features
-from .._net import is_loopback
+from .._net import is_loopback, node_address, route_source
 from ..checkpoint import Checkpoints, open_checkpoints
 from ..errors import ProcessFailure
 from ..metrics import prof
@@ -164,21 +164,29 @@ class LocalElasticAgent(SimpleElasticAgent):
             return await super()._worker_store_endpoint()
         stack = self._round_stack
         assert stack is not None
-        bind, advertised = self._node_address(spec.master_addr or spec.local_addr)
+        bind, advertised = await self._node_address(spec.master_addr or spec.local_addr)
         server = StoreServer(bind, 0, allow_non_loopback=not is_loopback(bind))
         await stack.enter_async_context(server)
         log.debug("hosting the workers' store on %s (advertised %s)", server.address, advertised)
         return advertised, server.port, True
 
-    def _node_address(self, advertised: str | None) -> tuple[str, str]:
+    async def _node_address(self, advertised: str | None) -> tuple[str, str]:
         """(address to bind, address to announce) of a server this node offers the others:
-        ``advertised`` if set; loopback for one node or a rendezvous on loopback; else
-        every interface, announced by host name."""
+        ``advertised`` if set; loopback for one node or a rendezvous on loopback; else the
+        address this node reaches the rendezvous from, announced by host name when that
+        name resolves to it (:func:`aelastic._net.node_address`). Names are resolved in a
+        thread; an unresolvable one falls back to every interface and the host name."""
         if advertised is not None:
             return advertised, advertised
         if self._worker_group.group_world_size == 1 or self._rendezvous_is_local():
             return _LOOPBACK, _LOOPBACK
-        return "", hostname()
+        rdzv = self._rdzv_info
+        info = None if rdzv is None else rdzv.bootstrap_store_info
+        source = None
+        if info is not None and info.master_addr:
+            source = await _route_source(info.master_addr)
+        name = hostname()
+        return node_address(source, name, await _resolve(name) if source else [])
 
     def _rendezvous_is_local(self) -> bool:
         rdzv = self._rdzv_info
@@ -283,7 +291,7 @@ class LocalElasticAgent(SimpleElasticAgent):
             worker_group.group_rank,
             worker_group.group_world_size,
             worker_group.spec.rdzv_handler.wait_for_membership_change,
-            self._node_address(worker_group.spec.local_addr),
+            await self._node_address(worker_group.spec.local_addr),
         )
         return {**checkpoints.env(), **resume}
 
@@ -621,3 +629,23 @@ class LocalElasticAgent(SimpleElasticAgent):
                 self._progress_dir = None
             if self._log_run_dir is not None and self._worker_group.spec.log_dir is None:
                 remove_empty_log_dirs(self._log_run_dir)  # a few rmdir calls: bounded
+
+
+async def _resolve(host: str) -> list[str]:
+    """The addresses ``host`` resolves to (none when it does not), resolved in a thread."""
+    import socket
+
+    try:
+        infos = await anyio.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return []
+    return [str(info[4][0]) for info in infos]
+
+
+async def _route_source(host: str) -> str | None:
+    """The local address this node reaches ``host`` (a name or an address) from."""
+    for address in await _resolve(host):
+        source = route_source(address)
+        if source is not None:
+            return source
+    return None

@@ -1,9 +1,9 @@
 """One HTTP/1.1 exchange on a byte stream, parsed by h11 (a sans-IO HTTP library).
 
 The server side of a probe: read one request, answer it, close. Bounded: a request
-larger than 16 KiB is refused, and the caller bounds the time (a stalled client must
-not hold a task forever). h11 is imported here only, so ``import aelastic`` never
-loads it.
+whose head, or whose body, is larger than 16 KiB is refused (413), and the caller bounds
+the time (a stalled client must not hold a task forever). h11 is imported here only, so
+``import aelastic`` never loads it.
 """
 
 from __future__ import annotations
@@ -54,7 +54,13 @@ async def serve_one(stream: ByteStream, route: Route) -> None:
         request = await _read_request(conn, stream)
     except h11.RemoteProtocolError as exc:
         if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-            await _send(conn, stream, _text(exc.error_status_hint, f"bad request: {exc}"), False)
+            try:
+                await _send(
+                    conn, stream, _text(exc.error_status_hint, f"bad request: {exc}"), False
+                )
+                await _linger(stream)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass
         return
     except (anyio.EndOfStream, anyio.BrokenResourceError):
         return
@@ -73,8 +79,22 @@ async def serve_one(stream: ByteStream, route: Route) -> None:
         return
 
 
+async def _linger(stream: ByteStream) -> None:
+    """After an error answer, read and drop what the client still sends (at most 1 MiB,
+    1 s) so that closing does not reset the connection before it reads the answer."""
+    await stream.send_eof()
+    dropped = 0
+    with anyio.move_on_after(1.0):
+        while dropped < 2**20:
+            try:
+                dropped += len(await stream.receive(65536))
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                return
+
+
 async def _read_request(conn: h11.Connection, stream: ByteStream) -> h11.Request | None:
     request: h11.Request | None = None
+    body = 0
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
@@ -89,7 +109,12 @@ async def _read_request(conn: h11.Connection, stream: ByteStream) -> h11.Request
             return request
         elif isinstance(event, h11.ConnectionClosed):
             return None
-        # h11.Data (a request body): ignored, probes send none
+        elif isinstance(event, h11.Data):  # a request body: ignored (probes send none)
+            body += len(event.data)
+            if body > _MAX_REQUEST:
+                raise h11.RemoteProtocolError(
+                    f"request body larger than {_MAX_REQUEST} bytes", error_status_hint=413
+                )
 
 
 async def _send(conn: h11.Connection, stream: ByteStream, response: Response, head: bool) -> None:

@@ -140,9 +140,13 @@ async def serve_routes(
     port: int,
     *,
     max_connections: int = _MAX_CONNECTIONS,
+    connection_timeout: float = _CONNECTION_TIMEOUT,
     task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``route`` over HTTP on ``host:port`` until cancelled (as :func:`serve_health`).
+
+    A connection that has not sent its request and received the answer within
+    ``connection_timeout`` seconds is closed.
 
     Raises:
         HealthPortError: ``host:port`` cannot be bound (in use, not a local address);
@@ -168,7 +172,7 @@ async def serve_routes(
                 except anyio.WouldBlock:
                     return  # over the limit: closed at once
                 try:
-                    with anyio.move_on_after(_CONNECTION_TIMEOUT):
+                    with anyio.move_on_after(connection_timeout):
                         await serve_one(stream, route)
                 finally:
                     limiter.release()

@@ -39,6 +39,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from .._net import is_loopback, is_own_address
 from ..store import NotAStoreError, Store, StoreError, StoreServer, TCPStoreClient
 from ._coordinator import TICKS_KEPT
 from ._dynamic import DynamicRendezvousHandler
@@ -62,22 +63,24 @@ _log = logging.getLogger("aelastic.rendezvous")
 
 
 def is_local_address(host: str) -> bool:
-    """Whether ``host`` names this machine (torch's ``_matches_machine_hostname``)."""
-    if host == "localhost":
+    """Whether ``host`` names this machine (torch's ``_matches_machine_hostname``, plus
+    the addresses of this machine's interfaces, and names that resolve to one).
+
+    Blocking (it may ask the resolver): call it in a thread from async code.
+    """
+    if host == "localhost" or is_loopback(host):
         return True
-    try:
-        if ipaddress.ip_address(host).is_loopback:
-            return True
-    except ValueError:
-        pass
+    if _is_ip(host.strip("[]")):
+        return is_own_address(host)  # asked of the kernel: a bind, nothing sent
     hostname = socket.gethostname()
     if host in (hostname, socket.getfqdn()):
         return True
     try:
         own = {info[4][0] for info in socket.getaddrinfo(hostname, None)}
+        resolved = {info[4][0] for info in socket.getaddrinfo(host, None)}
     except OSError:
         return False
-    return host in own
+    return bool(own & resolved) or any(is_own_address(str(a)) for a in resolved)
 
 
 class C10dRendezvousHandler(DynamicRendezvousHandler):
@@ -107,7 +110,9 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
 
     async def _open_store(self, stack: AsyncExitStack, tg: TaskGroup) -> Store:
         host, port = self.host, self.port
-        is_host = self._is_host if self._is_host is not None else is_local_address(host)
+        is_host = self._is_host
+        if is_host is None:
+            is_host = await anyio.to_thread.run_sync(is_local_address, host)
         if is_host:
             bind = host if _is_ip(host) or host == "localhost" else "::"
             server = StoreServer(bind, port, allow_non_loopback=True)
@@ -130,7 +135,8 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
                 f"rendezvous {self._run_id!r} (c10d): this node has waited {waited:.0f} s for "
                 f"the rendezvous store at {self._master_endpoint} to accept connections; it "
                 f"waits up to {max(0.0, connect - waited):.0f} s more ({bound}={connect:g}). "
-                "Start the node that hosts it (an agent on that host) or 'python -m aelastic "
+                "Start the node that hosts it (an agent on that host; --rdzv-conf is_host=1 "
+                "makes an agent host it) or 'python -m aelastic "
                 f"store --host {host} --port {port}'"
             )
 
@@ -146,7 +152,8 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
         except (StoreError, OSError) as exc:
             raise RendezvousConnectionError(
                 f"cannot reach the rendezvous store at {self._master_endpoint} within "
-                f"{bound}={connect}s: {exc}; start the host agent first, or a store with "
+                f"{bound}={connect}s: {exc}; start the host agent first (the agent on "
+                f"{host} hosts it, or the one given --rdzv-conf is_host=1), or a store with "
                 f"'python -m aelastic store --host {host} --port {port}'"
             ) from exc
         await _open_wait_connection(client)

@@ -232,6 +232,11 @@ class RequestParser:
         self._validated = not require_validate
 
     @property
+    def validated(self) -> bool:
+        """The first request (``VALIDATE`` with the right magic) has arrived."""
+        return self._validated
+
+    @property
     def ready(self) -> bool:
         """Validated and holding no partial request: the next byte starts a request."""
         return self._validated and not self._buf and self._multi is None

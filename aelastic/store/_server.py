@@ -77,8 +77,10 @@ class StoreServer(AsyncContextManagerMixin):
     bytes wait in the kernel and then in its sender) until the older ones complete
     or time out (at most 2 x ``frame_timeout``; it then gets a fresh
     ``frame_timeout``). A request must be complete ``frame_timeout`` (30 s) after
-    its first byte, or its connection is closed. Answers a peer does not read are
-    not buffered beyond ~4 MiB per connection (it is not read meanwhile). So the
+    its first byte, and the first request (``VALIDATE``) must arrive within
+    ``frame_timeout`` of connecting, or the connection is closed. Answers a peer
+    does not read are not buffered beyond ~4 MiB per connection (it is not read
+    meanwhile). So the
     server's memory is its data (keys, values, queues) plus at most
     ``max_buffered_bytes`` + the oldest partial request + ``max_connections`` x
     (64 KiB receive + 4 MiB answers in flight, only for peers that send requests
@@ -238,7 +240,25 @@ class StoreServer(AsyncContextManagerMixin):
         if dispatcher is not None:
             tg.start_soon(dispatcher.run)
         tg.start_soon(self._accept_loop, sock)
+        tg.start_soon(self._sweep_unvalidated, self._stopped)
         logger.info("store listening on %s", self.address)
+
+    async def _sweep_unvalidated(self, stopped: anyio.Event) -> None:
+        """Close connections that sent no ``VALIDATE`` within ``frame_timeout`` of their
+        accept (an idle or slow stranger must not hold a connection slot forever); a
+        check every quarter of ``frame_timeout`` until the server stops."""
+        timeout = self.limits.frame_timeout
+        while not stopped.is_set():
+            with anyio.move_on_after(timeout / 4):
+                await stopped.wait()
+            now = anyio.current_time()
+            for conn in list(self._connections):
+                if (
+                    not conn.closed
+                    and not conn.parser.validated
+                    and now - conn.accepted_at > timeout
+                ):
+                    conn.close(f"no VALIDATE within frame_timeout={timeout} s of connecting")
 
     async def serve(self, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled or :meth:`aclose`; report the bound port to ``tg.start``.

@@ -89,6 +89,7 @@ class _Connection:
         "_outsize",
         "_state",
         "_waiters",
+        "accepted_at",
         "closed",
         "dispatched",
         "parser",
@@ -129,6 +130,8 @@ class _Connection:
         # bytes of a partial request counted in the server's buffer budget, since when
         self._held = 0
         self._frame_t0 = 0.0
+        #: ``anyio.current_time()`` when accepted: it must validate within frame_timeout
+        self.accepted_at = anyio.current_time()
 
     # -- writing ------------------------------------------------------------------------
 

@@ -150,9 +150,10 @@ async def test_unreachable_endpoint_names_it() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
         handler = c10d(f"127.0.0.1:{port}", 1, 1, is_host="0", read_timeout="0.3")
-        with anyio.fail_after(10), pytest.raises(RendezvousConnectionError, match=str(port)):
+        with anyio.fail_after(10), pytest.raises(RendezvousConnectionError, match=str(port)) as e:
             async with handler:
                 pass
+        assert "--rdzv-conf is_host=1" in str(e.value)  # the way to make a node host it
 
 
 async def test_static_backend_rank0_hosts_others_connect() -> None:
@@ -241,6 +242,8 @@ def test_is_local_address() -> None:
     assert is_local_address("::1")
     assert is_local_address(socket.gethostname())
     assert not is_local_address("192.0.2.1")  # TEST-NET-1, never assigned
+    assert is_local_address("127.0.0.2")  # a loopback alias: this host's, not 127.0.0.1
+    assert not is_local_address("0.0.0.0")
 
 
 async def test_a_join_costs_six_store_requests_per_node(
