@@ -12,14 +12,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, aclosing
+from contextvars import ContextVar
 from typing import Any
 
 import anyio
 
 from .._dataclass import dataclass
 from ..errors import ChildFailedError
+from ..goodput import combine
 from ..replicas import (
     Lighthouse,
     ReplicaGroups,
@@ -55,6 +57,9 @@ class ReplicaGroupsResult:
     replaced: int = 0
     lighthouse_restarts: int = 0
     lighthouse_url: str = ""
+    #: the goodput line of this node's groups (every attempt's ledger, combined as the
+    #: nodes of a job are: :func:`aelastic.goodput.combine`); None: no ledger
+    goodput: str | None = None
 
 
 def group_config(
@@ -106,6 +111,7 @@ async def run_replica_groups(
         (a rendezvous error, a bad setting) stops every group and propagates.
     """
     signals = parse_signals(config.signals_to_handle) if handle_signals else []
+    logging.getLogger("aelastic.agent").addFilter(_NAMES)  # once; a no-op outside groups
     results: dict[int, dict[int, Any]] = {}
     excluded: dict[int, ChildFailedError] = {}
     fatal: list[Exception] = []
@@ -114,15 +120,17 @@ async def run_replica_groups(
     replaced = [0]
     lighthouse: Lighthouse | None = None
     view: list[GroupsView] = []
+    ledgers: list[dict[str, Any]] = []
 
     async def run_group(group_id: int, url: str, scope: anyio.CancelScope) -> None:
         cfg = group_config(config, group_id, groups, url)
+        _GROUP.set(group_id)  # the agent's log lines of this task name the group
         while True:
             job: Job | None = None
             try:
                 async with open_job(cfg, entrypoint, *args) as job:
                     jobs[group_id] = job
-                    results[group_id] = await job.wait()
+                    results[group_id] = await _wait_watching(group_id, job, view[0])
                     view[0].ended(group_id, job, "completed")
                     return
             except ChildFailedError as exc:
@@ -149,6 +157,9 @@ async def run_replica_groups(
                 return
             finally:
                 jobs.pop(group_id, None)
+                record = None if job is None else job.goodput()
+                if record is not None:
+                    ledgers.append(record)
 
     async with AsyncExitStack() as stack:
         if groups.lighthouse is not None:
@@ -203,12 +214,72 @@ async def run_replica_groups(
         replaced[0],
         len(lighthouse.restarts) if lighthouse is not None else 0,
         url,
+        goodput_line(ledgers, sorted(groups.local_groups())),
     )
+
+
+def goodput_line(records: Sequence[Mapping[str, object]], local: Sequence[int]) -> str | None:
+    """The goodput of this node's replica groups ``local``: each attempt's ledger
+    (``records``) combined as the nodes of one job are (the groups run side by side);
+    without steps no ratio. None: no ledger."""
+    ledger = combine(records)
+    if ledger is None:
+        return None
+    names = ", ".join(map(str, local))
+    return ledger.summary(f"replica group{'s' if len(local) > 1 else ''} {names} on this node")
+
+
+async def _wait_watching(group_id: int, job: Job, view: GroupsView) -> dict[int, Any]:
+    """``job.wait()``, while each failure of the group's workers is told (the group, the
+    quorum it leaves: :meth:`GroupsView.failed`) as the agent restarts or stops them.
+    The watch ends with the job, so a failure that ended it is told before this
+    returns or raises ``wait()``'s error."""
+    outcome: list[dict[int, Any] | BaseException] = []
+
+    async def watch() -> None:
+        restarts = 0
+        async with aclosing(job.state_changes()) as changes:
+            async for change in changes:
+                if change.restart_count > restarts:
+                    view.failed(group_id, job, change.remaining_restarts)
+                elif change.state.value == "FAILED" and change.remaining_restarts == 0:
+                    view.failed(group_id, job, None)
+                restarts = change.restart_count
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        try:
+            outcome.append(await job.wait())
+        except Exception as exc:  # raised below, outside the task group
+            outcome.append(exc)
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
+
+
+#: The replica group a task runs (its agent's log lines name it: :class:`_NameGroup`).
+_GROUP: ContextVar[int | None] = ContextVar("aelastic_replica_group", default=None)
+
+
+class _NameGroup(logging.Filter):
+    """Prefixes ``replica group K:`` to the agent's log lines of a task that runs group
+    K (``[default] worker group FAILED`` says which group among many); other lines
+    pass unchanged. Installed once on the agent's logger by the runner."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        group = _GROUP.get()
+        if group is not None:
+            record.msg = f"replica group {group}: {record.msg}"
+        return True
+
+
+_NAMES = _NameGroup()
 
 
 def report_replica_groups(result: ReplicaGroupsResult, say: Callable[[str], None]) -> None:
     """Tell ``say`` (the CLI's stderr line) what did not go to plan: excluded groups
-    (each with its root cause), spares used, Lighthouse restarts. Silent otherwise."""
+    (each with its root cause), spares used, Lighthouse restarts; then, last, the
+    groups' goodput line (:func:`goodput_line`)."""
     for group_id, exc in sorted(result.excluded.items()):
         cause = exc.get_first_failure()[1]
         say(
@@ -220,3 +291,5 @@ def report_replica_groups(result: ReplicaGroupsResult, say: Callable[[str], None
         say(f"warning: spare replica groups took a failed group's place {result.replaced} time(s)")
     if result.lighthouse_restarts:
         say(f"warning: the torchft Lighthouse was restarted {result.lighthouse_restarts} time(s)")
+    if result.goodput is not None:
+        say(result.goodput)

@@ -18,12 +18,14 @@ the group's number, torchft's own convention: :func:`aelastic.replicas.member_gr
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .. import events
 from ..jobview import publish_replicas
 from ..replicas import (
     Lighthouse,
@@ -37,7 +39,7 @@ from ..replicas import (
 if TYPE_CHECKING:
     from ._job import Job
 
-__all__ = ("GroupsView",)
+__all__ = ("GroupsView", "failure_line", "quorum_left")
 
 log = logging.getLogger("aelastic.replicas")
 
@@ -59,6 +61,53 @@ def _endpoint(handler: Any) -> str:
     return str(getattr(handler, "_master_endpoint", "?"))
 
 
+def quorum_left(quorum: Mapping[str, Any] | None, group: int) -> str:
+    """What replica group ``group`` leaves when it fails, from the last quorum read
+    (:func:`read_quorum`'s): ``quorum 7 (goes on with train_0, train_2)``, or
+    ``quorum 7 (it was not a member)``; ``""`` when no quorum was read."""
+    if not quorum or quorum.get("quorum_id") is None:
+        return ""
+    members = [str(m.get("replica_id", "?")) for m in quorum.get("members") or []]
+    others = [m for m in members if member_group(m) != group]
+    if len(others) == len(members):
+        return f"quorum {quorum['quorum_id']} (it was not a member)"
+    rest = ", ".join(m.split(":", 1)[0] for m in others) or "no other group"
+    return f"quorum {quorum['quorum_id']} (goes on with {rest})"
+
+
+def _exit(code: int) -> str:
+    """``exited 3`` or ``killed by SIGKILL``."""
+    if code >= 0:
+        return f"exited {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+def failure_line(
+    group: int,
+    run_id: str,
+    what: str,
+    restarts_left: int | None,
+    max_restarts: int,
+    quorum: Mapping[str, Any] | None,
+) -> str:
+    """The line that says replica group ``group`` (its run ``run_id``) failed: ``what``
+    (``rank 0 exited 1``), whether it restarts (``restarts_left`` after this restart;
+    None: it does not, its budget is spent), and the quorum it leaves
+    (:func:`quorum_left`; nothing when none was read)."""
+    then = (
+        "no restarts left"
+        if restarts_left is None
+        else f"restarting ({restarts_left}/{max_restarts} restarts left)"
+    )
+    left = quorum_left(quorum, group)
+    return f"replica group {group} (run {run_id}) failed: {what}; {then}" + (
+        f"; it leaves {left}" if left else ""
+    )
+
+
 class GroupsView:
     """The replica groups of this node and the quorum, as the runner sees them."""
 
@@ -75,6 +124,50 @@ class GroupsView:
         self.quorum_error: str | None = None
         self._nodes: dict[int, list[dict[str, Any]]] = {}
         self._quorum_steps: dict[int, int] = {}  # each group's last step in a quorum
+        self.failures: dict[int, str] = {}  # each group's last failure line
+
+    def failed(self, group_id: int, job: Job, restarts_left: int | None) -> str:
+        """Group ``group_id``'s attempt ``job`` failed (its workers stopped): log the
+        line that names the group and the quorum it leaves (:func:`failure_line`),
+        record the ``aelastic.replicas.group_failed`` event to the job's event
+        destination, keep it for ``aelastic status``. Return the line. Never raises."""
+        failure = job.last_failure
+        what = (
+            "a worker failed"
+            if failure is None
+            else (f"rank {failure.global_rank} {_exit(failure.exitcode)}")
+        )
+        line = failure_line(
+            group_id, job.run_id, what, restarts_left, job.config.max_restarts, self.quorum
+        )
+        self.failures[group_id] = line
+        log.warning("%s", line)
+        quorum = self.quorum or {}
+        metadata: dict[str, Any] = {
+            "run_id": job.run_id,
+            "replica_group": group_id,
+            "groups_total": self.groups.groups,
+            "restarts_left": 0 if restarts_left is None else restarts_left,
+            "restarting": restarts_left is not None,
+            "global_rank": None if failure is None else failure.global_rank,
+            "exitcode": None if failure is None else failure.exitcode,
+            "quorum_id": quorum.get("quorum_id"),
+            "quorum_left": quorum_left(quorum, group_id),
+            "message": line,
+        }
+        try:
+            events.record(
+                events.Event(
+                    "aelastic.replicas.group_failed",
+                    events.EventSource.AGENT,
+                    timestamp=int(time.time() * 1000),
+                    metadata=metadata,
+                ),
+                job.config.event_log_handler,
+            )
+        except Exception:  # an event handler's error must not stop the runner
+            log.exception("the replica group failure event was not recorded")
+        return line
 
     def ended(self, group_id: int, job: Job, state: str) -> None:
         """Group ``group_id``'s attempt ``job`` ended: ``completed``, ``excluded`` or
@@ -108,6 +201,7 @@ class GroupsView:
                     # aelastic.progress's step if the workers report it, else the quorum's
                     "step": min(steps) if steps else self._quorum_steps.get(k),
                     "replica_id": member["replica_id"] if member else None,
+                    "last_failure": self.failures.get(k),
                     "nodes": nodes,
                 }
             )

@@ -4,15 +4,18 @@ exclusion and the spares, with tiny real workers (no torch) and the real Lightho
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
 import anyio
 import pytest
 
+from aelastic import events
 from aelastic.errors import ChildFailedError
 from aelastic.launcher import LaunchConfig
 from aelastic.launcher._replica_groups import group_config, run_replica_groups
+from aelastic.launcher._replica_view import failure_line, quorum_left
 from aelastic.replicas import ReplicaGroups, check_lighthouse
 
 pytest.importorskip("torchft")
@@ -40,11 +43,39 @@ def _env(tmp_path: Path, group: int, attempt: int = 0) -> dict[str, str]:
     return json.loads((tmp_path / f"env-{group}-{attempt}.json").read_text())  # type: ignore[no-any-return]
 
 
-async def test_each_group_runs_alone_with_torchfts_variables(tmp_path: Path) -> None:
-    config = _config(env={"MINE": "1"})
-    result = await run_replica_groups(
-        config, sys.executable, ["-c", WORKER, str(tmp_path), "2"], ReplicaGroups(3, spares=1)
+async def test_each_group_runs_alone_with_torchfts_variables(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = _config(env={"MINE": "1"}, event_log_handler="groups-test")
+    seen: list[events.Event] = []
+    events.register_handler("groups-test", seen.append)
+    try:
+        with caplog.at_level(logging.WARNING, "aelastic"):
+            result = await run_replica_groups(
+                config,
+                sys.executable,
+                ["-c", WORKER, str(tmp_path), "2"],
+                ReplicaGroups(3, spares=1),
+            )
+        await events.flush(["groups-test"])
+    finally:
+        events.unregister_handler("groups-test", seen.append)
+    # issue 40: each failure names its group, in the agent's line, an event and status
+    failed = [e.metadata for e in seen if e.name == "aelastic.replicas.group_failed"]
+    # group 2 and its spare: a start that restarts, a restart that spends the budget
+    assert [(m["replica_group"], m["restarting"]) for m in failed] == [
+        (2, True), (2, False), (2, True), (2, False)
+    ]  # fmt: skip
+    assert all(m["exitcode"] == 3 and m["run_id"] == "job-rg2" for m in failed)
+    assert "replica group 2 (run job-rg2) failed: rank 0 exited 3; restarting" in str(
+        failed[0]["message"]
     )
+    agent = [r.getMessage() for r in caplog.records if r.name == "aelastic.agent"]
+    assert agent and all(m.startswith("replica group 2: [") for m in agent), agent
+    assert any("worker group FAILED" in m for m in agent)
+    # one goodput line for the node's groups (no steps reported: no ratio)
+    assert result.goodput is not None and "(replica groups 0, 1, 2 on this node)" in result.goodput
+    assert result.goodput.startswith("goodput unknown of ")
     assert sorted(result.results) == [0, 1] and list(result.excluded) == [2]
     assert result.replaced == 1  # the spare ran, then was excluded in its turn
     # each budget: a start and 1 restart (the spare's files overwrite the first's)
@@ -79,3 +110,21 @@ def test_groups_on_one_node_get_a_health_endpoint_each() -> None:
     many_nodes = ReplicaGroups(3, group_id=2, lighthouse="http://h:1")
     assert group_config(config, 2, many_nodes, "http://h:1").health_port == 9000
     assert group_config(_config(), 1, ReplicaGroups(3), "http://h:1").health_port is None
+
+
+def test_a_failure_line_names_the_group_and_the_quorum_it_leaves() -> None:
+    quorum = {"quorum_id": 7, "members": [{"replica_id": "rg0:a"}, {"replica_id": "rg1:b"},
+                                          {"replica_id": "rg2:c"}]}  # fmt: skip
+    line = failure_line(1, "job-rg1", "rank 0 exited 3", 2, 3, quorum)
+    assert line == (
+        "replica group 1 (run job-rg1) failed: rank 0 exited 3; restarting (2/3 restarts "
+        "left); it leaves quorum 7 (goes on with rg0, rg2)"
+    )
+    assert (
+        failure_line(1, "r", "x", None, 3, None)
+        == "replica group 1 (run r) failed: x; no restarts left"
+    )
+    assert quorum_left(quorum, 5) == "quorum 7 (it was not a member)"
+    assert quorum_left({"quorum_id": 7, "members": [{"replica_id": "rg1:b"}]}, 1) == (
+        "quorum 7 (goes on with no other group)"
+    )

@@ -165,3 +165,14 @@ async def test_status_shows_the_groups_their_restarts_and_the_quorum(tmp_path: P
     changes = record["membership"]
     assert any(not any(m.startswith("rg1:") for m in c[2]) for c in changes) or len(changes) > 1
     assert "replica groups: 3 in all" in table[0] and "quorum " in table[0]
+    # issue 40: the failure names its group (the runner's line, the agent's, status's)
+    # and the quorum it left when the runner had read one before the crash
+    line = groups[1]["last_failure"]
+    assert line.startswith("replica group 1 (run ") and "failed: rank " in line, line
+    if "leaves quorum" in line:  # the others, as the last quorum read listed them
+        assert "rg1" not in line.split("goes on with")[1] and "rg" in line, line
+    assert f"last failure: {line}" in table[0]
+    assert "replica group 1: [" in err and "worker group FAILED" in err
+    assert groups[0]["last_failure"] is None and groups[2]["last_failure"] is None
+    # one goodput line for the node's groups, the last thing said
+    assert "(replica groups 0, 1, 2 on this node)" in err.strip().splitlines()[-1]
