@@ -278,15 +278,16 @@ class StatusPublisher:
         return view
 
     async def _wait_peers(self, ended: int) -> dict[str, Any]:
-        """The view, read once every other live node of the job's last round (the
-        view's) has written ``"ended" >= ended`` (polled every 0.1 s; the caller bounds
-        it). Nodes of earlier rounds left before: their last ledgers are in the view."""
+        """The view, read once every other live node of this node's last round (as
+        published) has written ``"ended" >= ended`` (polled every 0.1 s; the caller
+        bounds it). Nodes of other rounds are not waited for: those that left before
+        have their last ledgers in the view, those of a later round go on without us."""
         while True:
             view = await self.read_view()
+            mine = next((n for n in view["nodes"] if n.get("node") == self.node), None)
+            last = None if mine is None else mine.get("round")
             peers = [
-                n
-                for n in view["nodes"]
-                if n.get("node") != self.node and n.get("round") == view["round"]
+                n for n in view["nodes"] if n.get("node") != self.node and n.get("round") == last
             ]
             if all(done_with(n, ended) for n in peers):
                 return view
