@@ -103,7 +103,9 @@ async def shared_lighthouse(
         params = RendezvousParameters("c10d", config.rdzv_endpoint, config.run_id, 1, 1)
         params.config.update(config.rdzv_configs)
         is_host = params.get_as_bool("is_host")  # as the c10d handler decides
-        if is_host if is_host is not None else is_local_address(host):
+        if is_host is None:  # the resolver may block: off the loop
+            is_host = await anyio.to_thread.run_sync(is_local_address, host)
+        if is_host:
             server = StoreServer(_bind(host), port, allow_non_loopback=True)
             try:
                 await stack.enter_async_context(server)
