@@ -117,6 +117,10 @@ class BufferBudget:
             event.set()
 
 
+#: Hosts whose first refused connection the store warns about (later ones: debug).
+MAX_WARNED_HOSTS = 1024
+
+
 class ConnectionHost:
     """The server as its connections see it: data, limits, budget, name, task spawner.
 
@@ -143,6 +147,17 @@ class ConnectionHost:
         self.connections: set[Any] = set()
         self.dispatcher: Dispatcher | None = None
         self._next_action_id = 0
+        self._refused_hosts: set[str] = set()
+
+    def first_refusal(self, peer: str) -> bool:
+        """Whether a refused connection from ``peer`` (``host:port``) is the first from
+        its host: a scanner or a misconfigured client is warned about once per host, the
+        rest go to the debug log (at most :data:`MAX_WARNED_HOSTS` hosts remembered)."""
+        host = peer.rpartition(":")[0] or peer
+        if host in self._refused_hosts or len(self._refused_hosts) >= MAX_WARNED_HOSTS:
+            return False
+        self._refused_hosts.add(host)
+        return True
 
     def new_action_id(self) -> int:
         """A server-wide unique id for an on-close action."""

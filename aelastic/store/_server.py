@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -251,7 +252,7 @@ class StoreServer(AsyncContextManagerMixin):
         while not stopped.is_set():
             with anyio.move_on_after(timeout / 4):
                 await stopped.wait()
-            now = anyio.current_time()
+            now = time.monotonic()
             for conn in list(self._connections):
                 if (
                     not conn.closed

@@ -25,6 +25,7 @@ import functools
 import logging
 import socket
 import struct
+import time
 
 import anyio
 import anyio.lowlevel
@@ -131,7 +132,7 @@ class _Connection:
         self._held = 0
         self._frame_t0 = 0.0
         #: ``anyio.current_time()`` when accepted: it must validate within frame_timeout
-        self.accepted_at = anyio.current_time()
+        self.accepted_at = time.monotonic()  # the sweep's clock (no event loop needed)
 
     # -- writing ------------------------------------------------------------------------
 
@@ -198,7 +199,8 @@ class _Connection:
         self.closed = True
         self._fast = False
         if reason is not None:
-            log = logger.debug if quiet else logger.warning
+            warn = not quiet and self._host.first_refusal(self.peer)
+            log = logger.warning if warn else logger.debug
             log("store %s: closing connection from %s: %s", self._host.address, self.peer, reason)
         self._cancel_waits()
         if self.dispatched:  # no task of its own: one finishes it

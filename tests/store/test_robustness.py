@@ -442,3 +442,20 @@ async def test_serve_raises_the_bind_error_from_start(store_server: StoreServer)
     async with anyio.create_task_group() as tg:
         with pytest.raises(StoreError, match=r"cannot listen on 127\.0\.0\.1:\d+: .*port 0"):
             await tg.start(StoreServer("127.0.0.1", store_server.port).serve)
+
+
+@on_every_backend
+async def test_a_host_s_refused_connections_are_warned_about_once(
+    store_server: StoreServer,
+    store_client: TCPStoreClient,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A scanner that keeps connecting must not flood the log: one warning per host,
+    the rest at debug level (each refusal is still logged)."""
+    with caplog.at_level(logging.DEBUG, logger="aelastic.store"):
+        for _ in range(3):
+            assert await _raw(store_server, b"GET / HTTP/1.1\r\n\r\n", eof=False) == b""
+    refusals = [r for r in caplog.records if "closing connection from" in r.getMessage()]
+    assert [r.levelno for r in refusals] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+    await store_client.set("still", "served")
+    assert await store_client.get("still") == b"served"
