@@ -67,4 +67,13 @@ __all__ = (
     "wait",
 )
 
+
+def _read_job_secret(path: str) -> bytes:
+    """``--job-secret-file``'s key (the launcher checks it, the agent reads it). Raises
+    ValueError naming the problem and the fix."""
+    from ._peerauth import read_key_file
+
+    return read_key_file(path)
+
+
 __getattr__, __dir__ = lazy_exports(__name__, globals())

@@ -374,12 +374,15 @@ async def open_checkpoints(
     persist_interval: float,
     emit: Emit,
     replicas: int = 0,
+    peer_key: bytes | None = None,
 ) -> AsyncIterator[Checkpoints]:
     """This run's checkpoint memory on this node; freed (after a last disk copy) on exit.
 
     First frees what agents killed earlier left in ``/dev/shm`` (see ``_owner``).
     ``replicas`` > 0: the newest step of this node's ranks is copied to that many other
-    nodes in the background (see ``_replica``), until the block is left.
+    nodes in the background (see ``_replica``), until the block is left; their
+    connections are authenticated with ``peer_key`` (``--job-secret-file``; None: a key
+    the agents agree on in the round's store).
 
     Cleanup survives cancellation (shielded): the last copy to ``persist_dir`` takes as
     long as the newest step takes to write, then the memory is freed.
@@ -392,7 +395,7 @@ async def open_checkpoints(
         async with contextlib.AsyncExitStack() as stack:
             if replicas > 0:
                 checkpoints.replicas = await stack.enter_async_context(
-                    open_replicas(memory_dir, replicas)
+                    open_replicas(memory_dir, replicas, key=peer_key)
                 )
             tg = await stack.enter_async_context(background_tasks())
             if persist_dir is not None:

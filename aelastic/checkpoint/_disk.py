@@ -7,7 +7,7 @@ step holds every rank of its world, and only then are older steps removed. So th
 directory always holds a whole step, readable without aelastic::
 
     manifest = json.load(open(f"{DIR}/manifest.json"))
-    obj = torch.load(f"{DIR}/{manifest['files']['0']}", weights_only=False)
+    obj = torch.load(f"{DIR}/{manifest['files']['0']}", weights_only=True)
 
 A step saved through ``torch.distributed.checkpoint`` (``MemoryWriter``) carries DCP's
 ``.metadata`` (copied from the node that holds it, the coordinator's), and the manifest
@@ -163,7 +163,7 @@ def _commit(disk_dir: str, step: int, ranks: list[int]) -> None:
             "format": (
                 "torch.distributed.checkpoint: dcp.load(state_dict, checkpoint_id=<dir>)"
                 if dcp
-                else "torch.save, one file per global rank: torch.load(path, weights_only=False)"
+                else "torch.save, one file per global rank: torch.load(path, weights_only=True)"
             ),
             "dcp": dcp,
             "dir": os.path.basename(L.step_dir(disk_dir, step)),

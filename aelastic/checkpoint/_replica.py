@@ -10,12 +10,21 @@ workers do, the agents agree on the step to resume from and on which files each 
 from which peer (``_resume``): a node that replaces a lost one, or joins a job that
 grows, gets the state its ranks read from its peers' memory (:meth:`Replicas.fetch`).
 
-The wire format is a JSON header line, then the raw bytes of the files it lists, the
-receiver's ``"held"`` once it holds them all, and the sender's trailer saying whether
-they were whole (a file taken over by a worker's save while it was sent is not)::
+Every connection starts with the job key's mutual challenge-response, and every JSON
+line after it carries a MAC (``_peerauth``): a connection that does not prove it holds
+the key is closed, and said once per address at WARNING. The key comes from
+``--job-secret-file``, else the first agent to reach the round's store writes a random
+one there (:func:`agree_key`; every later round keeps it). The listener binds to the
+address the node announces, and starts only once the job saves (:meth:`Replicas.join`).
 
-    {"op": "push", "step": 40, "world": 2, "files": [[1, 1048576]]}\\n<bytes>
-        <- "held"\\n  -> {"whole": true}\\n  <- "ok"\\n
+The wire format, after the handshake, is a JSON header line (the receiver answers
+``"ready"``, or ``{"error": ..., "retry": ...}`` for a push it refuses, see
+:func:`push_refusal`), then the raw bytes of the files it lists, the receiver's
+``"held"`` once it holds them all, and the sender's trailer saying whether they were
+whole (a file taken over by a worker's save while it was sent is not)::
+
+    {"op": "push", "step": 40, "world": 2, "files": [[1, 1048576]]}\\n  <- "ready"\\n
+        <bytes>  <- "held"\\n  -> {"whole": true}\\n  <- "ok"\\n
     {"op": "fetch", "ranks": [1], "step": 40, "world": 2}\\n
         <- {"world": 2, "files": [[1, n]]}\\n<bytes>  -> "held"\\n  <- {"whole": true}\\n
 
@@ -46,10 +55,18 @@ from .._dataclass import dataclass
 from .._tasks import background_tasks
 from ..store import Store, StoreError
 from . import _layout as L
+from . import _peerauth as A
 from ._landing import Landed, Landing
-from ._wire import PeerConn, connect
+from ._wire import PeerConn, connect, server_handshake
 
-__all__ = ("PeerRound", "Replicas", "announce_no_replicas", "open_replicas")
+__all__ = (
+    "PeerRound",
+    "Replicas",
+    "agree_key",
+    "announce_no_replicas",
+    "open_replicas",
+    "push_refusal",
+)
 
 log = logging.getLogger("aelastic.checkpoint")
 
@@ -58,6 +75,26 @@ KEY = "aelastic/checkpoint/peer"
 IO_TIMEOUT = 10.0
 #: How often the agent looks for a newer step of its ranks to copy.
 PUSH_INTERVAL = 0.5
+#: Where the agents agree on the job's key when no ``--job-secret-file`` gives it, and
+#: where the first agent that sees its workers' save says the job saves (every agent's
+#: listener starts then).
+KEY_KEY = "aelastic/checkpoint/key"
+SAVED_KEY = "aelastic/checkpoint/saved"
+
+#: The bounds of a push (:func:`push_refusal`). A rank's file may be at most
+#: ``PUSH_SIZE_FACTOR`` times the largest file of the receiver's own newest step (or
+#: ``PUSH_SIZE_FLOOR``, when that is more: small states); what the peers leave on a node,
+#: at most ``PEER_HELD_FACTOR`` times ``--checkpoint-replicas`` times its own newest step
+#: (the two newest steps of each pushed rank: ``KEEP``).
+PUSH_SIZE_FACTOR = 4
+PUSH_SIZE_FLOOR = 64 << 20
+KEEP = 2
+PEER_HELD_FACTOR = KEEP * PUSH_SIZE_FACTOR
+MAX_PUSH_FILES = 4096
+MAX_WORLD = 1 << 20
+MAX_STEP = 10**12 - 1  # the 12 digits of a step's directory name
+#: Peer addresses refused so far (each is logged once): at most this many remembered.
+_REFUSED_MAX = 4096
 
 #: What a failed exchange with a peer raises: the copy is skipped.
 _PEER_ERRORS = (
@@ -79,7 +116,105 @@ def _why(exc: BaseException) -> str:
     """``exc`` for a log line (a timeout or a closed stream has no message of its own)."""
     if isinstance(exc, TimeoutError):
         return f"no answer within {IO_TIMEOUT:.0f} s"
+    if isinstance(exc, A.PeerAuthError):
+        return str(exc)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+class _Refused(ValueError):
+    """A peer refused a push (its one-line reason); ``retry``: try the step again later."""
+
+    def __init__(self, reason: str, retry: bool) -> None:
+        super().__init__(reason)
+        self.retry = retry
+
+
+async def agree_key(store: Store, known: bytes | None = None) -> bytes:
+    """The job's key for peer connections, agreed through ``store``: the first agent to
+    get there writes ``known`` (the key of the rounds before) or a new random one, and
+    every agent reads what is there. Raises StoreError, ValueError (an empty value)."""
+    proposal = known if known is not None else A.new_key().hex().encode()
+    return A.parse_key(await store.compare_set(KEY_KEY, "", proposal))
+
+
+def _whole(value: Any, low: int, high: int, what: str) -> int:
+    """``value`` as a whole number in ``[low, high]``. Raises ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{what} {value!r} is not a whole number in {low}..{high}")
+    return value
+
+
+def push_refusal(
+    header: Any,
+    own: Iterable[int],
+    own_newest: dict[int, int],
+    others_held: dict[int, int],
+    copies: int,
+) -> tuple[str, bool] | None:
+    """Why a node refuses a push, and whether the pusher should try again later; None to
+    take it. ``own``: the node's ranks in the round; ``own_newest``: ``{rank: bytes}`` of
+    its own newest step; ``others_held``: ``{rank: bytes}`` of the other ranks' files it
+    holds. The bounds: a step in ``0..MAX_STEP``, a world in ``1..MAX_WORLD``, 1 to
+    ``MAX_PUSH_FILES`` distinct ranks in ``0..world-1`` that are not the node's own, each
+    file at most :data:`PUSH_SIZE_FACTOR` times its own newest step's largest (at least
+    :data:`PUSH_SIZE_FLOOR`), and all the peers' files it would then hold (this push
+    counted twice: the step it keeps before it) at most :data:`PEER_HELD_FACTOR` times
+    ``copies`` times its own newest step. A node with no step of its own refuses, to be
+    tried again (its workers have not saved yet)."""
+    if not isinstance(header, dict):
+        return "not a push header", False
+    try:
+        _whole(header.get("step"), 0, MAX_STEP, "step")
+        world = _whole(header.get("world"), 1, MAX_WORLD, "world")
+        files = header.get("files")
+        if not isinstance(files, list) or not 1 <= len(files) <= MAX_PUSH_FILES:
+            raise ValueError(f"files: need 1..{MAX_PUSH_FILES} [rank, size] pairs")
+        ranks, sizes = [], []
+        for item in files:
+            if not isinstance(item, list) or len(item) != 2:
+                raise ValueError(f"files: {item!r} is not a [rank, size] pair")
+            ranks.append(_whole(item[0], 0, world - 1, "rank"))
+            sizes.append(_whole(item[1], 0, 1 << 62, "size"))
+        if len(set(ranks)) != len(ranks):
+            raise ValueError("a rank listed twice")
+        _metadata_size(header.get("metadata"), required=False)
+    except ValueError as exc:
+        return f"a malformed push: {exc}", False
+    mine = set(own)
+    if mine.intersection(ranks):
+        return "a copy of this node's own ranks (an older round's)", False
+    if not own_newest:
+        return "this node holds no step of its own yet (it takes copies once it saved)", True
+    largest = max(PUSH_SIZE_FACTOR * max(own_newest.values()), PUSH_SIZE_FLOOR)
+    if max(sizes) > largest:
+        return (
+            f"a file of {max(sizes)} bytes, more than this node takes ({largest}: "
+            f"{PUSH_SIZE_FACTOR} x its own newest step's largest)"
+        ), False
+    total = PEER_HELD_FACTOR * max(copies, 1) * max(sum(own_newest.values()), PUSH_SIZE_FLOOR)
+    pushed = set(ranks)
+    after = sum(n for r, n in others_held.items() if r not in pushed) + 2 * sum(sizes)
+    if after > total:
+        return f"the peers' copies would take {after} bytes here, more than {total}", False
+    return None
+
+
+def _own_and_others(memory_dir: str, own: frozenset[int]) -> tuple[dict[int, int], dict[int, int]]:
+    """``({rank: bytes} of own ranks in the own newest step, {rank: bytes} held of every
+    other rank)`` (blocking: a scan)."""
+    steps = L.scan(memory_dir)
+    newest: dict[int, int] = {}
+    others: dict[int, int] = {}
+    for number in sorted(steps, reverse=True):
+        for files in steps[number].ranks.values():
+            for rank, size in files.items():
+                if rank not in own:
+                    others[rank] = others.get(rank, 0) + size
+        if not newest and steps[number].holds_any(own):
+            newest = {
+                r: n for files in steps[number].ranks.values() for r, n in files.items() if r in own
+            }
+    return newest, others
 
 
 async def announce_no_replicas(store: Store, group_rank: int) -> None:
@@ -281,7 +416,12 @@ class Replicas:
     """This node's side of the peer copies: see :func:`open_replicas`."""
 
     def __init__(
-        self, memory_dir: str, copies: int, tg: anyio.abc.TaskGroup, landing: Landing
+        self,
+        memory_dir: str,
+        copies: int,
+        tg: anyio.abc.TaskGroup,
+        landing: Landing,
+        key: bytes | None = None,
     ) -> None:
         self.memory_dir = memory_dir
         self._landing = landing
@@ -289,6 +429,20 @@ class Replicas:
         self._tg = tg
         self._round: PeerRound | None = None
         self._port: int | None = None
+        #: ``--job-secret-file``'s key (None: agreed in each round's store), and the
+        #: key in use (never logged)
+        self._fixed_key = key
+        self._key: bytes | None = key
+        self._listening = anyio.Lock()
+        #: the current round's wait for the job's first save (cancelled by the next round)
+        self._waiter: anyio.CancelScope | None = None
+        #: the round in which this agent said the job saves
+        self._said_saved: PeerRound | None = None
+        #: (round, step) being pushed, and the peers still to get it (tried again later)
+        self._pending: tuple[PeerRound, int] | None = None
+        self._left: set[int] = set()
+        #: peer addresses whose refused connection was logged (once each)
+        self._refused: set[str] = set()
         #: the newest step copied to the current round's peers
         #: the round and step pushed last, and whether its DCP ``.metadata`` went too
         self._pushed: tuple[PeerRound, int, bool] | None = None
@@ -297,6 +451,19 @@ class Replicas:
         #: the newest step copied to a peer, and the last fetched from one
         self.pushed_step: int | None = None
         self.fetched_step: int | None = None
+
+    def _refuse(self, host: str, why: str) -> None:
+        """Log a refused connection, once per peer address."""
+        if host in self._refused:
+            log.debug("checkpoint listener: refused a connection from %s: %s", host, why)
+            return
+        if len(self._refused) < _REFUSED_MAX:
+            self._refused.add(host)
+        log.warning(
+            "checkpoint listener: refused a connection from %s: %s (said once per address; "
+            "every agent of a job must hold the same key: --job-secret-file)",
+            host, why,
+        )  # fmt: skip
 
     def status(self) -> dict[str, Any]:
         return {
@@ -309,22 +476,72 @@ class Replicas:
     # -- a round starts -------------------------------------------------------------------
 
     async def join(self, peer_round: PeerRound) -> None:
-        """Start this node's listener (once) and announce it in the round's store; copies
-        to peers pause until :meth:`started`. What the round resumes from, and what this
-        node fetches for it (:meth:`fetch`), the agent decides (``_resume``).
+        """Agree on the job's key (unless ``--job-secret-file`` gave it), start this
+        node's listener if the job saves (this node holds a step, or an agent said so in
+        the round's store; else once one does, in the background), and announce it in
+        the round's store (a port of None with ``pending``: not started yet, a push is
+        tried again later); copies to peers pause until :meth:`started`. What the round
+        resumes from, and what this node fetches for it (:meth:`fetch`), the agent
+        decides (``_resume``).
 
         Raises only :class:`~aelastic.store.StoreError` (the round's store is gone).
         Cancellation: stops.
         """
         self._round = None
         self._own = frozenset(peer_round.ranks)
-        if self._port is None:
-            self._port = await self._tg.start(self._serve, peer_round.bind)
+        if self._waiter is not None:
+            self._waiter.cancel()
+            self._waiter = None
         pr = peer_round
+        if self._fixed_key is None:
+            try:
+                self._key = await agree_key(pr.store, self._key)
+            except ValueError as exc:
+                raise StoreError(f"no usable checkpoint peer key in the store: {exc}") from None
         # the round's start may have dropped steps: their mappings go too
         await anyio.to_thread.run_sync(self._landing.sweep)
-        announced = {"host": pr.advertised, "port": self._port}
+        if self._port is None and (
+            bool(await anyio.to_thread.run_sync(L.scan, self.memory_dir))
+            or await pr.store.check([SAVED_KEY])
+        ):
+            await self._listen(pr.bind)
+        await self._announce(pr)
+        if self._port is None:
+            self._waiter = anyio.CancelScope()
+            self._tg.start_soon(self._listen_once_saved, pr, self._waiter)
+
+    async def _listen(self, bind: str) -> None:
+        """Start the listener, once."""
+        async with self._listening:
+            if self._port is None:
+                self._port = await self._tg.start(self._serve, bind)
+
+    async def _announce(self, pr: PeerRound) -> None:
+        announced = {"host": pr.advertised, "port": self._port, "pending": self._port is None}
         await pr.store.set(f"{KEY}/{pr.group_rank}", json.dumps(announced))
+
+    async def _listen_once_saved(self, pr: PeerRound, scope: anyio.CancelScope) -> None:
+        """Start the listener once an agent says the job saves (the round's store), and
+        announce it. Ends with the round (``scope``) or its store."""
+        with scope:
+            try:
+                while not await pr.store.check([SAVED_KEY]):
+                    with contextlib.suppress(StoreError):  # a timeout: wait again
+                        await pr.store.wait([SAVED_KEY], timeout=300)
+                await self._listen(pr.bind)
+                await self._announce(pr)
+            except StoreError as exc:
+                log.debug("the round's store is gone: %s", exc)
+
+    async def _saved(self, pr: PeerRound) -> None:
+        """This node's workers saved: listen, and say in the round's store that the job
+        saves (once a round), so every agent listens."""
+        if self._port is None:
+            await self._listen(pr.bind)
+            await self._announce(pr)
+        if self._said_saved is not pr:
+            await pr.store.set(SAVED_KEY, "1")
+            self._said_saved = pr
 
     async def fetch(
         self, pr: PeerRound, peer: int, step: int, world: int, ranks: Sequence[int]
@@ -374,7 +591,10 @@ class Replicas:
     ) -> AsyncIterator[PeerConn]:
         if address is None:
             address = await self._address(store, peer)
-        async with connect(address["host"], int(address["port"]), IO_TIMEOUT) as conn:
+        key = self._key
+        if key is None or address.get("port") is None:
+            raise ValueError(f"node {peer} does not listen (yet)")
+        async with connect(address["host"], int(address["port"]), IO_TIMEOUT, key) as conn:
             yield conn
 
     # -- copying to the next nodes --------------------------------------------------------
@@ -396,6 +616,11 @@ class Replicas:
         step = max(complete, default=None)
         if step is None:
             return
+        try:
+            await self._saved(pr)
+        except StoreError as exc:  # the round is over: the next one copies
+            log.debug("cannot say in the round's store that the job saves: %s", exc)
+            return
         if self._pushed is not None and self._pushed[:2] == (pr, step):
             if not self._pushed[2]:  # DCP's coordinator may write it after the push
                 await self._push_late_metadata(pr, step)
@@ -407,16 +632,25 @@ class Replicas:
             )
         except OSError:  # dropped or replaced while we looked: the next pass sees why
             return
-        count = min(self.copies, pr.group_world_size - 1)
-        targets = [(pr.group_rank + i) % pr.group_world_size for i in range(1, count + 1)]
+        if self._pending != (pr, step):
+            count = min(self.copies, pr.group_world_size - 1)
+            self._pending = (pr, step)
+            self._left = {(pr.group_rank + i) % pr.group_world_size for i in range(1, count + 1)}
+        left = self._left
+
+        async def push_to(target: int) -> None:
+            if await self._push_to(pr, target, step, world, opened):
+                left.discard(target)
+
         try:
             async with anyio.create_task_group() as tg:
-                for target in targets:
-                    tg.start_soon(self._push_to, pr, target, step, world, opened)
+                for target in sorted(left):
+                    tg.start_soon(push_to, target)
         finally:
             opened.close()
-        self._pushed = (pr, step, opened.metadata)
-        self.pushed_step = step
+        if not left:  # else: the peers not listening yet get it at the next pass
+            self._pushed = (pr, step, opened.metadata)
+            self.pushed_step = step
 
     async def _push_late_metadata(self, pr: PeerRound, step: int) -> None:
         """Send the ``.metadata`` that DCP's coordinator wrote after ``step`` was pushed
@@ -437,6 +671,7 @@ class Replicas:
                     return
                 async with self._connect(pr.store, target, address) as conn:
                     await conn.send_line({"op": "metadata", "step": step, "size": len(data)})
+                    await _ready(conn)
                     await conn.send(data)
                     if (await conn.receive_line()) != "ok":
                         raise ValueError("the peer did not confirm the metadata")
@@ -451,24 +686,37 @@ class Replicas:
 
     async def _push_to(
         self, pr: PeerRound, target: int, step: int, world: int, opened: _Opened
-    ) -> None:
+    ) -> bool:
+        """Copy ``step`` to node ``target``. Returns False when it is to be tried again
+        (the peer does not listen yet, or holds no step of its own yet), True otherwise
+        (copied, or failed: the peer gets the next step)."""
         try:
             address = await self._address(pr.store, target)
             if address.get("port") is None:
+                if address.get("pending"):
+                    log.debug("node %d does not listen yet: step %d later", target, step)
+                    return False
                 log.debug("node %d keeps no copies (--checkpoint-replicas 0)", target)
-                return
+                return True
             async with self._connect(pr.store, target, address) as conn:
                 header = {"op": "push", "step": step, "world": world, **opened.header(pr.ranks)}
                 await conn.send_line(header)
+                await _ready(conn)
                 if not await _send_files(conn, opened):
                     # saved over twice while it was sent (a copy slower than two steps)
                     log.debug("checkpoint step %d changed while it was copied", step)
-                    return
+                    return True
                 if (await conn.receive_line()) != "ok":
                     raise ValueError("the peer did not confirm the copy")
             log.debug("checkpoint step %d copied to node %d", step, target)
+        except _Refused as exc:
+            if exc.retry:
+                log.debug("node %d takes step %d later: %s", target, step, exc)
+                return False
+            log.warning("node %d refused checkpoint step %d: %s", target, step, exc)
         except _PEER_ERRORS as exc:
             log.warning("cannot copy checkpoint step %d to node %d: %s", step, target, _why(exc))
+        return True
 
     # -- serving the peers ----------------------------------------------------------------
 
@@ -480,6 +728,9 @@ class Replicas:
     async def _serve(
         self, bind: str, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
     ) -> None:
+        # Exactly the address the node announces. TODO(issue 37): "" (what the agent's
+        # _node_address gives a multi-node job without --local-addr today) still means
+        # every interface, as before; the agent is to give the node's address instead.
         listener = await anyio.create_tcp_listener(local_host=bind or None, local_port=0)
         async with listener:
             port = listener.listeners[0].extra(SocketAttribute.local_port)
@@ -495,30 +746,53 @@ class Replicas:
         while True:
             await anyio.wait_readable(listening)
             try:
-                sock, _ = listening.accept()
+                sock, address = listening.accept()
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):
                 continue
-            tg.start_soon(self._handle, PeerConn(sock, IO_TIMEOUT))
+            tg.start_soon(self._handle, PeerConn(sock, IO_TIMEOUT), str(address[0]))
 
-    async def _handle(self, conn: PeerConn) -> None:
-        """One peer's request. Never raises: a broken exchange only loses its copy."""
+    async def _handle(self, conn: PeerConn, host: str) -> None:
+        """One peer's request, once it proved it holds the job's key (else the connection
+        is closed, and said once per address). Never raises: a broken exchange only loses
+        its copy."""
         with contextlib.closing(conn):
-            # A stray connection (a port scan, a probe) is no peer: a debug line, no more.
+            key = self._key
+            if key is None:  # not listening before a key: cannot happen
+                return
             try:
+                await server_handshake(conn, key)
                 request = await conn.receive_line()
+            except A.PeerAuthError as exc:
+                self._refuse(host, str(exc))
+                return
             except _PEER_ERRORS as exc:
-                log.debug("checkpoint listener: ignored a connection (%s)", _why(exc))
+                if isinstance(exc, anyio.EndOfStream) and not conn.line_bytes:
+                    # connected and closed, nothing said (a port scan, a probe)
+                    log.debug("checkpoint listener: ignored a connection from %s", host)
+                else:
+                    self._refuse(host, f"no handshake ({_why(exc)})")
                 return
             op = request.get("op") if isinstance(request, dict) else None
             if op not in ("push", "fetch", "metadata"):
-                log.debug("checkpoint listener: ignored a connection that is not a peer's")
+                log.warning("checkpoint listener: a peer at %s asked for %r: refused", host, op)
                 return
             try:
                 if op == "push":
+                    refusal = push_refusal(
+                        request,
+                        self._own,
+                        *await anyio.to_thread.run_sync(
+                            _own_and_others, self.memory_dir, self._own
+                        ),
+                        self.copies,
+                    )
+                    if refusal is not None:
+                        await conn.send_line({"error": refusal[0], "retry": refusal[1]})
+                        log.debug("checkpoint listener: refused a push: %s", refusal[0])
+                        return
+                    await conn.send_line("ready")
                     step, world = int(request["step"]), int(request["world"])
                     files = request["files"]
-                    if self._own.intersection(int(rank) for rank, _ in files):
-                        raise ValueError("a copy of this node's own ranks (an older round's)")
                     if await _receive_files(conn, self._landing, step, world, request) is None:
                         log.debug("the copy of checkpoint step %d changed while it was sent", step)
                         return
@@ -526,11 +800,17 @@ class Replicas:
                     await anyio.to_thread.run_sync(self._prune, ranks)
                     await conn.send_line("ok")
                 elif op == "fetch":
-                    ranks = [int(r) for r in request["ranks"]]
-                    await self._send_step(conn, int(request["step"]), int(request["world"]), ranks)
+                    ranks = request["ranks"]
+                    if not isinstance(ranks, list) or len(ranks) > MAX_PUSH_FILES:
+                        raise ValueError("a fetch of too many ranks")
+                    ranks = [_whole(r, 0, MAX_WORLD, "rank") for r in ranks]
+                    step = _whole(request["step"], 0, MAX_STEP, "step")
+                    world = _whole(request["world"], 1, MAX_WORLD, "world")
+                    await self._send_step(conn, step, world, ranks)
                 elif op == "metadata":
-                    step = int(request["step"])
+                    step = _whole(request["step"], 0, MAX_STEP, "step")
                     data = bytearray(_metadata_size(request["size"], required=True))
+                    await conn.send_line("ready")
                     await conn.receive_into(memoryview(data))
                     if await anyio.to_thread.run_sync(
                         os.path.isdir, L.step_dir(self.memory_dir, step)
@@ -539,8 +819,10 @@ class Replicas:
                             self._landing.put_metadata, step, bytes(data)
                         )
                     await conn.send_line("ok")
+            except A.PeerAuthError as exc:
+                self._refuse(host, str(exc))
             except _PEER_ERRORS as exc:
-                log.warning("a checkpoint exchange with a peer failed: %s", _why(exc))
+                log.warning("a checkpoint exchange with a peer at %s failed: %s", host, _why(exc))
 
     async def _send_step(self, conn: PeerConn, step: int, world: int, ranks: list[int]) -> None:
         """``ranks``' files of ``step`` saved by ``world`` ranks, and its DCP metadata if
@@ -559,21 +841,35 @@ class Replicas:
             opened.close()
 
 
+async def _ready(conn: PeerConn) -> None:
+    """The receiver's answer to a header: ``"ready"``, else raises :class:`_Refused`."""
+    answer = await conn.receive_line()
+    if answer == "ready":
+        return
+    if isinstance(answer, dict) and isinstance(answer.get("error"), str):
+        raise _Refused(answer["error"][:500], bool(answer.get("retry")))
+    raise ValueError("the peer did not answer the header")
+
+
 @contextlib.asynccontextmanager
 async def open_replicas(
-    memory_dir: str, copies: int, push_interval: float = PUSH_INTERVAL
+    memory_dir: str,
+    copies: int,
+    push_interval: float = PUSH_INTERVAL,
+    key: bytes | None = None,
 ) -> AsyncIterator[Replicas]:
     """Peer copies of the checkpoints in ``memory_dir`` to ``copies`` other nodes, looked
-    for every ``push_interval`` seconds.
+    for every ``push_interval`` seconds; connections authenticated with ``key`` (the
+    ``--job-secret-file``'s; None: agreed in each round's store, :func:`agree_key`).
 
-    The listener starts with the first round of several nodes (:meth:`Replicas.join`);
+    The listener starts once the job saves (:meth:`Replicas.join`);
     copies run in the background until the block is left, which cancels them (a copy
     in progress is cut short; the peer drops the partial file) and closes the listener.
     """
     landing = Landing(memory_dir)
     try:
         async with background_tasks() as tg:
-            replicas = Replicas(memory_dir, copies, tg, landing)
+            replicas = Replicas(memory_dir, copies, tg, landing, key)
             tg.start_soon(replicas.push_every, push_interval)
             yield replicas
     finally:

@@ -38,11 +38,13 @@ def save(obj: Any, *, step: int, asynchronous: bool = False) -> None:
 save.__doc__ = _worker.save.__doc__
 
 
-def load(*, rank: int | None = None, map_location: Any = "cpu") -> tuple[int, Any] | None:
+def load(
+    *, rank: int | None = None, map_location: Any = "cpu", weights_only: bool = True
+) -> tuple[int, Any] | None:
     progress = _progress()
     started = time.monotonic_ns()
     try:
-        return _worker.load(rank=rank, map_location=map_location)
+        return _worker.load(rank=rank, map_location=map_location, weights_only=weights_only)
     finally:
         progress.checkpoint_blocked("load", time.monotonic_ns() - started)
 

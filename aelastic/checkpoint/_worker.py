@@ -465,7 +465,9 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
-def load(*, rank: int | None = None, map_location: Any = "cpu") -> tuple[int, Any] | None:
+def load(
+    *, rank: int | None = None, map_location: Any = "cpu", weights_only: bool = True
+) -> tuple[int, Any] | None:
     """``(step, obj)`` to resume from, or None when there is no checkpoint.
 
     The step is the newest one that every rank of the world that saved it completed,
@@ -480,6 +482,12 @@ def load(*, rank: int | None = None, map_location: Any = "cpu") -> tuple[int, An
     ``save`` reuses the pages of the oldest step). A GPU job moves them itself
     (``model.load_state_dict(obj["model"])`` copies into the parameters' devices) or
     passes ``map_location`` as ``torch.load`` takes it.
+
+    The file is read with ``torch.load(..., weights_only=True)`` (torch's own default
+    since 2.6): tensors, state dicts (optimizers' included), numbers, strings and plain
+    containers, never arbitrary code. ``weights_only=False`` unpickles whatever the
+    state holds (your own classes): only where every node of the job is trusted, as
+    a file another node's agent copied here is read too (docs/checkpoints.md).
 
     Raises:
         CheckpointError: the object of ``rank`` is not on this node, or cannot be read.
@@ -497,7 +505,7 @@ def load(*, rank: int | None = None, map_location: Any = "cpu") -> tuple[int, An
             continue
         path = L.rank_file(root, step, want, world)
         try:
-            obj = torch.load(path, map_location=map_location, weights_only=False)
+            obj = torch.load(path, map_location=map_location, weights_only=weights_only)
         except FileNotFoundError:
             continue
         except Exception as exc:
@@ -508,6 +516,11 @@ def load(*, rank: int | None = None, map_location: Any = "cpu") -> tuple[int, An
                 if dcp
                 else ""
             )
+            if weights_only and not hint and "weights_only" in str(exc):
+                hint = (
+                    "; it holds objects weights_only loading refuses: pass "
+                    "load(weights_only=False) if every node of the job is trusted"
+                )
             raise CheckpointError(
                 f"aelastic.checkpoint.load: cannot read {path}: {type(exc).__name__}: {exc}{hint}"
             ) from exc

@@ -195,6 +195,7 @@ def make_agent(config: LaunchConfig, spec: WorkerSpec) -> LocalElasticAgent:
         checkpoint_dir=config.checkpoint_dir,
         checkpoint_persist_interval=config.checkpoint_persist_interval,
         checkpoint_replicas=config.checkpoint_replicas,
+        job_secret_file=config.job_secret_file,
     )
 
 

@@ -1,5 +1,5 @@
 """The ``run`` flags of checkpoints (``--checkpoint-dir``, ``--checkpoint-persist-interval``,
-``--checkpoint-replicas``).
+``--checkpoint-replicas``, ``--job-secret-file``).
 
 Kept here so the launcher's argument module only appends :data:`OPTIONS` to its
 table and passes :func:`config_fields` to ``LaunchConfig``.
@@ -7,9 +7,14 @@ table and passes :func:`config_fields` to ``LaunchConfig``.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from ..checkpoint import CheckpointError, check_writable
+from ..checkpoint import (
+    CheckpointError,
+    _read_job_secret,
+    check_writable,
+)
 from ._exceptions import UsageError
 from ._option_table import Option, OptionValues
 
@@ -41,7 +46,19 @@ OPTIONS: tuple[Option, ...] = (
         "with several nodes, copy each node's newest step to this many other nodes' agents "
         "(0: none); a node that replaces a lost one resumes from the copy",
     ),
+    (
+        ("--job-secret-file",),
+        "job_secret_file",
+        "str",
+        None,
+        "a file holding this job's secret, the same on every node: the agents' checkpoint "
+        "peer connections prove they hold it (default: $AELASTIC_JOB_SECRET_FILE, else a "
+        "random key the agents agree on through the rendezvous store)",
+    ),
 )
+
+#: Where ``--job-secret-file`` is read from when neither it nor PET_JOB_SECRET_FILE is set.
+SECRET_FILE_ENV = "AELASTIC_JOB_SECRET_FILE"
 
 
 def config_fields(v: OptionValues) -> dict[str, Any]:
@@ -59,7 +76,17 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
             raise UsageError(f"{v.source('checkpoint_dir')} {exc}") from None
     interval = v.float_("checkpoint_persist_interval", minimum=0.0, strict=True)
     replicas = v.int_("checkpoint_replicas", minimum=0)
+    secret = v.str_("job_secret_file") or None
+    source = v.source("job_secret_file")
+    if secret is None and os.environ.get(SECRET_FILE_ENV):
+        secret, source = os.environ[SECRET_FILE_ENV], SECRET_FILE_ENV
+    if secret is not None:
+        try:
+            _read_job_secret(secret)
+        except ValueError as exc:
+            raise UsageError(f"{source} {exc}") from None
     return {
+        "job_secret_file": secret,
         "checkpoint_replicas": 1 if replicas is None else replicas,
         "checkpoint_dir": directory,
         "checkpoint_persist_interval": 300.0 if interval is None else interval,

@@ -131,6 +131,9 @@ class LaunchConfig:
     checkpoint_dir: str | None = None
     checkpoint_persist_interval: float = 300.0
     checkpoint_replicas: int = 1
+    #: the file holding the job's key for the checkpoint peer connections (None: the
+    #: agents agree on a random one through the rendezvous store)
+    job_secret_file: str | None = None
     health_port: int | None = None
     health_host: str = "127.0.0.1"
     # the workers' environment, working directory and interpreters (a service's jobs)
