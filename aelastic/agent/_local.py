@@ -14,7 +14,11 @@ import anyio
 
 from .._features import feature_modules, file_timer_enabled, import_features
 from .._net import is_loopback, node_address, route_source
-from ..checkpoint import Checkpoints, open_checkpoints
+from ..checkpoint import (
+    Checkpoints,
+    _read_job_secret,
+    open_checkpoints,
+)
 from ..errors import ProcessFailure
 from ..metrics import prof
 from ..store import StoreServer
@@ -107,6 +111,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         checkpoint_dir: str | None = None,
         checkpoint_persist_interval: float = 300.0,
         checkpoint_replicas: int = 1,
+        job_secret_file: str | None = None,
     ) -> None:
         super().__init__(
             spec, exit_barrier_timeout, shutdown_timeout, uninterruptible_state_timeout
@@ -138,6 +143,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._checkpoint_dir = checkpoint_dir
         self._checkpoint_persist_interval = checkpoint_persist_interval
         self._checkpoint_replicas = checkpoint_replicas
+        self._job_secret_file = job_secret_file
         self._checkpoints: Checkpoints | None = None
 
     @property
@@ -299,12 +305,19 @@ class LocalElasticAgent(SimpleElasticAgent):
     async def _open_checkpoints(self) -> AsyncIterator[None]:
         """This run's checkpoint memory (aelastic.checkpoint): copied to disk, freed on exit."""
         run_id = self._worker_group.spec.rdzv_handler.get_run_id()
+        key = None
+        if self._job_secret_file is not None and self._checkpoint_replicas > 0:
+            try:  # checked by the launcher; read here, never put in the workers' env
+                key = await anyio.to_thread.run_sync(_read_job_secret, self._job_secret_file)
+            except ValueError as exc:
+                raise AgentConfigError(f"job_secret_file: {exc}") from None
         async with open_checkpoints(
             run_id,
             self._checkpoint_dir,
             self._checkpoint_persist_interval,
             self._emit,
             self._checkpoint_replicas,
+            key,
         ) as checkpoints:
             self._checkpoints = checkpoints
             try:
