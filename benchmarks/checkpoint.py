@@ -317,6 +317,9 @@ async def peer_copy(mib: int, repeats: int) -> dict[str, float]:
     dirs = [tempfile.mkdtemp(prefix="ckpt_peer_", dir="/dev/shm") for _ in range(3)]
     a, b, c = dirs
     fill(L.rank_file(a, 1, 0, 2), size)
+    # node b's own rank, saved: a node takes peer copies once it holds a step of its own
+    # (of sizes up to 4x its own, issue 37); the code before took them regardless
+    fill(L.rank_file(b, 1, 1, 2), size)
     store = LocalStore()
     rounds = [PeerRound(store, g, 2, (g,), "127.0.0.1", "127.0.0.1") for g in (0, 1)]
     push, fetch, raw = [], [], []

@@ -109,7 +109,9 @@ class Landing:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(f.tmp)
                 if f.mm is not None:
-                    f.mm.close()
+                    # a view still exported (kept by a traceback): unmapped once collected
+                    with contextlib.suppress(BufferError):
+                        f.mm.close()
             os.close(f.fd)
 
     def put_metadata(self, step: int, data: bytes) -> None:
