@@ -344,9 +344,14 @@ async def peer_copy(mib: int, repeats: int) -> dict[str, float]:
                 os.mkdir(c)
                 store = LocalStore()  # a new round: b announces what it holds now
                 again = [PeerRound(store, g, 2, (g,), "127.0.0.1", "127.0.0.1") for g in (0, 1)]
-                async with open_replicas(c, 1, 3600) as rc, anyio.create_task_group() as tg:
-                    tg.start_soon(rb.join, again[1])
-                    fetch.append(await ticked(functools.partial(rc.join, again[0])))
+                async with open_replicas(c, 1, 3600) as rc:
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(rb.join, again[1])
+                        tg.start_soon(rc.join, again[0])
+                    step = repeats + 2  # what a round's agreement has c fetch (_agent)
+                    fetch.append(
+                        await ticked(functools.partial(rc.fetch, again[0], 1, step, 2, [0]))
+                    )
                 assert size_of(L.rank_file(c, repeats + 2, 0, 2)) == size
         for _ in range(repeats):
             raw.append(await ticked(lambda: raw_tcp(size)))
