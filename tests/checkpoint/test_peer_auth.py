@@ -6,12 +6,14 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import pytest
 
+from aelastic.checkpoint import _layout as L
 from aelastic.checkpoint import _replica
 from aelastic.checkpoint._peerauth import PeerAuthError, read_key_file
 from aelastic.checkpoint._replica import (
@@ -255,3 +257,51 @@ def test_the_generated_key_is_kept_across_rounds() -> None:
         assert await _replica.agree_key(second, key) == key
 
     anyio.run(main)
+
+
+_PLANT = """
+import builtins, sys, torch
+
+class Evil:
+    def __reduce__(self):
+        return (builtins.open, (sys.argv[2], "w"))
+
+torch.save({"model": {"w": torch.zeros(2)}, "extra": Evil()}, sys.argv[1])
+"""
+
+_LOAD = """
+import sys
+from aelastic import checkpoint
+try:
+    checkpoint.load(rank=0)
+except checkpoint.CheckpointError as exc:
+    print("refused:", exc)
+"""
+
+
+def test_a_malicious_pickle_planted_as_a_peer_copy_never_runs(tmp_path: Path) -> None:
+    # a file in the memory directory under a peer's rank (as if a push had put it
+    # there): a worker's load refuses it (weights_only), and its code never runs
+    import subprocess
+    import sys
+
+    memory = tmp_path / "memory"
+    marker = tmp_path / "pwned"
+    path = L.rank_file(str(memory), 9, 0, 2)
+    Path(path).parent.mkdir(parents=True)
+    subprocess.run([sys.executable, "-c", _PLANT, path, str(marker)], check=True, timeout=120)
+    assert not marker.exists()  # saving ran nothing
+    env = {
+        **os.environ,
+        L.DIR_ENV: str(memory),
+        L.STEP_ENV: "9",
+        L.WORLD_ENV: "2",
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _LOAD], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "refused:" in done.stdout and "weights_only" in done.stdout, done.stdout
+    assert not marker.exists()
