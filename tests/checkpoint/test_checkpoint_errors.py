@@ -100,3 +100,25 @@ def test_dcp_classes_without_torch_raise_one_clear_error() -> None:
     )
     assert "aelastic.checkpoint.MemoryWriter needs torch" in done.stdout, done
     assert "install torch" in done.stdout
+
+
+def test_job_secret_file_flag_reaches_the_config_or_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AELASTIC_JOB_SECRET_FILE", raising=False)
+    assert parse_run_args(["x.py"], {}).config.job_secret_file is None
+    secret = tmp_path / "secret"
+    secret.write_text("abc\n")
+    parsed = parse_run_args(["--job-secret-file", str(secret), "x.py"], {})
+    assert parsed.config.job_secret_file == str(secret)
+    from_pet = parse_run_args(["x.py"], {"PET_JOB_SECRET_FILE": str(secret)})
+    assert from_pet.config.job_secret_file == str(secret)
+    monkeypatch.setenv("AELASTIC_JOB_SECRET_FILE", str(secret))
+    assert parse_run_args(["x.py"], {}).config.job_secret_file == str(secret)
+    monkeypatch.delenv("AELASTIC_JOB_SECRET_FILE")
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    with pytest.raises(UsageError, match=r"--job-secret-file .*the job secret file is empty"):
+        parse_run_args(["--job-secret-file", str(empty), "x.py"], {})
+    with pytest.raises(UsageError, match=r"PET_JOB_SECRET_FILE .*cannot read the job secret"):
+        parse_run_args(["x.py"], {"PET_JOB_SECRET_FILE": str(tmp_path / "missing")})
