@@ -93,7 +93,9 @@ class LocalElasticAgent(SimpleElasticAgent):
     ``checkpoint_persist_interval`` seconds and before ``run()`` returns or raises.
     With several nodes it copies its ranks' newest step to the next
     ``checkpoint_replicas`` nodes' agents (0: none), and a node that replaces a lost one
-    fetches its ranks' step from them before its workers start.
+    fetches its ranks' step from them before its workers start. Their connections prove
+    they hold the job's key: ``job_secret_file``'s, else one the agents agree on through
+    the rendezvous store (docs/security.md, "Checkpoint peer listener").
     """
 
     def __init__(
