@@ -95,6 +95,9 @@ MAX_WORLD = 1 << 20
 MAX_STEP = 10**12 - 1  # the 12 digits of a step's directory name
 #: Peer addresses refused so far (each is logged once): at most this many remembered.
 _REFUSED_MAX = 4096
+#: Connections served at once: one more is closed at accept (a node has a few peers;
+#: strangers that connect and say nothing each hold one until ``IO_TIMEOUT``).
+MAX_CONNECTIONS = 64
 
 #: What a failed exchange with a peer raises: the copy is skipped.
 _PEER_ERRORS = (
@@ -446,6 +449,8 @@ class Replicas:
         self._left: set[int] = set()
         #: peer addresses whose refused connection was logged (once each)
         self._refused: set[str] = set()
+        #: connections being served now (at most ``MAX_CONNECTIONS``)
+        self._serving = 0
         #: the newest step copied to the current round's peers
         #: the round and step pushed last, and whether its DCP ``.metadata`` went too
         self._pushed: tuple[PeerRound, int, bool] | None = None
@@ -457,11 +462,10 @@ class Replicas:
 
     def _refuse(self, host: str, why: str) -> None:
         """Log a refused connection, once per peer address."""
-        if host in self._refused:
+        if host in self._refused or len(self._refused) >= _REFUSED_MAX:
             log.debug("checkpoint listener: refused a connection from %s: %s", host, why)
             return
-        if len(self._refused) < _REFUSED_MAX:
-            self._refused.add(host)
+        self._refused.add(host)
         log.warning(
             "checkpoint listener: refused a connection from %s: %s (said once per address; "
             "every agent of a job must hold the same key: --job-secret-file)",
@@ -731,9 +735,8 @@ class Replicas:
     async def _serve(
         self, bind: str, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        # Exactly the address the node announces. TODO(issue 37): "" (what the agent's
-        # _node_address gives a multi-node job without --local-addr today) still means
-        # every interface, as before; the agent is to give the node's address instead.
+        # Exactly the address the node announces; "" (the agent found no route to the
+        # rendezvous to take its address from) means every interface, as torchrun's stores.
         listener = await anyio.create_tcp_listener(local_host=bind or None, local_port=0)
         async with listener:
             port = listener.listeners[0].extra(SocketAttribute.local_port)
@@ -752,6 +755,11 @@ class Replicas:
                 sock, address = listening.accept()
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):
                 continue
+            if self._serving >= MAX_CONNECTIONS:
+                sock.close()
+                self._refuse(str(address[0]), f"{MAX_CONNECTIONS} connections already open")
+                continue
+            self._serving += 1
             tg.start_soon(self._handle_any, PeerConn(sock, IO_TIMEOUT), str(address[0]))
 
     async def _handle_any(self, conn: PeerConn, host: str) -> None:
@@ -760,6 +768,8 @@ class Replicas:
             await self._handle(conn, host)
         except Exception:
             log.exception("checkpoint listener: a connection from %s failed", host)
+        finally:
+            self._serving -= 1
 
     async def _handle(self, conn: PeerConn, host: str) -> None:
         """One peer's request, once it proved it holds the job's key (else the connection

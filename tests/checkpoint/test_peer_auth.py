@@ -305,3 +305,27 @@ def test_a_malicious_pickle_planted_as_a_peer_copy_never_runs(tmp_path: Path) ->
     assert done.returncode == 0, done.stderr
     assert "refused:" in done.stdout and "weights_only" in done.stdout, done.stdout
     assert not marker.exists()
+
+
+async def test_connections_beyond_the_cap_are_closed_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # strangers that connect and say nothing hold a slot each until IO_TIMEOUT: past the
+    # cap the listener closes a new connection before its hello, and serves again once
+    # a slot is free
+    monkeypatch.setattr(_replica, "MAX_CONNECTIONS", 3)
+    async with serving(tmp_path) as (_, port, _), contextlib.AsyncExitStack() as silent:
+        streams = []
+        for _ in range(3):
+            stream = await silent.enter_async_context(await anyio.connect_tcp("127.0.0.1", port))
+            with anyio.fail_after(30):
+                assert b"nonce" in await stream.receive()  # accepted, and counted
+            streams.append(stream)
+        assert await closed_without_answer(port, b"") == b""
+        await streams[0].aclose()
+        with anyio.fail_after(30):
+            while True:  # the listener frees the slot when it sees the close
+                async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+                    with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                        if b"nonce" in await stream.receive():
+                            break
