@@ -127,6 +127,10 @@ class EtcdServer:
     def cleanup(self) -> None:
         self.kill()
         shutil.rmtree(self.data_dir, ignore_errors=True)
+        log = getattr(self, "log", None)
+        if log is not None:
+            log.close()
+        Path(self.data_dir).with_suffix(".log").unlink(missing_ok=True)
 
 
 @contextmanager
