@@ -68,10 +68,9 @@ def is_local_address(host: str) -> bool:
 
     Blocking (it may ask the resolver): call it in a thread from async code.
     """
-    if host == "localhost" or is_loopback(host):
-        return True
-    if _is_ip(host.strip("[]")):
-        return is_own_address(host)  # asked of the kernel: a bind, nothing sent
+    known = _is_local_literal(host)
+    if known is not None:
+        return known
     hostname = socket.gethostname()
     if host in (hostname, socket.getfqdn()):
         return True
@@ -81,6 +80,16 @@ def is_local_address(host: str) -> bool:
     except OSError:
         return False
     return bool(own & resolved) or any(is_own_address(str(a)) for a in resolved)
+
+
+def _is_local_literal(host: str) -> bool | None:
+    """:func:`is_local_address` for ``localhost``, loopback and IP literals, which need no
+    resolver (never blocks); None for any other name."""
+    if host == "localhost" or is_loopback(host):
+        return True
+    if _is_ip(host.strip("[]")):
+        return is_own_address(host)  # asked of the kernel: a bind, nothing sent
+    return None
 
 
 class C10dRendezvousHandler(DynamicRendezvousHandler):
@@ -112,6 +121,8 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
         host, port = self.host, self.port
         is_host = self._is_host
         if is_host is None:
+            is_host = _is_local_literal(host)
+        if is_host is None:  # a name: the resolver may block, so off the loop
             is_host = await anyio.to_thread.run_sync(is_local_address, host)
         if is_host:
             bind = host if _is_ip(host) or host == "localhost" else "::"
