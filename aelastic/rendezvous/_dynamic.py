@@ -525,12 +525,15 @@ class DynamicRendezvousHandler(RendezvousHandler):
         """The "still waiting" line of a joining node (one store read: the round's joins)."""
         view = self._view
         progress = "no round joined yet"
+        forming: int | None = None  # the live joins of a round still forming
         if view is not None:
             tick = view.tick
             joined = await self._ops().add(self._keys.joined(view.round), 0)
             joined -= len(tick.removed) if tick is not None else 0
             nodes = "node" if joined == 1 else "nodes"
             progress = f"round {view.round}: {joined} {nodes} joined"
+            if tick is None or tick.state == "joining":
+                forming = joined
             if tick is not None and tick.state == "running" and not tick.is_member(view.ticket):
                 progress += "; this node is a spare of a full round"
         return waiting_message(
@@ -542,6 +545,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
             waited=waited,
             join_timeout=self._settings.join_timeout,
             progress=progress,
+            joined=forming,
+            last_call_timeout=self._settings.last_call_timeout,
         )
 
     def _describe(self, tick: Tick | None) -> str:

@@ -37,12 +37,26 @@ def waiting_message(
     waited: float,
     join_timeout: float,
     progress: str,
+    joined: int | None = None,
+    last_call_timeout: float | None = None,
 ) -> str:
     """The "still waiting" line: who (this host) waits for whom, how long, and the fix.
 
     ``progress`` is what the backend knows of the round (e.g. ``round 0: 1 joined``).
+    ``joined``: the live nodes of the round, where known. Once they reach ``min_nodes``
+    (but not ``max_nodes``) the round is in its last call for more nodes, not short of
+    peers: the line then says so, how long the last call is (``last_call_timeout``) and
+    how to change it, and asks for no other node.
     """
     left = max(0.0, join_timeout - waited)
+    if joined is not None and last_call_timeout is not None and min_nodes <= joined < max_nodes:
+        return (
+            f"rendezvous {run_id!r} ({backend} at {endpoint}): {progress}; min_nodes="
+            f"{min_nodes} is met, so the round completes once max_nodes={max_nodes} nodes "
+            f"joined or at the end of its last call for more nodes ({last_call_timeout:g} s "
+            "from the moment the minimum was reached; set it with --rdzv-conf "
+            "last_call_timeout=SECONDS)"
+        )
     return (
         f"rendezvous {run_id!r} ({backend} at {endpoint}): this node ({socket.gethostname()}) "
         f"has waited {waited:.0f} s for its peers ({progress}; min_nodes={min_nodes}, "

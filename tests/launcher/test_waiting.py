@@ -157,3 +157,24 @@ async def test_nodes_that_finish_apart_both_exit_0(tmp_path: Path) -> None:
     records = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
     assert sorted(r["tag"] for r in records) == ["a", "b"], "a worker was restarted"
     assert {r["TORCHELASTIC_RESTART_COUNT"] for r in records} == {"0"}
+
+
+async def test_c10d_node_in_last_call_does_not_ask_for_peers(tmp_path: Path) -> None:
+    """``--nnodes 1:2`` with one node: the minimum is met, the round waits its last call
+    for a second node; the waiting line says that, and how to change it, not "Start the
+    other nodes"."""
+    endpoint = f"127.0.0.1:{free_port()}"
+    flags = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "lastc"]
+    conf = "wait_report_interval=0.2,last_call_timeout=600"
+    async with cluster() as c:
+        node = await c.start(
+            ["--nnodes", "1:2", *flags, "--rdzv-conf", conf, WORKER, str(tmp_path)]
+        )
+        with anyio.fail_after(60):
+            await node.wait_for_err("is met")
+    (line,) = [ln for ln in node.err.splitlines() if "is met" in ln][:1]
+    assert "rendezvous 'lastc' (c10d at " in line
+    assert "min_nodes=1 is met" in line and "max_nodes=2" in line
+    assert "last call for more nodes (600 s" in line
+    assert "--rdzv-conf last_call_timeout=SECONDS" in line
+    assert "Start the other nodes" not in line
