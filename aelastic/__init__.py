@@ -7,7 +7,9 @@ Importing aelastic never imports torch. Subpackages: ``aelastic.store``,
 the run's time went), ``aelastic.checkpoint`` (checkpoints in memory the agent owns),
 ``aelastic.health``, ``aelastic.replicas`` (torchft replica groups and their
 Lighthouse), ``aelastic.stragglers`` (slow nodes found while the job runs),
-``aelastic.jobview`` (the whole job's status, table and live page); the launch API
+``aelastic.jobview`` (the whole job's status, table and live page),
+``aelastic.schedulers`` (Slurm and Kubernetes: their environment, progress and exit
+codes); the launch API
 (``LaunchConfig``, ``launch``, ``open_job``, ``elastic_launch``) is in ``aelastic.launcher``.
 
 Layers, lowest first. A module imports from its own package, from a lower layer, and
@@ -22,7 +24,7 @@ enforces this, and that no two modules import each other)::
     3. workers rendezvous checkpoint
     4. agent
     5. health nodes replicas stragglers
-    6. jobview
+    6. jobview schedulers
     7. launcher
     8. command line: cli
     9. python -m aelastic: __main__
