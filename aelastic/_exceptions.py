@@ -16,6 +16,8 @@ checks this drawing against the classes)::
             RendezvousConfigError [RendezvousError]  aelastic.rendezvous
             AgentConfigError [AgentError]       aelastic.agent
             NodeHealthConfigError [AgentError]  aelastic.nodes
+            StragglerConfigError                aelastic.stragglers
+            ReplicaGroupConfigError [ReplicaGroupError]  aelastic.replicas
         StoreError                              aelastic.store
             StoreTimeoutError [TimeoutError]
             StoreConnectionError [ConnectionError]
@@ -54,6 +56,8 @@ checks this drawing against the classes)::
         CheckpointError                         aelastic.checkpoint
         HealthPortError [OSError]               aelastic.health
         JobViewError                            aelastic.jobview
+        ReplicaGroupError                       aelastic.replicas
+            LighthouseError
         JobStoppedError                         aelastic.launcher
         JobSignalError [ValueError]             aelastic.launcher
 

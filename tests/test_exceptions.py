@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import pickle
 import pkgutil
+import re
 
 import pytest
 
@@ -133,3 +134,33 @@ def test_map_store_errors_passes_through_what_the_caller_keeps() -> None:
 
     with pytest.raises(StoreTimeoutError), map_store_errors("read 'k'", keep=(StoreTimeoutError,)):
         raise StoreTimeoutError("late")
+
+
+def _drawn_tree() -> dict[str, tuple[str | None, tuple[str, ...]]]:
+    """The drawing in ``aelastic/_exceptions.py``: name -> (drawn parent, bracketed bases)."""
+    doc = importlib.import_module("aelastic._exceptions").__doc__ or ""
+    drawing = doc.split("::\n\n", 1)[1].split("\n\n", 1)[0]
+    drawn: dict[str, tuple[str | None, tuple[str, ...]]] = {}
+    parents: list[tuple[int, str]] = []  # the open branches: (indent, name)
+    for line in drawing.splitlines():
+        match = re.fullmatch(r"( *)(\w+)(?: \[([\w, ]+)\])?(?: +[\w.]+)? *", line)
+        assert match, f"a line of the drawing does not parse: {line!r}"
+        indent, name = len(match[1]), match[2]
+        while parents and parents[-1][0] >= indent:
+            parents.pop()
+        extra = tuple(b.strip() for b in match[3].split(",")) if match[3] else ()
+        drawn[name] = (parents[-1][1] if parents else None, extra)
+        parents.append((indent, name))
+    return drawn
+
+
+def test_the_drawn_tree_is_the_tree_of_the_code() -> None:
+    drawn = _drawn_tree()
+    errors = {error.__name__: error for _, _, error in _ERRORS} | {
+        "AelasticError": AelasticError,
+        "ConfigError": ConfigError,
+    }
+    assert sorted(drawn) == sorted(errors), "the drawing and the exported errors differ"
+    for name, (parent, extra) in drawn.items():
+        bases = {base.__name__ for base in errors[name].__bases__}
+        assert bases == {parent, *extra} - {None} | ({"Exception"} if parent is None else set())
