@@ -20,7 +20,7 @@ peer, and nothing says it does not).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from .._dataclass import dataclass
 
@@ -69,8 +69,3 @@ def blame_order(suspects: Sequence[Suspect]) -> list[int]:
 
 #: Outside a collective first, unknown next, inside last.
 _COLLECTIVE_RANK: dict[bool | None, int] = {False: 0, None: 1, True: 2}
-
-
-def collective_flags(stacks: Mapping[int, str | None]) -> dict[int, bool | None]:
-    """``{local_rank: in_collective(text)}`` for every worker's stacks text."""
-    return {rank: in_collective(text) for rank, text in stacks.items()}

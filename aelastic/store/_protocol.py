@@ -475,11 +475,6 @@ def encode_u8(value: int) -> bytes:
     return _U8.pack(value)
 
 
-def encode_u32(value: int) -> bytes:
-    """Response of PING (the nonce echoed)."""
-    return _U32.pack(value)
-
-
 def encode_bytes_list(values: Sequence[bytes]) -> bytes:
     """Response of MULTI_GET: each value as ``u64 len`` + bytes, no count."""
     pack = _U64.pack

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import math
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import field
@@ -730,8 +729,3 @@ _RESULT = {
 def jitter(seconds: float) -> float:
     """Return ``seconds`` randomised by +-20% (spreads retries of many nodes)."""
     return seconds * (0.8 + 0.4 * random.random())
-
-
-def ceil_ttl(seconds: float) -> int:
-    """etcd TTLs are whole seconds, at least 1."""
-    return max(1, math.ceil(seconds))
