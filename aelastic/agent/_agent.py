@@ -102,7 +102,7 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
 
     Subclass hooks (all called from the task running :meth:`run`):
     :meth:`_start_workers`, :meth:`_stop_workers`, :meth:`_monitor_workers`,
-    :meth:`_shutdown` (seed 004's four, enough for a working agent), and
+    :meth:`_shutdown` (torch's SimpleElasticAgent's four, enough for a working agent), and
     :meth:`_wait_for_worker_exit` with :meth:`_worker_exit_codes` (default: poll
     ``_monitor_workers`` every ``spec.monitor_interval`` s; override them to learn of
     an exit the moment it happens, as :class:`LocalElasticAgent` does).
@@ -278,7 +278,7 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         times; membership changes restart it without spending that budget. On
         success the agent waits in the exit barrier for the other nodes.
 
-        Every run ends with :meth:`_shutdown` (seed 004's contract; shielded, bounded
+        Every run ends with :meth:`_shutdown` (torch's agent contract; shielded, bounded
         by ``shutdown_timeout`` + 10 s, an error logged), with the terminating signal
         when there is one.
 
@@ -337,7 +337,7 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
             self._running = False
             self.goodput.finished()
         assert result is not None
-        await self._release(signal.SIGTERM)  # seed 004: _shutdown() ends every run
+        await self._release(signal.SIGTERM)  # torch's agent: _shutdown() ends every run
         self._total_execution_time = int(time.monotonic() - start)
         self._record_metrics(result)
         self._record_goodput()
@@ -384,7 +384,7 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
     async def _wait_for_worker_exit(self, worker_group: WorkerGroup) -> None:
         """Return when one more local worker has exited (the moment it does).
 
-        This default is seed 004's polling agent, for subclasses that only implement
+        This default is torch's polling SimpleElasticAgent, for subclasses that only implement
         :meth:`_monitor_workers`: it calls it every ``spec.monitor_interval`` seconds
         and returns once the group is no longer ``HEALTHY`` (its exit codes then come
         from that result, see :meth:`_worker_exit_codes`). Subclasses that learn of an
@@ -880,7 +880,7 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
 
     @prof
     async def _restart_workers(self, worker_group: WorkerGroup) -> None:
-        """Restart the group (seed 004's contract): stop every local worker, rendezvous
+        """Restart the group (torch's agent contract): stop every local worker, rendezvous
         again and start fresh workers; the group ends ``HEALTHY``.
 
         In between, the round's resources (``self._round_stack``) are closed and a new
@@ -982,7 +982,7 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         """Group rank 0: decide (and host, if needed) the workers' store; ``(addr, port, agent)``.
 
         ``agent`` is ``TORCHELASTIC_USE_AGENT_STORE``. Subclasses may host the store on
-        ``self._round_stack``. This default (seed 004's) hosts none: without a
+        ``self._round_stack``. This default (torch's SimpleElasticAgent's) hosts none: without a
         ``master_port`` it takes ``master_addr``, else ``local_addr``, else this host's
         name, and a port free now (worker rank 0 then hosts torch's store there); with
         one, ``agent`` is True when the rendezvous serves that port itself

@@ -1,5 +1,5 @@
 """Rank assignment across the agents of a round: the store exchange around
-:func:`~aelastic.agent._ranks.assign_ranks` (seed 004's algorithm), in O(1) requests per
+:func:`~aelastic.agent._ranks.assign_ranks` (torch's agent's algorithm), in O(1) requests per
 agent.
 
 Every agent but group rank 0 ``set``s its role info and ``get``s its assignment; group rank 0

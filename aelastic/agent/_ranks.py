@@ -1,4 +1,4 @@
-"""Rank assignment: seed 004's algorithm (roles, per-node local world sizes), pure part.
+"""Rank assignment: torch's agent's algorithm (roles, per-node local world sizes), pure part.
 
 Each agent publishes a :class:`RoleInfo`; the group-rank-0 agent computes every
 node's :class:`RankAssignment` with :func:`assign_ranks` and publishes them in one

@@ -1,5 +1,5 @@
 """What the agent tells the world: its events (torch's ``torchelastic.worker.status.*``
-and its own) and seed 004's end-of-run metrics.
+and its own) and torch's SimpleElasticAgent end-of-run metrics.
 
 :class:`AgentTelemetry` is a part of :class:`~aelastic.agent.SimpleElasticAgent` that only
 reads the agent's state; recording never raises into the agent (a failing handler is

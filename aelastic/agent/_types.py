@@ -87,7 +87,7 @@ class WorkerSpec:
         args: arguments of ``entrypoint`` (coerced with ``str`` for binaries).
         max_restarts: failures the agent restarts before returning FAILED.
         monitor_interval: how often a :class:`SimpleElasticAgent` subclass that only
-            implements ``_monitor_workers`` is polled (seed 004's agent);
+            implements ``_monitor_workers`` is polled (torch's SimpleElasticAgent);
             :class:`LocalElasticAgent` ignores it (it notices exits the moment they
             happen, nothing polls).
         master_port, master_addr: a fixed endpoint for the workers' store. With

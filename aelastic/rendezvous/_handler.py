@@ -1,4 +1,4 @@
-"""The async rendezvous handler API (seed 003, torch's current handler API, made awaitable)."""
+"""The async rendezvous handler API (torch's current RendezvousHandler API, made awaitable)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class RendezvousInfo:
     """The result of one completed rendezvous round.
 
     ``store`` is namespaced by run id and round, so keys written in one round are
-    never read in another. Unpacks as ``store, rank, world_size`` like seed 003's tuple.
+    never read in another. Unpacks as ``store, rank, world_size`` like torch's RendezvousInfo tuple.
     """
 
     store: Store

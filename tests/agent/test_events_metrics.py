@@ -1,4 +1,4 @@
-"""The agent's events (seed 004's ``_construct_event``) and metrics (``_record_metrics``)."""
+"""The agent's events (torch's ``_construct_event``) and metrics (``_record_metrics``)."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.anyio  # no worker processes: every backend (asyncio, u
 
 
 class MinimalAgent(SimpleElasticAgent):
-    """torch's TestAgent: only the four hooks of seed 004."""
+    """torch's TestAgent: only the four hooks of torch's SimpleElasticAgent."""
 
     def __init__(self, spec: WorkerSpec, monitor: Callable[[], RunResult] | None = None) -> None:
         super().__init__(spec)
