@@ -710,6 +710,7 @@ async def open_job(
         await tg.start(job._watch_events)
         await _start_status(tg, job, prepared)
         await _start_stragglers(tg, job, prepared)
+        await _start_trainer_status(tg, job)
         tg.start_soon(job._run, name=f"aelastic job {job.run_id}")
         yield job
 
@@ -720,6 +721,29 @@ async def _start_status(tg: anyio.abc.TaskGroup, job: Job, prepared: PreparedJob
 
     job.status_publisher = StatusPublisher(job, prepared.handler)
     await tg.start(job.status_publisher.run)
+
+
+async def _start_trainer_status(tg: anyio.abc.TaskGroup, job: Job) -> None:
+    """Post progress to Kubeflow Trainer's status server when the pod was given one
+    (``KUBEFLOW_TRAINER_SERVER_URL``): from the node of group rank 0 only, never
+    holding the job (``aelastic.schedulers``, ``docs/kubernetes.md``)."""
+    from ..schedulers import TrainerStatusPoster, TrainerStatusTarget
+
+    target = TrainerStatusTarget.from_env()
+    if target is None:
+        return
+
+    def step() -> int | None:  # the newest step every local worker completed
+        steps = [s.step for s in job.progress().values() if s.attached]
+        return min(steps) if steps else None
+
+    def goodput() -> float | None:
+        summary = job.goodput()
+        ratio = None if summary is None else summary.get("ratio")
+        return float(ratio) if isinstance(ratio, (int, float)) else None
+
+    poster = TrainerStatusPoster(target, step, goodput, posting=lambda: job.group_rank == 0)
+    await tg.start(poster.run)
 
 
 async def _start_stragglers(tg: anyio.abc.TaskGroup, job: Job, prepared: PreparedJob) -> None:

@@ -11,4 +11,7 @@ Decisions are plain functions of the environment; the few that must ask the
 scheduler (``scontrol``) or post to it are async, bounded and never block the loop.
 """
 
-__all__: tuple[str, ...] = ()
+from ._kubeflow import TrainerStatusPoster as TrainerStatusPoster
+from ._kubeflow import TrainerStatusTarget as TrainerStatusTarget
+
+__all__ = ("TrainerStatusPoster", "TrainerStatusTarget")
