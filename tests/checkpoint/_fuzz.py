@@ -22,11 +22,12 @@ import os
 import random
 import socket
 import tempfile
-import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
 import anyio
+from _fuzzing import Memory, run_cases
 
 #: The longest a bad connection may stay open after its bytes (the listener's own bound
 #: is one IO timeout, 10 s).
@@ -153,6 +154,7 @@ async def peer(seconds: float, seed: int) -> dict[str, int]:
 
     rng = random.Random(seed)
     counts = {"raw": 0, "handshake": 0, "request": 0, "valid": 0}
+    memory = Memory()
     with tempfile.TemporaryDirectory(prefix="aelastic_fuzz_") as root:
         own = L.rank_file(root, 7, 1, 2)  # its own step (no template names it)
         os.makedirs(os.path.dirname(own))
@@ -163,31 +165,34 @@ async def peer(seconds: float, seed: int) -> dict[str, int]:
             await replicas.join(PeerRound(store, 1, 2, (1,), "127.0.0.1", "127.0.0.1"))
             port = int(json.loads(await store.get(f"{ANNOUNCED}/1"))["port"])
             before = _files(root)
-            deadline = time.monotonic() + seconds
-            case = 0
-            while time.monotonic() < deadline:
-                case += 1
+
+            async def one_case(kind: str) -> list[str]:
+                if kind == "raw":
+                    size = rng.choice((0, 1, 10, 100, 2000))
+                    await _raw_case(port, rng.randbytes(size))
+                elif kind == "handshake":
+                    await _bad_handshake_case(port, rng)
+                else:
+                    await _after_handshake_case(port, rng)
+                return [kind]
+
+            def one(i: int) -> tuple[str, Awaitable[list[str]]]:
                 kind = rng.choice(("raw", "handshake", "request", "request"))
-                try:
-                    if kind == "raw":
-                        size = rng.choice((0, 1, 10, 100, 2000))
-                        await _raw_case(port, rng.randbytes(size))
-                    elif kind == "handshake":
-                        await _bad_handshake_case(port, rng)
-                    else:
-                        await _after_handshake_case(port, rng)
-                    counts[kind] += 1
-                    if case % CHECK_EVERY == 0:
-                        await _valid_fetch(port)
-                        counts["valid"] += 1
-                except TimeoutError:
-                    raise AssertionError(
-                        f"seed {seed}, case {case} ({kind}): not closed within {CLOSE_BOUND} s"
-                    ) from None
+                return kind, one_case(kind)
+
+            async def check(i: int) -> None:
+                await _valid_fetch(port)
+                counts["valid"] += 1
+
+            await run_cases(
+                seed, one, check, every=CHECK_EVERY, bound=CLOSE_BOUND, seconds=seconds,
+                counts=counts, memory=memory,
+            )  # fmt: skip
             await _valid_fetch(port)
             counts["valid"] += 1
             after = _files(root)
             assert after == before, f"seed {seed}: files appeared: {set(after) - set(before)}"
+    memory.check(seed, counts)
     return counts
 
 

@@ -12,9 +12,10 @@ request is always answered 200, and the process's memory grows by less than a bo
 from __future__ import annotations
 
 import random
-import time
+from collections.abc import Awaitable
 
 import anyio
+from _fuzzing import Memory, run_cases
 
 from aelastic.health import Response, serve_routes
 
@@ -79,19 +80,13 @@ async def _case(port: int, data: bytes, half_close: bool) -> bytes:
                     return bytes(answer)
 
 
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
-
-
 async def run(
     seed: int, *, cases: int | None = None, seconds: float | None = None
 ) -> dict[str, int]:
     """Fuzz a fresh endpoint for ``cases`` cases or ``seconds`` seconds; counts by kind and
     by answer. Raises AssertionError naming the seed when a property does not hold."""
     rng = random.Random(seed)
-    counts: dict[str, int] = {}
-    rss0 = peak = _rss()
+    memory = Memory()
     async with anyio.create_task_group() as tg:
         _, port = await tg.start(
             lambda task_status: serve_routes(
@@ -102,30 +97,25 @@ async def run(
                 task_status=task_status,
             )
         )
-        end = None if seconds is None else time.monotonic() + seconds
-        i = 0
-        while (cases is None or i < cases) and (end is None or time.monotonic() < end):
-            kind, data = mutate(rng)
-            try:
-                answer = await _case(port, data, rng.random() < 0.7)
-            except TimeoutError:
-                raise AssertionError(
-                    f"seed {seed}, case {i} ({kind}, {data[:64]!r}...): the server kept the "
-                    f"connection open over {CLOSE_BOUND} s"
-                ) from None
+
+        async def one_case(i: int, kind: str, data: bytes) -> list[str]:
+            answer = await _case(port, data, rng.random() < 0.7)
             status = "none" if not answer else answer[:12].decode("latin-1")
             assert not answer or status.startswith("HTTP/1.1 "), (seed, i, kind, answer[:80])
-            counts[kind] = counts.get(kind, 0) + 1
-            key = f"answer {status[9:12]}" if answer else "closed unanswered"
-            counts[key] = counts.get(key, 0) + 1
-            if i % 20 == 0:
-                valid = await _case(port, _VALID, True)
-                assert valid.startswith(b"HTTP/1.1 200 "), (seed, i, valid[:80])
-                peak = max(peak, _rss())
-            i += 1
-        counts["cases"] = i
+            return [kind, f"answer {status[9:12]}" if answer else "closed unanswered"]
+
+        def one(i: int) -> tuple[str, Awaitable[list[str]]]:
+            kind, data = mutate(rng)
+            return f"{kind}, {data[:64]!r}...", one_case(i, kind, data)
+
+        async def check(i: int) -> None:
+            valid = await _case(port, _VALID, True)
+            assert valid.startswith(b"HTTP/1.1 200 "), (seed, i, valid[:80])
+
+        counts = await run_cases(
+            seed, one, check, every=20, bound=CLOSE_BOUND, cases=cases, seconds=seconds,
+            memory=memory,
+        )  # fmt: skip
         tg.cancel_scope.cancel()
-    growth = max(peak, _rss()) - rss0
-    counts["rss_growth_kib"] = growth // 1024
-    assert growth < 256 * 2**20, f"seed {seed}: the process grew by {growth} bytes"
+    memory.check(seed, counts)
     return counts

@@ -15,10 +15,11 @@ from __future__ import annotations
 import logging
 import random
 import struct
-import time
+from collections.abc import Awaitable
 from contextlib import AsyncExitStack
 
 import anyio
+from _fuzzing import Memory, run_cases
 
 from aelastic.store import StoreServer, TCPStoreClient
 from aelastic.store import _protocol as P
@@ -121,11 +122,6 @@ async def _case(port: int, data: bytes, half_close: bool) -> str:
                     return "reset"
 
 
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
-
-
 async def run(
     seed: int, *, cases: int | None = None, seconds: float | None = None
 ) -> dict[str, int]:
@@ -137,44 +133,37 @@ async def run(
     failures = _Failures()
     logger = logging.getLogger("aelastic.store")
     logger.addHandler(failures)
-    counts: dict[str, int] = {}
-    rss0 = _rss()
-    peak = rss0
+    memory = Memory()
     try:
         async with AsyncExitStack() as stack:
             server = StoreServer("127.0.0.1", 0, frame_timeout=FRAME_TIMEOUT)
             await stack.enter_async_context(server)
             client = TCPStoreClient("127.0.0.1", server.port, timeout=30)
             await stack.enter_async_context(client)
-            end = None if seconds is None else time.monotonic() + seconds
-            i = 0
-            while (cases is None or i < cases) and (end is None or time.monotonic() < end):
+
+            async def one_case(kind: str, data: bytes, half_close: bool) -> list[str]:
+                return [kind, await _case(server.port, data, half_close)]
+
+            def one(i: int) -> tuple[str, Awaitable[list[str]]]:
                 kind, data = mutate(rng)
                 # most cases half-close; the others test the timeouts (a silent peer)
                 half_close = kind not in _MUST_CLOSE or rng.random() < 0.5
-                try:
-                    outcome = await _case(server.port, data, half_close)
-                except TimeoutError:
-                    raise AssertionError(
-                        f"seed {seed}, case {i} ({kind}, {data[:64]!r}...): the server kept "
-                        f"the connection open over {CLOSE_BOUND} s"
-                    ) from None
-                counts[kind] = counts.get(kind, 0) + 1
-                counts[outcome] = counts.get(outcome, 0) + 1
-                if i % 20 == 0:
-                    with anyio.fail_after(30):
-                        await client.set("fuzz/alive", str(i))
-                        assert await client.get("fuzz/alive") == str(i).encode()
-                    peak = max(peak, _rss())
-                i += 1
-            counts["cases"] = i
+                return f"{kind}, {data[:64]!r}...", one_case(kind, data, half_close)
+
+            async def check(i: int) -> None:
+                with anyio.fail_after(30):
+                    await client.set("fuzz/alive", str(i))
+                    assert await client.get("fuzz/alive") == str(i).encode()
+
+            counts = await run_cases(
+                seed, one, check, every=20, bound=CLOSE_BOUND, cases=cases, seconds=seconds,
+                memory=memory,
+            )  # fmt: skip
             assert server.buffered_bytes <= server.limits.max_buffered_bytes
             with anyio.fail_after(30):
                 assert await client.get("fuzz/alive") is not None
     finally:
         logger.removeHandler(failures)
     assert not failures.records, f"seed {seed}: {failures.records[0].getMessage()}"
-    growth = max(peak, _rss()) - rss0
-    counts["rss_growth_kib"] = growth // 1024
-    assert growth < 256 * 2**20, f"seed {seed}: the process grew by {growth} bytes"
+    memory.check(seed, counts)
     return counts
