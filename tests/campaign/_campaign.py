@@ -55,6 +55,7 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
+from _procfs import socket_inodes
 from launcher._nodes import Cluster, Node, cluster, free_port, process_tree
 
 HERE = Path(__file__).parent
@@ -641,7 +642,7 @@ class Job:
                         continue
                     what = "agent " + node.name if pid == node.process.pid else _what(pid)
                     self.seen.setdefault((pid, started), what)
-                    for inode in _socket_inodes(pid):
+                    for inode in socket_inodes(pid):
                         where = listening.get(inode)
                         if where is None:
                             continue
@@ -687,22 +688,6 @@ def _what(pid: int) -> str:
     if script in ("campaign_worker.py", "_warm_boot.py"):  # a worker, or one waiting warm
         return "worker"
     return script or " ".join(argv)[:60] or "?"  # no argv: a zombie
-
-
-def _socket_inodes(pid: int) -> set[int]:
-    out = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return out
-    for fd in fds:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            out.add(int(target[8:-1]))
-    return out
 
 
 def _listening() -> dict[int, tuple[str, int]]:

@@ -8,12 +8,12 @@ The sockets are read from Linux's ``/proc``: each process's socket inodes
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 import sys
 from pathlib import Path
 
 import pytest
+from _procfs import socket_inodes
 
 from ._nodes import WORKER, cluster, free_port, process_tree, records, wait_all
 
@@ -52,22 +52,6 @@ def listening_sockets() -> dict[int, tuple[str, int]]:
                 if fields[3] == "0A":  # TCP_LISTEN
                     found[int(fields[9])] = _address(fields[1])
     return found
-
-
-def socket_inodes(pid: int) -> set[int]:
-    inodes = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return inodes
-    for fd in fds:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(int(target[8:-1]))
-    return inodes
 
 
 async def test_every_listener_of_a_two_node_job_is_documented_and_bound_to_loopback(
