@@ -89,15 +89,24 @@ async def resume_b_and_c(b: Path, c: Path) -> dict[str, dict[str, str]]:
 
 
 @contextlib.asynccontextmanager
-async def a_pushing_to_b(a: Path, b: Path) -> AsyncIterator[Replicas]:
-    """Nodes a (group rank 0, rank 0) and b (group rank 1, rank 1) of a round, joined;
-    a's replicas, started (its ``push()`` copies to b), until the block ends."""
-    store = LocalStore()
+async def joined_pair(
+    a: Path, b: Path, store: LocalStore
+) -> AsyncIterator[tuple[Replicas, Replicas, list[PeerRound]]]:
+    """Nodes a (group rank 0, rank 0) and b (group rank 1, rank 1) of a round on
+    ``store``, joined (not started); their replicas and rounds, until the block ends."""
     async with open_replicas(str(a), 1, MANUAL) as ra, open_replicas(str(b), 1, MANUAL) as rb:
         rounds = [peer_round(store, 0, 2, (0,)), peer_round(store, 1, 2, (1,))]
         async with anyio.create_task_group() as tg:
             tg.start_soon(ra.join, rounds[0])
             tg.start_soon(rb.join, rounds[1])
+        yield ra, rb, rounds
+
+
+@contextlib.asynccontextmanager
+async def a_pushing_to_b(a: Path, b: Path) -> AsyncIterator[Replicas]:
+    """:func:`joined_pair`, a's replicas started (its ``push()`` copies to b), until the
+    block ends."""
+    async with joined_pair(a, b, LocalStore()) as (ra, _, rounds):
         ra.started(rounds[0])
         yield ra
 

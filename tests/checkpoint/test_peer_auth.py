@@ -21,7 +21,6 @@ from aelastic.checkpoint._replica import (
     KEY_KEY,
     PUSH_SIZE_FLOOR,
     SAVED_KEY,
-    PeerRound,
     Replicas,
     open_replicas,
     push_refusal,
@@ -30,15 +29,11 @@ from aelastic.checkpoint._wire import connect
 from aelastic.store import LocalStore
 
 from .test_checkpoint_agent import commit
+from .test_checkpoint_replica import MANUAL, joined_pair, peer_round
 
 pytestmark = pytest.mark.anyio
 
-MANUAL = 3600.0
 LOG = "aelastic.checkpoint"
-
-
-def peer_round(store: LocalStore, group_rank: int, world: int, ranks: tuple[int, ...]) -> PeerRound:
-    return PeerRound(store, group_rank, world, ranks, "127.0.0.1", "127.0.0.1")
 
 
 @contextlib.asynccontextmanager
@@ -203,11 +198,7 @@ async def test_a_job_that_never_saves_opens_no_peer_port(tmp_path: Path) -> None
     a.mkdir()
     b.mkdir()
     store = LocalStore()
-    async with open_replicas(str(a), 1, MANUAL) as ra, open_replicas(str(b), 1, MANUAL) as rb:
-        rounds = [peer_round(store, 0, 2, (0,)), peer_round(store, 1, 2, (1,))]
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ra.join, rounds[0])
-            tg.start_soon(rb.join, rounds[1])
+    async with joined_pair(a, b, store) as (ra, rb, rounds):
         for g in (0, 1):
             announced = json.loads(await store.get(f"{KEY}/{g}"))
             assert announced["port"] is None and announced["pending"] is True
