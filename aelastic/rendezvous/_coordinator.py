@@ -4,8 +4,9 @@ the round's outcome.
 It blocks on its inbox (:class:`~._alarm.InboxAlarm` wakes it for periodic ticks),
 publishes a numbered tick every ``keep_alive_interval`` and on every change, sweeps the
 members' liveness (:class:`~._liveness.Liveness` on a :class:`~._liveness.TickClock`),
-starts the last call at ``min_nodes`` live holders and completes at ``max_nodes`` or
-when the last call expires: the ``running`` tick names the members, their rank order
+starts the last call at ``min_nodes`` live holders and completes at ``max_nodes``, when
+the last call expires, or at once when exactly its previous round's members are back
+(:mod:`._rejoin`): the ``running`` tick names the members, their rank order
 (:func:`~._placement.place`) and the heir that re-hosts the store if its host is lost.
 Before each tick ``n`` is out, the store holds an order to write a ``lost`` tick ``n+1``
 if this process dies (:class:`~._guards.LostOrders`). The algorithm as a whole is in
@@ -28,6 +29,7 @@ from ._guards import LostOrders
 from ._liveness import Liveness, TickClock
 from ._ops import Ops
 from ._placement import Seat, place
+from ._rejoin import Previous, may_close_now, worth_checking
 from ._settings import DynamicSettings
 from ._state import Keys, Message, Tick, descriptor_addr, descriptor_seat, live_members
 from ._view import RoundView
@@ -86,6 +88,9 @@ class CoordinatorLink:
     cancel_actions: Callable[[list[int]], Awaitable[None]]
     #: tell a closing store host that this node is done with the round (best effort)
     done_with: Callable[[RoundView], Awaitable[None]]
+    #: the round this node was last admitted to (None: none): when exactly its members
+    #: are back, the round closes without its last call (see :mod:`._rejoin`)
+    previous: Previous | None = None
 
 
 class RoundCoordinator:
@@ -200,6 +205,8 @@ class RoundCoordinator:
         joined = 1
         next_tick = anyio.current_time() + s.keep_alive_interval
         last_call: float | None = None
+        checked: list[int] = []  # the live tickets last checked for a rejoined round
+        found: dict[int, bytes] | None = None  # their descriptors, when it closes at once
 
         # -- joining: wait for min, then last call or max ------------------------
         while True:
@@ -244,6 +251,13 @@ class RoundCoordinator:
                         f"round {r}: {live} nodes (min {link.min_nodes}); last call "
                         f"for {s.last_call_timeout}s",
                     )
+                if worth_checking(link.previous, keys.epoch, live):
+                    live_now = live_members(joined, removed, link.max_nodes)
+                    if live_now != checked:
+                        checked = live_now
+                        found = await self._rejoined(live_now)
+                        if found is not None:
+                            break
             else:
                 last_call = None
             if last_call is not None and now >= last_call:
@@ -253,7 +267,8 @@ class RoundCoordinator:
         members = live_members(joined, removed, link.max_nodes)
         upto = members[-1] + 1
         world = len(members)
-        found = await self._descriptors(members)
+        if found is None:
+            found = await self._descriptors(members)
         self._heir_ticket, self._heir = self._choose_heir(members, found)
         self._lead, self._order = self._ranking(members, found)
 
@@ -303,6 +318,38 @@ class RoundCoordinator:
                 if now >= next_tick:
                     tick = await publish("running", upto, world, tick.waiting)
                     next_tick = now + s.keep_alive_interval
+
+    async def _rejoined(self, members: list[int]) -> dict[int, bytes] | None:
+        """The other ``members``' descriptors by ticket if they are exactly the members of
+        this node's previous round, back with nobody else arriving (the round closes
+        at once, see :mod:`._rejoin`); else None (the last call goes on).
+
+        Two requests: the previous round's ticket count (one ADD) and the descriptors
+        (one ``multi_get``, bounded by ``min(keep_alive_interval, 1 s)``: a registration
+        missing by then counts as a newcomer's). Raises rendezvous errors of the store.
+        """
+        link, r = self._link, self._round
+        ops, previous, others = link.ops, link.previous, members[1:]
+        if previous is None:
+            return None
+        joined_before = await ops.add(link.keys.joined(previous.round), 0)
+        if joined_before != previous.upto:
+            return None
+        names = [link.keys.node(r, t) for t in others]
+        try:
+            bound = min(link.settings.keep_alive_interval, 1.0)
+            raws = await ops.multi_get(names, timeout=bound) if names else []
+        except StoreTimeoutError:
+            return None
+        seats = [descriptor_seat(k, raw)[0] for k, raw in zip(names, raws, strict=True)]
+        if not may_close_now(previous, link.keys.epoch, seats, joined_before):
+            return None
+        link.event(
+            "rejoined",
+            f"round {r}: the {len(members)} members of round {previous.round} are back and "
+            "no other node is arriving; closing it without the last call",
+        )
+        return dict(zip(others, raws, strict=True))
 
     def _choose_heir(self, members: list[int], found: dict[int, bytes]) -> tuple[int, str]:
         """The member that re-hosts the store if its host is lost: the first member (in

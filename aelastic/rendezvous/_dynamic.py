@@ -11,9 +11,14 @@ Algorithm (one round ``r``; keys in :mod:`._state`):
 * **Coordinator.** Blocks on its inbox queue (``queue_pop`` with a timeout, never
   polling), publishes a numbered tick every ``keep_alive_interval`` and on every
   change, sweeps liveness before each periodic tick, starts the last call when
-  ``min_nodes`` live holders are in, and completes at ``max_nodes`` or when the last
-  call expires: one ``running`` tick fixes the membership (the first ``max_nodes``
-  live tickets) and every member computes its own rank from it.
+  ``min_nodes`` live holders are in, and completes at ``max_nodes``, when the last
+  call expires, or at once when the live holders are exactly the members of the
+  coordinator's previous round and nobody else took a ticket there after it completed
+  (a restart: nobody is arriving, see :mod:`._rejoin`; one ADD and one ``multi_get``
+  of their descriptors, made when the count matches): one ``running`` tick fixes the
+  membership (the first ``max_nodes`` live tickets) and every member computes its own
+  rank from it. The holder of the ticket that completes its previous round's count
+  pushes ``joined`` too.
 * **Members** block on tick ``n+1`` (``get`` with timeout ``heartbeat_timeout``) and
   acknowledge each tick (:class:`~._liveness.Liveness`). No tick in time means the
   coordinator is gone: the member ends the round (``compare_set`` on ``round``) and
@@ -107,6 +112,7 @@ from ._hostwatch import StoreWatch
 from ._liveness import Liveness, StoreLiveness
 from ._ops import Ops
 from ._placement import Seat, rank_key
+from ._rejoin import Previous
 from ._session import SessionActions, open_session
 from ._settings import DynamicSettings
 from ._state import (
@@ -198,6 +204,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
         self._rank_key = None if rank_order is None else rank_key(rank_order, self._hostname)
         #: (epoch, round, group rank) of the last round this node was admitted to
         self._last: tuple[int, int, int] | None = None
+        #: that round's size as this node saw it (a rejoined round closes at once)
+        self._previous: Previous | None = None
         self._bootstrap = bootstrap_store_info
         self._master_endpoint = master_endpoint
         self._tg: TaskGroup | None = None
@@ -465,7 +473,17 @@ class DynamicRendezvousHandler(RendezvousHandler):
             # Ticket 0 alone reaches min/max: wake the coordinator now, not at its
             # first periodic tick (a one-node round otherwise took keep_alive_interval).
             await ops.push(keys.inbox(round_), Message("joined", ticket).dumps())
-        if ticket > 0 and (ticket + 1 == self._min or ticket + 1 >= self._max):
+        previous = self._previous
+        if ticket > 0 and (
+            ticket + 1 == self._min
+            or ticket + 1 >= self._max
+            # the last of the previous round's members may close it (see _rejoin)
+            or (
+                previous is not None
+                and previous.epoch == keys.epoch
+                and ticket + 1 == previous.world
+            )
+        ):
             await ops.push(keys.inbox(round_), Message("joined", ticket).dumps())
         waiting_sent = False
         spare = False
@@ -573,6 +591,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
         self._heir = (tick.heir_ticket == view.ticket, tick.heir) if tick.heir_ticket >= 0 else None
         rank = tick.rank_of(view.ticket)
         self._last = (self._keys.epoch, view.round, rank)
+        self._previous = Previous(self._keys.epoch, view.round, rank, tick.world, tick.upto)
         self._event(
             "complete",
             f"round {view.round} complete: rank {rank} of {tick.world}",
@@ -927,6 +946,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
             addr=self._addr,
             hosts_store=self._hosts_store(),
             seat=Seat(self._rank_key, self._last),
+            previous=self._previous,
             event=self._event,
             on_close=self._session_actions.on_close,
             cancel_actions=self._session_actions.cancel,
