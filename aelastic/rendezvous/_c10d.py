@@ -55,7 +55,6 @@ from ._params import DEFAULT_C10D_PORT, RendezvousParameters, parse_endpoint
 from ._session import open_session
 from ._settings import DynamicSettings
 from ._state import Keys
-from ._waiting import reporting_wait
 
 __all__ = ("C10dRendezvousHandler", "create_c10d_handler", "is_local_address")
 
@@ -72,7 +71,7 @@ def is_local_address(host: str) -> bool:
     if known is not None:
         return known
     hostname = socket.gethostname()
-    if host in (hostname, socket.getfqdn()):
+    if names_own_host(host, hostname, socket.getfqdn()):
         return True
     try:
         own = {info[4][0] for info in socket.getaddrinfo(hostname, None)}
@@ -80,6 +79,16 @@ def is_local_address(host: str) -> bool:
     except OSError:
         return False
     return bool(own & resolved) or any(is_own_address(str(a)) for a in resolved)
+
+
+def names_own_host(host: str, hostname: str, fqdn: str) -> bool:
+    """Whether ``host`` is this machine's ``hostname``, its ``fqdn``, or the fqdn cut
+    after a label: a pod of a Kubernetes Indexed Job or JobSet is ``train-0`` with fqdn
+    ``train-0.train.<ns>.svc.cluster.local``, and the endpoint ``train-0.train`` names
+    it before the cluster's DNS has a record for it (which the resolver would need)."""
+    host = host.rstrip(".").lower()
+    fqdn = fqdn.rstrip(".").lower()
+    return bool(host) and (host in (hostname.lower(), fqdn) or fqdn.startswith(host + "."))
 
 
 def _is_local_literal(host: str) -> bool | None:
@@ -152,7 +161,7 @@ class C10dRendezvousHandler(DynamicRendezvousHandler):
             )
 
         try:
-            async with reporting_wait(waiting, self.settings.wait_report_interval):
+            with self._reporter.waiting(waiting, tg):
                 await stack.enter_async_context(client)
         except NotAStoreError as exc:
             raise RendezvousEndpointError(

@@ -246,6 +246,16 @@ def test_is_local_address() -> None:
     assert not is_local_address("0.0.0.0")
 
 
+def test_a_pods_own_short_dns_name_names_it_without_the_resolver() -> None:
+    from aelastic.rendezvous._c10d import names_own_host
+
+    fqdn = "train-0.train.default.svc.cluster.local"  # an Indexed Job's pod, subdomain train
+    for own in ("train-0", "train-0.train", "train-0.train.default.svc", fqdn, fqdn + "."):
+        assert names_own_host(own, "train-0", fqdn), own
+    for other in ("train-1.train", "train-0.trai", "train", "", "train-0.train.other"):
+        assert not names_own_host(other, "train-0", fqdn), other
+
+
 async def test_a_join_costs_six_store_requests_per_node(
     store_server: StoreServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
