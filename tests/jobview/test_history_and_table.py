@@ -59,14 +59,16 @@ def test_the_table_cannot_be_steered_by_control_characters() -> None:
     assert "HEALTHY (stale 90s)" in lines[2] and "rank 3 exited 1?[2J" in lines[2]
 
 
-def test_goodput_column_and_the_combined_breakdown() -> None:
-    def record(wall: float, productive: float) -> dict[str, object]:
-        badput = dict.fromkeys(BADPUT, 0.0)
-        badput["startup"] = wall - productive
-        return {"wall_s": wall, "productive_s": productive, "ratio": productive / wall,
-                "badput_s": badput, "steps_kept": 10, "steps_lost": 0}  # fmt: skip
+def _record(wall: float, productive: float) -> dict[str, object]:
+    """A node's goodput record: ``productive`` of ``wall`` seconds, the rest startup."""
+    badput = dict.fromkeys(BADPUT, 0.0)
+    badput["startup"] = wall - productive
+    return {"wall_s": wall, "productive_s": productive, "ratio": productive / wall,
+            "badput_s": badput, "steps_kept": 10, "steps_lost": 0}  # fmt: skip
 
-    docs = [_doc("a", 2, goodput=record(10.0, 9.0)), _doc("b", 2, goodput=record(5.0, 2.0))]
+
+def test_goodput_column_and_the_combined_breakdown() -> None:
+    docs = [_doc("a", 2, goodput=_record(10.0, 9.0)), _doc("b", 2, goodput=_record(5.0, 2.0))]
     view = summarize("r", [*docs, _doc("c", 2)], now=1000.0)
     # node-seconds, scaled to the longest wall time: a node that left keeps its share
     assert view["goodput"]["productive_s"] == round(10.0 * 11.0 / 15.0, 3)
@@ -145,13 +147,7 @@ def test_waiting_ranks_and_no_ratio_without_steps() -> None:
 
 
 def test_the_end_line_is_the_job_s() -> None:
-    def record(wall: float, productive: float) -> dict[str, object]:
-        badput = dict.fromkeys(BADPUT, 0.0)
-        badput["startup"] = wall - productive
-        return {"wall_s": wall, "productive_s": productive, "ratio": productive / wall,
-                "badput_s": badput, "steps_kept": 10, "steps_lost": 0}  # fmt: skip
-
-    a, b = record(10.0, 8.0), record(10.0, 9.0)  # 80% and 90%: the issue's two lines
+    a, b = _record(10.0, 8.0), _record(10.0, 9.0)  # 80% and 90%: the issue's two lines
     view = summarize("r", [_doc("a", 1, goodput=a), _doc("b", 1, goodput=b)], now=1000.0)
     own = Ledger.from_record(a)
     assert end_line(view, own) == "goodput 85.0% of 10.0 s (the job's, 2 nodes): startup 1.5 s"
