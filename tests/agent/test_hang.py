@@ -301,6 +301,19 @@ class _AgentLooks(metrics.MetricHandler):
                 self.twice_after.set()
 
 
+def _held_in_shutdown(mode: str, tmp_path: Path) -> LocalElasticAgent:
+    """An agent of two ``HOLD_WORKER`` ranks in ``mode`` (rank 0 held in its shutdown;
+    ``hung``: rank 1 then hangs), 1 s heartbeat deadline, no restart."""
+    spec = local_spec(
+        LocalRendezvous(),
+        ("-u", HOLD_WORKER, mode, str(tmp_path)),
+        tmp_path,
+        heartbeat_timeout=1.0,
+        max_restarts=0,
+    )
+    return LocalElasticAgent(spec)
+
+
 async def test_a_worker_held_in_its_shutdown_after_its_last_step_is_not_hung(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -311,14 +324,7 @@ async def test_a_worker_held_in_its_shutdown_after_its_last_step_is_not_hung(
     looks = _AgentLooks()
     metrics.configure(looks, "torchelastic")
     caplog.set_level(logging.INFO, logger="aelastic.agent")
-    spec = local_spec(
-        LocalRendezvous(),
-        ("-u", HOLD_WORKER, "clean", str(tmp_path)),
-        tmp_path,
-        heartbeat_timeout=1.0,
-        max_restarts=0,
-    )
-    agent = LocalElasticAgent(spec)
+    agent = _held_in_shutdown("clean", tmp_path)
     hangs: list[object] = []
     results: list[RunResult] = []
     try:
@@ -358,14 +364,7 @@ async def test_a_hung_peer_of_a_worker_held_in_its_shutdown_is_still_caught(
 ) -> None:
     """Rank 0 is held in its shutdown (past its deadline, not hung); rank 1 then hangs
     mid-training: the hang names rank 1 alone, and the job fails."""
-    spec = local_spec(
-        LocalRendezvous(),
-        ("-u", HOLD_WORKER, "hung", str(tmp_path)),
-        tmp_path,
-        heartbeat_timeout=1.0,
-        max_restarts=0,
-    )
-    agent = LocalElasticAgent(spec)
+    agent = _held_in_shutdown("hung", tmp_path)
     try:
         with anyio.fail_after(90):
             result, event = await run_until_event(agent, "aelastic.progress.hang")
