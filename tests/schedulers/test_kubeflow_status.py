@@ -300,3 +300,21 @@ def test_the_target_reads_kubeflows_variables() -> None:
         "/var/run/secrets/kubeflow/trainer/token",
     )
     assert target.total_steps is None and target.interval == 5.0
+
+
+async def test_cancelling_the_poster_leaves_a_hanging_post_behind(pki: Path, serve: Any) -> None:
+    """The post's own bound (600 s here) is not waited for: cancelling the poster (the
+    job ends) returns at once, the post's thread is left to time out alone."""
+    import anyio
+
+    from aelastic.schedulers import TrainerStatusPoster
+
+    server = serve(hang=True)
+    target = TrainerStatusTarget(url=server.url, ca_file=str(pki / "ca.crt"))
+    poster = TrainerStatusPoster(target, step=lambda: 7, goodput=lambda: 1.0, timeout=600)
+    with anyio.fail_after(BOUND):  # a failure bound only: a poster that waited takes 600 s
+        async with anyio.create_task_group() as tg:
+            await tg.start(poster.run)
+            await anyio.to_thread.run_sync(server.wait_for, "a post", lambda s: s.held >= 1)
+            tg.cancel_scope.cancel()
+    assert (poster.posted, poster.failed) == (0, 0) and not server.release.is_set()
