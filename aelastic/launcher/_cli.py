@@ -21,6 +21,8 @@ means at least one group completed; a group excluded after spending its restart
 budget is named on stderr, and ``1`` means every group was excluded.
 
 No Python traceback is printed for any of these; ``LOGLEVEL=DEBUG`` shows the agent's log.
+Which of them a scheduler should retry (Slurm's requeue, a Job's ``podFailurePolicy``) is
+``aelastic.schedulers._exit_codes``, shown in ``docs/kubernetes.md``.
 
 When the launcher's own environment sets ``TORCHELASTIC_ERROR_FILE`` (a scheduler
 reads it), a failed job writes there what torchrun's ``@record`` on its main does:
