@@ -123,7 +123,7 @@ from ._state import (
     moved_to_epoch,
 )
 from ._view import RoundView
-from ._waiting import reporting_wait, waiting_message
+from ._waiting import WaitReporter, waiting_message
 
 __all__ = ("DynamicSettings", "DynamicRendezvousHandler")
 
@@ -218,6 +218,8 @@ class DynamicRendezvousHandler(RendezvousHandler):
         self._heir: tuple[bool, str] | None = None  # (this node is the heir, its address)
         self._member_view: RoundView | None = None  # the round this node was last admitted to
         self._host_watch: StoreWatch | None = None  # notices a frozen store host (c10d)
+        #: says what a join (or c10d's connect) waits for, every wait_report_interval
+        self._reporter = WaitReporter(self._settings.wait_report_interval)
 
     # -- plumbing ------------------------------------------------------------
 
@@ -419,7 +421,7 @@ class DynamicRendezvousHandler(RendezvousHandler):
             self._event("join", f"node {self._addr}#{self._local_id} joins", state="INIT")
             deadline = anyio.current_time() + self._settings.join_timeout
             try:
-                async with reporting_wait(self._waiting, self._settings.wait_report_interval):
+                with self._reporter.waiting(self._waiting, tg):
                     while True:
                         try:
                             info, was_spare = await self._attempt(tg, deadline)
