@@ -151,24 +151,32 @@ def serve(pki: Path) -> Iterator[Any]:
 
 
 def _start_job(
-    tmp_path: Path, url: str, ca: Path, token: Path
+    tmp_path: Path, url: str, ca: Path, token: Path, *, index: int = 0, port: int | None = None
 ) -> tuple[subprocess.Popen[str], Path]:
+    """One trainer pod's launcher; with ``port``, one of two nodes of a c10d job there."""
     script = tmp_path / "steps.py"
     script.write_text(WORKER)
     stop = tmp_path / "stop"
     env = {
         **os.environ,
-        # as Kubeflow Trainer sets them in a trainer pod of a one-node TrainJob
+        # as Kubeflow Trainer sets them in a trainer pod
         "KUBEFLOW_TRAINER_SERVER_URL": url,
         "KUBEFLOW_TRAINER_SERVER_CA_CERT": str(ca),
         "KUBEFLOW_TRAINER_SERVER_TOKEN": str(token),
-        "JOB_COMPLETION_INDEX": "0",
-        "PET_NNODES": "1",
+        "JOB_COMPLETION_INDEX": str(index),
+        "PET_NNODES": "1" if port is None else "2",
         "PET_NPROC_PER_NODE": "1",
         "AELASTIC_TRAINER_STATUS_INTERVAL": "0.1",
         "AELASTIC_TOTAL_STEPS": "1000000",
     }
-    argv = [sys.executable, "-m", "aelastic", "run", "--standalone", str(script), str(stop)]
+    if port is None:
+        rdzv = ["--standalone"]
+    else:
+        endpoint = f"127.0.0.1:{port}"
+        conf = f"is_host={int(index == 0)}"
+        rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-conf", conf]
+        rdzv += ["--rdzv-id", "kubeflow"]
+    argv = [sys.executable, "-m", "aelastic", "run", *rdzv, str(script), str(stop)]
     proc = subprocess.Popen(
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -227,6 +235,26 @@ def test_a_job_posts_its_steps_and_goodput_with_the_rotated_token(
             assert 0.0 <= float(_metric(post, "goodput") or "nan") <= 1.0, post
             assert status["progressPercentage"] == 0, post  # of a million steps
     assert "not posted" not in err
+
+
+def test_only_one_node_of_a_job_posts(tmp_path: Path, pki: Path, serve: Any) -> None:
+    server = serve()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for index in (0, 1):  # each pod's token names it
+        token = tmp_path / f"token-{index}"
+        token.write_text(f"pod-{index}\n")
+        procs.append(
+            _start_job(tmp_path, server.url, pki / "ca.crt", token, index=index, port=port)
+        )
+    try:
+        server.wait_for("three posts with steps", lambda s: len(set(_steps(s))) >= 3)
+    finally:
+        results = [_finish(proc, stop) for proc, stop in procs]
+    assert [code for code, _ in results] == [0, 0], results
+    assert len({p["auth"] for p in server.posts}) == 1, server.posts
 
 
 def test_a_hanging_server_does_not_hold_the_job(tmp_path: Path, pki: Path, serve: Any) -> None:
