@@ -727,6 +727,8 @@ async def _start_trainer_status(tg: anyio.abc.TaskGroup, job: Job) -> None:
     """Post progress to Kubeflow Trainer's status server when the pod was given one
     (``KUBEFLOW_TRAINER_SERVER_URL``): from the node of group rank 0 only, never
     holding the job (``aelastic.schedulers``, ``docs/kubernetes.md``)."""
+    if not os.environ.get("KUBEFLOW_TRAINER_SERVER_URL"):
+        return  # not a TrainJob's pod: nothing imported (job_modules imports it otherwise)
     from ..schedulers import TrainerStatusPoster, TrainerStatusTarget
 
     target = TrainerStatusTarget.from_env()

@@ -62,6 +62,8 @@ def job_modules(config: LaunchConfig) -> tuple[str, ...]:
     extra: tuple[str, ...] = http if config.health_port is not None else ()
     if config.rdzv_backend.startswith("etcd"):
         extra += ("aelastic.rendezvous.etcd",)
+    if os.environ.get("KUBEFLOW_TRAINER_SERVER_URL"):  # a TrainJob's pod: progress is posted
+        extra += ("aelastic.schedulers",)
     return JOB_MODULES + extra + feature_modules(config, os.environ)
 
 

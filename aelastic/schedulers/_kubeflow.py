@@ -246,11 +246,10 @@ class TrainerStatusPoster:
         return (step - first) / (now - since) if step > first and now > since else None
 
     def _failed(self, error: BaseException) -> None:
-        import urllib.error
-
         self.failed += 1
-        if isinstance(error, urllib.error.HTTPError):
-            what = f"HTTP {error.code} {error.reason}"
+        status = getattr(error, "code", None)  # urllib's HTTPError (not imported on the loop)
+        if isinstance(status, int):
+            what = f"HTTP {status} {getattr(error, 'reason', '')}"
         else:
             what = str(getattr(error, "reason", None) or error) or type(error).__name__
         if self.failed == 1:

@@ -74,10 +74,11 @@ class StatusServer(http.server.ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, pki: Path, *, hang: bool = False) -> None:
+    def __init__(self, pki: Path, *, hang: bool = False, reply: int = 200) -> None:
         self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.tls.load_cert_chain(pki / "server.crt", pki / "server.key")
         self.hang = hang
+        self.reply = reply
         self.release = threading.Event()
         self.cond = threading.Condition()
         self.posts: list[dict[str, Any]] = []
@@ -123,7 +124,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.server.posts.append(post)
             self.server.cond.notify_all()
         reply = json.dumps(body).encode()
-        self.send_response(200)
+        self.send_response(self.server.reply)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(reply)))
         self.end_headers()
@@ -137,8 +138,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 def serve(pki: Path) -> Iterator[Any]:
     servers: list[StatusServer] = []
 
-    def start(*, hang: bool = False) -> StatusServer:
-        server = StatusServer(pki, hang=hang)
+    def start(*, hang: bool = False, reply: int = 200) -> StatusServer:
+        server = StatusServer(pki, hang=hang, reply=reply)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
         return server
@@ -346,3 +347,20 @@ async def test_cancelling_the_poster_leaves_a_hanging_post_behind(pki: Path, ser
             await anyio.to_thread.run_sync(server.wait_for, "a post", lambda s: s.held >= 1)
             tg.cancel_scope.cancel()
     assert (poster.posted, poster.failed) == (0, 0) and not server.release.is_set()
+
+
+async def test_a_refusing_server_is_warned_about_once(
+    pki: Path, serve: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """HTTP 403 (a token the server does not accept): no error, one warning."""
+    from aelastic.schedulers import TrainerStatusPoster
+
+    server = serve(reply=403)
+    target = TrainerStatusTarget(url=server.url, ca_file=str(pki / "ca.crt"))
+    steps = iter(range(1, 100))
+    poster = TrainerStatusPoster(target, step=lambda: next(steps), goodput=lambda: 0.5)
+    with caplog.at_level("DEBUG", logger="aelastic.schedulers"):
+        assert [await poster.post_once() for _ in range(3)] == [False, False, False]
+    assert (poster.posted, poster.failed, len(server.posts)) == (0, 3, 3)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "HTTP 403" in warnings[0], warnings
