@@ -1,19 +1,23 @@
 """A tiny non-torch worker for launcher tests: records its environment, then acts.
 
     node_worker.py OUT_DIR [--finish-at-world N] [--when-file PATH] [--exit-code C]
-                   [--notify PORT] [--tag TAG]
+                   [--notify PORT] [--tag TAG] [--fail-first C] [--hold-once PATH]
 
 Writes ``OUT_DIR/<rank>-<world>-<restart>-<pid>.json`` with the torchelastic variables
 and prints ``READY rank=R world=W`` (flushed). Then exits with ``--exit-code``, except
 with ``--finish-at-world N`` when WORLD_SIZE != N (or, with ``--when-file``, while
 that file does not exist): it then waits (at most 60 s) to be stopped by the agent,
-which a membership change does.
+which a membership change does. On its first run (TORCHELASTIC_RESTART_COUNT 0),
+``--fail-first C`` exits C at once. ``--hold-once PATH``: the first worker to run with it
+creates PATH, waits (at most 60 s) to be stopped and takes 2 s to exit once SIGTERM
+asks it to (its agent rejoins that much later); later ones act as without it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -59,6 +63,21 @@ def main(argv: list[str]) -> int:
 
         with socket.create_connection(("127.0.0.1", int(notify))) as conn:
             conn.sendall(f"{os.getpid()}\n".encode())
+    if env["TORCHELASTIC_RESTART_COUNT"] == "0" and "--fail-first" in opts:
+        return int(opts["--fail-first"])
+    hold = opts.get("--hold-once")
+    if hold is not None and not os.path.exists(hold):
+        open(hold, "w").close()
+
+        def slow_exit(signum: int, frame: object) -> None:
+            time.sleep(2)
+            sys.exit(143)
+
+        signal.signal(signal.SIGTERM, slow_exit)
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            time.sleep(0.05)
+        return 3
     finish = opts.get("--finish-at-world")
     marker = opts.get("--when-file")
 
