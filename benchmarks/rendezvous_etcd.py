@@ -38,6 +38,8 @@ class Result:
     rendezvous_s: float
     requests: dict[str, int]
     max_request_bytes: int
+    #: CPU seconds of this process in the rendezvous window (aelastic, one process)
+    rendezvous_cpu_s: float | None = None
 
     @property
     def per_node(self) -> float:

@@ -2,6 +2,7 @@
 
     python benchmarks/rendezvous_scale.py [--ours 16,64,128,1024] [--torch 16,64]
                                           [--torch-128] [--store-process] [--uvloop] [--repeat 3]
+    python benchmarks/rendezvous_scale.py --ours 1024 --base /tmp/rdzv_base [--rounds 5]
 
 Same run, same machine, min_nodes = max_nodes = N, every node joins at once:
 
@@ -14,6 +15,12 @@ Same run, same machine, min_nodes = max_nodes = N, every node joins at once:
   event loop, against one aelastic ``StoreServer`` (in this process, or in its own
   process with ``--store-process``). Store requests counted on the client API (every
   call of ``TCPStoreClient``; fire-and-forget SETs included).
+
+``--base DIR`` compares this tree with another commit's instead (``git worktree add
+--detach DIR COMMIT``): per N of ``--ours``, ``--rounds`` rounds, each running
+``--repeat`` rendezvous of DIR's aelastic and then of this tree's, each in a fresh
+interpreter; it prints every round's medians and the load, each side's medians and the
+ratio DIR / this tree (shared with ``rendezvous_ab.py``).
 
 ``--cold K`` measures the figure the goal names: K rounds, each running aelastic and then
 torch at N = ``--ours`` (one value) in a fresh interpreter of its own (``--one IMPL``), so
@@ -182,16 +189,16 @@ async def aelastic_case(n: int, port: int | None) -> Result:
                 for _ in range(n):
                     tg.start_soon(node)
                 await entered.done.wait()
-                t1 = time.perf_counter()
+                t1, cpu = time.perf_counter(), time.process_time()
                 counts.clear()
                 go.set()
                 await admitted.done.wait()
-                t2 = time.perf_counter()
+                t2, cpu = time.perf_counter(), time.process_time() - cpu
                 requests = dict(counts)
                 size = biggest[0]
                 finish.set()
         assert sorted(ranks) == list(range(n)), "ranks are not 0..N-1"
-    return Result("aelastic", n, t1 - t0, t2 - t1, requests, size)
+    return Result("aelastic", n, t1 - t0, t2 - t1, requests, size, cpu)
 
 
 # -- torch ---------------------------------------------------------------------------------
@@ -343,6 +350,18 @@ def cold_rounds(n: int, rounds: int) -> None:
     )
 
 
+def compare_with_base(base: str, ns: list[int], args: argparse.Namespace) -> int:
+    """``--base DIR``: DIR's aelastic against this tree's, alternated (rendezvous_ab.py)."""
+    import rendezvous_ab
+
+    tree = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    dirs = [os.path.abspath(base), tree]
+    for n in ns:
+        runs = rendezvous_ab.alternate(dirs, n, args.rounds, per_child=max(1, args.repeat))
+        rendezvous_ab.summarize(runs, per_child=max(1, args.repeat))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ours", default="16,64,128,1024", help="aelastic N values")
@@ -363,8 +382,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cold", type=int, metavar="K", help="K rounds of both, each in a fresh process"
     )
+    parser.add_argument(
+        "--base",
+        metavar="DIR",
+        help="compare this tree's aelastic case with the aelastic package in DIR (a checkout "
+        "of another commit: git worktree add --detach DIR COMMIT), alternated in fresh "
+        "interpreters, --rounds rounds of --repeat runs each, per N of --ours; no torch",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of --base (5)")
     parser.add_argument("--one", choices=("aelastic", "torch"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.base:
+        return compare_with_base(args.base, [int(x) for x in args.ours.split(",") if x], args)
     if args.one:  # one cold run for --cold: the result as JSON on the last line
         n = int(args.ours)
         r = anyio.run(aelastic_case, n, None) if args.one == "aelastic" else torch_case(n)
