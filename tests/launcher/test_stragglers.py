@@ -2,7 +2,9 @@
 
 Each node is an ``aelastic run`` process; the slow workers do deterministic extra work
 (``tests/stragglers/ddp_worker.py``), so the slowdown holds whatever the load. The
-windows are short (3 s window and minimum duration, 10 s warm-up) so the tests stay short.
+windows are short (3 s window and minimum duration, 5 s warm-up) so the tests stay short:
+each warm-up is waited out once per set of workers, up to three times a test (a 10 s
+warm-up cost the file about 40 s).
 """
 
 from __future__ import annotations
@@ -27,13 +29,13 @@ from .test_multinode import FAST
 pytestmark = pytest.mark.timeout(400)
 
 DDP = str(Path(__file__).parent.parent / "stragglers" / "ddp_worker.py")
-QUICK = ["--straggler-window", "3", "--straggler-min-duration", "3", "--straggler-warmup", "10"]
+QUICK = ["--straggler-window", "3", "--straggler-min-duration", "3", "--straggler-warmup", "5"]
 THRESHOLD = ["--straggler-threshold", "0.8"]
 #: "named within 20 steps of the onset" for detection that takes seconds: each step sleeps
 #: 0.6 s on every rank (so 20 steps are at least 12 s; at 0.5 s, CI's load once took 21
-#: steps) and the onset comes after the 10 s warm-up (25 steps are at least 15 s)
+#: steps) and the onset comes after the 5 s warm-up (15 steps are at least 9 s)
 PACED = ["--pause", "0.6"]
-ONSET = 25
+ONSET = 15
 
 
 def _argv(
@@ -54,6 +56,15 @@ def _argv(
         "--local-addr", "127.0.0.1", "--max-restarts", "3", "--monitor-interval", "0.1",
         "--event-log-handler", "file", *QUICK, *tail,
         DDP, "--stop-file", str(stop), "--work", str(work), *worker,
+    ]  # fmt: skip
+
+
+def _exclude(cooldown: int) -> list[str]:
+    """The flags of the exclusion tests: a slow node is excluded 1 s after its report,
+    for ``cooldown`` seconds."""
+    return [
+        "--straggler-action", "exclude", "--straggler-timeout", "1", *THRESHOLD,
+        "--exclude-node-cooldown", str(cooldown),
     ]  # fmt: skip
 
 
@@ -188,7 +199,7 @@ async def test_work_busy_time_cannot_see_is_named_through_time_work(tmp_path: Pa
     kernels), which busy time cannot see; ``time_work``'s DDP hook times each rank's own
     work between all-reduces, and the rank is named from that."""
     port, stop, events = free_port(), tmp_path / "stop", tmp_path / "events"
-    onset = 60  # 0.15 s steps: past the 10 s warm-up
+    onset = 40  # 0.15 s steps: past the 5 s warm-up (at least 6 s)
     worker = ["--work", "0", "--wait-work", "0.15", "--time-work", "--onset", str(onset)]
     async with cluster() as c:
         a = await c.start(
@@ -216,11 +227,18 @@ async def test_work_busy_time_cannot_see_is_named_through_time_work(tmp_path: Pa
 async def test_an_even_job_next_to_a_cpu_hog_reports_nothing(tmp_path: Path) -> None:
     port, stop, events = free_port(), tmp_path / "stop", tmp_path / "events"
     run = "strag2"
+    # the 10 s warm-up of the defaults' proportions, not the others' 5 s: this test looks
+    # at a steady job, and the start of four workers next to a hog is the noisiest part
+    warmup = ["--straggler-warmup", "10"]
     hog = await anyio.open_process([sys.executable, "-c", "while True: pass"])
     try:
         async with cluster() as c:
-            a = await c.start(_argv(port, run, True, stop, events=events), env=_env("a", events))
-            b = await c.start(_argv(port, run, False, stop, events=events), env=_env("b", events))
+            a = await c.start(
+                _argv(port, run, True, stop, *warmup, events=events), env=_env("a", events)
+            )
+            b = await c.start(
+                _argv(port, run, False, stop, *warmup, events=events), env=_env("b", events)
+            )
             await _wait_step(a, 0, 80)
             stop.touch()
             codes = await wait_all([a, b], 120)
@@ -239,8 +257,7 @@ async def test_a_slow_node_is_named_excluded_and_a_spare_takes_its_group_rank(
     # then --straggler-action exclude takes it out and the waiting spare replaces it
     port, stop, events = free_port(), tmp_path / "stop", tmp_path / "events"
     run = "strag4"
-    policy = ["--straggler-action", "exclude", "--straggler-timeout", "1", *THRESHOLD]
-    policy += ["--exclude-node-cooldown", "600"]
+    policy = _exclude(cooldown=600)
     onset = ["--onset", "10"]
 
     def argv(is_host: bool) -> list[str]:
@@ -276,8 +293,7 @@ async def test_a_slowdown_that_follows_its_rank_to_the_spare_does_not_exclude_th
     # global rank 3, which is slow there too: reported as the workload, the spare stays
     port, stop, events = free_port(), tmp_path / "stop", tmp_path / "events"
     run = "strag5"
-    policy = ["--straggler-action", "exclude", "--straggler-timeout", "1", *THRESHOLD]
-    policy += ["--exclude-node-cooldown", "600"]
+    policy = _exclude(cooldown=600)
     worker = ["--onset", "10", "--slow-rank", "3"]
 
     def argv(is_host: bool) -> list[str]:
@@ -312,11 +328,10 @@ async def test_a_node_slow_again_after_its_cooldown_is_excluded_again(tmp_path: 
     # every rank of node b is slow whenever it runs; --nnodes 1:2 lets node a go on alone
     # while b sits out its cooldown (2 s); b rejoins, is slow again on new workers, and is
     # excluded a second time (its cooldown doubled); the job ends once b's next workers
-    # are up (none of them can be excluded before the 10 s warm-up), so both nodes exit 0
+    # are up (none of them can be excluded before the 5 s warm-up), so both nodes exit 0
     port, stop, events = free_port(), tmp_path / "stop", tmp_path / "events"
     run = "strag6"
-    policy = ["--straggler-action", "exclude", "--straggler-timeout", "1", *THRESHOLD]
-    policy += ["--exclude-node-cooldown", "2"]
+    policy = _exclude(cooldown=2)
     worker = ["--onset", "10"]
 
     def argv(is_host: bool) -> list[str]:
