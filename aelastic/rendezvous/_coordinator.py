@@ -254,10 +254,11 @@ class RoundCoordinator:
                 if worth_checking(link.previous, keys.epoch, live):
                     live_now = live_members(joined, removed, link.max_nodes)
                     if live_now != checked:
-                        checked = live_now
-                        found = await self._rejoined(live_now)
+                        settled, found = await self._rejoined(live_now)
                         if found is not None:
                             break
+                        if settled:  # else a registration is late: check at the next wake
+                            checked = live_now
             else:
                 last_call = None
             if last_call is not None and now >= last_call:
@@ -319,37 +320,39 @@ class RoundCoordinator:
                     tick = await publish("running", upto, world, tick.waiting)
                     next_tick = now + s.keep_alive_interval
 
-    async def _rejoined(self, members: list[int]) -> dict[int, bytes] | None:
-        """The other ``members``' descriptors by ticket if they are exactly the members of
-        this node's previous round, back with nobody else arriving (the round closes
-        at once, see :mod:`._rejoin`); else None (the last call goes on).
+    async def _rejoined(self, members: list[int]) -> tuple[bool, dict[int, bytes] | None]:
+        """``(settled, found)``: ``found`` holds the other ``members``' descriptors by
+        ticket if they are exactly the members of this node's previous round, back with
+        nobody else arriving (the round closes at once, see :mod:`._rejoin`); else None
+        (the last call goes on). ``settled`` is False when a registration was missing
+        (a holder between its ticket and its descriptor): the caller asks again later.
 
         Two requests: the previous round's ticket count (one ADD) and the descriptors
-        (one ``multi_get``, bounded by ``min(keep_alive_interval, 1 s)``: a registration
-        missing by then counts as a newcomer's). Raises rendezvous errors of the store.
+        (one ``multi_get``, bounded by ``min(keep_alive_interval, 1 s)``). Raises
+        rendezvous errors of the store.
         """
         link, r = self._link, self._round
         ops, previous, others = link.ops, link.previous, members[1:]
         if previous is None:
-            return None
+            return True, None
         joined_before = await ops.add(link.keys.joined(previous.round), 0)
         if joined_before != previous.upto:
-            return None
+            return True, None
         names = [link.keys.node(r, t) for t in others]
         try:
             bound = min(link.settings.keep_alive_interval, 1.0)
             raws = await ops.multi_get(names, timeout=bound) if names else []
         except StoreTimeoutError:
-            return None
+            return False, None
         seats = [descriptor_seat(k, raw)[0] for k, raw in zip(names, raws, strict=True)]
         if not may_close_now(previous, link.keys.epoch, seats, joined_before):
-            return None
+            return True, None
         link.event(
             "rejoined",
             f"round {r}: the {len(members)} members of round {previous.round} are back and "
             "no other node is arriving; closing it without the last call",
         )
-        return dict(zip(others, raws, strict=True))
+        return True, dict(zip(others, raws, strict=True))
 
     def _choose_heir(self, members: list[int], found: dict[int, bytes]) -> tuple[int, str]:
         """The member that re-hosts the store if its host is lost: the first member (in
