@@ -29,10 +29,10 @@ pytestmark = pytest.mark.timeout(450)  # jobs of 4 and 2 processes importing tor
 SCRIPT = str(Path(__file__).parent / "scripts" / "dcp_job.py")
 
 
-def start_job(world: int, env: dict[str, str], *args: str) -> list[subprocess.Popen[str]]:
-    """Start ``world`` ranks of dcp_job.py; :func:`job_lines` waits for them."""
+def gloo_job(world: int, env: dict[str, str], *args: str) -> list[dict[str, Any]]:
+    """Run ``world`` ranks of dcp_job.py; the JSON lines they printed, by rank."""
     port = str(free_port())
-    return [
+    procs = [
         subprocess.Popen(
             [sys.executable, SCRIPT, *args],
             env={
@@ -50,20 +50,11 @@ def start_job(world: int, env: dict[str, str], *args: str) -> list[subprocess.Po
         )
         for rank in range(world)
     ]
-
-
-def job_lines(procs: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
-    """Wait for a job's ranks (each must exit 0); the JSON lines they printed, by rank."""
     outs = [p.communicate(timeout=200) for p in procs]
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-3000:]
     lines = [json.loads(line) for out, _ in outs for line in out.splitlines() if line]
     return sorted(lines, key=lambda line: int(line["rank"]))
-
-
-def gloo_job(world: int, env: dict[str, str], *args: str) -> list[dict[str, Any]]:
-    """Run ``world`` ranks of dcp_job.py; the JSON lines they printed, by rank."""
-    return job_lines(start_job(world, env, *args))
 
 
 def _split(saved: Path, a: Path, b: Path) -> None:
@@ -155,29 +146,25 @@ MODES = {"save": (), "async_save": ("--async",)}
 
 
 @pytest.fixture(scope="module")
-def saves(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path], Path]:
-    """The saving jobs, all three at once (each spends much of its time in its ranks'
-    imports and their rendezvous; one after the other took 20-27 s of CI's setup): a
-    4-rank job per mode (:func:`saved_by_4`) and the 2-rank one of :func:`persisted`."""
-    base = tmp_path_factory.mktemp("saves")
-    memories = {name: base / name / "shm" for name in MODES}
-    memory, disk = base / "persisted" / "shm", base / "persisted" / "disk"
-    for directory in (*memories.values(), memory):
-        directory.mkdir(parents=True)
-    jobs = [
-        start_job(4, {L.DIR_ENV: str(memories[name])}, "save", "--steps", "3", *mode)
-        for name, mode in MODES.items()
-    ]
-    jobs.append(start_job(2, {L.DIR_ENV: str(memory)}, "save", "--steps", "2"))
-    try:
-        for procs in jobs:
-            job_lines(procs)
-    finally:  # a failed job: the others go too
-        for procs in jobs:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.communicate()
+def saved_by_4(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Memory of a 4-rank job that saved steps 1..3 through MemoryWriter, by mode."""
+    memories = {}
+    for name, mode in MODES.items():
+        memory = tmp_path_factory.mktemp(name) / "shm"
+        memory.mkdir()
+        gloo_job(4, {L.DIR_ENV: str(memory)}, "save", "--steps", "3", *mode)
+        memories[name] = memory
+    return memories
+
+
+@pytest.fixture(scope="module")
+def persisted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``--checkpoint-dir`` after a 2-rank job saved steps 1 and 2 through MemoryWriter
+    and the agent wrote its newest step there."""
+    tmp = tmp_path_factory.mktemp("persisted")
+    memory, disk = tmp / "shm", tmp / "disk"
+    memory.mkdir()
+    gloo_job(2, {L.DIR_ENV: str(memory)}, "save", "--steps", "2")
 
     async def persist() -> None:  # what the agent does every interval and at its exit
         cp = Checkpoints(str(memory), str(disk), lambda n, md: None)
@@ -185,20 +172,7 @@ def saves(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path], Pa
         await cp.persist()
 
     anyio.run(persist)
-    return memories, disk
-
-
-@pytest.fixture(scope="module")
-def saved_by_4(saves: tuple[dict[str, Path], Path]) -> dict[str, Path]:
-    """Memory of a 4-rank job that saved steps 1..3 through MemoryWriter, by mode."""
-    return saves[0]
-
-
-@pytest.fixture(scope="module")
-def persisted(saves: tuple[dict[str, Path], Path]) -> Path:
-    """``--checkpoint-dir`` after a 2-rank job saved steps 1 and 2 through MemoryWriter
-    and the agent wrote its newest step there."""
-    return saves[1]
+    return disk
 
 
 @pytest.fixture(scope="module")
