@@ -16,8 +16,8 @@ What still waits the last call:
 * a round with a newcomer (a ticket with no previous round, or from another round or
   store epoch), or where a node waited or was a spare in the previous round.
 
-Plain decisions; :class:`~._coordinator.RoundCoordinator` reads the store and calls
-them. Nothing here raises.
+Plain decisions; :class:`~._coordinator.RoundCoordinator` (c10d) and the etcd
+backend's handler read the store and call them. Nothing here raises.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from .._dataclass import dataclass
 from ._placement import Seat
 
-__all__ = ("Previous", "worth_checking", "may_close_now")
+__all__ = ("Previous", "worth_checking", "may_close_now", "same_members")
 
 
 @dataclass(frozen=True)
@@ -79,3 +79,10 @@ def may_close_now(
             return False
         ranks.add(last[2])
     return ranks == set(range(previous.world))
+
+
+def same_members(previous: Sequence[str], joined: Sequence[str]) -> bool:
+    """Whether the node ids that ``joined`` a forming round are exactly those of the
+    previous round (etcd: a node waiting for the next round is one of its joiners, so
+    this also says that nobody else is arriving)."""
+    return len(joined) == len(previous) and sorted(joined) == sorted(previous)

@@ -289,3 +289,22 @@ async def test_node_rank_order_env_groups_ranks(
         with anyio.fail_after(10):
             infos = await rendezvous_all(hs)
         assert [i.rank for i in infos] == [3, 1, 0, 2]
+
+
+async def test_a_restart_with_every_member_back_skips_the_last_call(
+    etcd_endpoint: str, run_id: str
+) -> None:
+    """A 2:4 round of two nodes that both rejoin closes without its last call (issue 40
+    item 5): the last call is 600 s by then, past the test's bound."""
+    import dataclasses
+
+    async with AsyncExitStack() as stack:
+        hs = [await stack.enter_async_context(make(etcd_endpoint, run_id, 2, 4)) for _ in range(2)]
+        with anyio.fail_after(10):
+            first = await rendezvous_all(hs)  # the first round waits its 0.3 s last call
+        for h in hs:
+            h.settings = dataclasses.replace(h.settings, last_call_timeout=600.0)
+        with anyio.fail_after(30):
+            again = await rendezvous_all(hs)
+        assert [i.round for i in again] == [1, 1]
+        assert [i.rank for i in again] == [i.rank for i in first]

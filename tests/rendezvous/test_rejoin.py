@@ -10,7 +10,7 @@ import pytest
 
 from aelastic.rendezvous import DynamicRendezvousHandler, RendezvousInfo
 from aelastic.rendezvous._placement import Seat
-from aelastic.rendezvous._rejoin import Previous, may_close_now, worth_checking
+from aelastic.rendezvous._rejoin import Previous, may_close_now, same_members, worth_checking
 from aelastic.rendezvous._state import Tick
 from aelastic.store import LocalStore, Store
 
@@ -54,6 +54,13 @@ def test_a_newcomer_or_a_node_of_another_round_waits_the_last_call() -> None:
 def test_a_node_that_waited_in_the_previous_round_keeps_the_last_call() -> None:
     # a fourth ticket was taken in round 4 after it completed: that node comes too
     assert not may_close_now(PREV, 0, back(2, 0), 4)
+
+
+def test_etcd_closes_at_once_only_for_exactly_the_previous_ids() -> None:
+    assert same_members(["a", "b"], ["b", "a"])
+    assert not same_members(["a", "b"], ["a"])  # a node lost
+    assert not same_members(["a", "b"], ["a", "b", "c"])  # a newcomer or a waiting node
+    assert not same_members(["a", "b"], ["a", "a"])
 
 
 pytestmark = pytest.mark.anyio

@@ -63,6 +63,7 @@ from .._exceptions import (
 )
 from .._handler import RendezvousHandler, RendezvousInfo, RendezvousStoreInfo
 from .._placement import place, rank_key, seat_of
+from .._rejoin import same_members
 from .._waiting import reporting_wait, waiting_message
 from ._client import (
     EtcdClient,
@@ -191,6 +192,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
         self._joined: int | None = None  # round whose join key this node holds
         self._round: Round | None = None  # last round this node completed as participant
         self._last: list[int] | None = None  # [0, round, group rank] of the last one
+        #: the node ids of that round, kept across joins (a rejoined round closes at once)
+        self._previous_ids: list[str] = []
         self._shut = False
 
     # -- API basics --------------------------------------------------------------------
@@ -521,8 +524,33 @@ class EtcdRendezvousHandler(RendezvousHandler):
             # first and the others see its ``done`` before reading the joiners themselves.
             return now + self.settings.last_call_timeout + random.random() * 0.05
 
+        def may_be_back(count: int) -> bool:
+            # Only the previous round's rank 0 reads the joiners (one read per round).
+            last = self._last
+            return last is not None and last[2] == 0 and count == len(self._previous_ids)
+
+        async def rejoined(count: int, now: float) -> float | None:
+            """Complete round ``r`` at once if its ``count`` joiners are exactly the
+            previous round's members (see .._rejoin); the new deadline, else None."""
+            if self._min <= count < self._max and may_be_back(count):
+                jp = self._keys.joins(r)
+                reply = await self.client.range(jp, prefix_end(jp))
+                where = self._where()
+                ids = [str(parse_joiner(bytes(kv.key), bytes(kv.value), jp, where)["id"])
+                       for kv in reply.kvs]  # fmt: skip
+                if same_members(self._previous_ids, ids):
+                    # the previous round's members are all back and nobody else joined:
+                    # nobody is arriving, so no last call (see .._rejoin)
+                    self._record("RENDEZVOUS_REJOINED", f"round {r}: {count} members back")
+                    await self.client.txn([cmp_version(quorum_key, 0)], [op_put(quorum_key, b"1")])
+                    await self._complete(r)
+                    return now + _GRACE  # the done event follows
+            return None
+
         async def quorum_reached(count: int, now: float, crossed: bool) -> float:
             """Return the new completion deadline after seeing ``count`` joiners."""
+            if (at := await rejoined(count, now)) is not None:
+                return at
             if count >= self._max:
                 if not crossed:
                     return now + random.random() * 0.05
@@ -543,6 +571,8 @@ class EtcdRendezvousHandler(RendezvousHandler):
             # Only the joiner that crosses min/max acts (its count is exact).
             if count == self._min or count >= self._max:
                 deadline = await quorum_reached(count, anyio.current_time(), True)
+            elif (at := await rejoined(count, anyio.current_time())) is not None:
+                deadline = at
         while True:
             self._progress = f"round {r}: {count}+ joined" + (
                 f", {prev_alive} still in round {r - 1}" if prev_alive > 0 else ""
@@ -614,6 +644,7 @@ class EtcdRendezvousHandler(RendezvousHandler):
             return done
         self._round = done
         self._last = [0, r, ids.index(self.node_id)]
+        self._previous_ids = ids
         return RendezvousInfo(
             store=EtcdStore(self.client, self._keys.store(r)),
             rank=self._last[2],
