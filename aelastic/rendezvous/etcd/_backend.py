@@ -24,7 +24,10 @@ writes ``done`` and advances ``round`` in one transaction. Ranks among the first
 descriptor carries the node's topology key and last group rank): by
 ``--node-rank-order`` key when given, each node keeping its group rank of the last
 round where it can, else the order of node ids (``addr:pid:local_id``, like torch's
-sorted node descriptors). Requests per node and round: a lease
+sorted node descriptors). A round whose joiners are exactly the previous round's
+members (a restart: nobody is arriving) completes at once, without the last call: the
+previous round's rank 0, when its count matches, reads the joiners (one read) and
+checks (:mod:`.._rejoin`). Requests per node and round: a lease
 grant and keep-alive stream (once per handler), one join transaction, two watch
 streams; the completing node adds one read and one transaction.
 """
