@@ -28,6 +28,7 @@ from ._option_table import Option
 
 if TYPE_CHECKING:
     from ..replicas import ReplicaGroups
+    from ..schedulers import SlurmDefaults
 
 __all__ = (
     "PROG",
@@ -64,6 +65,8 @@ class RunArgs:
     script_kind: str = "python"
     #: ``--replica-groups``: run the job as torchft replica groups (None: one job)
     replica_groups: ReplicaGroups | None = None
+    #: lines to print once at start that are not warnings (the Slurm settings chosen)
+    notes: tuple[str, ...] = ()
 
     def missing_script(self) -> str | None:
         """A one-line problem if the script or binary does not exist here, else None.
@@ -649,17 +652,34 @@ def _split_at_script(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
+def _slurm_defaults(env: Mapping[str, str], address: str | None) -> SlurmDefaults | None:
+    """The Slurm step's defaults, or None outside one (schedulers loaded only then)."""
+    if not env.get("SLURM_JOB_ID"):
+        return None
+    from .._exceptions import ConfigError
+    from ..schedulers import slurm_defaults, slurm_job
+
+    try:
+        job = slurm_job(env)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    return None if job is None else slurm_defaults(job, address)
+
+
 def parse_run_args(
     argv: Sequence[str],
     environ: Mapping[str, str] | None = None,
     *,
     python: str | None = None,
+    slurm_address: str | None = None,
 ) -> RunArgs:
     """Turn ``aelastic run``'s argv and an environment into a :class:`RunArgs`.
 
     Pure: reads ``environ`` (default ``os.environ``) and ``/proc`` (for ``gpu``), never
     writes anything. ``python`` overrides the worker interpreter (default
-    ``$PYTHON_EXEC``, else ``sys.executable``).
+    ``$PYTHON_EXEC``, else ``sys.executable``). Inside a Slurm step (``srun``) the
+    rendezvous flags default to the step's (see ``aelastic.schedulers``);
+    ``slurm_address`` is the first node's ``NodeAddr`` when the caller looked it up.
 
     Raises:
         UsageError: a flag or value is wrong; the message is one line naming it and the fix.
@@ -670,6 +690,7 @@ def parse_run_args(
     ns.training_script_args = [*ns.training_script_args, *script_args]
     v = _Values(ns, env)
     warnings: list[str] = []
+    slurm = _slurm_defaults(env, slurm_address)
 
     module, no_python, run_path = v.flag("module"), v.flag("no_python"), v.flag("run_path")
     if module and no_python:
@@ -681,8 +702,14 @@ def parse_run_args(
     if not script:
         raise UsageError(f"empty training script; usage: {PROG} [options] SCRIPT [ARGS...]")
 
-    min_nodes, max_nodes = parse_nnodes(v.str_("nnodes"), v.source("nnodes"))
-    nproc = parse_nproc(v.str_("nproc_per_node"), env, v.source("nproc_per_node"))
+    nnodes = v.str_("nnodes")
+    if slurm is not None and not v.given("nnodes"):
+        nnodes = str(slurm.num_nodes)
+    min_nodes, max_nodes = parse_nnodes(nnodes, v.source("nnodes"))
+    if slurm is not None and v.str_("nproc_per_node") == "auto":
+        nproc = slurm.nproc_auto
+    else:
+        nproc = parse_nproc(v.str_("nproc_per_node"), env, v.source("nproc_per_node"))
     max_restarts = v.int_("max_restarts", minimum=0)
     assert max_restarts is not None
     monitor_interval = v.float_("monitor_interval", minimum=0.0, strict=True)
@@ -743,6 +770,17 @@ def parse_run_args(
     backend: str = v.str_("rdzv_backend")
     endpoint: str = v.str_("rdzv_endpoint")
     run_id: str = v.str_("rdzv_id")
+    if slurm is not None and not v.flag("standalone"):
+        if not v.given("rdzv_backend"):
+            backend = "c10d"
+        if not v.given("rdzv_id"):
+            run_id = slurm.run_id
+        if not endpoint and backend != "static":
+            host = f"[{slurm.store_host}]" if ":" in slurm.store_host else slurm.store_host
+            endpoint = f"{host}:{slurm.port if master_port is None else master_port}"
+            # the store's host is the step's node 0, not whichever node finds the
+            # address to be its own (on one machine, every node would)
+            rdzv_conf.setdefault("is_host", "1" if slurm.is_host else "0")
     standalone = v.flag("standalone") or (
         backend == "static" and not endpoint and master_port is None and max_nodes == 1
     )
@@ -827,4 +865,10 @@ def parse_run_args(
     except LaunchConfigError as exc:  # pragma: no cover - the checks above come first
         raise UsageError(str(exc)) from None
     kind = "binary" if no_python and not run_path else "module" if module else "python"
-    return RunArgs(config, entrypoint, args, set_env, tuple(warnings), script, kind, replicas)
+    notes: tuple[str, ...] = ()
+    if slurm is not None:
+        nodes = f"{min_nodes}" if min_nodes == max_nodes else f"{min_nodes}:{max_nodes}"
+        notes = (slurm.line(nodes, f"{endpoint} ({backend})", run_id, nproc),)
+    return RunArgs(
+        config, entrypoint, args, set_env, tuple(warnings), script, kind, replicas, notes
+    )

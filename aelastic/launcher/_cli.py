@@ -126,11 +126,30 @@ def _fast_exit(code: int) -> None:
         os._exit(code)
 
 
+def _slurm_store_address() -> str | None:
+    """Inside a Slurm step: the first node's ``NodeAddr`` (one bounded ``scontrol``);
+    else, or when Slurm does not say, None (the flag parser then uses the name)."""
+    if not os.environ.get("SLURM_JOB_ID") or not os.environ.get("SLURM_STEP_ID"):
+        return None
+    import anyio
+
+    from .._exceptions import ConfigError
+    from ..schedulers import node_address, slurm_job
+
+    try:
+        job = slurm_job(os.environ)
+    except ConfigError:
+        return None  # the flag parser reports it, with the other usage errors
+    if job is None:
+        return None
+    return anyio.run(node_address, job.nodes[0], dict(os.environ))
+
+
 def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
     from ._args import UsageError, parse_run_args
 
     try:
-        parsed = parse_run_args(list(argv))
+        parsed = parse_run_args(list(argv), slurm_address=_slurm_store_address())
     except UsageError as exc:
         _err(f"error: {exc}")
         return 2
@@ -143,6 +162,8 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
 
     for warning in parsed.warnings:
         _err(f"warning: {warning}")
+    for note in parsed.notes:
+        _err(note)
     # torchrun sets these in its own environment so every worker inherits them.
     os.environ.update(parsed.set_env)
     _prestart_workers(parsed.entrypoint, parsed.args, parsed.config.nproc_per_node)
