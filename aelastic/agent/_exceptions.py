@@ -24,12 +24,15 @@ class SignalException(AgentError):
     Raised by ``agent.run()`` after the workers were stopped with ``sigval`` (then
     SIGKILL after the shutdown timeout). ``sigval`` is the :class:`signal.Signals`;
     ``workers_started`` is False when the signal came before any worker started.
+    ``persisted_step``: set by the launcher when a preemption signal stopped the job and
+    ``--checkpoint-dir`` holds that whole step (``aelastic run`` then exits 96).
     """
 
     def __init__(self, msg: str, sigval: signal.Signals, *, workers_started: bool = True) -> None:
         super().__init__(msg)
         self.sigval = sigval
         self.workers_started = workers_started
+        self.persisted_step: int | None = None
 
 
 class NoProgressError(ChildFailedError):

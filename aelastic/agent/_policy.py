@@ -312,6 +312,11 @@ def decide_after_hang(remaining_restarts: int) -> Decision:
 #: (NVRx ``ft_launcher``'s value, so schedulers configured for it work unchanged).
 NO_PROGRESS_EXIT_CODE = 93
 
+#: ``aelastic run``'s exit code when a preemption signal (SIGTERM, or SIGUSR1 with
+#: ``--checkpoint-dir``) stopped the job after its newest complete step was persisted
+#: to ``--checkpoint-dir``: retry, the progress is saved (a fresh start resumes there).
+PREEMPTED_EXIT_CODE = 96
+
 
 def decide_job_budget(failed_rounds: int, max_restarts: int) -> Decision:
     """Job-wide budget: restart while the job's failed rounds do not exceed ``max_restarts``.

@@ -1,5 +1,5 @@
 """The ``run`` flags of checkpoints (``--checkpoint-dir``, ``--checkpoint-persist-interval``,
-``--checkpoint-replicas``, ``--job-secret-file``).
+``--checkpoint-replicas``, ``--job-secret-file``, ``--requeue``).
 
 Kept here so the launcher's argument module only appends :data:`OPTIONS` to its
 table and passes :func:`config_fields` to ``LaunchConfig``.
@@ -55,6 +55,14 @@ OPTIONS: tuple[Option, ...] = (
         "peer connections prove they hold it (default: $AELASTIC_JOB_SECRET_FILE, else a "
         "random key the agents agree on through the rendezvous store)",
     ),
+    (
+        ("--requeue",),
+        "requeue",
+        "flag",
+        False,
+        "on SIGUSR1 (Slurm's --signal=USR1@N) with --checkpoint-dir: persist the newest "
+        "step, stop, and requeue the Slurm job (scontrol requeue, from node 0)",
+    ),
 )
 
 #: Where ``--job-secret-file`` is read from when neither it nor PET_JOB_SECRET_FILE is set.
@@ -85,7 +93,14 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
             _read_job_secret(secret)
         except ValueError as exc:
             raise UsageError(f"{source} {exc}") from None
+    requeue = v.flag("requeue")
+    if requeue and directory is None:
+        raise UsageError(
+            f"{v.source('requeue')} needs --checkpoint-dir: a requeued job resumes from the "
+            "step written there; add --checkpoint-dir DIR (a directory every node can reach)"
+        )
     return {
+        "requeue": requeue,
         "job_secret_file": secret,
         "checkpoint_replicas": 1 if replicas is None else replicas,
         "checkpoint_dir": directory,

@@ -8,6 +8,9 @@ Exit status:
   out until the job ended without it: repair or replace the host
 * ``95``: this node was excluded after ``--exclude-node-after`` failed rounds and the
   job ended while it was out
+* ``96``: preempted: SIGTERM (or SIGUSR1, the notice trapped with ``--checkpoint-dir``)
+  stopped the job and ``--checkpoint-dir`` holds its newest complete step: retry, the
+  job resumes there (docs/slurm.md, "Preemption and time limits")
 * ``1``: the job failed (the ``ChildFailedError`` summary is on stderr, root cause last)
   or the agent could not carry on (a one-line ``aelastic run: error: ...``).
 * ``2``: a bad flag or value (one line naming it and the fix); no worker was started.
@@ -219,6 +222,14 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
     except SignalException as exc:
         _record_for_scheduler(exc)
         what = "the workers were stopped" if exc.workers_started else "no worker had started"
+        if exc.persisted_step is not None:
+            from ..agent._policy import PREEMPTED_EXIT_CODE
+
+            _err(
+                f"preempted ({exc.sigval.name}); {what}; step {exc.persisted_step} is in "
+                f"{parsed.config.checkpoint_dir}: run the job again to resume there"
+            )
+            return PREEMPTED_EXIT_CODE
         _err(f"stopped by {exc.sigval.name}; {what}")
         return 128 + int(exc.sigval)
     except LaunchConfigError as exc:

@@ -131,6 +131,9 @@ class LaunchConfig:
     checkpoint_dir: str | None = None
     checkpoint_persist_interval: float = 300.0
     checkpoint_replicas: int = 1
+    #: requeue the Slurm job (``scontrol requeue``, node 0) after a SIGUSR1 preemption
+    #: notice; the CLI's ``--requeue`` (docs/slurm.md, "Preemption and time limits")
+    requeue: bool = False
     #: the file holding the job's key for the checkpoint peer connections (None: the
     #: agents agree on a random one through the rendezvous store)
     job_secret_file: str | None = None

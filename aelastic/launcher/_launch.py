@@ -6,6 +6,8 @@ A thin layer over :func:`aelastic.open_job` (the job handle); ``elastic_launch``
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 from collections.abc import Callable, Sequence
 from contextlib import aclosing
@@ -15,14 +17,18 @@ from typing import Any
 import anyio
 
 from .._tasks import background_tasks
+from ..agent import SignalException
 from ..goodput import Ledger, combine
 from ..rendezvous import C10dRendezvousHandler
 from ..workers import console_writer
 from ._build import entrypoint_name, parse_signals
 from ._config import LaunchConfig
 from ._job import Job, open_job
+from ._preemption import NOTICE, persisted_step, requeue, trapped_signals
 
 __all__ = ("elastic_launch", "entrypoint_name", "launch", "launch_agent", "run_launch")
+
+log = logging.getLogger(__name__)
 
 
 async def run_launch(
@@ -48,6 +54,9 @@ async def run_launch(
     ends.
     """
     signals = parse_signals(config.signals_to_handle) if handle_signals else []
+    notice = False
+    if signals:
+        signals, notice = trapped_signals(signals, config.checkpoint_dir)
     async with open_job(config, entrypoint, *args) as job, background_tasks() as tg:
         job._want_end_view = goodput_line
         if say is not None:
@@ -55,7 +64,13 @@ async def run_launch(
         try:
             if not signals:
                 return await job.wait()
-            return await _wait_forwarding(job, signals)
+            noticed: list[signal.Signals] = []
+            try:
+                return await _wait_forwarding(job, signals, noticed if notice else None)
+            except SignalException as exc:
+                with anyio.open_signal_receiver(*signals):  # more signals wait, bounded
+                    await _after_preemption(config, exc, bool(noticed))
+                raise
         finally:
             line = _end_line(job) if goodput_line else None
             if line is not None:  # queued: a stalled stderr must not hold the exit
@@ -110,14 +125,42 @@ async def _say_where(job: Job, say: Callable[[str], None]) -> None:
                 return
 
 
-async def _wait_forwarding(job: Job, signals: list[signal.Signals]) -> dict[int, Any]:
-    """``job.wait()`` while every signal of ``signals`` received is sent to the job."""
+async def _after_preemption(config: LaunchConfig, exc: SignalException, noticed: bool) -> None:
+    """A signal stopped the job (the agent persisted on its way out): record the step
+    ``--checkpoint-dir`` now holds on ``exc`` after a preemption signal (SIGTERM, the
+    notice), and requeue the Slurm job after the notice with ``--requeue``. Bounded
+    (one small read, ``scontrol`` by its timeout); errors are logged, never raised."""
+    if exc.sigval == signal.SIGTERM or noticed:
+        exc.persisted_step = await anyio.to_thread.run_sync(persisted_step, config.checkpoint_dir)
+        if exc.persisted_step is not None:
+            log.warning(
+                "preempted (%s): step %d is in %s; a fresh start resumes there",
+                NOTICE.name if noticed else exc.sigval.name,
+                exc.persisted_step,
+                config.checkpoint_dir,
+            )
+    if noticed and config.requeue:
+        await requeue(os.environ)
+
+
+async def _wait_forwarding(
+    job: Job, signals: list[signal.Signals], noticed: list[signal.Signals] | None = None
+) -> dict[int, Any]:
+    """``job.wait()`` while every signal of ``signals`` received is sent to the job.
+
+    With ``noticed`` (a list), :data:`NOTICE` is the preemption notice: it is appended
+    there and the job is stopped with SIGTERM (the workers' usual stop signal)."""
     outcome: list[dict[int, Any] | Exception] = []
     with anyio.open_signal_receiver(*signals) as received:
         async with anyio.create_task_group() as tg:
 
             async def forward() -> None:
                 async for sig in received:
+                    if noticed is not None and sig == NOTICE:
+                        if not noticed:
+                            log.warning("%s: preemption notice; stopping the workers", sig.name)
+                        noticed.append(sig)
+                        sig = signal.SIGTERM
                     job.send_signal(sig)
 
             tg.start_soon(forward)

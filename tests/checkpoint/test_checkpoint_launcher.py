@@ -49,7 +49,7 @@ async def test_sigterm_writes_the_newest_step_and_frees_the_memory(tmp_path: Pat
             assert held["bytes_held"] > 0 and held["persist_dir"] == str(disk)
             assert held["resumed_step"] is None
             node.process.send_signal(signal.SIGTERM)
-            assert await node.wait() == 128 + signal.SIGTERM, node.err
+            assert await node.wait() == 96, node.err  # preempted, the step is on disk
     saved = max(int(line.split()[1]) for line in node.lines if line.startswith("SAVED"))
     manifest = json.loads((disk / "manifest.json").read_text())
     # the newest step both ranks completed: the one rank 0 reported last, or one after

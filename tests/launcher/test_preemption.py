@@ -1,0 +1,120 @@
+"""Preemption loses no step: a SIGUSR1 notice (or SIGTERM) to a real ``aelastic run``
+persists the newest complete memory step, exits 96, and a fresh start resumes there
+with the parameters of a run that was never interrupted."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aelastic.launcher._preemption import persisted_step, requeue_argv, trapped_signals
+from launcher._nodes import cluster  # tests/ is on sys.path
+
+SCRIPT = str(Path(__file__).parent.parent / "checkpoint" / "scripts" / "ckpt_ddp.py")
+PREEMPTED = 96  # the contract's value, written out: the test must not read it from the code
+HELD_AT = 6
+
+
+def _lines(out: Path) -> list[dict[str, object]]:
+    """The JSON lines rank 0 of ckpt_ddp.py appended to ``out`` when it finished."""
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def _argv(disk: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--checkpoint-dir",
+        str(disk),
+        SCRIPT,
+        "--out",
+        str(out),
+        "--steps",
+        "12",
+        "--every",
+        "2",
+        *extra,
+    ]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
+async def test_a_preempted_job_resumes_at_the_step_its_workers_completed(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    disk, out = tmp_path / "ckpt", tmp_path / "out.jsonl"
+    async with cluster() as c:
+        baseline = await c.start(_argv(tmp_path / "base", tmp_path / "base.jsonl"))
+        node = await c.start(_argv(disk, out, "--hold-after-save", str(HELD_AT)))
+        with anyio.fail_after(240):
+            # both ranks say they saved step HELD_AT and stopped there: the ground truth
+            await node.wait_for_line(lambda line: line.startswith(f"HELD {HELD_AT} "), count=2)
+            node.process.send_signal(sig)
+            assert await node.wait() == PREEMPTED, node.err
+            assert await baseline.wait() == 0, baseline.err
+        assert f"step {HELD_AT} is in {disk}" in node.err, node.err
+        manifest = json.loads((disk / "manifest.json").read_text())
+        assert manifest["step"] == HELD_AT and manifest["world_size"] == 2, manifest
+        assert not out.exists()  # the interrupted run never finished
+
+        again = await c.start(_argv(disk, out))
+        with anyio.fail_after(240):
+            assert await again.wait() == 0, again.err
+    (resumed,) = _lines(out)
+    (whole,) = _lines(tmp_path / "base.jsonl")
+    assert resumed["start"] == HELD_AT and whole["start"] == 0
+    assert resumed["checksum"] == whole["checksum"]
+
+
+async def test_without_a_checkpoint_dir_a_sigterm_keeps_torchrun_s_exit(tmp_path: Path) -> None:
+    async with cluster() as c:
+        node = await c.start(
+            [
+                "--standalone",
+                "--nproc-per-node",
+                "1",
+                SCRIPT,
+                "--out",
+                str(tmp_path / "out.jsonl"),
+                "--steps",
+                "1000000",
+                "--print-saves",
+            ]
+        )
+        with anyio.fail_after(120):
+            await node.wait_for_line(lambda line: line.startswith("SAVED"))
+            node.process.send_signal(signal.SIGTERM)
+            assert await node.wait() == 128 + signal.SIGTERM, node.err
+
+
+def test_the_notice_is_trapped_only_with_a_checkpoint_dir() -> None:
+    usual = [signal.SIGTERM, signal.SIGINT]
+    assert trapped_signals(usual, None) == (usual, False)
+    assert trapped_signals(usual, "/ckpt") == ([*usual, signal.SIGUSR1], True)
+    # listed by the user: torchrun's meaning (forwarded, the job stops), not the notice
+    assert trapped_signals([signal.SIGUSR1], "/ckpt") == ([signal.SIGUSR1], False)
+
+
+def test_only_the_slurm_job_s_node_0_requeues() -> None:
+    assert requeue_argv({}) is None
+    assert requeue_argv({"SLURM_JOB_ID": "42", "SLURM_NODEID": "0"}) == [
+        "scontrol",
+        "requeue",
+        "42",
+    ]
+    assert requeue_argv({"SLURM_JOB_ID": "42", "SLURM_NODEID": "1"}) is None
+    assert requeue_argv({"SLURM_JOB_ID": "42", "SLURM_PROCID": "3"}) is None
+    assert requeue_argv({"SLURM_JOB_ID": "42"}) == ["scontrol", "requeue", "42"]
+
+
+def test_a_torn_or_missing_manifest_is_no_saved_step(tmp_path: Path) -> None:
+    assert persisted_step(None) is None
+    assert persisted_step(str(tmp_path)) is None
+    (tmp_path / "manifest.json").write_text('{"step": 1')
+    assert persisted_step(str(tmp_path)) is None
+    (tmp_path / "manifest.json").write_text('{"step": 8, "world_size": 2}')
+    assert persisted_step(str(tmp_path)) == 8
