@@ -1,5 +1,11 @@
 """examples/train_ddp.py as a 2-node sbatch job on the real test cluster, with no
-rendezvous flag: the launcher takes everything from the Slurm step."""
+rendezvous flag: the launcher takes everything from the Slurm step.
+
+One worker per node: a world of 2 sums each gradient exactly, so a run resumed from its
+checkpoint ends bit for bit where an uninterrupted one does. With 4 ranks gloo's ring
+sums in chunk order, and DDP rebuilds its buckets after the first step of each attempt,
+so a resumed run differs in the last bits (standalone too, with no Slurm involved).
+"""
 
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ def _checksums(text: str) -> list[str]:
 def test_two_node_job_needs_no_rendezvous_flag_and_restarts_inside_it(
     slurm: SlurmCluster, tmp_path: Path
 ) -> None:
-    # ground truth: the same 4 ranks (2 x 2 workers) as one standalone node, no Slurm
+    # ground truth: the same 2 ranks as one standalone node, no Slurm
     env = {k: v for k, v in slurm.env.items() if k != "SLURM_CONF"}
     standalone = subprocess.run(
         [
@@ -34,7 +40,7 @@ def test_two_node_job_needs_no_rendezvous_flag_and_restarts_inside_it(
             "run",
             "--standalone",
             "--nproc-per-node",
-            "4",
+            "2",
             str(EXAMPLE),
             *STEPS,
             "--checkpoint",
@@ -49,7 +55,7 @@ def test_two_node_job_needs_no_rendezvous_flag_and_restarts_inside_it(
     assert standalone.returncode == 0, standalone.stderr[-3000:]
     [expected] = _checksums(standalone.stdout)
 
-    run = f"srun --ntasks-per-node=1 {PYTHON} -m aelastic run --nproc-per-node 2"
+    run = f"srun --ntasks-per-node=1 {PYTHON} -m aelastic run --nproc-per-node 1"
     script = tmp_path / "job.sh"
     script.write_text(
         "#!/bin/bash\n"
@@ -65,18 +71,13 @@ def test_two_node_job_needs_no_rendezvous_flag_and_restarts_inside_it(
     )  # fmt: skip
     job_id = submitted.stdout.strip().split(";")[0]
     text = out.read_text()
-    finals = re.findall(r"^FINAL step=12 loss=(\S+) checksum=(\S+)$", text, re.M)
-    assert len(finals) == 2, text[-4000:]
-    assert finals[0][1] == expected, text[-4000:]  # bit for bit the standalone run
-    # the crash restarted inside the allocation, resumed at its checkpoint and finished.
-    # Its parameters match to the printed loss but not bit for bit: under investigation
-    # (the restarted round may place the ranks on the nodes differently).
+    assert _checksums(text) == [expected, expected], text[-4000:]
+    # the crash restarted inside the allocation, resumed at its checkpoint and finished
     assert "crashing on purpose at step 6" in text
-    assert "attempt=1 world_size=4 resuming_from_step=4" in text, text[-4000:]
-    assert finals[1][0] == finals[0][0], text[-4000:]
+    assert "attempt=1 world_size=2 resuming_from_step=4" in text, text[-4000:]
     # each agent printed the chosen settings once; both steps kept to their own run id
     for step in (0, 1):
-        notes = re.findall(rf"slurm step: run id slurm-{job_id}\.{step}, nodes 2, .*", text)
+        notes = re.findall(rf"slurm step: run id slurm-{job_id}\.{step}, nodes 2, store .*", text)
         assert len(notes) == 2, text[-4000:]
         assert sum("hosted here" in note for note in notes) == 1
         assert "store 127.0.0.1:" in notes[0]  # n1's NodeAddr: the name n1 resolves nowhere
