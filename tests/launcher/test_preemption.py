@@ -49,10 +49,11 @@ async def test_a_preempted_job_resumes_at_the_step_its_workers_completed(
     disk, out = tmp_path / "ckpt", tmp_path / "out.jsonl"
     async with cluster() as c:
         baseline = await c.start(_argv(tmp_path / "base", tmp_path / "base.jsonl"))
-        node = await c.start(_argv(disk, out, "--hold-after-save", str(HELD_AT)))
+        # --tee 3: each rank's lines reach stdout whole ("[default0]:..."), never interleaved
+        node = await c.start(["--tee", "3", *_argv(disk, out, "--hold-after-save", str(HELD_AT))])
         with anyio.fail_after(240):
             # both ranks say they saved step HELD_AT and stopped there: the ground truth
-            await node.wait_for_line(lambda line: line.startswith(f"HELD {HELD_AT} "), count=2)
+            await node.wait_for_line(lambda line: f":HELD {HELD_AT} rank " in line, count=2)
             node.process.send_signal(sig)
             assert await node.wait() == PREEMPTED, node.err
             assert await baseline.wait() == 0, baseline.err

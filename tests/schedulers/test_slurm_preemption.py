@@ -1,0 +1,112 @@
+"""``scontrol requeue`` during training, on the real test cluster: the agent persists the
+step its workers reached, Slurm runs the job again, and it resumes at exactly that step
+with the parameters of a run that was never interrupted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ._slurm_cluster import SlurmCluster
+
+pytestmark = pytest.mark.timeout(600)  # two short jobs and a requeue on a loaded machine
+
+REPO = Path(__file__).parent.parent.parent
+SCRIPT = str(REPO / "tests" / "checkpoint" / "scripts" / "ckpt_ddp.py")
+HELD_AT = 6
+
+
+def _until(what: str, done: Callable[[], bool], seconds: float, why: Callable[[], str]) -> None:
+    """Wait for ``done()`` (a file's content) up to ``seconds``; fail with ``why()``."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {seconds} s\n{why()}")
+        time.sleep(0.2)
+
+
+def _job(disk: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "aelastic",
+        "run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--tee",
+        "3",
+        "--checkpoint-dir",
+        str(disk),
+        SCRIPT,
+        "--out",
+        str(out),
+        "--steps",
+        "12",
+        "--every",
+        "2",
+        *extra,
+    ]
+
+
+def test_a_requeued_job_resumes_at_the_step_it_reached(slurm: SlurmCluster, tmp_path: Path) -> None:
+    disk, out, log = tmp_path / "ckpt", tmp_path / "out.jsonl", tmp_path / "job.log"
+    job = _job(disk, out, "--hold-after-save", str(HELD_AT))
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\nexec " + " ".join(job) + "\n")
+    baseline = subprocess.Popen(
+        _job(tmp_path / "base", tmp_path / "base.jsonl"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=REPO,
+    )
+    try:
+        submitted = slurm.run(
+            "sbatch",
+            "--parsable",
+            "-N1",
+            "--requeue",
+            "--open-mode=append",
+            "-o",
+            str(log),
+            "-D",
+            str(REPO),
+            str(script),
+        )
+        job_id = submitted.stdout.strip().split(";")[0]
+
+        def text() -> str:
+            return log.read_text(errors="replace") if log.exists() else ""
+
+        def why() -> str:
+            return text() + slurm.log_tail()
+
+        # the workers' own lines: both ranks saved step HELD_AT and stopped there
+        _until("both ranks holding", lambda: text().count(f":HELD {HELD_AT} rank ") == 2, 240, why)
+        slurm.run("scontrol", "requeue", job_id)
+        # Slurm holds a requeued job 120 s (its BeginTime); the test lifts that hold
+        state = ["squeue", "-h", "-j", job_id, "-o", "%T"]
+        _until("the job pending again", lambda: "PENDING" in slurm.run(*state).stdout, 120, why)
+        slurm.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+        _until(
+            "the requeued job's end",
+            lambda: out.exists() and out.read_text().strip() != "",
+            300,
+            why,
+        )
+        assert "preempted (SIGTERM)" in text() and f"step {HELD_AT} is in {disk}" in text(), why()
+        assert baseline.wait(timeout=240) == 0
+    finally:
+        if baseline.poll() is None:
+            baseline.kill()
+            baseline.wait()
+    (resumed,) = [json.loads(line) for line in out.read_text().splitlines()]
+    (whole,) = [json.loads(line) for line in (tmp_path / "base.jsonl").read_text().splitlines()]
+    assert resumed["start"] == HELD_AT and whole["start"] == 0, (resumed, whole)
+    assert resumed["checksum"] == whole["checksum"]
