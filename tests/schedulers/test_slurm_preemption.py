@@ -55,9 +55,15 @@ def _job(disk: Path, out: Path, *extra: str) -> list[str]:
     ]
 
 
-def test_a_requeued_job_resumes_at_the_step_it_reached(slurm: SlurmCluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["scontrol requeue", "USR1 notice, --requeue"])
+def test_a_requeued_job_resumes_at_the_step_it_reached(
+    slurm: SlurmCluster, tmp_path: Path, how: str
+) -> None:
     disk, out, log = tmp_path / "ckpt", tmp_path / "out.jsonl", tmp_path / "job.log"
+    notice = how.startswith("USR1")
     job = _job(disk, out, "--hold-after-save", str(HELD_AT))
+    if notice:  # the agent requeues the job itself
+        job.insert(job.index("--checkpoint-dir"), "--requeue")
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\nexec " + " ".join(job) + "\n")
     baseline = subprocess.Popen(
@@ -89,7 +95,10 @@ def test_a_requeued_job_resumes_at_the_step_it_reached(slurm: SlurmCluster, tmp_
 
         # the workers' own lines: both ranks saved step HELD_AT and stopped there
         _until("both ranks holding", lambda: text().count(f":HELD {HELD_AT} rank ") == 2, 240, why)
-        slurm.run("scontrol", "requeue", job_id)
+        if notice:  # what --signal=USR1@N sends before the time limit: every job process
+            slurm.run("scancel", "--full", "--signal=USR1", job_id)
+        else:
+            slurm.run("scontrol", "requeue", job_id)
         # Slurm holds a requeued job 120 s (its BeginTime); the test lifts that hold
         state = ["squeue", "-h", "-j", job_id, "-o", "%T"]
         _until("the job pending again", lambda: "PENDING" in slurm.run(*state).stdout, 120, why)
@@ -100,7 +109,10 @@ def test_a_requeued_job_resumes_at_the_step_it_reached(slurm: SlurmCluster, tmp_
             300,
             why,
         )
-        assert "preempted (SIGTERM)" in text() and f"step {HELD_AT} is in {disk}" in text(), why()
+        assert (
+            f"preempted ({'SIGUSR1' if notice else 'SIGTERM'})" in text()
+            and f"step {HELD_AT} is in {disk}" in text()
+        ), why()
         assert baseline.wait(timeout=240) == 0
     finally:
         if baseline.poll() is None:
