@@ -14,6 +14,7 @@ from ._exceptions import NoProgressError as NoProgressError
 from ._exceptions import SignalException as SignalException
 from ._local import LocalElasticAgent as LocalElasticAgent
 from ._policy import NO_PROGRESS_EXIT_CODE as NO_PROGRESS_EXIT_CODE
+from ._policy import PREEMPTED_EXIT_CODE as PREEMPTED_EXIT_CODE
 from ._policy import Action as Action
 from ._policy import Decision as Decision
 from ._policy import decide_after_exit as decide_after_exit
@@ -30,6 +31,7 @@ from ._types import WorkerState as WorkerState
 __all__ = (
     "DEFAULT_ROLE",
     "NO_PROGRESS_EXIT_CODE",
+    "PREEMPTED_EXIT_CODE",
     "Action",
     "AgentConfigError",
     "AgentError",

@@ -174,7 +174,12 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
 
     import anyio
 
-    from ..agent import NO_PROGRESS_EXIT_CODE, NoProgressError, SignalException
+    from ..agent import (
+        NO_PROGRESS_EXIT_CODE,
+        PREEMPTED_EXIT_CODE,
+        NoProgressError,
+        SignalException,
+    )
     from ..errors import ChildFailedError
     from ..nodes import NodeUnhealthyError
     from ..rendezvous import RendezvousGracefulExitError
@@ -223,8 +228,6 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
         _record_for_scheduler(exc)
         what = "the workers were stopped" if exc.workers_started else "no worker had started"
         if exc.persisted_step is not None:
-            from ..agent._policy import PREEMPTED_EXIT_CODE
-
             _err(
                 f"preempted ({exc.sigval.name}); {what}; step {exc.persisted_step} is in "
                 f"{parsed.config.checkpoint_dir}: run the job again to resume there"

@@ -64,10 +64,8 @@ def persisted_step(checkpoint_dir: str | None) -> int | None:
     """
     if checkpoint_dir is None:
         return None
-    from ..checkpoint._disk import MANIFEST
-
-    try:
-        with open(os.path.join(checkpoint_dir, MANIFEST), encoding="utf-8") as f:
+    try:  # the documented disk format (docs/checkpoints.md): manifest.json names the step
+        with open(os.path.join(checkpoint_dir, "manifest.json"), encoding="utf-8") as f:
             step = json.load(f).get("step")
     except (OSError, ValueError, AttributeError):
         return None
