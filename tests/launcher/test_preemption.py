@@ -119,3 +119,13 @@ def test_a_torn_or_missing_manifest_is_no_saved_step(tmp_path: Path) -> None:
     assert persisted_step(str(tmp_path)) is None
     (tmp_path / "manifest.json").write_text('{"step": 8, "world_size": 2}')
     assert persisted_step(str(tmp_path)) == 8
+
+
+def test_requeue_without_a_checkpoint_dir_is_refused_with_the_fix(tmp_path: Path) -> None:
+    from aelastic.launcher import UsageError
+    from aelastic.launcher._args import parse_run_args
+
+    with pytest.raises(UsageError, match="--requeue needs --checkpoint-dir"):
+        parse_run_args(["--requeue", "train.py"], {})
+    parsed = parse_run_args(["--requeue", "--checkpoint-dir", str(tmp_path), "train.py"], {})
+    assert parsed.config.requeue and parsed.config.checkpoint_dir == str(tmp_path)
