@@ -145,7 +145,11 @@ def _allocate(fd: int, start: int, end: int) -> None:
 
 
 #: ``madvise(MADV_POPULATE_WRITE)`` (Linux 5.14+): page tables of a range filled at once.
-_POPULATE_WRITE = 23
+#: The standard library names it from Python 3.12 on (``mmap.MADV_POPULATE_WRITE``);
+#: before that, Linux's value from ``<asm-generic/mman-common.h>`` (the same on every
+#: Linux architecture). A kernel without it refuses with EINVAL: ``map_file`` then maps
+#: with ``MAP_POPULATE``.
+_POPULATE_WRITE: int = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 
 
 def map_file(fd: int, length: int, populate: int) -> mmap.mmap:

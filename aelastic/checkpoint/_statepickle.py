@@ -13,18 +13,34 @@ It takes what states are made of: dicts, ``OrderedDict`` (with its attributes, e
 ``state_dict``'s ``_metadata``), lists, tuples, str, int, float, bool, None, and plain
 CPU tensors (``torch.Tensor``, strided, dense). Anything else, a dict or list met twice
 (shared or cyclic: ``pickle`` keeps that sharing, this writer would not), two tensors
-viewing one storage as different dtypes, or a torch without the pieces named in
-:func:`_parts`: :func:`dumps` returns None and the caller pickles with torch's own code.
+viewing one storage as different dtypes, a torch without the pieces named in
+:func:`_parts`, or a torch not in :data:`VERIFIED_TORCH`: :func:`dumps` returns None and
+the caller pickles with torch's own code.
+
+The fence: this module and ``_torchfile`` are the only code that writes torch's file
+format by hand (pickle opcodes naming torch-private functions, zip records). Both run
+only on a torch whose major.minor is in :data:`VERIFIED_TORCH` (checked once per process
+by :func:`verified`, which logs the choice once); any other torch saves with
+``torch.save``, the same files, slower. To add a version: run
+``tests/test_checkpoint_format.py`` on it (it reads these files back with plain
+``torch.load(weights_only=True, mmap=True)`` and compares each tensor), then add it.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import struct
 from collections import OrderedDict
 from typing import Any
 
-__all__ = ("Pickled", "dumps")
+__all__ = ("VERIFIED_TORCH", "Pickled", "dumps", "verified")
+
+#: torch versions (major, minor) whose files this writer and ``_torchfile`` were checked
+#: against by tests/test_checkpoint_format.py; any other saves with ``torch.save``.
+VERIFIED_TORCH: tuple[tuple[int, int], ...] = ((2, 13),)
+
+_log = logging.getLogger(__name__)
 
 _PROTO = b"\x80\x02"
 _STOP = b"."
@@ -57,6 +73,38 @@ class Pickled:
         self.storages = storages
 
 
+def _major_minor(version: str) -> tuple[int, int] | None:
+    """``"2.13.0+cpu"`` -> ``(2, 13)``; None for a version string not shaped so."""
+    numbers = version.split("+")[0].split(".")[:2]
+    try:
+        major, minor = (int(n) for n in numbers)
+    except ValueError:
+        return None
+    return major, minor
+
+
+@functools.cache
+def verified() -> bool:
+    """Whether the installed torch is one the hand-written save format was verified on
+    (see the module's text); decided once per process and logged once (INFO when the
+    fast path is used, WARNING when ``torch.save`` is used instead). Imports torch."""
+    import torch
+
+    version = str(torch.__version__)
+    ok = _major_minor(version) in VERIFIED_TORCH
+    if ok:
+        _log.info("checkpoint save: fast writer (torch %s is verified)", version)
+    else:
+        known = ", ".join(f"{a}.{b}" for a, b in VERIFIED_TORCH)
+        _log.warning(
+            "checkpoint save: torch %s is not a version the fast writer was verified "
+            "on (%s); saving with torch.save (same files, slower)",
+            version,
+            known,
+        )
+    return ok
+
+
 @functools.cache
 def _parts() -> tuple[Any, dict[Any, bytes]] | None:
     """torch's pieces this writer relies on, found once: ``(torch, {dtype: the pickled
@@ -64,6 +112,8 @@ def _parts() -> tuple[Any, dict[Any, bytes]] | None:
     torch lacks one of them."""
     import torch
 
+    if not verified():
+        return None
     try:
         names = torch.storage._dtype_to_storage_type_map()
         other = set(torch.storage._new_dtypes())  # pickled another way by torch

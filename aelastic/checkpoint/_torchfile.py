@@ -11,8 +11,11 @@ the pickle of :func:`_statepickle.dumps` where it takes the object, else torch's
 (``weights_only`` included, and ``mmap=True``) reads it.
 
 Falls back to ``torch.save`` where this layout would not hold: a file of 4 GiB or more
-(its offsets need zip64 fields), more than 65,535 records, or a torch whose ``_save``
-is not the one this was written against. Imports torch when called.
+(its offsets need zip64 fields), more than 65,535 records, a torch whose ``_save``
+is not the one this was written against, or a torch not in
+``_statepickle.VERIFIED_TORCH`` (the version guard, see ``_statepickle``: those two
+modules are the fenced place that writes torch's format by hand). Imports torch when
+called.
 """
 
 from __future__ import annotations
@@ -141,7 +144,8 @@ class _Torch(NamedTuple):
     serialization: Any
     #: ``torch.utils.serialization.config`` (None: a torch without it)
     config: Any
-    #: whether ``serialization._save`` is the one this writer was written against
+    #: whether ``serialization._save`` is the one this writer was written against and
+    #: this torch a verified one (else: ``torch.save``)
     usable: bool
 
 
@@ -158,7 +162,8 @@ def _torch() -> _Torch:
         params = list(inspect.signature(save).parameters) if save else []
     except (TypeError, ValueError):
         params = []
-    return _Torch(torch, serialization, config, params == _SAVE_PARAMS)
+    usable = params == _SAVE_PARAMS and _statepickle.verified()
+    return _Torch(torch, serialization, config, usable)
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import io
+import logging
 import math
 import zipfile
 from collections.abc import Iterator
@@ -126,7 +127,10 @@ def test_a_saved_file_maps_with_torch_load_mmap(tmp_path: Path) -> None:
     state = training_state()
     path = tmp_path / "rank_0.pt"
     path.write_bytes(ours(state))
-    same(state, torch.load(path, mmap=True, weights_only=True))
+    back = torch.load(path, mmap=True, weights_only=True)
+    same(state, back)
+    views = back["views"]
+    assert {v.untyped_storage().data_ptr() for v in views} == {views[0].data_ptr()}
 
 
 def test_the_zip_is_laid_out_byte_for_byte_as_torch_lays_it_out() -> None:
@@ -186,3 +190,60 @@ def test_a_file_of_4_gib_or_more_is_written_by_torch_save(monkeypatch: pytest.Mo
     monkeypatch.setattr(_statepickle, "dumps", refuse)
     state = {"x": torch.arange(3.0)}
     same(state, torch.load(io.BytesIO(ours(state, tensor_bytes=1 << 32)), weights_only=True))
+
+
+@pytest.fixture
+def _guard_afresh() -> Iterator[None]:
+    """The version guard decided afresh in the test, and again after it."""
+
+    def clear() -> None:
+        _statepickle.verified.cache_clear()
+        _statepickle._parts.cache_clear()
+        _torchfile._torch.cache_clear()
+
+    clear()
+    yield
+    clear()
+
+
+@pytest.mark.usefixtures("_guard_afresh")
+def test_this_torch_is_a_verified_one_and_takes_the_fast_path() -> None:
+    # (the tests above check the hand-written files; they must not be torch.save's)
+    major, minor = (int(n) for n in torch.__version__.split("+")[0].split(".")[:2])
+    if (major, minor) not in _statepickle.VERIFIED_TORCH:
+        pytest.skip(f"torch {torch.__version__} not verified: every save is torch.save's")
+    assert _statepickle.verified()
+    assert _torchfile._torch().usable
+
+
+@pytest.mark.usefixtures("_guard_afresh")
+def test_an_unverified_torch_saves_with_torch_save_and_says_so_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(_statepickle, "VERIFIED_TORCH", ((1, 0),))
+    state = training_state()
+    with caplog.at_level(logging.INFO, logger=_statepickle.__name__):
+        assert _statepickle.dumps(state) is None  # the hand-written pickle steps aside
+        assert not _torchfile._torch().usable  # and so does the zip writer
+        files = [ours(state), ours(state)]
+    said = [r for r in caplog.records if r.name == _statepickle.__name__]
+    assert len(said) == 1, said
+    assert said[0].levelno == logging.WARNING
+    assert torch.__version__ in said[0].getMessage()
+    assert "torch.save" in said[0].getMessage()
+    for i, data in enumerate(files):
+        path = tmp_path / f"rank_{i}.pt"
+        path.write_bytes(data)
+        for mmap in (False, True):
+            back = torch.load(path, weights_only=True, mmap=mmap)
+            same(state, back)
+            views = back["views"]
+            assert {v.untyped_storage().data_ptr() for v in views} == {views[0].data_ptr()}
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [("2.13.0+cpu", (2, 13)), ("2.13.1", (2, 13)), ("3.0", (3, 0)), ("nightly", None)],
+)
+def test_the_guard_reads_major_and_minor(version: str, expected: tuple[int, int] | None) -> None:
+    assert _statepickle._major_minor(version) == expected
