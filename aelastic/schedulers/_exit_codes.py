@@ -13,20 +13,16 @@ import signal
 from dataclasses import dataclass
 from typing import Literal
 
-from ..agent import NO_PROGRESS_EXIT_CODE
+from ..agent import NO_PROGRESS_EXIT_CODE, PREEMPTED_EXIT_CODE
 from ..nodes import NODE_EXCLUDED_EXIT_CODE, NODE_UNHEALTHY_EXIT_CODE
 
 __all__ = (
     "EXIT_CODES",
-    "PREEMPTED_EXIT_CODE",
     "ExitCode",
     "codes_with_action",
     "exit_code_table",
     "pod_failure_rules",
 )
-
-#: Preempted: the newest complete step was persisted; run the job again to resume it.
-PREEMPTED_EXIT_CODE = 96
 
 #: What a Kubernetes Job's ``podFailurePolicy`` does with a pod that exited so:
 #: ``FailJob`` (stop the whole Job), ``Ignore`` (run the pod again without counting it
