@@ -16,7 +16,7 @@ reads it and :func:`slurm_defaults` turns it into the launcher's defaults:
   29600-32599 (below Linux's ephemeral ports). Jobs whose ids differ by less than 187
   never share a port; override with ``--master-port`` (keeps the Slurm host) or
   ``--rdzv-endpoint``;
-* ``--nproc-per-node auto`` (or ``gpu``/``cpu``): the GPUs Slurm granted on this node
+* ``--nproc-per-node auto``: the GPUs Slurm granted on this node
   (``SLURM_GPUS_ON_NODE``), else its CPUs (``SLURM_CPUS_ON_NODE``).
 
 Explicit flags and ``PET_*`` variables always win. Outside a step (no ``SLURM_JOB_ID``
