@@ -115,7 +115,10 @@ def _write_conf(root: Path, munge_socket: Path, ctld_port: int, slurmd_port: int
         f"SlurmUser={user}",
         f"SlurmdUser={user}",
         "AuthType=auth/munge",
-        f"AuthInfo=socket={munge_socket}",
+        # cred_expire: how long a killed job's credential stays revoked, and so how long
+        # Slurm holds a requeued job (120 s by default); starting it sooner is refused.
+        # 20 s, not less: a step's launch must also present its credential within it
+        f"AuthInfo=socket={munge_socket},cred_expire=20",
         "CredType=cred/munge",
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",

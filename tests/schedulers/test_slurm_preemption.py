@@ -12,14 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from launcher.test_preemption import HELD_AT, _argv
 
 from ._slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.timeout(600)  # two short jobs and a requeue on a loaded machine
 
 REPO = Path(__file__).parent.parent.parent
-SCRIPT = str(REPO / "tests" / "checkpoint" / "scripts" / "ckpt_ddp.py")
-HELD_AT = 6
 
 
 def _until(what: str, done: Callable[[], bool], seconds: float, why: Callable[[], str]) -> None:
@@ -32,27 +31,9 @@ def _until(what: str, done: Callable[[], bool], seconds: float, why: Callable[[]
 
 
 def _job(disk: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "aelastic",
-        "run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        "--tee",
-        "3",
-        "--checkpoint-dir",
-        str(disk),
-        SCRIPT,
-        "--out",
-        str(out),
-        "--steps",
-        "12",
-        "--every",
-        "2",
-        *extra,
-    ]
+    """The standalone preemption test's job (``_argv``), as the command a batch script runs;
+    ``--tee 3`` keeps each rank's lines whole in the job's log."""
+    return [sys.executable, "-m", "aelastic", "run", "--tee", "3", *_argv(disk, out, *extra)]
 
 
 @pytest.mark.parametrize("how", ["scontrol requeue", "USR1 notice, --requeue"])
@@ -101,10 +82,9 @@ def test_a_requeued_job_resumes_at_the_step_it_reached(
             slurm.run("scancel", "--batch", "--signal=USR1", job_id)
         else:
             slurm.run("scontrol", "requeue", job_id)
-        # Slurm holds a requeued job 120 s (its BeginTime); the test lifts that hold
-        state = ["squeue", "-h", "-j", job_id, "-o", "%T"]
-        _until("the job pending again", lambda: "PENDING" in slurm.run(*state).stdout, 120, why)
-        slurm.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+        # Slurm holds a requeued job while the old credential stays revoked (the cluster's
+        # cred_expire, 20 s): lifting the hold sooner got the restart refused ("Job
+        # credential revoked"), so the test waits for Slurm to start it
         _until(
             "the requeued job's end",
             lambda: out.exists() and out.read_text().strip() != "",
