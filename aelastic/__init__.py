@@ -12,10 +12,10 @@ Lighthouse), ``aelastic.stragglers`` (slow nodes found while the job runs),
 codes); the launch API
 (``LaunchConfig``, ``launch``, ``open_job``, ``elastic_launch``) is in ``aelastic.launcher``.
 
-Layers, lowest first. A module imports from its own package, from a lower layer, and
-from another package only what that package's ``__init__`` exports (never one of its
-``_private`` modules); the base helpers are shared by all (``tests/test_layers.py``
-enforces this, and that no two modules import each other)::
+Layers, lowest first. A module imports from its own package and from a lower layer (any
+of its modules, private ones included: a subpackage's ``__init__`` is the door for users,
+not for aelastic's own modules); the base helpers are shared by all
+(``tests/test_layers.py`` enforces this, and that no two modules import each other)::
 
     0. base: _dataclass _entry_points _exceptions _features _ids _lazy _net _owned_dirs
     0. base too: _stacks_dump _tasks
