@@ -11,30 +11,28 @@ from __future__ import annotations
 import abc
 import contextlib
 import logging
-import os
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
 
-from .._net import free_port
 from ..errors import ProcessFailure
 from ..events import EventSource
-from ..goodput import GoodputRecorder, RankSteps
 from ..metrics import prof, put_metric
 from ..progress import ProgressSnapshot
 from ..rendezvous import (
     RendezvousConnectionError,
     RendezvousError,
     RendezvousGracefulExitError,
-    RendezvousInfo,
 )
-from ..store import Store, StoreError, StoreTimeoutError
+from ..store import StoreError, StoreTimeoutError
+from ._agent_core import PEER_FINISHED_CHECK_TIMEOUT, PEER_FINISHED_KEY
+from ._agent_rendezvous import RendezvousPhase
 from ._exceptions import AgentError, SignalException
 from ._policy import (
     UNINTERRUPTIBLE_STATE_TIMEOUT_ENV,
@@ -44,17 +42,11 @@ from ._policy import (
     decide_after_hang,
     decide_after_membership_change,
     decide_after_stuck,
-    resolve_uninterruptible_state_timeout,
-    restart_count,
     stuck_workers,
     track_uninterruptible,
     uninterruptible_poll_interval,
 )
-from ._rank_exchange import exchange_ranks
-from ._restart_policy import RestartPolicy
-from ._round_gate import RoundGate
-from ._telemetry import AgentTelemetry, hostname
-from ._types import DEFAULT_ROLE, RunResult, Worker, WorkerGroup, WorkerSpec, WorkerState
+from ._types import DEFAULT_ROLE, RunResult, WorkerGroup, WorkerState
 
 if TYPE_CHECKING:  # imported with hang detection only (see aelastic._features)
     from ..progress import ProgressTimeouts
@@ -66,19 +58,14 @@ __all__ = ("ElasticAgent", "SimpleElasticAgent")
 log = logging.getLogger("aelastic.agent")
 
 _TERMINAL_STATE_SYNC_ID = "torchelastic/agent/terminal_state"
-#: Set in the round's store by a node whose workers all succeeded, before its exit
-#: barrier: its peers then know its departure ends the job, not the round's membership.
-_PEER_FINISHED_KEY = "aelastic/agent/peer_finished"
 #: Bound on leaving the rendezvous during an abnormal exit (a dead backend must not hang us).
 _RDZV_SHUTDOWN_TIMEOUT = 10.0
-#: How long a job that failed for good waits for its other local workers to exit on
-#: their own before stopping them (so simultaneous failures are all reported).
-_FAILURE_GRACE = 1.0
 # How long the store's host waits after the exit barrier for its peers to acknowledge
 # it (they do within a round trip; only a peer that died since it arrived costs this).
 _EXIT_BARRIER_LINGER = 5.0
-#: Bound on writing or reading the finished mark (a lost store must not hold a node).
-_PEER_FINISHED_CHECK_TIMEOUT = 5.0
+#: How long a job that failed for good waits for its other local workers to exit on
+#: their own before stopping them (so simultaneous failures are all reported).
+_FAILURE_GRACE = 1.0
 
 
 class ElasticAgent(abc.ABC):
@@ -97,7 +84,7 @@ class ElasticAgent(abc.ABC):
         """The (mutable, live) :class:`WorkerGroup` of ``role``."""
 
 
-class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
+class SimpleElasticAgent(RendezvousPhase, ElasticAgent):
     """An agent for one :class:`WorkerSpec`; subclasses say how workers start and stop.
 
     Subclass hooks (all called from the task running :meth:`run`):
@@ -129,61 +116,6 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
     Raises:
         AgentConfigError: the D-state timeout (or its variable) is not a number.
     """
-
-    def __init__(
-        self,
-        spec: WorkerSpec,
-        exit_barrier_timeout: float | None = None,
-        shutdown_timeout: float | None = None,
-        uninterruptible_state_timeout: float | None = None,
-    ) -> None:
-        self._worker_group = WorkerGroup(spec)
-        self._remaining_restarts = spec.max_restarts
-        self._store: Store | None = None
-        self._exit_barrier_timeout = (
-            spec.exit_barrier_timeout if exit_barrier_timeout is None else exit_barrier_timeout
-        )
-        self._shutdown_timeout = (
-            spec.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
-        )
-        self._total_execution_time = 0
-        #: Worker starts so far (names callable result files; logs use the restart count).
-        self._attempt = -1
-        self._round_stack: AsyncExitStack | None = None
-        #: opens the next round's stack inside :meth:`_invoke_run`'s block
-        self._open_round: Callable[[], AsyncExitStack] = AsyncExitStack
-        self._run_scope: anyio.CancelScope | None = None
-        self._signal: signal.Signals | None = None
-        self._running = False
-        self._use_agent_store = False
-        # the workers' store endpoint group rank 0 opened for this round (_rendezvous)
-        self._store_endpoint: tuple[str, int, bool] | None = None
-        self._rdzv_info: RendezvousInfo | None = None
-        #: Seconds a worker may stay in D-state; None: the check is off (no polling).
-        self._uninterruptible_state_timeout = resolve_uninterruptible_state_timeout(
-            spec.uninterruptible_state_timeout
-            if uninterruptible_state_timeout is None
-            else uninterruptible_state_timeout,
-            os.environ.get(UNINTERRUPTIBLE_STATE_TIMEOUT_ENV),
-        )
-        #: ``{local_rank: pid}`` of the workers the D-state check found stuck.
-        self._stuck: dict[int, int] = {}
-        #: This round's progress files (set by subclasses that start workers; None: off).
-        self._progress: RoundProgress | None = None
-        #: The hang that ended this round, if one did.
-        self._hang: Hang | None = None
-        #: The failed workers of the last failed round, published once they are stopped.
-        self._last_failures: Mapping[int, ProcessFailure] = MappingProxyType({})
-        self._restart_policy = RestartPolicy(spec)
-        #: Learned timeouts (``spec.learn_timeouts``), made at first use (_learned_timeouts).
-        self._learned: LearnedTimeouts | None = None
-        #: Health checks run before each round (None: none); see :mod:`aelastic.nodes`.
-        self.node_gate: RoundGate | None = None
-        #: The exits the default (polling) _wait_for_worker_exit saw in this round.
-        self._polled_exit_codes: Mapping[int, int] = {}
-        #: Where this node's time went (:mod:`aelastic.goodput`), fed by the loop below.
-        self.goodput = GoodputRecorder()
-        self.goodput.steps = self._rank_steps
 
     # -- public -----------------------------------------------------------------------
 
@@ -363,104 +295,6 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
             },
         )
 
-    # -- hooks for subclasses ------------------------------------------------------------
-
-    @abc.abstractmethod
-    async def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
-        """Start ``local_world_size`` workers; return ``{local_rank: worker id}``.
-
-        Put the started processes' context on ``self._round_stack``.
-        """
-
-    @abc.abstractmethod
-    async def _stop_workers(
-        self, worker_group: WorkerGroup, sig: signal.Signals = signal.SIGTERM
-    ) -> None:
-        """Stop every worker (``sig``, SIGKILL after the shutdown timeout) and reap them.
-
-        Must cope with workers already gone; safe to call twice.
-        """
-
-    async def _wait_for_worker_exit(self, worker_group: WorkerGroup) -> None:
-        """Return when one more local worker has exited (the moment it does).
-
-        This default is torch's polling SimpleElasticAgent, for subclasses that only implement
-        :meth:`_monitor_workers`: it calls it every ``spec.monitor_interval`` seconds
-        and returns once the group is no longer ``HEALTHY`` (its exit codes then come
-        from that result, see :meth:`_worker_exit_codes`). Subclasses that learn of an
-        exit as it happens override both.
-
-        Raises:
-            AgentError: ``_monitor_workers`` reported a state the agent cannot act on
-                (``UNKNOWN``, ``INIT``...).
-        """
-        while True:
-            await anyio.sleep(worker_group.spec.monitor_interval)
-            result = await self._monitor_workers(worker_group)
-            state = result.state
-            if state is WorkerState.HEALTHY:
-                continue
-            if state is WorkerState.SUCCEEDED:
-                codes = {w.local_rank: 0 for w in worker_group.workers}
-            elif state in (WorkerState.FAILED, WorkerState.UNHEALTHY):
-                failed = {f.local_rank: f.exitcode or 1 for f in result.failures.values()}
-                codes = failed or {w.local_rank: 1 for w in worker_group.workers}
-            else:
-                raise AgentError(
-                    f"[{worker_group.spec.role}] _monitor_workers reported the worker group"
-                    f" in state {state.value}; expected HEALTHY, SUCCEEDED, FAILED or UNHEALTHY"
-                )
-            self._polled_exit_codes = codes
-            return
-
-    def _worker_exit_codes(self, worker_group: WorkerGroup) -> Mapping[int, int]:
-        """``{local_rank: exitcode}`` of the workers exited so far in this round.
-
-        This default reports what the polling :meth:`_wait_for_worker_exit` saw.
-        """
-        return self._polled_exit_codes
-
-    @abc.abstractmethod
-    async def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
-        """The group's result now (no waiting): HEALTHY, FAILED+failures, SUCCEEDED+values.
-
-        On a failure for good it is called after :meth:`_stop_workers`: FAILED then
-        lists every worker that failed on its own, not the ones the stop ended.
-        """
-
-    @abc.abstractmethod
-    async def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM) -> None:
-        """Release what the agent holds outside a round; called once at the end of every
-        :meth:`run` (``death_sig``: the terminating signal, else SIGTERM)."""
-
-    def _explain_failures(self, result: RunResult) -> None:
-        """Amend the failures' messages with what only the agent knows (default: nothing)."""
-
-    def _unkillable_workers(self, worker_group: WorkerGroup) -> Mapping[int, int]:
-        """``{local_rank: pid}`` of stopped workers that could not be reaped (default none)."""
-        return {}
-
-    def _forward_signal(self, sig: signal.Signals) -> None:
-        """Send ``sig`` to the running workers without stopping them (default: nothing)."""
-
-    def _worker_states(self, worker_group: WorkerGroup) -> Mapping[int, str]:
-        """``{local_rank: state letter}`` of the running workers (``"D"``: uninterruptible).
-
-        Read by the opt-in D-state check only; the default reports nothing (never stuck).
-        Must not block: it runs in the event loop.
-        """
-        return {}
-
-    def _stopped_exit_codes(self, worker_group: WorkerGroup) -> Mapping[int, int]:
-        """``{local_rank: exitcode}`` of every worker reaped so far, stopped ones included."""
-        return self._worker_exit_codes(worker_group)
-
-    def _failed_before_stop_codes(self, worker_group: WorkerGroup) -> Mapping[int, int]:
-        """After :meth:`_stop_workers`: ``{local_rank: exitcode}`` of the workers that
-        failed on their own before the stop signal (default: the non-zero exits seen)."""
-        codes = self._worker_exit_codes(worker_group)
-        return {rank: code for rank, code in codes.items() if code != 0}
-
     # -- the state machine -------------------------------------------------------------
 
     async def _invoke_run(self, role: str = DEFAULT_ROLE) -> RunResult:
@@ -554,6 +388,63 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
                         wg.group_rank,
                     )
                 await self._restart_workers(wg)
+
+    @prof
+    async def _initialize_workers(self, worker_group: WorkerGroup) -> None:
+        """Rendezvous, then start a fresh set of workers; the group becomes HEALTHY."""
+        role = worker_group.spec.role
+        log.info("[%s] rendezvous'ing worker group", role)
+        await self._rendezvous(worker_group)
+        log.info("[%s] starting worker group", role)
+        self._attempt += 1
+        self._polled_exit_codes = {}
+        worker_ids = await self._start_workers(worker_group)
+        self.goodput.attempt_started()
+        for local_rank, worker_id in worker_ids.items():
+            worker_group.workers[local_rank].id = worker_id
+        worker_group.state = WorkerState.HEALTHY
+        for worker in worker_group.workers:
+            self._record(self._construct_event("START", EventSource.WORKER, worker))
+
+    @prof
+    async def _restart_workers(self, worker_group: WorkerGroup) -> None:
+        """Restart the group (torch's agent contract): stop every local worker, rendezvous
+        again and start fresh workers; the group ends ``HEALTHY``.
+
+        In between, the round's resources (``self._round_stack``) are closed and a new
+        stack is opened for the next round, and a restart after a failure (the group
+        is ``FAILED``) publishes the failure (:attr:`last_failures`) and waits the
+        restart policy's backoff. Cancellation: as :meth:`run`'s.
+
+        Raises:
+            AgentError: a worker survived SIGKILL (state D): not restarted on this host.
+        """
+        role = worker_group.spec.role
+        failed = worker_group.state is WorkerState.FAILED
+        log.info("[%s] stopping worker group", role)
+        await self._stop_workers(worker_group)
+        if failed:  # a failure restarted: publish it
+            result = await self._monitor_workers(worker_group)
+            if self._hang is not None:
+                result = self._hang_result(worker_group, self._hang)
+            self._explain_failures(result)
+            self._last_failures = MappingProxyType(dict(result.failures))
+        worker_group.state = WorkerState.STOPPED
+        if failed:
+            await anyio.sleep(self._restart_policy.backoff_seconds())
+        stuck = self._unkillable_workers(worker_group)
+        if stuck:
+            worker_group.state = WorkerState.UNKNOWN
+            raise AgentError(
+                f"[{role}] worker(s) survived SIGKILL and cannot be reaped (local_rank: pid"
+                f" {stuck}); they are probably in uninterruptible sleep (state D: a hung GPU,"
+                " NCCL, RDMA or network file system call). Not restarting on this host:"
+                " recycle it."
+            )
+        if self._round_stack is not None:  # inside run(): the next round's resources
+            await self._round_stack.aclose()
+            self._round_stack = self._open_round()
+        await self._initialize_workers(worker_group)
 
     async def _collect_simultaneous_exits(self, worker_group: WorkerGroup) -> None:
         """Before the stop that ends a failed job: give the local workers still running
@@ -692,7 +583,7 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         try:
             while True:
                 with contextlib.suppress(StoreTimeoutError):
-                    await store.wait([_PEER_FINISHED_KEY])
+                    await store.wait([PEER_FINISHED_KEY])
                     finished.set()
                     return
         except (StoreError, RendezvousError, OSError) as exc:
@@ -708,43 +599,12 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         store = worker_group.store
         if store is None:
             return False
-        with anyio.move_on_after(_PEER_FINISHED_CHECK_TIMEOUT):
+        with anyio.move_on_after(PEER_FINISHED_CHECK_TIMEOUT):
             try:
-                return await store.check([_PEER_FINISHED_KEY])
+                return await store.check([PEER_FINISHED_KEY])
             except (StoreError, RendezvousError, OSError):
                 pass
         return False
-
-    async def _mark_finished(self) -> None:
-        """Tell this round's peers that this node's workers all succeeded (best effort,
-        bounded): its departure after the exit barrier then does not restart theirs."""
-        store = self._store
-        if store is None:
-            return
-        with anyio.move_on_after(_PEER_FINISHED_CHECK_TIMEOUT):
-            try:
-                await store.set(_PEER_FINISHED_KEY, str(self._worker_group.group_rank))
-            except (StoreError, RendezvousError, OSError) as exc:
-                log.debug("could not mark this node finished: %s", exc)
-
-    def _rank_steps(self) -> list[RankSteps]:
-        """The running round's steps per local rank, as the goodput ledger reads them."""
-        progress = self._progress
-        if progress is None:
-            return []
-        return [
-            RankSteps(
-                s.first_step,
-                s.first_step_ns,
-                s.step,
-                s.step_ns,
-                s.checkpoint_save_ns,
-                s.checkpoint_load_ns,
-            )
-            if s.attached
-            else RankSteps()
-            for s in progress.snapshots().values()
-        ]
 
     def _attempt_ended(
         self, first: Action, decision: Decision, noticed_ns: int, excluded: bool
@@ -861,198 +721,17 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         wg.state = WorkerState.FAILED
         return RunResult(state=WorkerState.FAILED, failures=failures)
 
-    @prof
-    async def _initialize_workers(self, worker_group: WorkerGroup) -> None:
-        """Rendezvous, then start a fresh set of workers; the group becomes HEALTHY."""
-        role = worker_group.spec.role
-        log.info("[%s] rendezvous'ing worker group", role)
-        await self._rendezvous(worker_group)
-        log.info("[%s] starting worker group", role)
-        self._attempt += 1
-        self._polled_exit_codes = {}
-        worker_ids = await self._start_workers(worker_group)
-        self.goodput.attempt_started()
-        for local_rank, worker_id in worker_ids.items():
-            worker_group.workers[local_rank].id = worker_id
-        worker_group.state = WorkerState.HEALTHY
-        for worker in worker_group.workers:
-            self._record(self._construct_event("START", EventSource.WORKER, worker))
-
-    @prof
-    async def _restart_workers(self, worker_group: WorkerGroup) -> None:
-        """Restart the group (torch's agent contract): stop every local worker, rendezvous
-        again and start fresh workers; the group ends ``HEALTHY``.
-
-        In between, the round's resources (``self._round_stack``) are closed and a new
-        stack is opened for the next round, and a restart after a failure (the group
-        is ``FAILED``) publishes the failure (:attr:`last_failures`) and waits the
-        restart policy's backoff. Cancellation: as :meth:`run`'s.
-
-        Raises:
-            AgentError: a worker survived SIGKILL (state D): not restarted on this host.
-        """
-        role = worker_group.spec.role
-        failed = worker_group.state is WorkerState.FAILED
-        log.info("[%s] stopping worker group", role)
-        await self._stop_workers(worker_group)
-        if failed:  # a failure restarted: publish it
-            result = await self._monitor_workers(worker_group)
-            if self._hang is not None:
-                result = self._hang_result(worker_group, self._hang)
-            self._explain_failures(result)
-            self._last_failures = MappingProxyType(dict(result.failures))
-        worker_group.state = WorkerState.STOPPED
-        if failed:
-            await anyio.sleep(self._restart_policy.backoff_seconds())
-        stuck = self._unkillable_workers(worker_group)
-        if stuck:
-            worker_group.state = WorkerState.UNKNOWN
-            raise AgentError(
-                f"[{role}] worker(s) survived SIGKILL and cannot be reaped (local_rank: pid"
-                f" {stuck}); they are probably in uninterruptible sleep (state D: a hung GPU,"
-                " NCCL, RDMA or network file system call). Not restarting on this host:"
-                " recycle it."
-            )
-        if self._round_stack is not None:  # inside run(): the next round's resources
-            await self._round_stack.aclose()
-            self._round_stack = self._open_round()
-        await self._initialize_workers(worker_group)
-
-    @prof
-    async def _rendezvous(self, worker_group: WorkerGroup) -> None:
-        """Join the next round, assign ranks, and agree on the workers' store endpoint.
-
-        A member that dies between the round's completion and the rank assignment
-        would leave the others waiting on its role info or its assignment forever, so
-        the assignment races the round's membership: when the membership changes
-        first, this node joins the next round instead.
-        """
-        spec = worker_group.spec
-        while True:
-            if self.node_gate is not None:  # an unhealthy node stays out of the round
-                await self.node_gate.admit(spec.rdzv_handler, self._emit)
-            started = time.monotonic()
-            with self.goodput.wait():
-                info = await spec.rdzv_handler.next_rendezvous()
-            if info.world_size < (worker_group.group_world_size or 0):
-                self.goodput.reclassify("node_loss")
-            self._rdzv_info = info
-            self._store = info.store
-            worker_group.store = info.store
-            worker_group.group_rank = info.rank
-            worker_group.group_world_size = info.world_size
-            self._record(
-                self._construct_event(
-                    "RENDEZVOUS", EventSource.AGENT, duration_ms=_ms_since(started)
-                )
-            )
-            started = time.monotonic()
-            # Group rank 0 hosts the workers' store here, in this task: a StoreServer
-            # on the round's stack must be entered by the task that leaves it.
-            self._store_endpoint = await self._worker_store_endpoint() if info.rank == 0 else None
-            workers = await self._assign_ranks_unless_members_change(info, spec)
-            if workers is not None:
-                break
-            log.warning(
-                "[%s] the round's membership changed during rank assignment (a member left "
-                "or died); joining the next round",
-                spec.role,
-            )
-        worker_group.workers = workers
-        self._record(
-            self._construct_event(
-                "ASSIGN_WORKER_RANKS", EventSource.AGENT, duration_ms=_ms_since(started)
-            )
-        )
-        log.info(
-            "[%s] rendezvous complete: restart_count=%d master=%s:%s group_rank=%d"
-            " group_world_size=%d global_ranks=%s role_ranks=%s world_size=%d",
-            spec.role,
-            restart_count(spec.max_restarts, self._remaining_restarts),
-            worker_group.master_addr,
-            worker_group.master_port,
-            info.rank,
-            info.world_size,
-            [w.global_rank for w in workers],
-            [w.role_rank for w in workers],
-            workers[0].world_size,
-        )
-
-    async def _worker_store_endpoint(self) -> tuple[str, int, bool]:
-        """Group rank 0: decide (and host, if needed) the workers' store; ``(addr, port, agent)``.
-
-        ``agent`` is ``TORCHELASTIC_USE_AGENT_STORE``. Subclasses may host the store on
-        ``self._round_stack``. This default (torch's SimpleElasticAgent's) hosts none: without a
-        ``master_port`` it takes ``master_addr``, else ``local_addr``, else this host's
-        name, and a port free now (worker rank 0 then hosts torch's store there); with
-        one, ``agent`` is True when the rendezvous serves that port itself
-        (``use_agent_store`` and its bootstrap endpoint), else False.
-        """
-        spec = self._worker_group.spec
-        if spec.master_port is None:
-            return spec.master_addr or spec.local_addr or hostname(), free_port(), False
-        boot = None if self._rdzv_info is None else self._rdzv_info.bootstrap_store_info
-        # The rendezvous itself serves that endpoint (torch's static backend): workers
-        # must connect to it as clients rather than bind it.
-        agent_store = (
-            spec.rdzv_handler.use_agent_store
-            and boot is not None
-            and boot.master_port == spec.master_port
-        )
-        addr = spec.master_addr or spec.local_addr or (boot.master_addr if boot else None)
-        return addr or hostname(), spec.master_port, agent_store
-
-    @prof
-    async def _assign_ranks_unless_members_change(
-        self, info: RendezvousInfo, spec: WorkerSpec
-    ) -> list[Worker] | None:
-        """:meth:`_assign_worker_ranks`, or None if the round's membership changes first.
-
-        Cancelling the caller cancels both the assignment and the watch; an error from
-        either (the store, the rendezvous) propagates.
-        """
-        assigned: list[list[Worker]] = []
-        async with anyio.create_task_group() as tg:
-
-            async def assign() -> None:
-                assigned.append(
-                    await self._assign_worker_ranks(info.store, info.rank, info.world_size, spec)
-                )
-                tg.cancel_scope.cancel()
-
-            async def watch() -> None:
-                await spec.rdzv_handler.wait_for_membership_change()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(assign)
-            tg.start_soon(watch)
-        return assigned[0] if assigned else None
-
-    async def _assign_worker_ranks(
-        self, store: Store, group_rank: int, group_world_size: int, spec: WorkerSpec
-    ) -> list[Worker]:
-        """This node's workers with their global and role ranks (:func:`exchange_ranks`, O(1)
-        requests per agent); also sets ``master_addr``/``master_port`` on the group."""
-
-        async def endpoint() -> tuple[str, int, bool]:
-            return self._store_endpoint or await self._worker_store_endpoint()
-
-        mine, addr, port, agent_store = await exchange_ranks(
-            store, group_rank, group_world_size, spec, endpoint
-        )
-        wg = self._worker_group
-        wg.master_addr, wg.master_port = addr, port
-        self._use_agent_store = agent_store
-        return [
-            Worker(
-                local_rank=i,
-                global_rank=mine.base_global_rank + i,
-                role_rank=mine.base_role_rank + i,
-                world_size=mine.world_size,
-                role_world_size=mine.role_world_size,
-            )
-            for i in range(spec.local_world_size)
-        ]
+    async def _mark_finished(self) -> None:
+        """Tell this round's peers that this node's workers all succeeded (best effort,
+        bounded): its departure after the exit barrier then does not restart theirs."""
+        store = self._store
+        if store is None:
+            return
+        with anyio.move_on_after(PEER_FINISHED_CHECK_TIMEOUT):
+            try:
+                await store.set(PEER_FINISHED_KEY, str(self._worker_group.group_rank))
+            except (StoreError, RendezvousError, OSError) as exc:
+                log.debug("could not mark this node finished: %s", exc)
 
     async def _exit_barrier(self) -> None:
         """Wait up to ``exit_barrier_timeout`` for every node to finish its workers.
@@ -1073,7 +752,7 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
         leaving closes the store, which would reset a peer whose wait the server had
         not answered yet. Errors other than cancellation are logged, not raised.
         """
-        from ..store import arrive_at_barrier, wait_for_departures
+        from ..store._utils import arrive_at_barrier, wait_for_departures
 
         wg = self._worker_group
         if self._store is None or wg.group_world_size is None:
@@ -1193,10 +872,6 @@ class SimpleElasticAgent(AgentTelemetry, ElasticAgent):
                 await self._worker_group.spec.rdzv_handler.shutdown()
             except Exception:
                 log.exception("error while leaving the rendezvous")
-
-
-def _ms_since(started: float) -> float:
-    return round((time.monotonic() - started) * 1000.0, 3)
 
 
 def _describe_exits(codes: Mapping[int, int]) -> str:

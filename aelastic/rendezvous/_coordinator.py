@@ -23,7 +23,8 @@ from typing import Protocol
 import anyio
 
 from .._dataclass import dataclass
-from ..store import OnCloseAction, StoreTimeoutError
+from ..store import StoreTimeoutError
+from ..store._interface import OnCloseAction
 from ._alarm import InboxAlarm
 from ._guards import LostOrders
 from ._liveness import Liveness, TickClock

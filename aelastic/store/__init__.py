@@ -20,25 +20,17 @@ from ._exceptions import StoreError as StoreError
 from ._exceptions import StoreLimitError as StoreLimitError
 from ._exceptions import StoreTimeoutError as StoreTimeoutError
 from ._exceptions import StoreUnsupportedError as StoreUnsupportedError
-from ._interface import EphemeralSession as EphemeralSession
-from ._interface import OnCloseAction as OnCloseAction
 from ._interface import Store as Store
-from ._interface import Value as Value
-from ._interface import to_bytes as to_bytes
 from ._local import LocalStore as LocalStore
 from ._prefix import PrefixStore as PrefixStore
 from ._server import StoreServer as StoreServer
-from ._utils import arrive_at_barrier as arrive_at_barrier
 from ._utils import barrier as barrier
 from ._utils import get_all as get_all
 from ._utils import synchronize as synchronize
-from ._utils import wait_for_departures as wait_for_departures
 
 __all__ = (
-    "EphemeralSession",
     "LocalStore",
     "NotAStoreError",
-    "OnCloseAction",
     "PrefixStore",
     "ProtocolError",
     "QueueEmptyError",
@@ -52,11 +44,7 @@ __all__ = (
     "StoreTimeoutError",
     "StoreUnsupportedError",
     "TCPStoreClient",
-    "Value",
-    "arrive_at_barrier",
     "barrier",
     "get_all",
     "synchronize",
-    "to_bytes",
-    "wait_for_departures",
 )

@@ -156,7 +156,7 @@ class Store(AsyncResource):
         ``async with store.ephemeral() as session: await session.on_close(
         "queue_push", "departed", node_id)``: if this process dies, its connection
         closes and the server pushes at once (see
-        :class:`~aelastic.store.EphemeralSession`). Raises
+        :class:`EphemeralSession`). Raises
         :class:`~aelastic.store.StoreUnsupportedError` (on entering) where the store
         cannot do it, e.g. torch's own TCPStore server.
         """

@@ -20,7 +20,8 @@ from aelastic.agent._policy import (
     restart_backoff,
 )
 from aelastic.progress import ProgressTimeouts
-from aelastic.store import LocalStore, Store, Value
+from aelastic.store import LocalStore, Store
+from aelastic.store._interface import Value
 
 from .conftest import LocalRendezvous
 

@@ -7,7 +7,8 @@ import anyio
 from anyio.abc import TaskGroup
 
 from aelastic.rendezvous._guards import LostOrders
-from aelastic.store import EphemeralSession, StoreServer, TCPStoreClient
+from aelastic.store import StoreServer, TCPStoreClient
+from aelastic.store._interface import EphemeralSession
 
 
 def _orders(session: EphemeralSession, tg: TaskGroup, placed: list[int]) -> LostOrders:

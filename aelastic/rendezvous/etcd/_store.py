@@ -17,15 +17,8 @@ from urllib.parse import quote
 
 import anyio
 
-from ...store import (
-    QueueEmptyError,
-    Store,
-    StoreClosedError,
-    StoreError,
-    StoreTimeoutError,
-    Value,
-    to_bytes,
-)
+from ...store import QueueEmptyError, Store, StoreClosedError, StoreError, StoreTimeoutError
+from ...store._interface import Value, to_bytes
 from ._client import (
     EtcdClient,
     cmp_mod,
