@@ -1,5 +1,5 @@
 """Address and connection helpers shared by the store, the agent, the rendezvous backends
-and the checkpoint replicas."""
+and the checkpoint peer copies."""
 
 from __future__ import annotations
 

@@ -61,8 +61,8 @@ def _table(results: list[Result], total: float) -> str:
     out.append(f"{'invariant':<10} {'violations':>10} {'schedules':>10}")
     for inv in INVARIANTS:
         out.append(f"{inv:<10} {broken[inv]:>10} {failing[inv]:>10}")
-    lag = sum(1 for r in results for n in r.notes if "replica lag" in n)
-    out.append(f"{'lag notes':<10} {lag:>10}   (replica lag: documented, not a violation)")
+    lag = sum(1 for r in results for n in r.notes if "peer-copy lag" in n)
+    out.append(f"{'lag notes':<10} {lag:>10}   (peer-copy lag: documented, not a violation)")
     slow = [(r, e) for r in results for e in r.fired if e.kind == "slow_worker"]
     excluded = sum(1 for r, e in slow if r.codes.get(f"n{e.target}") == 95)
     if slow:

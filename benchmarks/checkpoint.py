@@ -24,7 +24,7 @@ float32 tensors, 8 by default: a model-like state_dict) and measures, side by si
   (``Checkpoints.persist``: one thread, sendfile, fsync) vs the largest event-loop
   stall a 1 ms ticker sees meanwhile.
 * **peer copy** (``--mode peer`` runs only this): the agent's copy of a rank's newest
-  step to the next node's agent (``--checkpoint-replicas``; ``_replica``: ``sendfile``
+  step to the next node's agent (``--checkpoint-peer-copies``; ``_peer_copies``: ``sendfile``
   from the file in ``/dev/shm`` to a loopback socket, ``recv_into`` a mapping of the
   destination file), steady state (each push a newer step, the peer keeping
   two: the median of the pushes from the third on, which reuse the pages of the step
@@ -77,7 +77,7 @@ from aelastic import checkpoint
 from aelastic.checkpoint import _buffer
 from aelastic.checkpoint import _layout as L
 from aelastic.checkpoint._agent import Checkpoints
-from aelastic.checkpoint._replica import PeerRound, open_replicas
+from aelastic.checkpoint._peer_copies import PeerRound, open_peer_copies
 from aelastic.store import LocalStore
 
 #: What raw loopback TCP sends at a time (anyio streams; the agent's 1 MiB before it
@@ -325,7 +325,7 @@ async def peer_copy(mib: int, repeats: int) -> dict[str, float]:
     push, fetch, raw = [], [], []
     try:
         # no background copies: only the ones timed here
-        async with open_replicas(a, 1, 3600) as ra, open_replicas(b, 1, 3600) as rb:
+        async with open_peer_copies(a, 1, 3600) as ra, open_peer_copies(b, 1, 3600) as rb:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(ra.join, rounds[0])
                 tg.start_soon(rb.join, rounds[1])
@@ -344,7 +344,7 @@ async def peer_copy(mib: int, repeats: int) -> dict[str, float]:
                 os.mkdir(c)
                 store = LocalStore()  # a new round: b announces what it holds now
                 again = [PeerRound(store, g, 2, (g,), "127.0.0.1", "127.0.0.1") for g in (0, 1)]
-                async with open_replicas(c, 1, 3600) as rc:
+                async with open_peer_copies(c, 1, 3600) as rc:
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(rb.join, again[1])
                         tg.start_soon(rc.join, again[0])

@@ -6,7 +6,7 @@ import logging
 import os
 import signal
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -79,7 +79,10 @@ class LocalElasticAgent(SimpleElasticAgent):
     ``os.environ`` is never modified. ``worker_cwd``: the workers' working directory
     (None: the agent's). ``warm_workers=False`` starts every worker as a fresh
     interpreter, with no idle pre-started ones (see :func:`aelastic.workers.open_warm_pool`;
-    ``AELASTIC_WARM_WORKERS=0`` turns them off for every agent). With ``spec.log_dir``
+    ``AELASTIC_WARM_WORKERS=0`` turns them off for every agent).
+    ``worker_ignored_signals``: signals every worker starts with ignored (``SIG_IGN``;
+    ``aelastic run`` passes SIGUSR1 when it traps it as a preemption notice, which
+    Slurm sends the workers too). With ``spec.log_dir``
     None the run's fresh temporary log tree is removed at the end of :meth:`run` as
     far as it holds no file. Arguments ``exit_barrier_timeout``, ``shutdown_timeout``,
     ``log_line_prefix_template`` and ``uninterruptible_state_timeout`` (torch's
@@ -92,7 +95,7 @@ class LocalElasticAgent(SimpleElasticAgent):
     With ``checkpoint_dir`` it also writes the newest complete step there every
     ``checkpoint_persist_interval`` seconds and before ``run()`` returns or raises.
     With several nodes it copies its ranks' newest step to the next
-    ``checkpoint_replicas`` nodes' agents (0: none), and a node that replaces a lost one
+    ``checkpoint_peer_copies`` nodes' agents (0: none), and a node that replaces a lost one
     fetches its ranks' step from them before its workers start. Their connections prove
     they hold the job's key: ``job_secret_file``'s, else one the agents agree on through
     the rendezvous store (docs/security.md, "Checkpoint peer listener").
@@ -112,8 +115,9 @@ class LocalElasticAgent(SimpleElasticAgent):
         warm_workers: bool = True,
         checkpoint_dir: str | None = None,
         checkpoint_persist_interval: float = 300.0,
-        checkpoint_replicas: int = 1,
+        checkpoint_peer_copies: int = 1,
         job_secret_file: str | None = None,
+        worker_ignored_signals: Collection[int] = (),
     ) -> None:
         super().__init__(
             spec, exit_barrier_timeout, shutdown_timeout, uninterruptible_state_timeout
@@ -127,6 +131,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._worker_env_extra = dict(worker_env_extra or {})
         self._worker_cwd = worker_cwd
         self._warm_workers = warm_workers
+        self._worker_ignored_signals = frozenset(int(s) for s in worker_ignored_signals)
         self._procs: WorkerProcesses | None = None
         self._exits: dict[int, ProcessExit] = {}
         self._error_files: dict[int, str | None] = {}
@@ -144,7 +149,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._log_destinations: LogDestinations | None = None
         self._checkpoint_dir = checkpoint_dir
         self._checkpoint_persist_interval = checkpoint_persist_interval
-        self._checkpoint_replicas = checkpoint_replicas
+        self._checkpoint_peer_copies = checkpoint_peer_copies
         self._job_secret_file = job_secret_file
         self._checkpoints: Checkpoints | None = None
 
@@ -275,6 +280,7 @@ class LocalElasticAgent(SimpleElasticAgent):
                 shutdown_timeout=self._shutdown_timeout,
                 warm_pool=self._warm_pool,
                 exit_grace=spec.exit_grace,
+                ignored_signals=self._worker_ignored_signals,
             )
         )
         self._procs = procs
@@ -308,7 +314,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         """This run's checkpoint memory (aelastic.checkpoint): copied to disk, freed on exit."""
         run_id = self._worker_group.spec.rdzv_handler.get_run_id()
         key = None
-        if self._job_secret_file is not None and self._checkpoint_replicas > 0:
+        if self._job_secret_file is not None and self._checkpoint_peer_copies > 0:
             try:  # checked by the launcher; read here, never put in the workers' env
                 key = await anyio.to_thread.run_sync(_read_job_secret, self._job_secret_file)
             except ValueError as exc:
@@ -318,7 +324,7 @@ class LocalElasticAgent(SimpleElasticAgent):
             self._checkpoint_dir,
             self._checkpoint_persist_interval,
             self._emit,
-            self._checkpoint_replicas,
+            self._checkpoint_peer_copies,
             key,
         ) as checkpoints:
             self._checkpoints = checkpoints

@@ -22,7 +22,7 @@ before CUDA tensors reach it, see docs/checkpoint-fast-save.md);
 ``load`` returns the newest step that every rank completed. With ``--checkpoint-dir``
 the agent also writes the newest step to disk (every ``--checkpoint-persist-interval``
 seconds and before it exits) and a fresh launch resumes from there. With several nodes,
-each agent copies its ranks' newest step to the next ``--checkpoint-replicas`` nodes
+each agent copies its ranks' newest step to the next ``--checkpoint-peer-copies`` nodes
 (default 1), and a node that replaces a lost one resumes its ranks from such a copy.
 
 With ``torch.distributed.checkpoint`` (sharded states, resharding on load)::

@@ -30,7 +30,7 @@ from . import _layout as L
 from ._disk import write_step
 from ._exceptions import CheckpointError
 from ._owner import claim, release_if_empty, sweep_abandoned
-from ._replica import PeerRound, Replicas, announce_no_replicas, open_replicas
+from ._peer_copies import PeerCopies, PeerRound, announce_no_peer_copies, open_peer_copies
 from ._resume import Holdings, choose, fetch_plan, holdings, lost, to_delete
 
 __all__ = ("Checkpoints", "open_checkpoints")
@@ -68,11 +68,11 @@ class Checkpoints:
         memory_dir: str,
         persist_dir: str | None,
         emit: Emit,
-        replicas: Replicas | None = None,
+        peer_copies: PeerCopies | None = None,
     ) -> None:
         self.memory_dir = memory_dir
-        #: the peer copies (``--checkpoint-replicas``; None: off)
-        self.replicas = replicas
+        #: the peer copies (``--checkpoint-peer-copies``; None: off)
+        self.peer_copies = peer_copies
         self.persist_dir = persist_dir
         self._emit = emit
         #: the global ranks of the current round's workers on this node
@@ -107,7 +107,7 @@ class Checkpoints:
             "resumed_step": self.resumed_step,
             "persist_dir": self.persist_dir,
             "persisted_step": self.persisted_step,
-            "replicas": None if self.replicas is None else self.replicas.status(),
+            "peer_copies": None if self.peer_copies is None else self.peer_copies.status(),
         }
 
     # -- the step to resume from ----------------------------------------------------------
@@ -151,32 +151,32 @@ class Checkpoints:
         round's ``store`` and reads the others' (one ``set`` and one ``multi_get``); all
         then apply the same rule (``_resume``: the newest step every node can read what
         its ranks need of), and each fetches the files it lacks from the peers that hold
-        them (``--checkpoint-replicas``: a node that joins or replaces a lost one). The
+        them (``--checkpoint-peer-copies``: a node that joins or replaces a lost one). The
         wait for the peers ends early when ``membership_changed()`` returns (no step then,
         and nothing is deleted: the round is over anyway, the next one decides).
 
         With peer copies and several nodes, ``address`` is ``(bind, advertised)`` of
-        this node's replica listener.
+        this node's peer-copy listener.
 
         Only call between rounds (no worker running). A peer that cannot send a file is
         logged (the worker that needs it then fails to load, and the next round decides
         again). Cancellation: stops waiting.
         """
         self.local_ranks = tuple(ranks)
-        peer_round, replicas = None, self.replicas
+        peer_round, peers = None, self.peer_copies
         alone = group_world_size <= 1
         serves = False
-        if not alone and replicas is not None and address is not None:
+        if not alone and peers is not None and address is not None:
             peer_round = PeerRound(store, group_rank, group_world_size, self.local_ranks, *address)
             try:  # ends early when the round does (a peer died before announcing itself)
                 serves = await _unless_membership_changes(
-                    functools.partial(replicas.join, peer_round), membership_changed
+                    functools.partial(peers.join, peer_round), membership_changed
                 )
             except StoreError as exc:
-                log.warning("cannot reach the other agents' checkpoint replicas: %s", exc)
+                log.warning("cannot reach the other agents' checkpoint peer copies: %s", exc)
         elif not alone:
             with contextlib.suppress(StoreError):  # the agreement below reports it
-                await announce_no_replicas(store, group_rank)
+                await announce_no_peer_copies(store, group_rank)
         async with self._limiter:
             mine = await anyio.to_thread.run_sync(self._holdings, list(ranks), serves)
         nodes: list[Holdings] | None = [mine]
@@ -198,8 +198,8 @@ class Checkpoints:
                 await anyio.to_thread.run_sync(self._keep_only, chosen)
         step = None if chosen is None else chosen[0]
         self.resumed_step = step
-        if peer_round is not None and replicas is not None:
-            replicas.started(peer_round)
+        if peer_round is not None and peers is not None:
+            peers.started(peer_round)
         held = self.held_bytes()
         if chosen is not None or held:  # a job that never saves hears nothing of checkpoints
             self._emit(
@@ -255,13 +255,13 @@ class Checkpoints:
         """Fetch what this node lacks of the ``chosen`` step from its peers, at the same
         time. A peer that fails is logged (the worker needing its files fails to load)."""
         plan = fetch_plan(nodes, me, *chosen)
-        replicas = self.replicas
-        if not plan or replicas is None:
+        peers = self.peer_copies
+        if not plan or peers is None:
             return
         step, world = chosen
         async with anyio.create_task_group() as tg:
             for peer, ranks in plan.items():
-                tg.start_soon(replicas.fetch, pr, peer, step, world, sorted(ranks))
+                tg.start_soon(peers.fetch, pr, peer, step, world, sorted(ranks))
 
     # -- disk -----------------------------------------------------------------------------
 
@@ -347,7 +347,7 @@ def _warn_lost(nodes: Sequence[Holdings], me: int, chosen: tuple[int, int] | Non
     log.warning(
         "checkpoint step %d is held by this job's nodes, but not every node can read what "
         "its ranks need of it; the workers start from scratch. A node fetches its "
-        "ranks' files from its peers' memory: keep --checkpoint-replicas >= 1, or give "
+        "ranks' files from its peers' memory: keep --checkpoint-peer-copies >= 1, or give "
         "the nodes a shared --checkpoint-dir (a node lost while its copies lagged: see "
         "docs/checkpoints.md, 'Resizing')",
         newest,
@@ -373,14 +373,14 @@ async def open_checkpoints(
     persist_dir: str | None,
     persist_interval: float,
     emit: Emit,
-    replicas: int = 0,
+    peer_copies: int = 0,
     peer_key: bytes | None = None,
 ) -> AsyncIterator[Checkpoints]:
     """This run's checkpoint memory on this node; freed (after a last disk copy) on exit.
 
     First frees what agents killed earlier left in ``/dev/shm`` (see ``_owner``).
-    ``replicas`` > 0: the newest step of this node's ranks is copied to that many other
-    nodes in the background (see ``_replica``), until the block is left; their
+    ``peer_copies`` > 0: the newest step of this node's ranks is copied to that many other
+    nodes in the background (see ``_peer_copies``), until the block is left; their
     connections are authenticated with ``peer_key`` (``--job-secret-file``; None: a key
     the agents agree on in the round's store).
 
@@ -393,9 +393,9 @@ async def open_checkpoints(
     checkpoints = Checkpoints(memory_dir, persist_dir, emit)
     try:
         async with contextlib.AsyncExitStack() as stack:
-            if replicas > 0:
-                checkpoints.replicas = await stack.enter_async_context(
-                    open_replicas(memory_dir, replicas, key=peer_key)
+            if peer_copies > 0:
+                checkpoints.peer_copies = await stack.enter_async_context(
+                    open_peer_copies(memory_dir, peer_copies, key=peer_key)
                 )
             tg = await stack.enter_async_context(background_tasks())
             if persist_dir is not None:

@@ -118,7 +118,7 @@ def plan(root: str, rank: int, step: int) -> tuple[list[str], str | None]:
 
 def target(root: str, reuse: str | None, tmp: str) -> int:
     """Rename ``reuse`` (a file whose pages the new one takes over: the buffer a save
-    reuses, from :func:`plan`, or the older replica a peer copy replaces) to ``tmp``, or
+    reuses, from :func:`plan`, or the older peer copy a new one replaces) to ``tmp``, or
     create ``tmp``; its descriptor. A step left without files loses its directory.
     Raises OSError."""
     if reuse is not None:

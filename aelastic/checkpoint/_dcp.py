@@ -227,6 +227,6 @@ def _choose() -> tuple[int | None, str | None]:
             "no torch.distributed.checkpoint metadata on this node: it was saved with "
             "checkpoint.save() (read it with checkpoint.load()), or its .metadata, written on "
             "the node of DCP's coordinator (rank 0), did not reach this one: --checkpoint-"
-            "replicas copies carry it, or give the nodes a shared --checkpoint-dir"
+            "peer-copies carry it, or give the nodes a shared --checkpoint-dir"
         )
     return best

@@ -11,7 +11,7 @@ for a later file's.
 
 A new file's pages are allocated, and their page tables filled, by :meth:`Landing.allocate`
 a chunk at a time in a worker thread while the bytes of the chunk before arrive
-(``_replica``), through ctypes (``_buffer.allocate_mapped``): ``MAP_POPULATE`` and
+(``_peer_copies``), through ctypes (``_buffer.allocate_mapped``): ``MAP_POPULATE`` and
 ``mmap.madvise`` hold CPython's GIL, which stalled the agent's event loop 125-205 ms per
 512 MiB here.
 """
@@ -62,7 +62,7 @@ class Landing:
         ``step`` are held (``allocated`` says how many of its bytes have pages: the
         rest must go through :meth:`allocate` before they are written). Raises OSError
         (nothing is left behind)."""
-        tmp = os.path.join(self.memory_dir, f".replica_{rank}_{os.urandom(8).hex()}.tmp")
+        tmp = os.path.join(self.memory_dir, f".peer_{rank}_{os.urandom(8).hex()}.tmp")
         held = B.held_files(self.memory_dir, rank, step)
         older = len(held) >= 2 and L.step_of(held[-1]) < step
         fd = B.target(self.memory_dir, held[0] if older else None, tmp)

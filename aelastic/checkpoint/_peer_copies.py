@@ -1,4 +1,4 @@
-"""Peer copies of checkpoints (``--checkpoint-replicas N``): a lost node's ranks resume.
+"""Peer copies of checkpoints (``--checkpoint-peer-copies N``): a lost node's ranks resume.
 
 Each agent of a job with several nodes serves a TCP listener on an ephemeral port and
 announces it in the round's store (``aelastic/checkpoint/peer/<group rank>``). In the
@@ -8,14 +8,14 @@ steps of those ranks in their own memory directory, in the same layout as their 
 (so ``load(rank=...)`` reads them like any other file). When a round starts, before the
 workers do, the agents agree on the step to resume from and on which files each fetches
 from which peer (``_resume``): a node that replaces a lost one, or joins a job that
-grows, gets the state its ranks read from its peers' memory (:meth:`Replicas.fetch`).
+grows, gets the state its ranks read from its peers' memory (:meth:`PeerCopies.fetch`).
 
 Every connection starts with the job key's mutual challenge-response, and every JSON
 line after it carries a MAC (``_peerauth``): a connection that does not prove it holds
 the key is closed, and said once per address at WARNING. The key comes from
 ``--job-secret-file``, else the first agent to reach the round's store writes a random
 one there (:func:`agree_key`; every later round keeps it). The listener binds to the
-address the node announces, and starts only once the job saves (:meth:`Replicas.join`).
+address the node announces, and starts only once the job saves (:meth:`PeerCopies.join`).
 
 The wire format, after the handshake, is a JSON header line (the receiver answers
 ``"ready"``, or ``{"error": ..., "retry": ...}`` for a push it refuses, see
@@ -61,10 +61,10 @@ from ._wire import PeerConn, connect, server_handshake
 
 __all__ = (
     "PeerRound",
-    "Replicas",
+    "PeerCopies",
     "agree_key",
-    "announce_no_replicas",
-    "open_replicas",
+    "announce_no_peer_copies",
+    "open_peer_copies",
     "push_refusal",
 )
 
@@ -84,7 +84,7 @@ SAVED_KEY = "aelastic/checkpoint/saved"
 #: The bounds of a push (:func:`push_refusal`). A rank's file may be at most
 #: ``PUSH_SIZE_FACTOR`` times the largest file of the receiver's own newest step (or
 #: ``PUSH_SIZE_FLOOR``, when that is more: small states); what the peers leave on a node,
-#: at most ``PEER_HELD_FACTOR`` times ``--checkpoint-replicas`` times its own newest step
+#: at most ``PEER_HELD_FACTOR`` times ``--checkpoint-peer-copies`` times its own newest step
 #: (the two newest steps of each pushed rank: ``KEEP``).
 PUSH_SIZE_FACTOR = 4
 PUSH_SIZE_FLOOR = 64 << 20
@@ -220,15 +220,15 @@ def _own_and_others(memory_dir: str, own: frozenset[int]) -> tuple[dict[int, int
     return newest, others
 
 
-async def announce_no_replicas(store: Store, group_rank: int) -> None:
-    """What an agent without peer copies (``--checkpoint-replicas 0``) announces: no
+async def announce_no_peer_copies(store: Store, group_rank: int) -> None:
+    """What an agent without peer copies (``--checkpoint-peer-copies 0``) announces: no
     listener, nothing held, so the others neither wait for it nor connect to it."""
     await store.set(f"{KEY}/{group_rank}", json.dumps({"port": None, "holds": False}))
 
 
 @dataclass(frozen=True)
 class PeerRound:
-    """What the replicas need of a rendezvous round."""
+    """What the peer copies need of a rendezvous round."""
 
     store: Store
     group_rank: int
@@ -289,7 +289,7 @@ class _Opened:
 
     def still_named(self) -> bool:
         """Whether each file still has its name (blocking). A worker's save renames its
-        oldest step's file away before it overwrites it (``_buffer``), and a replica
+        oldest step's file away before it overwrites it (``_buffer``), and a peer copy
         taking over an old step's pages does the same (:func:`_target`): a name still in
         place after a copy means the bytes copied were the step's, whole."""
         for path, fd in zip(self.paths, self.fds, strict=True):
@@ -418,8 +418,8 @@ async def _receive_file(conn: PeerConn, landing: Landing, f: Landed, size: int) 
             received = ready
 
 
-class Replicas:
-    """This node's side of the peer copies: see :func:`open_replicas`."""
+class PeerCopies:
+    """This node's side of the peer copies: see :func:`open_peer_copies`."""
 
     def __init__(
         self,
@@ -703,7 +703,7 @@ class Replicas:
                 if address.get("pending"):
                     log.debug("node %d does not listen yet: step %d later", target, step)
                     return False
-                log.debug("node %d keeps no copies (--checkpoint-replicas 0)", target)
+                log.debug("node %d keeps no copies (--checkpoint-peer-copies 0)", target)
                 return True
             async with self._connect(pr.store, target, address) as conn:
                 header = {"op": "push", "step": step, "world": world, **opened.header(pr.ranks)}
@@ -740,7 +740,7 @@ class Replicas:
         listener = await anyio.create_tcp_listener(local_host=bind or None, local_port=0)
         async with listener:
             port = listener.listeners[0].extra(SocketAttribute.local_port)
-            log.debug("serving checkpoint replicas on %s:%d", bind or "*", port)
+            log.debug("serving checkpoint peer copies on %s:%d", bind or "*", port)
             task_status.started(port)
             # accepted here, not by the listener: the connections are plain sockets
             # (``_wire``), which anyio's streams would read from on their own
@@ -873,26 +873,26 @@ async def _ready(conn: PeerConn) -> None:
 
 
 @contextlib.asynccontextmanager
-async def open_replicas(
+async def open_peer_copies(
     memory_dir: str,
     copies: int,
     push_interval: float = PUSH_INTERVAL,
     key: bytes | None = None,
-) -> AsyncIterator[Replicas]:
+) -> AsyncIterator[PeerCopies]:
     """Peer copies of the checkpoints in ``memory_dir`` to ``copies`` other nodes, looked
     for every ``push_interval`` seconds; connections authenticated with ``key`` (the
     ``--job-secret-file``'s; None: agreed in each round's store, :func:`agree_key`).
 
-    The listener starts once the job saves (:meth:`Replicas.join`);
+    The listener starts once the job saves (:meth:`PeerCopies.join`);
     copies run in the background until the block is left, which cancels them (a copy
     in progress is cut short; the peer drops the partial file) and closes the listener.
     """
     landing = Landing(memory_dir)
     try:
         async with background_tasks() as tg:
-            replicas = Replicas(memory_dir, copies, tg, landing, key)
-            tg.start_soon(replicas.push_every, push_interval)
-            yield replicas
+            peers = PeerCopies(memory_dir, copies, tg, landing, key)
+            tg.start_soon(peers.push_every, push_interval)
+            yield peers
     finally:
         with anyio.CancelScope(shield=True):  # bounded: unmaps
             await anyio.to_thread.run_sync(landing.close)

@@ -18,7 +18,7 @@ The rule (docs/checkpoints.md, "Resizing"):
   metadata (its coordinator died before writing it) is not resumed from.
 * The round resumes from the newest step for which every node can read what its ranks
   need: from its own memory or ``--checkpoint-dir``, or by fetching the missing files
-  from the memory of a node that serves peer copies (``--checkpoint-replicas`` > 0).
+  from the memory of a node that serves peer copies (``--checkpoint-peer-copies`` > 0).
   A node with nothing does not veto the step: it fetches (a job that grows keeps its
   progress).
 * What each node deletes then: :func:`to_delete`.
@@ -52,7 +52,7 @@ class Holdings:
     #: the steps whose DCP ``.metadata`` is in its memory / its ``--checkpoint-dir``
     memory_metadata: frozenset[int] = frozenset()
     disk_metadata: frozenset[int] = frozenset()
-    #: whether its listener serves peer copies (``--checkpoint-replicas`` > 0)
+    #: whether its listener serves peer copies (``--checkpoint-peer-copies`` > 0)
     serves: bool = False
 
     def worlds(self, step: int) -> set[int]:

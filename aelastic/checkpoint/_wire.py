@@ -11,7 +11,7 @@ shortest path the kernel offers, on every anyio backend and with no worker threa
 ``sendfile`` may hand the socket references to the file's pages rather than copies, so
 bytes still in flight can change if the file is written after the call returned: the
 receiver acknowledges that it holds every byte before the sender checks whether its
-files were taken over meanwhile (``_replica``).
+files were taken over meanwhile (``_peer_copies``).
 
 A run of calls that find the socket ready gives the event loop a turn every
 :data:`TURN` seconds: a fast peer in another process kept one receive going for 19-44 ms

@@ -533,5 +533,5 @@ def load(
     raise CheckpointError(
         f"aelastic.checkpoint.load: rank {want}'s object of step {step} is not on this node "
         "(in memory or in --checkpoint-dir); load(rank=...) reads ranks this node held "
-        "(its own, or copies from --checkpoint-replicas) or a shared --checkpoint-dir"
+        "(its own, or copies from --checkpoint-peer-copies) or a shared --checkpoint-dir"
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._dataclass import dataclass
@@ -181,7 +181,10 @@ _PROGRESS_FIELDS = (
 )
 
 
-def make_agent(config: LaunchConfig, spec: WorkerSpec) -> LocalElasticAgent:
+def make_agent(
+    config: LaunchConfig, spec: WorkerSpec, worker_ignored_signals: Collection[int] = ()
+) -> LocalElasticAgent:
+    """The agent; ``worker_ignored_signals``: what its workers start with ignored."""
     from ..agent import LocalElasticAgent
 
     return LocalElasticAgent(
@@ -194,8 +197,9 @@ def make_agent(config: LaunchConfig, spec: WorkerSpec) -> LocalElasticAgent:
         warm_workers=config.warm_workers,
         checkpoint_dir=config.checkpoint_dir,
         checkpoint_persist_interval=config.checkpoint_persist_interval,
-        checkpoint_replicas=config.checkpoint_replicas,
+        checkpoint_peer_copies=config.checkpoint_peer_copies,
         job_secret_file=config.job_secret_file,
+        worker_ignored_signals=worker_ignored_signals,
     )
 
 
@@ -212,9 +216,13 @@ class PreparedJob:
 
 
 def prepare_job(
-    config: LaunchConfig, entrypoint: Callable[..., Any] | str, args: Sequence[Any]
+    config: LaunchConfig,
+    entrypoint: Callable[..., Any] | str,
+    args: Sequence[Any],
+    worker_ignored_signals: Collection[int] = (),
 ) -> PreparedJob:
-    """Check ``config`` against ``entrypoint`` and build the handler and the agent.
+    """Check ``config`` against ``entrypoint`` and build the handler and the agent
+    (whose workers start with ``worker_ignored_signals`` ignored).
 
     Nothing connects yet, so every error is a setting.
 
@@ -250,7 +258,7 @@ def prepare_job(
         raise LaunchConfigError(str(exc)) from None
     from ._node_args import gate_for
 
-    agent = make_agent(config, spec)
+    agent = make_agent(config, spec, worker_ignored_signals)
     try:
         agent.node_gate = gate = gate_for(config)
     except ValueError as exc:  # the node gate's checks (NodeHealthConfigError)

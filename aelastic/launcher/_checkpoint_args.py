@@ -1,5 +1,9 @@
 """The ``run`` flags of checkpoints (``--checkpoint-dir``, ``--checkpoint-persist-interval``,
-``--checkpoint-replicas``, ``--job-secret-file``, ``--requeue``).
+``--checkpoint-peer-copies``, ``--job-secret-file``, ``--requeue``).
+
+``--checkpoint-replicas`` (and ``PET_CHECKPOINT_REPLICAS``) is the old name of
+``--checkpoint-peer-copies``, still read with the same meaning: "replica" now names only
+torchft's replica groups (``--replica-groups``). Giving both names is an error.
 
 Kept here so the launcher's argument module only appends :data:`OPTIONS` to its
 table and passes :func:`config_fields` to ``LaunchConfig``.
@@ -39,12 +43,19 @@ OPTIONS: tuple[Option, ...] = (
         "seconds between two background writes to --checkpoint-dir",
     ),
     (
-        ("--checkpoint-replicas",),
-        "checkpoint_replicas",
+        ("--checkpoint-peer-copies",),
+        "checkpoint_peer_copies",
         "str",
         "1",
         "with several nodes, copy each node's newest step to this many other nodes' agents "
         "(0: none); a node that replaces a lost one resumes from the copy",
+    ),
+    (
+        ("--checkpoint-replicas",),
+        "checkpoint_replicas",
+        "str",
+        None,
+        "the old name of --checkpoint-peer-copies (the same meaning)",
     ),
     (
         ("--job-secret-file",),
@@ -73,8 +84,9 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
     """The ``LaunchConfig`` fields of these flags, checked (the directory is created).
 
     Raises:
-        UsageError: the directory is not writable, the interval is not > 0 seconds, or
-            the replicas are not a whole number >= 0.
+        UsageError: the directory is not writable, the interval is not > 0 seconds, the
+            peer copies are not a whole number >= 0, or both their new and old flag
+            (``--checkpoint-replicas``) are given.
     """
     directory = v.str_("checkpoint_dir") or None
     if directory is not None:
@@ -83,7 +95,7 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
         except CheckpointError as exc:
             raise UsageError(f"{v.source('checkpoint_dir')} {exc}") from None
     interval = v.float_("checkpoint_persist_interval", minimum=0.0, strict=True)
-    replicas = v.int_("checkpoint_replicas", minimum=0)
+    copies = _peer_copies(v)
     secret = v.str_("job_secret_file") or None
     source = v.source("job_secret_file")
     if secret is None and os.environ.get(SECRET_FILE_ENV):
@@ -102,7 +114,25 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
     return {
         "requeue": requeue,
         "job_secret_file": secret,
-        "checkpoint_replicas": 1 if replicas is None else replicas,
+        "checkpoint_peer_copies": 1 if copies is None else copies,
         "checkpoint_dir": directory,
         "checkpoint_persist_interval": 300.0 if interval is None else interval,
     }
+
+
+def _peer_copies(v: OptionValues) -> int | None:
+    """``--checkpoint-peer-copies``, else its old name ``--checkpoint-replicas`` (each
+    also from its ``PET_`` variable); None: neither given.
+
+    Raises:
+        UsageError: both names given, or the value is not a whole number >= 0.
+    """
+    if not v.given("checkpoint_replicas"):
+        return v.int_("checkpoint_peer_copies", minimum=0)
+    if v.given("checkpoint_peer_copies"):
+        raise UsageError(
+            f"{v.source('checkpoint_peer_copies')} and {v.source('checkpoint_replicas')} "
+            "are the same setting (the second is its old name): give only "
+            "--checkpoint-peer-copies"
+        )
+    return v.int_("checkpoint_replicas", minimum=0)

@@ -75,8 +75,9 @@ class LaunchConfig:
 
     ``checkpoint_dir`` and ``checkpoint_persist_interval`` (seconds) are where and how
     often the agent writes the newest :mod:`aelastic.checkpoint` step to disk (None: in
-    memory only); ``checkpoint_replicas`` is how many other nodes hold a copy of each
-    node's newest step (0: none); see :class:`~aelastic.agent.LocalElasticAgent`.
+    memory only); ``checkpoint_peer_copies`` is how many other nodes hold a copy of each
+    node's newest step (0: none; renamed from ``checkpoint_replicas``, see
+    docs/checkpoints.md, "Names"); see :class:`~aelastic.agent.LocalElasticAgent`.
 
     ``shutdown_timeout`` of None means the environment variable
     ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, else 30 seconds; it is read when the launch
@@ -130,7 +131,7 @@ class LaunchConfig:
     # aelastic.checkpoint: see LocalElasticAgent
     checkpoint_dir: str | None = None
     checkpoint_persist_interval: float = 300.0
-    checkpoint_replicas: int = 1
+    checkpoint_peer_copies: int = 1
     #: requeue the Slurm job (``scontrol requeue``, node 0) after a SIGUSR1 preemption
     #: notice; the CLI's ``--requeue`` (docs/slurm.md, "Preemption and time limits")
     requeue: bool = False
@@ -181,9 +182,9 @@ class LaunchConfig:
             raise LaunchConfigError(
                 f"max_restarts={self.max_restarts}: need >= 0 (0 means no restart)"
             )
-        if self.checkpoint_replicas < 0:
+        if self.checkpoint_peer_copies < 0:
             raise LaunchConfigError(
-                f"checkpoint_replicas={self.checkpoint_replicas}: need >= 0 (0 means no copy)"
+                f"checkpoint_peer_copies={self.checkpoint_peer_copies}: need >= 0 (0 means no copy)"
             )
         if self.monitor_interval <= 0:
             raise LaunchConfigError(

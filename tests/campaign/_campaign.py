@@ -6,12 +6,12 @@ list of :class:`Event` faults, each fired once the job printed a given step.
 subset). :func:`run_schedule` runs it: ``aelastic run`` agents on loopback (c10d
 rendezvous, node 0 hosts the store), each a separate "machine" (its own
 ``AELASTIC_CHECKPOINT_MEMORY_ROOT``), training ``campaign_worker.py`` with every-step
-checkpoints, peer replicas, straggler exclusion and hang detection on; then it checks:
+checkpoints, peer copies, straggler exclusion and hang detection on; then it checks:
 
 * **I1 no progress lost**: every world (a ``gen`` of the worker's lines) resumes from the
   newest step a world before it printed (a printed step was saved by every rank), never
   from a step nobody completed, and the ranks of a world agree on it. One exception, the
-  documented replica lag (docs/checkpoints.md): a node a fault took out (and absent from
+  documented peer-copy lag (docs/checkpoints.md): a node a fault took out (and absent from
   the new world) whose ranks the new world reads had copied only an older step to its
   peer (its ``checkpoint step N copied to node`` lines before the fault, or before its
   exclusion): that is a note, not a violation. The final parameters are bit-identical to
@@ -290,7 +290,7 @@ NAMED: dict[str, Schedule] = {
         preload=True,
     ),
     # an agent SIGSTOPped long enough for the others to form a round without it; its
-    # workers went on saving while it could copy nothing (its replica lags: the round
+    # workers went on saving while it could copy nothing (its peer copy lags: the round
     # of two starts over: the documented limit, a note); once it is back, the round of
     # three resumes from what the round of two saved since (its saves took over the
     # files of the steps given up)
@@ -502,7 +502,7 @@ class Job:
             "--rdzv-conf", f"{CONF},last_call_timeout={LAST_CALL},is_host={int(is_host)}",
             "--local-addr", "127.0.0.1",
             "--monitor-interval", "0.1",
-            "--checkpoint-replicas", "1",
+            "--checkpoint-peer-copies", "1",
             "--event-log-handler", "file",
             *STRAGGLER,
             *HANGS,
@@ -851,7 +851,7 @@ def _check_progress(job: Job) -> list[Violation]:
     for ln in job.lines:
         if ln.kind == "DIVERGED":
             out.append(Violation("I1", f"ranks of one world resumed differently: {ln.fields}"))
-    # after a documented loss (replica lag), progress counts from the world that lost it:
+    # after a documented loss (peer-copy lag), progress counts from the world that lost it:
     # the steps before it are gone for every later world too (docs/checkpoints.md)
     base = 0
     for i, gen in enumerate(gens[1:], 1):
@@ -905,7 +905,7 @@ def _check_progress(job: Job) -> list[Violation]:
                 f"{n} ({k}; ranks {r} needed) last copied step {c}" for n, k, c, r in short
             )
             job.notes.append(
-                f"{what} resumed from step {gen.start} after step {best}: replica lag "
+                f"{what} resumed from step {gen.start} after step {best}: peer-copy lag "
                 f"(documented limit): {detail}"
             )
             base = i
@@ -921,7 +921,7 @@ def _check_progress(job: Job) -> list[Violation]:
         if announced:
             job.notes.append(
                 f"{what} started over after step {best}: a round without a removed node "
-                "could read no step (replica lag, documented limit; the agents said so)"
+                "could read no step (peer-copy lag, documented limit; the agents said so)"
             )
             base = i
             continue

@@ -2,7 +2,7 @@
 
     python benchmarks/fuzz.py --target peer --seconds 60 --seed 1
 
-* the checkpoint peer listener (``aelastic.checkpoint._replica``) on loopback,
+* the checkpoint peer listener (``aelastic.checkpoint._peer_copies``) on loopback,
   holding a step of its own. Each case is one connection: random bytes; a handshake
   answer mutated from a valid one; after a valid handshake, a request mutated from a
   valid push, fetch or metadata header, sent with its MAC (it reaches the parser) or
@@ -148,8 +148,8 @@ def _files(root: str) -> list[str]:
 async def peer(seconds: float, seed: int) -> dict[str, int]:
     """Fuzz the checkpoint peer listener for ``seconds``; the counts of each case."""
     from aelastic.checkpoint import _layout as L
-    from aelastic.checkpoint._replica import KEY as ANNOUNCED
-    from aelastic.checkpoint._replica import PeerRound, open_replicas
+    from aelastic.checkpoint._peer_copies import KEY as ANNOUNCED
+    from aelastic.checkpoint._peer_copies import PeerRound, open_peer_copies
     from aelastic.store import LocalStore
 
     rng = random.Random(seed)
@@ -161,8 +161,8 @@ async def peer(seconds: float, seed: int) -> dict[str, int]:
         with open(own, "wb") as f:  # noqa: ASYNC230  (before anything runs)
             f.write(b"s" * 100)
         store = LocalStore()
-        async with open_replicas(root, 1, 3600.0, key=KEY) as replicas:
-            await replicas.join(PeerRound(store, 1, 2, (1,), "127.0.0.1", "127.0.0.1"))
+        async with open_peer_copies(root, 1, 3600.0, key=KEY) as peers:
+            await peers.join(PeerRound(store, 1, 2, (1,), "127.0.0.1", "127.0.0.1"))
             port = int(json.loads(await store.get(f"{ANNOUNCED}/1"))["port"])
             before = _files(root)
 

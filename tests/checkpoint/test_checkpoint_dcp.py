@@ -73,14 +73,14 @@ def _split(saved: Path, a: Path, b: Path) -> None:
 async def after_node_a_left(saved: Path, tmp: Path) -> dict[str, str]:
     """Two nodes of 2 ranks held a 4-rank DCP job's newest step without a shared
     ``--checkpoint-dir``: node a ranks 0 and 1 and the ``.metadata`` (DCP's coordinator is
-    rank 0), node b ranks 2 and 3. Node a pushed its copy to b (``--checkpoint-replicas``),
+    rank 0), node b ranks 2 and 3. Node a pushed its copy to b (``--checkpoint-peer-copies``),
     then left; b's two workers resume as ranks 0 and 1 of 2. What b's agent gives them."""
-    from aelastic.checkpoint._replica import PeerRound, open_replicas
+    from aelastic.checkpoint._peer_copies import PeerRound, open_peer_copies
 
     a, b = tmp / "node_a", tmp / "node_b"
     _split(saved, a, b)
     store = LocalStore()
-    async with open_replicas(str(a), 1, 3600) as ra, open_replicas(str(b), 1, 3600) as rb:
+    async with open_peer_copies(str(a), 1, 3600) as ra, open_peer_copies(str(b), 1, 3600) as rb:
         rounds = [PeerRound(store, g, 2, ranks, "127.0.0.1", "127.0.0.1") for g, ranks in
                   ((0, (0, 1)), (1, (2, 3)))]  # fmt: skip
         async with anyio.create_task_group() as tg:
@@ -98,18 +98,18 @@ async def after_node_a_left_of_three(saved: Path, tmp: Path) -> dict[str, dict[s
     b and c resume as ranks 0 and 1 of 2. Neither holds every file DCP may read (it
     writes a replicated item once, in one rank's file): each fetches what it lacks from
     the other. What each agent gives its worker, by node."""
-    from aelastic.checkpoint._replica import open_replicas
+    from aelastic.checkpoint._peer_copies import open_peer_copies
 
     nodes = _ring_of_three(saved, tmp)
     store = LocalStore()
     envs: dict[str, dict[str, str]] = {}
     async with (
-        open_replicas(str(nodes["b"]), 1, 3600) as rb,
-        open_replicas(str(nodes["c"]), 1, 3600) as rc,
+        open_peer_copies(str(nodes["b"]), 1, 3600) as rb,
+        open_peer_copies(str(nodes["c"]), 1, 3600) as rc,
     ):
 
-        async def resume(name: str, group_rank: int, replicas: Any) -> None:
-            cp = Checkpoints(str(nodes[name]), None, lambda n, md: None, replicas)
+        async def resume(name: str, group_rank: int, peers: Any) -> None:
+            cp = Checkpoints(str(nodes[name]), None, lambda n, md: None, peers)
             address = ("127.0.0.1", "127.0.0.1")
             env = await cp.resume_env([group_rank], store, group_rank, 2, address=address)
             envs[name] = {**cp.env(), **env}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 from aelastic.checkpoint import CheckpointError
 from aelastic.checkpoint._disk import check_writable
 from aelastic.launcher import LaunchConfig, LaunchConfigError
-from aelastic.launcher._args import UsageError, parse_run_args
+from aelastic.launcher._args import UsageError, build_parser, parse_run_args
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "bad_input.py")
 
@@ -59,16 +60,48 @@ def test_checkpoint_flags_reach_the_config_or_exit_2(tmp_path: Path) -> None:
         parse_run_args(["--checkpoint-persist-interval", "0", "x.py"], {})
 
 
-def test_checkpoint_replicas_flag_reaches_the_config_or_exit_2() -> None:
-    assert parse_run_args(["x.py"], {}).config.checkpoint_replicas == 1
-    parsed = parse_run_args(["--checkpoint-replicas", "0", "x.py"], {})
-    assert parsed.config.checkpoint_replicas == 0
+def test_checkpoint_peer_copies_flag_reaches_the_config_or_exit_2() -> None:
+    assert parse_run_args(["x.py"], {}).config.checkpoint_peer_copies == 1
+    parsed = parse_run_args(["--checkpoint-peer-copies", "0", "x.py"], {})
+    assert parsed.config.checkpoint_peer_copies == 0
+    with pytest.raises(UsageError, match="--checkpoint-peer-copies -1: must be >= 0"):
+        parse_run_args(["--checkpoint-peer-copies", "-1", "x.py"], {})
+    with pytest.raises(UsageError, match="--checkpoint-peer-copies 'two': expected an integer"):
+        parse_run_args(["--checkpoint-peer-copies", "two", "x.py"], {})
+    with pytest.raises(LaunchConfigError, match="checkpoint_peer_copies=-2: need >= 0"):
+        LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1, checkpoint_peer_copies=-2)
+
+
+def test_the_old_checkpoint_replicas_flag_still_means_peer_copies() -> None:
+    """``--checkpoint-replicas`` (and ``PET_CHECKPOINT_REPLICAS``) is the documented old
+    name of ``--checkpoint-peer-copies``: the same config, checked the same way."""
+
+    def config(argv: list[str], env: dict[str, str]) -> LaunchConfig:
+        config = parse_run_args([*argv, "x.py"], env).config
+        return dataclasses.replace(config, run_id="same")  # standalone: a fresh id each
+
+    for n in ("0", "3"):
+        new = config(["--checkpoint-peer-copies", n], {})
+        assert new.checkpoint_peer_copies == int(n)
+        assert config(["--checkpoint-replicas", n], {}) == new
+        assert config([], {"PET_CHECKPOINT_REPLICAS": n}) == new
+        assert config([], {"PET_CHECKPOINT_PEER_COPIES": n}) == new
+    # the command line wins over either variable, as for every flag
+    assert config(["--checkpoint-replicas", "2"], {"PET_CHECKPOINT_REPLICAS": "5"}) == config(
+        ["--checkpoint-peer-copies", "2"], {}
+    )
     with pytest.raises(UsageError, match="--checkpoint-replicas -1: must be >= 0"):
-        parse_run_args(["--checkpoint-replicas", "-1", "x.py"], {})
-    with pytest.raises(UsageError, match="--checkpoint-replicas 'two': expected an integer"):
-        parse_run_args(["--checkpoint-replicas", "two", "x.py"], {})
-    with pytest.raises(LaunchConfigError, match="checkpoint_replicas=-2: need >= 0"):
-        LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1, checkpoint_replicas=-2)
+        config(["--checkpoint-replicas", "-1"], {})
+    with pytest.raises(UsageError, match="PET_CHECKPOINT_REPLICAS 'x': expected an integer"):
+        config([], {"PET_CHECKPOINT_REPLICAS": "x"})
+    both = "--checkpoint-peer-copies and --checkpoint-replicas are the same setting"
+    with pytest.raises(UsageError, match=both):
+        config(["--checkpoint-peer-copies", "1", "--checkpoint-replicas", "1"], {})
+    with pytest.raises(UsageError, match="PET_CHECKPOINT_PEER_COPIES and --checkpoint-replicas"):
+        config(["--checkpoint-replicas", "1"], {"PET_CHECKPOINT_PEER_COPIES": "1"})
+    helptext = build_parser().format_help()
+    assert "--checkpoint-peer-copies" in helptext
+    assert "the old name of --checkpoint-peer-copies" in " ".join(helptext.split())
 
 
 def test_script_options_that_look_like_launcher_options_stay_the_scripts() -> None:

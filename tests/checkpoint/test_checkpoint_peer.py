@@ -1,4 +1,4 @@
-"""A node is lost and replaced: its rank resumes from the peer copy (``--checkpoint-replicas``).
+"""A node is lost and replaced: its rank resumes from the peer copy (``--checkpoint-peer-copies``).
 
 Two test hosts are network namespaces (``tests/chaos/_netns.py``): the agents talk over
 a veth link, not loopback. A network namespace does not separate ``/dev/shm``, so each
@@ -53,7 +53,7 @@ async def test_a_replacement_node_resumes_its_rank_from_the_peer_copy(
                 "--rdzv-conf", f"{CONF},is_host={int(is_host)}",
                 "--local-addr", hosts.addresses[host],
                 "--monitor-interval", "0.1",
-                "--checkpoint-replicas", "1",
+                "--checkpoint-peer-copies", "1",
                 SCRIPT, "--out", str(out), "--steps", "12", "--every", "2",
                 "--hold-after-save", "6", "--own-only",
             ]  # fmt: skip
@@ -108,7 +108,7 @@ async def test_a_job_that_shrinks_reads_rank_0_on_every_rank(tmp_path: Path) -> 
             "--rdzv-id", "shrink",
             "--rdzv-conf", f"{conf},is_host={int(is_host)}",
             "--monitor-interval", "0.1",
-            "--checkpoint-replicas", "2",
+            "--checkpoint-peer-copies", "2",
             SCRIPT, "--out", str(out), "--steps", "10", "--every", "2",
             "--hold-after-save", "6", "--load-rank", "0",
         ]  # fmt: skip

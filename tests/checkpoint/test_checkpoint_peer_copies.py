@@ -1,4 +1,4 @@
-"""Peer copies of checkpoints (``_replica``): real files, a real store, real TCP on loopback."""
+"""Peer copies of checkpoints (``_peer_copies``): real files, a real store, real TCP on loopback."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import anyio
 import pytest
 
 from aelastic.checkpoint import _layout as L
-from aelastic.checkpoint import _replica
+from aelastic.checkpoint import _peer_copies
 from aelastic.checkpoint._agent import Checkpoints
 from aelastic.checkpoint._landing import Landed, Landing
-from aelastic.checkpoint._replica import KEY, PeerRound, Replicas, open_replicas
+from aelastic.checkpoint._peer_copies import KEY, PeerCopies, PeerRound, open_peer_copies
 from aelastic.checkpoint._wire import SEND_CHUNK as CHUNK
 from aelastic.store import LocalStore
 
@@ -70,7 +70,7 @@ async def resume_b_and_c(b: Path, c: Path) -> dict[str, dict[str, str]]:
     rank 1, a new node c takes group rank 0 and rank 0. Each agent's resume_env."""
     store = LocalStore()
     envs: dict[str, dict[str, str]] = {}
-    async with open_replicas(str(b), 1, MANUAL) as rb, open_replicas(str(c), 1, MANUAL) as rc:
+    async with open_peer_copies(str(b), 1, MANUAL) as rb, open_peer_copies(str(c), 1, MANUAL) as rc:
         nodes = {
             "b": (Checkpoints(str(b), None, lambda *_: None, rb), 1, [1]),
             "c": (Checkpoints(str(c), None, lambda *_: None, rc), 0, [0]),
@@ -91,10 +91,10 @@ async def resume_b_and_c(b: Path, c: Path) -> dict[str, dict[str, str]]:
 @contextlib.asynccontextmanager
 async def joined_pair(
     a: Path, b: Path, store: LocalStore
-) -> AsyncIterator[tuple[Replicas, Replicas, list[PeerRound]]]:
+) -> AsyncIterator[tuple[PeerCopies, PeerCopies, list[PeerRound]]]:
     """Nodes a (group rank 0, rank 0) and b (group rank 1, rank 1) of a round on
-    ``store``, joined (not started); their replicas and rounds, until the block ends."""
-    async with open_replicas(str(a), 1, MANUAL) as ra, open_replicas(str(b), 1, MANUAL) as rb:
+    ``store``, joined (not started); their peer copies and rounds, until the block ends."""
+    async with open_peer_copies(str(a), 1, MANUAL) as ra, open_peer_copies(str(b), 1, MANUAL) as rb:
         rounds = [peer_round(store, 0, 2, (0,)), peer_round(store, 1, 2, (1,))]
         async with anyio.create_task_group() as tg:
             tg.start_soon(ra.join, rounds[0])
@@ -103,8 +103,8 @@ async def joined_pair(
 
 
 @contextlib.asynccontextmanager
-async def a_pushing_to_b(a: Path, b: Path) -> AsyncIterator[Replicas]:
-    """:func:`joined_pair`, a's replicas started (its ``push()`` copies to b), until the
+async def a_pushing_to_b(a: Path, b: Path) -> AsyncIterator[PeerCopies]:
+    """:func:`joined_pair`, a's peer copies started (its ``push()`` copies to b), until the
     block ends."""
     async with joined_pair(a, b, LocalStore()) as (ra, _, rounds):
         ra.started(rounds[0])
@@ -177,7 +177,7 @@ async def _pushed_by_a(
             after_each()
 
 
-async def test_a_copy_reuses_the_pages_of_the_oldest_replica_it_replaces(tmp_path: Path) -> None:
+async def test_a_copy_reuses_the_pages_of_the_oldest_copy_it_replaces(tmp_path: Path) -> None:
     # b keeps two steps of a's rank: from the third copy on, each is written into the
     # file of the older one (its tmpfs pages: no new pages to fault in and zero)
     a, b = tmp_path / "a", tmp_path / "b"
@@ -199,8 +199,8 @@ async def test_new_pages_are_allocated_a_chunk_ahead_of_the_bytes(
     # chunk at a time (small chunks here: many of them), and the file comes out whole
     a, b = tmp_path / "a", tmp_path / "b"
     b.mkdir()
-    monkeypatch.setattr(_replica, "ALLOCATE_FIRST", 1 << 16)
-    monkeypatch.setattr(_replica, "ALLOCATE_MOST", 1 << 18)
+    monkeypatch.setattr(_peer_copies, "ALLOCATE_FIRST", 1 << 16)
+    monkeypatch.setattr(_peer_copies, "ALLOCATE_MOST", 1 << 18)
     ends: list[int] = []
     real_allocate = Landing.allocate
 
@@ -227,7 +227,7 @@ async def test_shared_memory_running_out_mid_copy_loses_only_that_copy(
     b.mkdir()
     data = {2: b"two" * 1000, 4: os.urandom(3 * CHUNK)}
     await _pushed_by_a(a, b, [2], data)
-    monkeypatch.setattr(_replica, "ALLOCATE_FIRST", 1 << 16)
+    monkeypatch.setattr(_peer_copies, "ALLOCATE_FIRST", 1 << 16)
     calls = 0
     real_allocate = Landing.allocate
 
@@ -279,20 +279,20 @@ async def test_a_step_saved_over_while_it_is_copied_is_not_kept(
     b.mkdir()
     data = {2: b"two" * 1000, 4: b"four" * 100_000}
     await _pushed_by_a(a, b, [2], data)
-    real_open = _replica._open_files
+    real_open = _peer_copies._open_files
 
     def open_then_saved_over(memory_dir: str, step: int, world: int, ranks: Any) -> Any:
         opened = real_open(memory_dir, step, world, ranks)
         os.rename(opened.paths[0], os.path.join(memory_dir, ".taken_over"))
         return opened
 
-    monkeypatch.setattr(_replica, "_open_files", open_then_saved_over)
+    monkeypatch.setattr(_peer_copies, "_open_files", open_then_saved_over)
     await _pushed_by_a(a, b, [4], data)
     assert copies_in(b) == [2] and held(b, 2, 0) == data[2]
     assert not [n for n in os.listdir(b) if n.startswith(".")]
 
 
-async def test_the_agreement_counts_a_fetched_replica(tmp_path: Path) -> None:
+async def test_the_agreement_counts_a_fetched_peer_copy(tmp_path: Path) -> None:
     b, c = tmp_path / "b", tmp_path / "c"
     for step in (6, 8):
         commit(b, step, 1, 2)
@@ -313,7 +313,7 @@ async def test_a_dead_peer_costs_only_its_copy(tmp_path: Path) -> None:
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
     await listener.aclose()
     await store.set(f"{KEY}/1", json.dumps({"host": "127.0.0.1", "port": port, "holds": True}))
-    async with open_replicas(str(a), 1, MANUAL) as ra:
+    async with open_peer_copies(str(a), 1, MANUAL) as ra:
         pr = peer_round(store, 0, 2, (0,))
         with anyio.fail_after(10):
             assert await ra.join(pr) is None
@@ -324,13 +324,13 @@ async def test_a_dead_peer_costs_only_its_copy(tmp_path: Path) -> None:
 
 
 async def test_a_node_without_copies_holds_no_one_up(tmp_path: Path) -> None:
-    """One node runs with ``--checkpoint-replicas 0``: it announces that, and the other
+    """One node runs with ``--checkpoint-peer-copies 0``: it announces that, and the other
     neither waits for its listener (10 s) nor tries to copy to it."""
     a, b = tmp_path / "a", tmp_path / "b"
     commit(a, 2, 0, 2)
     commit(b, 2, 1, 2)
     store = LocalStore()
-    async with open_replicas(str(a), 1, MANUAL) as ra:
+    async with open_peer_copies(str(a), 1, MANUAL) as ra:
         nodes = [
             (Checkpoints(str(a), None, lambda *_: None, ra), 0),
             (Checkpoints(str(b), None, lambda *_: None), 1),  # no copies

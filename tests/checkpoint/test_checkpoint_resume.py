@@ -49,7 +49,7 @@ def test_a_job_that_grows_resumes_and_the_new_node_fetches_ranks_0_and_1() -> No
 
 
 def test_a_node_that_cannot_fetch_vetoes_and_the_loss_is_named() -> None:
-    # the same, but nobody serves peer copies (--checkpoint-replicas 0)
+    # the same, but nobody serves peer copies (--checkpoint-peer-copies 0)
     a = node((0, 1), {10: {4: {0, 1}}}, serves=False)
     b = node((2, 3), {10: {4: {2, 3}}}, serves=False)
     c = node((4, 5), serves=False)

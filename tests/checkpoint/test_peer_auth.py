@@ -14,22 +14,22 @@ import anyio
 import pytest
 
 from aelastic.checkpoint import _layout as L
-from aelastic.checkpoint import _replica
-from aelastic.checkpoint._peerauth import PeerAuthError, read_key_file
-from aelastic.checkpoint._replica import (
+from aelastic.checkpoint import _peer_copies
+from aelastic.checkpoint._peer_copies import (
     KEY,
     KEY_KEY,
     PUSH_SIZE_FLOOR,
     SAVED_KEY,
-    Replicas,
-    open_replicas,
+    PeerCopies,
+    open_peer_copies,
     push_refusal,
 )
+from aelastic.checkpoint._peerauth import PeerAuthError, read_key_file
 from aelastic.checkpoint._wire import connect
 from aelastic.store import LocalStore
 
 from .test_checkpoint_agent import commit
-from .test_checkpoint_replica import MANUAL, joined_pair, peer_round
+from .test_checkpoint_peer_copies import MANUAL, joined_pair, peer_round
 
 pytestmark = pytest.mark.anyio
 
@@ -39,17 +39,17 @@ LOG = "aelastic.checkpoint"
 @contextlib.asynccontextmanager
 async def serving(
     root: Path, key: bytes | None = None
-) -> AsyncIterator[tuple[Replicas, int, bytes]]:
+) -> AsyncIterator[tuple[PeerCopies, int, bytes]]:
     """Node 1 of a two-node round (rank 1), holding step 2 of its rank: its listener
     runs. Yields it, its port and the job's key."""
     commit(root, 2, 1, 2)
     store = LocalStore()
-    async with open_replicas(str(root), 1, MANUAL, key=key) as replicas:
-        await replicas.join(peer_round(store, 1, 2, (1,)))
+    async with open_peer_copies(str(root), 1, MANUAL, key=key) as peers:
+        await peers.join(peer_round(store, 1, 2, (1,)))
         port = json.loads(await store.get(f"{KEY}/1"))["port"]
         assert isinstance(port, int)
         job_key = key if key is not None else await store.get(KEY_KEY)
-        yield replicas, port, job_key
+        yield peers, port, job_key
 
 
 async def closed_without_answer(port: int, data: bytes) -> bytes:
@@ -121,11 +121,11 @@ async def test_a_peer_with_another_jobs_key_is_refused_both_ways(
 
 async def test_a_listener_without_the_key_is_not_trusted_by_the_client(tmp_path: Path) -> None:
     # the client checks the listener's proof: a listener of another job sends nothing
-    async with serving(tmp_path, key=b"other job") as (replicas, port, _):
+    async with serving(tmp_path, key=b"other job") as (peers, port, _):
         with pytest.raises((PeerAuthError, anyio.EndOfStream)):
             async with connect("127.0.0.1", port, 10, b"this job"):
                 pass
-        assert replicas.fetched_step is None
+        assert peers.fetched_step is None
 
 
 async def test_a_line_with_a_wrong_mac_after_the_handshake_is_refused(
@@ -223,8 +223,8 @@ async def test_a_job_that_never_saves_opens_no_peer_port(tmp_path: Path) -> None
 
 
 async def test_a_node_holding_steps_listens_when_the_round_starts(tmp_path: Path) -> None:
-    async with serving(tmp_path) as (replicas, port, _):
-        assert replicas.status()["port"] == port
+    async with serving(tmp_path) as (peers, port, _):
+        assert peers.status()["port"] == port
 
 
 def test_the_job_secret_file_is_checked(tmp_path: Path) -> None:
@@ -242,10 +242,10 @@ def test_the_job_secret_file_is_checked(tmp_path: Path) -> None:
 def test_the_generated_key_is_kept_across_rounds() -> None:
     async def main() -> None:
         first, second = LocalStore(), LocalStore()
-        key = await _replica.agree_key(first)
-        assert len(key) == 64 and key == await _replica.agree_key(first, b"ignored")
+        key = await _peer_copies.agree_key(first)
+        assert len(key) == 64 and key == await _peer_copies.agree_key(first, b"ignored")
         # the next round's store: a survivor proposes the key it knows
-        assert await _replica.agree_key(second, key) == key
+        assert await _peer_copies.agree_key(second, key) == key
 
     anyio.run(main)
 
@@ -304,7 +304,7 @@ async def test_connections_beyond_the_cap_are_closed_at_once(
     # strangers that connect and say nothing hold a slot each until IO_TIMEOUT: past the
     # cap the listener closes a new connection before its hello, and serves again once
     # a slot is free
-    monkeypatch.setattr(_replica, "MAX_CONNECTIONS", 3)
+    monkeypatch.setattr(_peer_copies, "MAX_CONNECTIONS", 3)
     async with serving(tmp_path) as (_, port, _), contextlib.AsyncExitStack() as silent:
         streams = []
         for _ in range(3):
