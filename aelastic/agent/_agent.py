@@ -4,6 +4,16 @@ One round is: rendezvous -> rank assignment -> start -> wait for whichever comes
 first (a worker exit, a membership change, a cancellation) -> act on the decision
 of :mod:`aelastic.agent._policy`. Nothing polls: a worker's exit and a membership
 change wake the agent the moment they happen.
+
+This module holds the public API, :meth:`~SimpleElasticAgent.run` and the loop that acts
+on each round's decision. The phases live in their own modules, one class each,
+combined here (a subclass overrides any of their methods, as torch's agent tests do):
+
+* ``_agent_core``: the state every phase reads, and the subclass hooks;
+* ``_agent_rendezvous``: joining a round, the workers' store endpoint, the ranks;
+* ``_agent_start``: starting and restarting the workers;
+* ``_agent_monitor``: waiting for a round's outcome, reviewing its decision;
+* ``_agent_exit``: the exit barrier, closing or leaving the rendezvous, the release.
 """
 
 from __future__ import annotations
@@ -20,13 +30,13 @@ import anyio
 import anyio.lowlevel
 
 from ..errors import ProcessFailure
-from ..events import EventSource
 from ..metrics import prof, put_metric
 from ..progress import ProgressSnapshot
 from ..rendezvous import RendezvousGracefulExitError
 from ._agent_exit import ExitBarrierPhase
 from ._agent_monitor import MonitorPhase
 from ._agent_rendezvous import RendezvousPhase
+from ._agent_start import StartPhase
 from ._exceptions import AgentError, SignalException
 from ._policy import Action, decide_after_membership_change
 from ._types import DEFAULT_ROLE, RunResult, WorkerGroup, WorkerState
@@ -52,7 +62,7 @@ class ElasticAgent(abc.ABC):
         """The (mutable, live) :class:`WorkerGroup` of ``role``."""
 
 
-class SimpleElasticAgent(MonitorPhase, RendezvousPhase, ExitBarrierPhase, ElasticAgent):
+class SimpleElasticAgent(StartPhase, MonitorPhase, RendezvousPhase, ExitBarrierPhase, ElasticAgent):
     """An agent for one :class:`WorkerSpec`; subclasses say how workers start and stop.
 
     Subclass hooks (all called from the task running :meth:`run`):
@@ -356,60 +366,3 @@ class SimpleElasticAgent(MonitorPhase, RendezvousPhase, ExitBarrierPhase, Elasti
                         wg.group_rank,
                     )
                 await self._restart_workers(wg)
-
-    @prof
-    async def _initialize_workers(self, worker_group: WorkerGroup) -> None:
-        """Rendezvous, then start a fresh set of workers; the group becomes HEALTHY."""
-        role = worker_group.spec.role
-        log.info("[%s] rendezvous'ing worker group", role)
-        await self._rendezvous(worker_group)
-        log.info("[%s] starting worker group", role)
-        self._attempt += 1
-        self._polled_exit_codes = {}
-        worker_ids = await self._start_workers(worker_group)
-        self.goodput.attempt_started()
-        for local_rank, worker_id in worker_ids.items():
-            worker_group.workers[local_rank].id = worker_id
-        worker_group.state = WorkerState.HEALTHY
-        for worker in worker_group.workers:
-            self._record(self._construct_event("START", EventSource.WORKER, worker))
-
-    @prof
-    async def _restart_workers(self, worker_group: WorkerGroup) -> None:
-        """Restart the group (torch's agent contract): stop every local worker, rendezvous
-        again and start fresh workers; the group ends ``HEALTHY``.
-
-        In between, the round's resources (``self._round_stack``) are closed and a new
-        stack is opened for the next round, and a restart after a failure (the group
-        is ``FAILED``) publishes the failure (:attr:`last_failures`) and waits the
-        restart policy's backoff. Cancellation: as :meth:`run`'s.
-
-        Raises:
-            AgentError: a worker survived SIGKILL (state D): not restarted on this host.
-        """
-        role = worker_group.spec.role
-        failed = worker_group.state is WorkerState.FAILED
-        log.info("[%s] stopping worker group", role)
-        await self._stop_workers(worker_group)
-        if failed:  # a failure restarted: publish it
-            result = await self._monitor_workers(worker_group)
-            if self._hang is not None:
-                result = self._hang_result(worker_group, self._hang)
-            self._explain_failures(result)
-            self._last_failures = MappingProxyType(dict(result.failures))
-        worker_group.state = WorkerState.STOPPED
-        if failed:
-            await anyio.sleep(self._restart_policy.backoff_seconds())
-        stuck = self._unkillable_workers(worker_group)
-        if stuck:
-            worker_group.state = WorkerState.UNKNOWN
-            raise AgentError(
-                f"[{role}] worker(s) survived SIGKILL and cannot be reaped (local_rank: pid"
-                f" {stuck}); they are probably in uninterruptible sleep (state D: a hung GPU,"
-                " NCCL, RDMA or network file system call). Not restarting on this host:"
-                " recycle it."
-            )
-        if self._round_stack is not None:  # inside run(): the next round's resources
-            await self._round_stack.aclose()
-            self._round_stack = self._open_round()
-        await self._initialize_workers(worker_group)

@@ -16,10 +16,9 @@ import anyio
 
 from .._net import free_port
 from ..events import EventSource
-from ..metrics import prof
 from ..rendezvous import RendezvousInfo
 from ..store import Store
-from ._agent_core import AgentCore
+from ._agent_core import AgentCore, agent_prof
 from ._policy import restart_count
 from ._rank_exchange import exchange_ranks
 from ._telemetry import hostname
@@ -35,7 +34,7 @@ class RendezvousPhase(AgentCore):
     tests override :meth:`_rendezvous`; :class:`LocalElasticAgent` hosts the workers'
     store in :meth:`_worker_store_endpoint`)."""
 
-    @prof
+    @agent_prof
     async def _rendezvous(self, worker_group: WorkerGroup) -> None:
         """Join the next round, assign ranks, and agree on the workers' store endpoint.
 
@@ -119,7 +118,7 @@ class RendezvousPhase(AgentCore):
         addr = spec.master_addr or spec.local_addr or (boot.master_addr if boot else None)
         return addr or hostname(), spec.master_port, agent_store
 
-    @prof
+    @agent_prof
     async def _assign_ranks_unless_members_change(
         self, info: RendezvousInfo, spec: WorkerSpec
     ) -> list[Worker] | None:
