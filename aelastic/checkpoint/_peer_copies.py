@@ -35,6 +35,12 @@ allocated in a worker thread before its bytes arrive (``_landing``). Every wait 
 has a timeout. A peer that is closed, dead or too slow only costs its copy: errors are
 logged, never raised. A file appears by ``rename`` once all its bytes arrived whole, so
 a copy cut short leaves no partial file behind.
+
+A DCP step's ``.metadata`` travels with its rank files: without a shared
+``--checkpoint-dir`` only the coordinator's node has it, and a node that loads a
+resharded state needs it. DCP's coordinator writes it after every rank wrote its file, so
+a step is often pushed before it has one; the agent then sends the ``.metadata`` on its
+own at the next push interval.
 """
 
 from __future__ import annotations
