@@ -5,6 +5,30 @@ torchft's Lighthouse serves HTTP/1 beside its gRPC service).
 :func:`open_lighthouse` starts ``torchft_lighthouse`` (from the installed torchft,
 ``aelastic[torchft]``) on a free port, restarts it on the same port whenever it
 exits while the block runs, and stops it when the block is left.
+
+Why its options (:class:`LighthouseSettings`) are not torchft's defaults. Measured with
+those, a crash in one of three groups stalled the other two for 5.0 s: the Lighthouse
+waits for a replica that still heartbeats but has not joined the quorum (join timeout,
+60 s), and a dead replica counts as heartbeating until its heartbeat times out (5 s).
+The restarted group does not help: torchft gives every restarted Manager a new replica
+id, so the dead one is waited for regardless, and torchft 0.2.0 has no request that
+tells the Lighthouse a replica left (its gRPC service has ``quorum`` and ``heartbeat``
+only). So the join timeout is 0.1 s and the heartbeat timeout 1 s. The price, seen on a
+loaded two-core CI machine with three groups of one CPU worker: the healed group asks
+first, its wait already exceeds the join timeout when the next asks, and the two form a
+quorum without the third, 400 steps in a row.
+
+Restarts. torchft's ``torchft_lighthouse`` script imports torch first (15 s per start on
+a loaded host, every group waiting); the extension alone starts in 0.2 s, so the
+Lighthouse runs from it (``_lighthouse_main``), and the workers retry every 0.1 s
+(``TORCHFT_QUORUM_RETRIES``, :data:`._settings.QUORUM_RETRIES`). A Lighthouse killed
+mid-run then cost three groups a 0.4-0.5 s gap. The new one starts with no memory of the
+old quorum or the heartbeats, so the first group to ask may get a quorum of its own and
+step ahead; the others join a step later and heal from it. In one two-group run that heal
+timed out on torchft's checkpoint lock (10 s, torchft 0.2.0, synchronous quorum) and the
+healing worker failed and was restarted (a 12 s gap); in others one group's request was
+left unanswered by the new Lighthouse until the Manager's quorum timeout (30 s there),
+and its worker restarted (60-68 s for a job of ~20 s).
 """
 
 from __future__ import annotations
