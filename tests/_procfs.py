@@ -22,3 +22,14 @@ def socket_inodes(pid: int) -> set[int]:
         if target.startswith("socket:["):
             inodes.add(int(target[8:-1]))
     return inodes
+
+
+def ignored_signals(pid: int) -> set[int]:
+    """The signals process ``pid`` ignores, as the kernel records them (``SigIgn`` of
+    ``/proc/<pid>/status``)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("SigIgn:"):
+                bits = int(line.split(":", 1)[1], 16)
+                return {n + 1 for n in range(64) if bits >> n & 1}
+    raise AssertionError(f"/proc/{pid}/status has no SigIgn line")

@@ -14,7 +14,15 @@ import collections
 import os
 import signal
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Mapping,
+    Sequence,
+)
 from contextlib import aclosing, asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -701,8 +709,21 @@ async def open_job(
         aelastic.health.HealthPortError: the health port cannot be bound (also an
             ``OSError``); the message names the port and the fix.
     """
+    async with _open_job(config, entrypoint, args) as job:
+        yield job
+
+
+@asynccontextmanager
+async def _open_job(
+    config: LaunchConfig,
+    entrypoint: Callable[..., Any] | str,
+    args: Sequence[Any],
+    worker_ignored_signals: Collection[int] = (),
+) -> AsyncIterator[Job]:
+    """:func:`open_job`, whose workers start with ``worker_ignored_signals`` ignored
+    (``aelastic run``'s SIGUSR1 while it traps the preemption notice)."""
     await import_off_loop(job_modules(config))
-    prepared = prepare_job(config, entrypoint, args)
+    prepared = prepare_job(config, entrypoint, args, worker_ignored_signals)
     job = Job(config, prepared)
     async with background_tasks() as tg:
         if config.health_port is not None:

@@ -11,6 +11,7 @@ so at activation it is told this state and rebuilds it (``_warm_boot.py``).
 from __future__ import annotations
 
 import signal
+from collections.abc import Collection
 
 from .._dataclass import dataclass
 
@@ -58,14 +59,18 @@ def _ignored_from_python() -> frozenset[int]:
     return frozenset(ignored)
 
 
-def spawn_signals() -> SpawnSignals:
+def spawn_signals(also_ignored: Collection[int] = ()) -> SpawnSignals:
     """What a child spawned now from this thread would start with; never raises.
 
-    Cheap (one small ``/proc`` read and one ``pthread_sigmask`` call). Off
-    Linux the ignored set comes from :func:`signal.getsignal`.
+    ``also_ignored``: signals the spawn sets to ``SIG_IGN`` itself (the workers'
+    ``ignored_signals``, see :func:`~aelastic.workers.open_worker_processes`), added to
+    what the agent ignores. Cheap (one small ``/proc`` read and one
+    ``pthread_sigmask`` call). Off Linux the ignored set comes from
+    :func:`signal.getsignal`.
     """
     ignored = _ignored_from_proc()
     if ignored is None:
         ignored = _ignored_from_python()
+    ignored |= {int(s) for s in also_ignored}
     blocked = frozenset(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, ()))
     return SpawnSignals(ignored, blocked)

@@ -32,7 +32,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from .._exceptions import ConfigError
 
@@ -131,12 +131,16 @@ def pdeathsig_mode() -> str:
     return "preexec"
 
 
-def pdeathsig_preexec(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
+def pdeathsig_preexec(
+    sig: int = signal.SIGKILL, ignored: Collection[int] = ()
+) -> Callable[[], None] | None:
     """A ``preexec_fn`` that arms the parent-death signal, or None off Linux.
 
     Everything the child runs is resolved here, in the parent, so the child
     only makes system calls. If the parent already died between fork and
     prctl (the child was re-parented), the child kills itself at once.
+    ``ignored``: signals the child sets to ``SIG_IGN`` before its exec (which
+    keeps them ignored).
     """
     prctl = _prctl()
     if prctl is None:
@@ -145,13 +149,34 @@ def pdeathsig_preexec(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
     getppid = os.getppid
     kill = os.kill
     getpid = os.getpid
+    ignore = _ignoring(ignored)
 
     def preexec() -> None:
+        if ignore is not None:
+            ignore()
         prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
         if getppid() != parent:
             kill(getpid(), signal.SIGKILL)
 
     return preexec
+
+
+def _ignoring(ignored: Collection[int]) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that sets ``ignored`` to ``SIG_IGN`` in the child; None for none.
+
+    The child of the fork is single-threaded and Python marks its thread the main one
+    before a ``preexec_fn`` runs, so :func:`signal.signal` may be called there.
+    """
+    sigs = tuple(sorted({int(s) for s in ignored}))
+    if not sigs:
+        return None
+    set_handler, ign = signal.signal, signal.SIG_IGN
+
+    def ignore() -> None:
+        for s in sigs:
+            set_handler(s, ign)
+
+    return ignore
 
 
 def resolve_executable(argv0: str, env: Mapping[str, str], cwd: str | None) -> str | None:
@@ -163,24 +188,32 @@ def resolve_executable(argv0: str, env: Mapping[str, str], cwd: str | None) -> s
 
 
 def wrap_argv(
-    argv: Sequence[str], env: Mapping[str, str], cwd: str | None
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: str | None,
+    ignored: Collection[int] = (),
 ) -> tuple[list[str], Callable[[], None] | None]:
     """``(argv, preexec_fn)`` that start ``argv`` armed with PR_SET_PDEATHSIG=SIGKILL.
 
     The worker sees ``argv`` (``argv[0]`` included), its environment and its
     executable exactly as ``subprocess.Popen(argv, env=env)`` would give them.
+    ``ignored``: signals the worker starts with ignored (``SIG_IGN`` survives exec):
+    the wrapper's shell sets them (``trap ''``) before its exec, the ``preexec`` mode
+    before the exec, and the ``off`` mode gets a ``preexec_fn`` for them alone. In
+    the wrapper mode a signal that arrives between the exec of ``setpriv`` and the
+    shell's ``trap`` (a few milliseconds) still has its default action.
     Raises FileNotFoundError when the executable does not exist (the wrapper
     would otherwise only report it as exit code 127).
     """
     mode = pdeathsig_mode()
     if mode == "off":
-        return list(argv), None
+        return list(argv), _ignoring(ignored)
     if (
         mode == "preexec"
         or argv[0].startswith("-")
         or any(not _NAME.match(k) or k in _DASH_OWNS for k in env)
     ):
-        return list(argv), pdeathsig_preexec()
+        return list(argv), pdeathsig_preexec(ignored=ignored)
     executable = resolve_executable(argv[0], env, cwd)
     if executable is None:
         path = argv[0] if cwd is None else os.path.join(cwd, argv[0])
@@ -193,6 +226,8 @@ def wrap_argv(
     assert tools is not None
     setpriv, dash = tools
     script = _GUARD.format(pid=os.getpid())
+    if ignored:  # dash takes signal numbers; SIG_IGN is kept across its exec
+        script += f"trap '' {' '.join(str(int(s)) for s in sorted(set(ignored)))}; "
     params: list[str] = []
     if "PWD" in env:
         script += _RESTORE_PWD

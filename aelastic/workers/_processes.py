@@ -21,7 +21,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 
 import anyio
 import anyio.lowlevel
@@ -99,6 +99,7 @@ class WorkerProcesses:
         kill_timeout: float,
         warm_pool: WarmPool | None = None,
         exit_grace: float | None = DEFAULT_EXIT_GRACE,
+        ignored_signals: Collection[int] = (),
     ) -> None:
         self.specs: dict[int, ProcessSpec] = {s.local_rank: s for s in specs}
         self._exit_grace = exit_grace if exit_grace is not None and exit_grace > 0 else None
@@ -113,6 +114,7 @@ class WorkerProcesses:
         self._changed = anyio.Event()
         self._closed = False
         self._warm_pool = warm_pool
+        self._ignored = frozenset(int(s) for s in ignored_signals)
         self._tg: BackgroundTasks | None = None
         # Threads that wait for exits when there is no pidfd: one per worker at most.
         self._limiter = anyio.CapacityLimiter(max(1, len(specs)))
@@ -359,7 +361,7 @@ class WorkerProcesses:
                 write_ends.append(write_end)
                 stdio[fd] = write_end
             if not self._start_warm(worker, stdio, env):
-                self._adopt(worker, _spawn(spec, stdio, env))
+                self._adopt(worker, _spawn(spec, stdio, env, self._ignored))
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
             for pipe in pipes:
                 pipe.close()
@@ -413,7 +415,7 @@ class WorkerProcesses:
             cwd = spec.cwd if spec.cwd is not None else os.getcwd()
             learn = pool.learn_path(spec.local_rank)
             notices = warm.activate(
-                entry, spec.args, env, os.path.abspath(cwd), send[0], send[1], learn
+                entry, spec.args, env, os.path.abspath(cwd), send[0], send[1], learn, self._ignored
             )
         except OSError as exc:
             log.debug("warm interpreter %s unusable (%s); fresh spawn", warm.pid, exc)
@@ -587,10 +589,14 @@ class WorkerProcesses:
 
 
 def _spawn(
-    spec: ProcessSpec, stdio: dict[int, int | None], env: dict[str, str]
+    spec: ProcessSpec,
+    stdio: dict[int, int | None],
+    env: dict[str, str],
+    ignored: Collection[int] = (),
 ) -> subprocess.Popen[bytes]:
-    """Start ``spec`` fresh: own session, death signal; one fork (a vfork in wrapper mode)."""
-    argv, preexec = wrap_argv(spec.args, env, spec.cwd)
+    """Start ``spec`` fresh: own session, death signal, ``ignored`` signals ignored; one
+    fork (a vfork in wrapper mode)."""
+    argv, preexec = wrap_argv(spec.args, env, spec.cwd, ignored)
     return subprocess.Popen(
         argv,
         stdin=None,
@@ -671,6 +677,7 @@ async def open_worker_processes(
     kill_timeout: float = DEFAULT_KILL_TIMEOUT,
     warm_pool: WarmPool | None = None,
     exit_grace: float | None = DEFAULT_EXIT_GRACE,
+    ignored_signals: Collection[int] = (),
 ) -> AsyncIterator[WorkerProcesses]:
     """Start one process per spec; on exit of the block, stop and reap them all.
 
@@ -692,6 +699,11 @@ async def open_worker_processes(
     almost no CPU over a whole ``exit_grace`` window after another worker exited 0 (a
     teardown deadlock). None or ``<= 0``: no bound.
 
+    ``ignored_signals``: signals every worker starts with ignored (``SIG_IGN``, kept
+    across exec; a script that installs its own handler still gets them), fresh or
+    warm, on top of those the agent ignores itself (e.g. SIGUSR1 while the agent traps
+    it as a scheduler's preemption notice, which the scheduler sends the workers too).
+
     Raises :class:`WorkerStartError` if a process cannot be started (the ones
     already started are stopped first) and :class:`ValueError` for bad specs.
     Runs on every anyio backend (asyncio, uvloop, trio). The exit watchers and
@@ -699,7 +711,7 @@ async def open_worker_processes(
     block's body propagates as itself, never wrapped in an exception group.
     """
     _check_specs(specs)
-    processes = WorkerProcesses(specs, kill_timeout, warm_pool, exit_grace)
+    processes = WorkerProcesses(specs, kill_timeout, warm_pool, exit_grace, ignored_signals)
     try:
         async with background_tasks() as processes._tg:
             try:

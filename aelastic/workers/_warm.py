@@ -37,7 +37,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from .._dataclass import dataclass
@@ -203,6 +203,7 @@ class WarmProcess:
         stdout_fd: int,
         stderr_fd: int,
         learn: str = "",
+        ignored: Collection[int] = (),
     ) -> socket.socket:
         """Turn the interpreter into the worker; raises OSError when it cannot be reached.
 
@@ -211,7 +212,8 @@ class WarmProcess:
 
         The worker starts with the signal dispositions and mask a fresh spawn
         from this thread would have now (:func:`spawn_signals`), whatever they
-        were when the interpreter was pre-started. Returns the control socket,
+        were when the interpreter was pre-started, with ``ignored`` ignored too
+        (as a fresh spawn given them would start). Returns the control socket,
         on which the worker writes ``exit <status>`` when its script ends (see
         :mod:`aelastic.workers._exit_grace`): the caller owns it and the process
         after. On error the socket is closed.
@@ -219,7 +221,7 @@ class WarmProcess:
         sys_argv = entry.sys_argv
         fields = [_MAGIC, os.fsencode(cwd), entry.kind.encode(), os.fsencode(entry.target)]
         fields.append(os.fsencode(learn))
-        fields += spawn_signals().encode()
+        fields += spawn_signals(ignored).encode()
         for items in (list(argv), sys_argv):
             fields.append(str(len(items)).encode())
             fields += [os.fsencode(a) for a in items]

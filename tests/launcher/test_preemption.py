@@ -4,15 +4,18 @@ with the parameters of a run that was never interrupted."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 from pathlib import Path
 
 import anyio
 import pytest
+from _procfs import ignored_signals  # tests/ is on sys.path
 
 from aelastic.launcher._preemption import persisted_step, requeue_argv, trapped_signals
-from launcher._nodes import cluster  # tests/ is on sys.path
+from launcher._nodes import cluster, process_tree
 
 SCRIPT = str(Path(__file__).parent.parent / "checkpoint" / "scripts" / "ckpt_ddp.py")
 PREEMPTED = 96  # the contract's value, written out: the test must not read it from the code
@@ -22,6 +25,11 @@ HELD_AT = 6
 def _lines(out: Path) -> list[dict[str, object]]:
     """The JSON lines rank 0 of ckpt_ddp.py appended to ``out`` when it finished."""
     return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def _pids(lines: list[str]) -> list[int]:
+    """The workers' pids, from ckpt_ddp.py's ``PID <pid> rank <r>`` lines."""
+    return [int(line.split("PID ", 1)[1].split()[0]) for line in lines if "PID " in line]
 
 
 def _argv(disk: Path, out: Path, *extra: str) -> list[str]:
@@ -50,10 +58,20 @@ async def test_a_preempted_job_resumes_at_the_step_its_workers_completed(
     async with cluster() as c:
         baseline = await c.start(_argv(tmp_path / "base", tmp_path / "base.jsonl"))
         # --tee 3: each rank's lines reach stdout whole ("[default0]:..."), never interleaved
-        node = await c.start(["--tee", "3", *_argv(disk, out, "--hold-after-save", str(HELD_AT))])
+        held = _argv(disk, out, "--hold-after-save", str(HELD_AT), "--print-pid")
+        node = await c.start(["--tee", "3", *held])
         with anyio.fail_after(240):
             # both ranks say they saved step HELD_AT and stopped there: the ground truth
             await node.wait_for_line(lambda line: f":HELD {HELD_AT} rank " in line, count=2)
+            # the notice is trapped (--checkpoint-dir): the kernel says the workers ignore it
+            pids = _pids(node.lines)
+            assert len(pids) == 2 and all(signal.SIGUSR1 in ignored_signals(p) for p in pids)
+            if sig == signal.SIGUSR1:  # as Slurm sends it: to every process of the job,
+                # the workers first, then the agent
+                _agent, *below = process_tree(node.process.pid)
+                for pid in below:
+                    with contextlib.suppress(ProcessLookupError):  # an idle interpreter
+                        os.kill(pid, sig)
             node.process.send_signal(sig)
             assert await node.wait() == PREEMPTED, node.err
             assert await baseline.wait() == 0, baseline.err
@@ -84,10 +102,14 @@ async def test_without_a_checkpoint_dir_a_sigterm_keeps_torchrun_s_exit(tmp_path
                 "--steps",
                 "1000000",
                 "--print-saves",
+                "--print-pid",
             ]
         )
         with anyio.fail_after(120):
             await node.wait_for_line(lambda line: line.startswith("SAVED"))
+            # no notice trapped: SIGUSR1 keeps its default action in the worker (torchrun's)
+            (pid,) = _pids(node.lines)
+            assert signal.SIGUSR1 not in ignored_signals(pid)
             node.process.send_signal(signal.SIGTERM)
             assert await node.wait() == 128 + signal.SIGTERM, node.err
 

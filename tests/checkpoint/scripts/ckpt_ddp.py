@@ -11,7 +11,7 @@ dies while ``save()`` writes step K), ``--fail-at-step K`` (rank 0 exits 1 befor
 K on every attempt: the job fails for good; ``--every 1 --async``: every step saved
 with ``save(..., asynchronous=True)``), ``--hold-after-save K`` (a run that did not
 resume from step K or later saves step K, prints ``HELD K rank R``, and waits to be
-killed). A run that resumes
+killed), ``--print-pid`` (each rank prints ``PID <pid> rank R`` first). A run that resumes
 checks that the next rank's object loads too (``--load-rank R``: rank R's; ``--own-only``:
 no check, for a node holding only its own ranks).
 """
@@ -57,6 +57,7 @@ def main() -> int:
     parser.add_argument("--fail-at-step", type=int, default=-1)
     parser.add_argument("--print-saves", action="store_true", help="rank 0: SAVED <step>")
     parser.add_argument("--hold-after-save", type=int, default=-1)
+    parser.add_argument("--print-pid", action="store_true", help="PID <pid> rank <rank>")
     parser.add_argument("--own-only", action="store_true")
     parser.add_argument(
         "--async", dest="asynchronous", action="store_true", help="save(asynchronous=True)"
@@ -69,6 +70,8 @@ def main() -> int:
     rank = dist.get_rank()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     first = attempt == 0 and rank == 0
+    if opts.print_pid:
+        print("PID", os.getpid(), "rank", rank, flush=True)
     torch.manual_seed(1234)
     model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
     ddp = DistributedDataParallel(model)
