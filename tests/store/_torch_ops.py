@@ -4,13 +4,21 @@ Run as a script (torch is imported only here, in a subprocess):
 
 * ``python _torch_ops.py client HOST PORT``: torch client against HOST:PORT, print results;
 * ``python _torch_ops.py master``: torch's libuv server + torch client, print results;
-* ``python _torch_ops.py serve``: torch's server only; print its port, exit on stdin EOF.
+* ``python _torch_ops.py serve``: torch's server only; print its port, exit on stdin EOF;
+* ``python _torch_ops.py loop``: print ``ready`` once torch is imported, then read commands
+  from stdin, one a line (``client HOST PORT``, ``master``, ``serve``: as above, each
+  server kept until stdin's EOF; ``connect PORT``: a client's handshake and nothing else;
+  ``blocked_get PORT``: a get of a key nobody sets, answered ``raised <exception type>``
+  once it fails) and answer each with one line: one interpreter (one
+  import of torch, ~2 s of CPU) serves a whole test module. An error is answered as
+  ``{"error": traceback}``, which no test expects, and the loop goes on.
 
 The test module imports :data:`OPS` and runs them through our client too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from typing import Any
@@ -97,23 +105,60 @@ def run_torch_ops(store: Any) -> list[Any]:
     return results
 
 
-def main(argv: list[str]) -> int:
+def loop() -> None:
+    """Answer the commands on stdin until its EOF (see the module's docstring)."""
+    import traceback
+
+    import torch.distributed  # noqa: F401  (the import is what the loop saves)
+
+    print("ready", flush=True)
+    servers: list[Any] = []
+    for line in sys.stdin:
+        try:
+            answer = one(line.split(), servers)
+        except Exception:
+            answer = json.dumps({"error": traceback.format_exc()})
+        print(answer, flush=True)
+
+
+def one(command: list[str], servers: list[Any]) -> str:
+    """The answer to one command of :func:`loop`; a ``serve``'s server joins ``servers``."""
     import datetime
 
     from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
     timeout = datetime.timedelta(seconds=30)
-    mode = argv[0]
-    if mode == "client":
-        store = TCPStore(argv[1], int(argv[2]), is_master=False, timeout=timeout)
-        print(json.dumps(run_torch_ops(store)), flush=True)
-    elif mode == "master":
-        master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timeout)
-        store = TCPStore("127.0.0.1", master.port, is_master=False, timeout=timeout)
-        print(json.dumps(run_torch_ops(store)), flush=True)
-    elif mode == "serve":
-        master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timeout)
-        print(f"port {master.port}", flush=True)
+    if command[0] == "connect":  # a client's handshake with PORT, whatever answers there
+        with contextlib.suppress(Exception):
+            TCPStore("127.0.0.1", int(command[1]), is_master=False, timeout=timeout / 6)
+        return "done"
+    if command[0] == "blocked_get":  # a get of a key nobody sets, on PORT (120 s timeout)
+        store = TCPStore("127.0.0.1", int(command[1]), is_master=False, timeout=timeout * 4)
+        store.set("connected", "1")
+        try:
+            store.get("never")
+        except Exception as exc:
+            return f"raised {type(exc).__name__}"
+        return "returned"
+    if command[0] == "client":
+        store = TCPStore(command[1], int(command[2]), is_master=False, timeout=timeout)
+        return json.dumps(run_torch_ops(store))
+    master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timeout)
+    if command[0] == "serve":
+        servers.append(master)
+        return f"port {master.port}"
+    assert command[0] == "master", command
+    store = TCPStore("127.0.0.1", master.port, is_master=False, timeout=timeout)
+    return json.dumps(run_torch_ops(store))
+
+
+def main(argv: list[str]) -> int:
+    if argv[0] == "loop":
+        loop()
+        return 0
+    servers: list[Any] = []
+    print(one(argv, servers), flush=True)
+    if servers:  # serve: until stdin's EOF
         sys.stdin.read()
     return 0
 

@@ -1,7 +1,9 @@
 """Wire compatibility with torch: torch's client on our server, our client on torch's server.
 
 torch is imported only in subprocesses (a torch client blocked on its socket holds
-the GIL, which would starve an in-process server).
+the GIL, which would starve an in-process server). The operations' runs share one such
+interpreter (:func:`torch_ops`): each import of torch costs ~2 s of CPU, seven of them
+did the same thing.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,59 +62,113 @@ async def run_our_ops(store: TCPStoreClient) -> list[Any]:
     return results
 
 
-async def _torch_ops(*args: str) -> list[Any]:
-    proc = await anyio.run_process([sys.executable, TORCH_OPS, *args], check=False)
-    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    result: list[Any] = json.loads(proc.stdout.decode().strip().splitlines()[-1])
-    return result
+class TorchOps:
+    """``_torch_ops.py loop``: one interpreter with torch imported, asked one line at a time.
+
+    :meth:`ask` blocks (run it in a thread from async code); an interpreter that died
+    fails the test asking, with its stderr's tail."""
+
+    def __init__(self, proc: subprocess.Popen[str], stderr: Path) -> None:
+        self.proc = proc
+        self.stderr = stderr
+
+    def ask(self, *command: str) -> str:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(" ".join(command) + "\n")
+        self.proc.stdin.flush()
+        return self.line()
+
+    def line(self) -> str:
+        """Its next line on stdout."""
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            tail = self.stderr.read_text()[-3000:]
+            raise AssertionError(f"_torch_ops.py loop exited: {tail}")
+        return line.strip()
+
+    def results(self, *command: str) -> list[Any]:
+        result: list[Any] = json.loads(self.ask(*command))
+        return result
 
 
-def test_torch_client_on_torchs_server_gives_the_expected_results() -> None:
+@pytest.fixture(scope="module")
+def torch_ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TorchOps]:
+    """One ``_torch_ops.py loop`` for the module, ready (torch imported); stopped by
+    closing its stdin, killed if it has not exited 30 s later. Its stderr goes to a file
+    (a pipe nobody reads could fill and block it)."""
+    stderr = tmp_path_factory.mktemp("torch_ops") / "stderr"
+    with stderr.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, TORCH_OPS, "loop"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env={**os.environ, "TORCH_CPP_LOG_LEVEL": "ERROR"},
+        )
+    try:
+        ops = TorchOps(proc, stderr)
+        assert ops.line() == "ready"
+        yield ops
+    finally:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+
+async def _ask(torch_ops: TorchOps, *command: str) -> str:
+    """:meth:`TorchOps.ask` off the event loop, bounded (each run's own timeouts are 30 s)."""
+    with anyio.fail_after(90):
+        return await anyio.to_thread.run_sync(torch_ops.ask, *command, abandon_on_cancel=True)
+
+
+def test_torch_client_on_torchs_server_gives_the_expected_results(torch_ops: TorchOps) -> None:
     """The reference: torch's client on torch's own server (no event loop of ours)."""
-    assert anyio.run(_torch_ops, "master") == EXPECTED
+    assert torch_ops.results("master") == EXPECTED
 
 
 @on_every_backend
-async def test_torch_client_same_results_on_our_server(store_server: StoreServer) -> None:
-    assert await _torch_ops("client", store_server.host, str(store_server.port)) == EXPECTED
+async def test_torch_client_same_results_on_our_server(
+    store_server: StoreServer, torch_ops: TorchOps
+) -> None:
+    answer = await _ask(torch_ops, "client", store_server.host, str(store_server.port))
+    assert json.loads(answer) == EXPECTED
     # what the torch client wrote is visible in-process (same "/" key convention)
     assert await store_server.local_store.get("ap") == b"xy"
 
 
 @on_every_backend
-async def test_our_client_same_results_on_both_servers(store_server: StoreServer) -> None:
-    async with await anyio.open_process(
-        [sys.executable, TORCH_OPS, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    ) as proc:
-        assert proc.stdout is not None and proc.stdin is not None
-        line = b""
-        with anyio.fail_after(60):
-            while not line.endswith(b"\n"):
-                line += await proc.stdout.receive(1)
-        port = int(line.split()[1])
-        try:
-            async with TCPStoreClient("127.0.0.1", port, timeout=30) as theirs:
-                assert await run_our_ops(theirs) == EXPECTED
-                # blocking get on torch's server, woken by another task's set
-                async with anyio.create_task_group() as tg:
-                    got: list[bytes] = []
+async def test_our_client_same_results_on_both_servers(
+    store_server: StoreServer, torch_ops: TorchOps
+) -> None:
+    # a fresh torch server for each backend: the run needs an empty store
+    answer = await _ask(torch_ops, "serve")
+    assert answer.startswith("port "), answer
+    port = int(answer.split()[1])
+    async with TCPStoreClient("127.0.0.1", port, timeout=30) as theirs:
+        assert await run_our_ops(theirs) == EXPECTED
+        # blocking get on torch's server, woken by another task's set
+        async with anyio.create_task_group() as tg:
+            got: list[bytes] = []
 
-                    async def getter() -> None:
-                        got.append(await theirs.get("late", timeout=10))
+            async def getter() -> None:
+                got.append(await theirs.get("late", timeout=10))
 
-                    tg.start_soon(getter)
-                    await anyio.wait_all_tasks_blocked()
-                    await theirs.set("late", "v")
-                assert got == [b"v"]
-                # a timed-out wait leaves the client usable
-                with pytest.raises(StoreTimeoutError):
-                    await theirs.queue_pop("emptyq", timeout=0.1)
-                await theirs.queue_push("emptyq", "x")
-                assert await theirs.queue_pop("emptyq", timeout=5) == b"x"
-        finally:
-            await proc.stdin.aclose()
-            with anyio.fail_after(20):
-                await proc.wait()
+            tg.start_soon(getter)
+            await anyio.wait_all_tasks_blocked()
+            await theirs.set("late", "v")
+        assert got == [b"v"]
+        # a timed-out wait leaves the client usable
+        with pytest.raises(StoreTimeoutError):
+            await theirs.queue_pop("emptyq", timeout=0.1)
+        await theirs.queue_push("emptyq", "x")
+        assert await theirs.queue_pop("emptyq", timeout=5) == b"x"
     async with TCPStoreClient(store_server.host, store_server.port, timeout=30) as ours:
         assert await run_our_ops(ours) == EXPECTED
 
@@ -159,17 +216,6 @@ async def test_two_gloo_workers_all_reduce(store_server: StoreServer) -> None:
     assert "result 1 3.0" in outputs[1]
 
 
-TORCH_CONNECT = r"""
-import datetime, sys
-from torch.distributed import TCPStore
-try:
-    TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False,
-             timeout=datetime.timedelta(seconds=5))
-except Exception:
-    pass
-"""
-
-
 async def _capture_handshake(connect: Any) -> tuple[bytes, bytes]:
     """Listen on a raw socket, run ``connect(port)``, return (first 5 bytes, next 5 bytes)."""
     first: list[bytes] = []
@@ -198,22 +244,16 @@ async def _capture_handshake(connect: Any) -> tuple[bytes, bytes]:
     return first[0][:5], first[0][5:10]
 
 
-async def test_client_protocol_bytes_match_torch() -> None:
+async def test_client_protocol_bytes_match_torch(torch_ops: TorchOps) -> None:
     """Mirror torch's TestClientProtocol: VALIDATE + magic, then PING with the pid."""
-    pids: list[int] = []
 
     async def torch_connect(port: int) -> None:
-        async with await anyio.open_process(
-            [sys.executable, "-c", TORCH_CONNECT, str(port)]
-        ) as proc:
-            pids.append(proc.pid)
-            with anyio.fail_after(60):
-                await proc.wait()
+        await _ask(torch_ops, "connect", str(port))
 
     validate, ping = await _capture_handshake(torch_connect)
     assert validate == bytes.fromhex("00cef7853c")
     assert ping[0] == 13
-    assert int.from_bytes(ping[1:], "little") == pids[0]
+    assert int.from_bytes(ping[1:], "little") == torch_ops.proc.pid
 
     async def our_connect(port: int) -> None:
         client = TCPStoreClient("127.0.0.1", port, timeout=5, connect_timeout=5)
@@ -225,32 +265,15 @@ async def test_client_protocol_bytes_match_torch() -> None:
     assert ping == b"\x0d" + os.getpid().to_bytes(4, "little")
 
 
-TORCH_BLOCKED_GET = r"""
-import datetime, sys
-from torch.distributed import TCPStore
-s = TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False,
-             timeout=datetime.timedelta(seconds=120))
-s.set("connected", "1")
-try:
-    s.get("never")
-except Exception as exc:
-    print("raised", type(exc).__name__, flush=True)
-    sys.exit(3)
-"""
+async def test_server_shutdown_releases_blocked_torch_client(torch_ops: TorchOps) -> None:
+    answers: list[str] = []
+    async with StoreServer() as server, anyio.create_task_group() as tg:
 
+        async def blocked_get() -> None:
+            answers.append(await _ask(torch_ops, "blocked_get", str(server.port)))
 
-async def test_server_shutdown_releases_blocked_torch_client() -> None:
-    async with (
-        StoreServer() as server,
-        await anyio.open_process(
-            [sys.executable, "-c", TORCH_BLOCKED_GET, str(server.port)],
-            env={**os.environ, "TORCH_CPP_LOG_LEVEL": "ERROR"},
-        ) as proc,
-    ):
+        tg.start_soon(blocked_get)
         with anyio.fail_after(60):
             await server.local_store.get("connected")
             await server.aclose()
-            assert await proc.wait() == 3
-        assert proc.stdout is not None
-        out = await proc.stdout.receive()
-    assert b"raised" in out
+    assert len(answers) == 1 and answers[0].startswith("raised "), answers
