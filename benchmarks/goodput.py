@@ -51,7 +51,10 @@ from typing import Any
 
 from _job_process import start_job
 
-from aelastic.goodput import BADPUT, GoodputRecorder, RankSteps, combine
+from aelastic.goodput import combine
+from aelastic.goodput._categories import BADPUT
+from aelastic.goodput._ledger import RankSteps
+from aelastic.goodput._recorder import GoodputRecorder
 from aelastic.jobview import summarize
 
 PY = sys.executable

@@ -5,7 +5,7 @@
 1. Store load: ``--agents`` simulated agents, each on its own connection, publish a
    worst-case status document (8 workers, a full history: 32 step samples, 12 marks)
    every 5 s, or less often beyond 500 nodes (1,000: every 10 s; the publisher's
-   ``period`` rule), with a random phase, as :class:`aelastic.jobview.StatusPublisher` does, into
+   ``period`` rule), with a random phase, as the agents' ``StatusPublisher`` does, into
    (a) aelastic's store server and (b) torch's own TCPStore server (libuv), each in its
    own process. Reported: requests/s, bytes/s and the server process's CPU (user +
    system, ``/proc/<pid>/stat``) over ``--window`` seconds, as % of one core.
@@ -34,7 +34,8 @@ from typing import Any
 import anyio
 from store_throughput import load_average, server_cpu, start_our_server, start_torch_server, stop
 
-from aelastic.jobview import History, read_view
+from aelastic.jobview import read_view
+from aelastic.jobview._history import History
 from aelastic.jobview._publish import period
 from aelastic.store import PrefixStore, TCPStoreClient
 

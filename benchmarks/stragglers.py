@@ -205,7 +205,7 @@ def false_reports(tmp: Path, seconds: float) -> str:
 
 
 def cost(tmp: Path) -> str:
-    from aelastic.stragglers import busy_seconds
+    from aelastic.stragglers._signal import busy_seconds
 
     code = "import torch, time\ntorch.set_num_threads(4)\nprint('up', flush=True)\ntime.sleep(600)"
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

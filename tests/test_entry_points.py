@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from aelastic._entry_points import entry_points_of
-from aelastic.nodes import entry_point_checks
+from aelastic.nodes._checks import entry_point_checks
 
 GROUP = "aelastic.test_group_ep"
 

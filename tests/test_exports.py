@@ -41,7 +41,8 @@ PUBLIC_WITHOUT_USER: dict[tuple[str, str], str] = {
     ("aelastic.rendezvous", "RendezvousTimeoutException"): "torch's old name of the error",
     ("aelastic.rendezvous", "RendezvousNonRetryableError"): "torch's name (rendezvous.api)",
     ("aelastic.rendezvous", "ENTRY_POINT_GROUP"): "plugins name it in their packaging",
-    ("aelastic.nodes", "ENTRY_POINT_GROUP"): "plugins name it in their packaging",
+    ("aelastic.nodes", "HealthCheck"): "plugin hook: the type of a health check",
+    ("aelastic.nodes", "CheckResult"): "plugin hook: what a health check returns",
 }
 
 

@@ -173,6 +173,6 @@ def test_the_checks_see_what_they_judge() -> None:
     # one, a relative one two levels up.
     pairs = {(imp.source, imp.target) for imp in IMPORTS}
     assert ("aelastic.launcher._build", "aelastic.rendezvous") in pairs  # TYPE_CHECKING
-    assert ("aelastic.launcher._job", "aelastic.health") in pairs  # in a function
+    assert ("aelastic.launcher._job", "aelastic.events") in pairs  # in a function
     assert ("aelastic.rendezvous.etcd._store", "aelastic.store") in pairs  # from ...store
     assert LAYERS["store"] < LAYERS["events"] < LAYERS["agent"] < LAYERS["launcher"]

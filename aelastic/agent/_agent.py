@@ -31,7 +31,7 @@ import anyio.lowlevel
 
 from ..errors import ProcessFailure
 from ..metrics import prof, put_metric
-from ..progress import ProgressSnapshot
+from ..progress._reader import ProgressSnapshot
 from ..rendezvous import RendezvousGracefulExitError
 from ._agent_exit import ExitBarrierPhase
 from ._agent_monitor import MonitorPhase

@@ -41,7 +41,7 @@ from ._policy import (
 from ._types import RunResult, WorkerGroup, WorkerState
 
 if TYPE_CHECKING:  # imported with hang detection only (see aelastic._features)
-    from ..progress import ProgressTimeouts
+    from ..progress._timeouts import ProgressTimeouts
     from ._hang import Hang, RoundProgress
     from ._learned import LearnedTimeouts
 

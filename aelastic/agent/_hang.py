@@ -1,6 +1,6 @@
 """Hang detection for one round of workers: progress files, deadlines, and the report.
 
-The agent creates one :class:`~aelastic.progress.ProgressFile` per worker and
+The agent creates one :class:`~aelastic.progress._reader.ProgressFile` per worker and
 passes its path (and the stacks file and signal) in the worker's environment.
 :meth:`RoundProgress.wait_for_hang` then sleeps until the earliest deadline of any
 worker (see :func:`~aelastic.agent._policy.progress_deadline`), reads the shared
@@ -28,7 +28,9 @@ from .._owned_dirs import claim, release, sweep_abandoned
 from .._stacks_dump import STACKS_FILE_ENV, STACKS_SIGNAL_ENV
 from ..errors import ProcessFailure
 from ..metrics import put_metric
-from ..progress import FILE_ENV, ProgressFile, ProgressSnapshot, ProgressTimeouts
+from ..progress._layout import FILE_ENV
+from ..progress._reader import ProgressFile, ProgressSnapshot
+from ..progress._timeouts import ProgressTimeouts
 from ._blame import Suspect, blame_order, in_collective
 from ._flight_recorder import flight_recorder_env, remove_trigger, written_dumps
 from ._policy import ProgressDeadline, progress_deadline

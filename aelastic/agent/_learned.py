@@ -24,7 +24,8 @@ import anyio
 import anyio.to_thread
 
 from ..metrics import put_metric
-from ..progress import ProgressSnapshot, ProgressTimeouts
+from ..progress._reader import ProgressSnapshot
+from ..progress._timeouts import ProgressTimeouts
 from ..store import StoreError
 from ..workers import run_dir
 from ._policy import Observed, learned_timeouts, merge_observed, observe

@@ -14,7 +14,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import field
 
 from .._dataclass import dataclass
-from ..progress import ProgressSnapshot, ProgressTimeouts
+from ..progress._reader import ProgressSnapshot
+from ..progress._timeouts import ProgressTimeouts
 from ._exceptions import AgentConfigError
 from ._types import WorkerState
 

@@ -1,6 +1,6 @@
 """``RoundGate``: what the agent asks of a node gate before and after each round.
 
-A structural type, so the agent depends on nothing above it: :class:`aelastic.nodes.NodeGate`
+A structural type, so the agent depends on nothing above it: :class:`aelastic.nodes._gate.NodeGate`
 (health checks, exclusion after repeated failures) is one, built by the launcher.
 """
 
@@ -20,7 +20,7 @@ Emit = Callable[[str, Mapping[str, Any]], None]
 
 
 class RoundGate(Protocol):
-    """Keeps this node out of rounds it should not join (see :class:`aelastic.nodes.NodeGate`)."""
+    """Keeps this node out of rounds it should not join (``aelastic.nodes._gate.NodeGate``)."""
 
     async def admit(self, handler: RendezvousHandler, emit: Emit) -> None:
         """Return once this node may join the next round (raises when the job ended)."""

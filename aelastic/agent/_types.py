@@ -13,7 +13,7 @@ from ._exceptions import AgentConfigError
 
 if TYPE_CHECKING:
     from ..errors import ProcessFailure
-    from ..progress import ProgressTimeouts
+    from ..progress._timeouts import ProgressTimeouts
     from ..rendezvous import RendezvousHandler
     from ..store import Store
     from ..workers import Std
@@ -124,7 +124,7 @@ class WorkerSpec:
             ``<= 0``: off. Off means no polling at all.
         initial_heartbeat_timeout, heartbeat_timeout, section_timeouts,
         out_of_section_timeout: hang detection for workers that report progress with
-            :mod:`aelastic.progress` (see :class:`~aelastic.progress.ProgressTimeouts`;
+            :mod:`aelastic.progress` (see :class:`~aelastic.progress._timeouts.ProgressTimeouts`;
             all None: off). A worker past its deadline has its stacks (and its local
             peers') written to ``attempt_<n>/<local_rank>/stacks.txt``, then the group
             restarts like after a failure.
@@ -281,7 +281,7 @@ class WorkerSpec:
 
     def progress_timeouts(self) -> ProgressTimeouts:
         """The hang-detection timeouts of this spec (``.enabled`` False: off)."""
-        from ..progress import ProgressTimeouts
+        from ..progress._timeouts import ProgressTimeouts
 
         return ProgressTimeouts(
             initial=self.initial_heartbeat_timeout,

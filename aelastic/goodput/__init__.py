@@ -11,22 +11,6 @@ plain functions in ``_ledger``: ``new_count``, ``silent_share``, ``job_charge``,
 Imports nothing but the standard library.
 """
 
-from ._categories import BADPUT as BADPUT
-from ._categories import CATEGORIES as CATEGORIES
-from ._ledger import Attempt as Attempt
-from ._ledger import Ledger as Ledger
-from ._ledger import RankSteps as RankSteps
 from ._ledger import combine as combine
-from ._ledger import compute as compute
-from ._recorder import GoodputRecorder as GoodputRecorder
 
-__all__ = (
-    "BADPUT",
-    "CATEGORIES",
-    "Attempt",
-    "GoodputRecorder",
-    "Ledger",
-    "RankSteps",
-    "combine",
-    "compute",
-)
+__all__ = ("combine",)

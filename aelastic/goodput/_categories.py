@@ -2,7 +2,7 @@
 
 ``productive`` plus the badput categories add up to the wall time. ``restart`` is
 split by the cause of the failure it follows (``restart.crash``...). A category a
-later feature fills through :meth:`~aelastic.goodput.GoodputRecorder.charge` (say
+later feature fills through :meth:`~aelastic.goodput._recorder.GoodputRecorder.charge` (say
 ``straggler``: time the slowest rank lost to being slow) is added to ``CHARGED``.
 """
 

@@ -13,23 +13,11 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._exceptions import HealthPortError as HealthPortError
-    from ._http import Response as Response
-    from ._http import Route as Route
-    from ._server import ExtraRoute as ExtraRoute
-    from ._server import serve_health as serve_health
-    from ._server import serve_routes as serve_routes
     from ._view import JobView as JobView
-    from ._view import WorkerView as WorkerView
 
 __all__ = (
-    "ExtraRoute",
     "HealthPortError",
     "JobView",
-    "Response",
-    "Route",
-    "WorkerView",
-    "serve_health",
-    "serve_routes",
 )
 
 __getattr__, __dir__ = lazy_exports(__name__, globals())

@@ -19,27 +19,13 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._exceptions import JobViewError as JobViewError
-    from ._history import History as History
-    from ._http import JOBVIEW_PATHS as JOBVIEW_PATHS
-    from ._http import jobview_route as jobview_route
-    from ._keys import status_store as status_store
-    from ._publish import StatusPublisher as StatusPublisher
-    from ._publish import publish_replicas as publish_replicas
-    from ._table import table as table
     from ._view import read_view as read_view
     from ._view import summarize as summarize
 
 __all__ = (
-    "JOBVIEW_PATHS",
-    "History",
     "JobViewError",
-    "StatusPublisher",
-    "jobview_route",
-    "publish_replicas",
     "read_view",
-    "status_store",
     "summarize",
-    "table",
 )
 
 __getattr__, __dir__ = lazy_exports(__name__, globals())

@@ -219,7 +219,7 @@ def status_main(argv: Sequence[str]) -> int:
 
 
 async def _dashboard(args: argparse.Namespace) -> None:
-    from ..health import serve_routes
+    from ..health._server import serve_routes
     from ._http import view_route
 
     async with open_status_store(args) as store:

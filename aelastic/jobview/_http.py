@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 
-from ..health import Response
+from ..health._http import Response
 from ..store import StoreError
 from ._exceptions import JobViewError
 from ._page import PAGE, PAGE_HEADERS
@@ -52,7 +52,7 @@ def view_route(
 
 def jobview_route(publisher: Any, path: str) -> Response | Awaitable[Response]:
     """:func:`view_route` for a job's health endpoint (``publisher``: the job's
-    :class:`~aelastic.jobview.StatusPublisher`, None when it publishes nothing)."""
+    :class:`~aelastic.jobview._publish.StatusPublisher`, None when it publishes nothing)."""
 
     async def read() -> dict[str, Any]:
         if publisher is None:

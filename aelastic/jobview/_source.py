@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from ..health import JobView, WorkerView
+from ..health import JobView
+from ..health._view import WorkerView
 
 if TYPE_CHECKING:
     from ..agent import WorkerState
-    from ..progress import ProgressSnapshot
+    from ..progress._reader import ProgressSnapshot
 
 __all__ = ("Change", "NodeSource", "RankedWorker")
 

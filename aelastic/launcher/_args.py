@@ -27,8 +27,8 @@ from ._exceptions import UsageError as UsageError
 from ._option_table import Option
 
 if TYPE_CHECKING:
-    from ..replicas import ReplicaGroups
-    from ..schedulers import SlurmDefaults
+    from ..replicas._settings import ReplicaGroups
+    from ..schedulers._slurm import SlurmDefaults
 
 __all__ = (
     "PROG",
@@ -657,7 +657,7 @@ def _slurm_defaults(env: Mapping[str, str], address: str | None) -> SlurmDefault
     if not env.get("SLURM_JOB_ID"):
         return None
     from .._exceptions import ConfigError
-    from ..schedulers import slurm_defaults, slurm_job
+    from ..schedulers._slurm import slurm_defaults, slurm_job
 
     try:
         job = slurm_job(env)

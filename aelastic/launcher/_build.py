@@ -19,7 +19,7 @@ from ._exceptions import LaunchConfigError
 
 if TYPE_CHECKING:
     from ..agent import LocalElasticAgent, WorkerSpec
-    from ..nodes import NodeGate
+    from ..nodes._gate import NodeGate
     from ..rendezvous import RendezvousHandler
 
 __all__ = (

@@ -137,7 +137,7 @@ def _slurm_store_address() -> str | None:
     import anyio
 
     from .._exceptions import ConfigError
-    from ..schedulers import node_address, slurm_job
+    from ..schedulers._slurm import node_address, slurm_job
 
     try:
         job = slurm_job(os.environ)

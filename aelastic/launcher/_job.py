@@ -14,15 +14,7 @@ import collections
 import os
 import signal
 import time
-from collections.abc import (
-    AsyncGenerator,
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Collection,
-    Mapping,
-    Sequence,
-)
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing, asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -42,10 +34,11 @@ if TYPE_CHECKING:
     from ..agent import RunResult, WorkerGroup, WorkerState
     from ..errors import ProcessFailure
     from ..events import EventStream
-    from ..health import Response
-    from ..jobview import StatusPublisher
-    from ..progress import ProgressSnapshot
-    from ..stragglers import SlowInterval, StragglerWatch
+    from ..health._http import Response
+    from ..jobview._publish import StatusPublisher
+    from ..progress._reader import ProgressSnapshot
+    from ..stragglers import SlowInterval
+    from ..stragglers._watch import StragglerWatch
 
 __all__ = (
     "FailureInfo",
@@ -709,21 +702,8 @@ async def open_job(
         aelastic.health.HealthPortError: the health port cannot be bound (also an
             ``OSError``); the message names the port and the fix.
     """
-    async with _open_job(config, entrypoint, args) as job:
-        yield job
-
-
-@asynccontextmanager
-async def _open_job(
-    config: LaunchConfig,
-    entrypoint: Callable[..., Any] | str,
-    args: Sequence[Any],
-    worker_ignored_signals: Collection[int] = (),
-) -> AsyncIterator[Job]:
-    """:func:`open_job`, whose workers start with ``worker_ignored_signals`` ignored
-    (``aelastic run``'s SIGUSR1 while it traps the preemption notice)."""
     await import_off_loop(job_modules(config))
-    prepared = prepare_job(config, entrypoint, args, worker_ignored_signals)
+    prepared = prepare_job(config, entrypoint, args)
     job = Job(config, prepared)
     async with background_tasks() as tg:
         if config.health_port is not None:
@@ -738,7 +718,7 @@ async def _open_job(
 
 async def _start_status(tg: anyio.abc.TaskGroup, job: Job, prepared: PreparedJob) -> None:
     """Publish this node's status into the rendezvous store (``aelastic status``)."""
-    from ..jobview import StatusPublisher
+    from ..jobview._publish import StatusPublisher
 
     job.status_publisher = StatusPublisher(job, prepared.handler)
     await tg.start(job.status_publisher.run)
@@ -750,7 +730,7 @@ async def _start_trainer_status(tg: anyio.abc.TaskGroup, job: Job) -> None:
     holding the job (``aelastic.schedulers``, ``docs/kubernetes.md``)."""
     if not os.environ.get("KUBEFLOW_TRAINER_SERVER_URL"):
         return  # not a TrainJob's pod: nothing imported (job_modules imports it otherwise)
-    from ..schedulers import TrainerStatusPoster, TrainerStatusTarget
+    from ..schedulers._kubeflow import TrainerStatusPoster, TrainerStatusTarget
 
     target = TrainerStatusTarget.from_env()
     if target is None:
@@ -771,9 +751,9 @@ async def _start_trainer_status(tg: anyio.abc.TaskGroup, job: Job) -> None:
 
 async def _start_stragglers(tg: anyio.abc.TaskGroup, job: Job, prepared: PreparedJob) -> None:
     """Watch this node's workers for stragglers (on unless ``straggler_action="off"``)."""
-    from ..jobview import status_store
-    from ..nodes import NODE_ID_ENV
-    from ..stragglers import StragglerWatch
+    from ..jobview._keys import status_store
+    from ..nodes._exclusion import NODE_ID_ENV
+    from ..stragglers._watch import StragglerWatch
     from ._straggler_args import settings_of
 
     settings = settings_of(job.config)
@@ -806,8 +786,8 @@ async def _start_stragglers(tg: anyio.abc.TaskGroup, job: Job, prepared: Prepare
 
 async def _start_health(tg: anyio.abc.TaskGroup, job: Job, config: LaunchConfig) -> tuple[str, int]:
     """Listen for the health endpoint in ``tg`` (raises ``HealthPortError``)."""
-    from ..health import serve_health
-    from ..jobview import JOBVIEW_PATHS, jobview_route
+    from ..health._server import serve_health
+    from ..jobview._http import JOBVIEW_PATHS, jobview_route
 
     def job_view(method: str, path: str) -> Response | Awaitable[Response] | None:
         if path not in JOBVIEW_PATHS:

@@ -16,7 +16,7 @@ from ._exceptions import UsageError
 from ._option_table import Option, OptionValues
 
 if TYPE_CHECKING:
-    from ..nodes import NodeGate
+    from ..nodes._gate import NodeGate
     from ._config import LaunchConfig
 
 __all__ = ("OPTIONS", "config_fields", "gate_for")
@@ -142,14 +142,10 @@ def gate_for(config: LaunchConfig) -> NodeGate | None:
     Raises:
         NodeHealthConfigError: an empty command, a timeout or cooldown <= 0.
     """
-    from ..nodes import (
-        ExclusionSettings,
-        NodeExclusion,
-        NodeGate,
-        builtin_checks,
-        command_check,
-        entry_point_checks,
-    )
+    from ..nodes._checks import builtin_checks, command_check, entry_point_checks
+    from ..nodes._exclusion import NodeExclusion
+    from ..nodes._gate import NodeGate
+    from ..nodes._policy import ExclusionSettings
 
     exclusion = None
     # a straggler is excluded through the same path (its failures never exclude it

@@ -3,7 +3,7 @@
 Like the other flag groups: the parser appends :data:`OPTIONS` to its table (each
 flag also reads ``PET_<NAME>``: ``PET_REPLICA_GROUPS``, ``PET_REPLICA_GROUP_ID``)
 and :func:`replica_groups` turns the values into a
-:class:`aelastic.replicas.ReplicaGroups` (None without ``--replica-groups``).
+:class:`aelastic.replicas._settings.ReplicaGroups` (None without ``--replica-groups``).
 Importing it loads neither anyio nor the agent.
 """
 
@@ -15,7 +15,7 @@ from ._exceptions import UsageError
 from ._option_table import Option, OptionValues
 
 if TYPE_CHECKING:
-    from ..replicas import ReplicaGroups
+    from ..replicas._settings import ReplicaGroups
 
 __all__ = ("OPTIONS", "replica_groups")
 
@@ -92,7 +92,8 @@ def replica_groups(
                 f"{v.source('replica_group_id')} needs --replica-groups N (the number of groups)"
             )
         return None
-    from ..replicas import LighthouseSettings, ReplicaGroupConfigError, ReplicaGroups
+    from ..replicas import ReplicaGroupConfigError
+    from ..replicas._settings import LighthouseSettings, ReplicaGroups
 
     if group_id is None and not standalone:
         raise UsageError(

@@ -22,15 +22,8 @@ import anyio
 from .._dataclass import dataclass
 from ..errors import ChildFailedError
 from ..goodput import combine
-from ..replicas import (
-    Lighthouse,
-    ReplicaGroups,
-    after_group_failure,
-    check_lighthouse,
-    group_env,
-    group_run_id,
-    open_lighthouse,
-)
+from ..replicas._lighthouse import Lighthouse, check_lighthouse, open_lighthouse
+from ..replicas._settings import ReplicaGroups, after_group_failure, group_env, group_run_id
 from ._build import parse_signals
 from ._config import LaunchConfig
 from ._job import Job, open_job
@@ -91,7 +84,7 @@ async def run_replica_groups(
     """Run this node's replica groups of a torchft job until each completed or is excluded.
 
     First the Lighthouse: ``groups.lighthouse`` must answer (else nothing starts), or
-    one is started here (``aelastic.replicas.open_lighthouse``) and restarted whenever
+    one is started here (``aelastic.replicas._lighthouse.open_lighthouse``) and restarted whenever
     it exits; on many nodes (``groups.group_id`` set) the node hosting the c10d store
     at ``config.rdzv_endpoint`` starts it and the others read its URL from that store
     (:func:`shared_lighthouse`). Then every local group runs concurrently as its own launch. With

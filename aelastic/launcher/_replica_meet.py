@@ -28,7 +28,9 @@ from ..rendezvous import (
     is_local_address,
     parse_endpoint,
 )
-from ..replicas import Lighthouse, LighthouseError, LighthouseSettings, open_lighthouse
+from ..replicas import LighthouseError
+from ..replicas._lighthouse import Lighthouse, open_lighthouse
+from ..replicas._settings import LighthouseSettings
 from ..store import Store, StoreError, StoreServer, TCPStoreClient
 from ._config import LaunchConfig
 

@@ -11,7 +11,7 @@ knows its own group only; the quorum lists every group's replica.
 
 A group's step is its workers' ``aelastic.progress`` step when they report one, else
 its replica's step in the last quorum it was part of (the member whose id ends in
-the group's number, torchft's own convention: :func:`aelastic.replicas.member_group`);
+the group's number, torchft's own convention: :func:`aelastic.replicas._quorum.member_group`);
 ``replica_id`` names it in the last quorum, None when that quorum left it out.
 """
 
@@ -26,15 +26,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .. import events
-from ..jobview import publish_replicas
-from ..replicas import (
-    Lighthouse,
-    LighthouseError,
-    QuorumHistory,
-    ReplicaGroups,
-    member_group,
-    read_quorum,
-)
+from ..jobview._publish import publish_replicas
+from ..replicas import LighthouseError
+from ..replicas._lighthouse import Lighthouse
+from ..replicas._quorum import QuorumHistory, member_group, read_quorum
+from ..replicas._settings import ReplicaGroups
 
 if TYPE_CHECKING:
     from ._job import Job

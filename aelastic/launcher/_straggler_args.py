@@ -13,7 +13,7 @@ from ._exceptions import UsageError
 from ._option_table import Option, OptionValues
 
 if TYPE_CHECKING:
-    from ..stragglers import StragglerSettings
+    from ..stragglers._policy import StragglerSettings
 
 __all__ = ("OPTIONS", "config_fields", "settings_of")
 
@@ -91,9 +91,9 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
 
 
 def settings_of(fields: Any) -> StragglerSettings:
-    """The :class:`aelastic.stragglers.StragglerSettings` of ``straggler_*`` values (a
+    """The :class:`aelastic.stragglers._policy.StragglerSettings` of ``straggler_*`` values (a
     mapping or a ``LaunchConfig``). Raises ``StragglerConfigError`` when out of range."""
-    from ..stragglers import StragglerSettings
+    from ..stragglers._policy import StragglerSettings
 
     def get(name: str) -> Any:
         return fields[name] if isinstance(fields, dict) else getattr(fields, name)

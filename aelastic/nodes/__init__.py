@@ -19,45 +19,21 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._checks import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
     from ._checks import HealthCheck as HealthCheck
-    from ._checks import builtin_checks as builtin_checks
-    from ._checks import callable_check as callable_check
-    from ._checks import command_check as command_check
-    from ._checks import entry_point_checks as entry_point_checks
-    from ._exceptions import NODE_EXCLUDED_EXIT_CODE as NODE_EXCLUDED_EXIT_CODE
     from ._exceptions import NODE_UNHEALTHY_EXIT_CODE as NODE_UNHEALTHY_EXIT_CODE
     from ._exceptions import NodeExcludedError as NodeExcludedError
     from ._exceptions import NodeHealthConfigError as NodeHealthConfigError
     from ._exceptions import NodeUnhealthyError as NodeUnhealthyError
-    from ._exclusion import NODE_ID_ENV as NODE_ID_ENV
-    from ._exclusion import ExclusionRecord as ExclusionRecord
-    from ._exclusion import NodeExclusion as NodeExclusion
     from ._exclusion import excluded_nodes as excluded_nodes
-    from ._gate import NodeGate as NodeGate
     from ._policy import CheckResult as CheckResult
-    from ._policy import ExclusionSettings as ExclusionSettings
-    from ._policy import HealthReport as HealthReport
 
 __all__ = (
     "CheckResult",
-    "ENTRY_POINT_GROUP",
-    "ExclusionRecord",
-    "ExclusionSettings",
     "HealthCheck",
-    "HealthReport",
-    "NODE_EXCLUDED_EXIT_CODE",
-    "NODE_ID_ENV",
     "NODE_UNHEALTHY_EXIT_CODE",
     "NodeExcludedError",
-    "NodeExclusion",
-    "NodeGate",
     "NodeHealthConfigError",
     "NodeUnhealthyError",
-    "builtin_checks",
-    "callable_check",
-    "command_check",
-    "entry_point_checks",
     "excluded_nodes",
 )
 

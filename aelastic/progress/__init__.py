@@ -18,11 +18,6 @@ share one layout.
 """
 
 from ._exceptions import ProgressTimeoutError as ProgressTimeoutError
-from ._layout import FILE_ENV as FILE_ENV
-from ._reader import ProgressFile as ProgressFile
-from ._reader import ProgressSnapshot as ProgressSnapshot
-from ._timeouts import ProgressTimeouts as ProgressTimeouts
-from ._timeouts import parse_section_timeouts as parse_section_timeouts
 from ._worker import attached as attached
 from ._worker import checkpoint_blocked as checkpoint_blocked
 from ._worker import heartbeat as heartbeat
@@ -31,15 +26,10 @@ from ._worker import step as step
 from ._worker import work_timed as work_timed
 
 __all__ = (
-    "FILE_ENV",
-    "ProgressFile",
-    "ProgressSnapshot",
     "ProgressTimeoutError",
-    "ProgressTimeouts",
     "attached",
     "checkpoint_blocked",
     "heartbeat",
-    "parse_section_timeouts",
     "section",
     "step",
     "work_timed",

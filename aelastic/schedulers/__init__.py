@@ -11,18 +11,4 @@ Decisions are plain functions of the environment; the few that must ask the
 scheduler (``scontrol``) or post to it are async, bounded and never block the loop.
 """
 
-from ._kubeflow import TrainerStatusPoster as TrainerStatusPoster
-from ._kubeflow import TrainerStatusTarget as TrainerStatusTarget
-from ._slurm import SlurmDefaults as SlurmDefaults
-from ._slurm import node_address as node_address
-from ._slurm import slurm_defaults as slurm_defaults
-from ._slurm import slurm_job as slurm_job
-
-__all__ = (
-    "SlurmDefaults",
-    "TrainerStatusPoster",
-    "TrainerStatusTarget",
-    "node_address",
-    "slurm_defaults",
-    "slurm_job",
-)
+__all__ = ()

@@ -23,33 +23,13 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._exceptions import StragglerConfigError as StragglerConfigError
-    from ._hook import WorkTimer as WorkTimer
     from ._hook import time_work as time_work
-    from ._policy import NodeVerdict as NodeVerdict
-    from ._policy import RankScore as RankScore
-    from ._policy import RateWindow as RateWindow
     from ._policy import SlowInterval as SlowInterval
-    from ._policy import SlowTracker as SlowTracker
-    from ._policy import StragglerSettings as StragglerSettings
-    from ._policy import node_verdicts as node_verdicts
-    from ._policy import score_ranks as score_ranks
     from ._policy import slow_intervals as slow_intervals
-    from ._signal import busy_seconds as busy_seconds
-    from ._watch import StragglerWatch as StragglerWatch
 
 __all__ = (
-    "NodeVerdict",
-    "RankScore",
-    "RateWindow",
     "SlowInterval",
-    "SlowTracker",
     "StragglerConfigError",
-    "StragglerSettings",
-    "StragglerWatch",
-    "WorkTimer",
-    "busy_seconds",
-    "node_verdicts",
-    "score_ranks",
     "slow_intervals",
     "time_work",
 )

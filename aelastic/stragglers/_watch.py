@@ -61,7 +61,7 @@ from ._policy import (
 from ._signal import busy_seconds
 
 if TYPE_CHECKING:
-    from ..progress import ProgressSnapshot
+    from ..progress._reader import ProgressSnapshot
     from ..store import Store
 
 __all__ = ("StragglerWatch",)

@@ -196,9 +196,9 @@ async def test_warm_workers_register_the_stacks_dump_once(
         "            return bool(int(line.split()[1], 16) & bit)\n"
         "registered_before = handled()\n"
         "left = sorted(k for k in os.environ if k.startswith('AELASTIC_STACKS'))\n"
-        "import aelastic.progress\n"
-        "print(registered_before, left, aelastic.progress.attached(), file=sys.stderr)\n"
-        "sys.exit(0 if registered_before and not left and aelastic.progress.attached() else 7)\n"
+        "from aelastic.progress._worker import attached\n"
+        "print(registered_before, left, attached(), file=sys.stderr)\n"
+        "sys.exit(0 if registered_before and not left and attached() else 7)\n"
     )
     spec = local_spec(
         LocalRendezvous(),

@@ -19,7 +19,7 @@ from aelastic.agent._policy import (
     no_progress,
     restart_backoff,
 )
-from aelastic.progress import ProgressTimeouts
+from aelastic.progress._timeouts import ProgressTimeouts
 from aelastic.store import LocalStore, Store
 from aelastic.store._interface import Value
 
@@ -226,7 +226,7 @@ async def test_learned_timeouts_survive_a_store_error(tmp_path: Path) -> None:
     """A closed rendezvous store (StoreClosedError) is logged, never raised: the learned
     intervals are still used and written to the run's file."""
     from aelastic.agent._learned import LearnedTimeouts
-    from aelastic.progress import ProgressSnapshot
+    from aelastic.progress._reader import ProgressSnapshot
 
     store = LocalStore()
     await store.aclose()

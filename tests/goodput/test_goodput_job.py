@@ -20,7 +20,7 @@ import anyio
 import pytest
 from launcher._nodes import free_port
 
-from aelastic.goodput import BADPUT, CATEGORIES
+from aelastic.goodput._categories import BADPUT, CATEGORIES
 from aelastic.jobview import summarize
 from aelastic.launcher import LaunchConfig, open_job
 

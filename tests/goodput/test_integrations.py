@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 
 from aelastic.launcher import LaunchConfig, open_job
-from aelastic.progress import ProgressFile
+from aelastic.progress._reader import ProgressFile
 
 LOOP = """
 import torch

@@ -6,16 +6,10 @@ import math
 
 import pytest
 
-from aelastic.goodput import (
-    BADPUT,
-    CATEGORIES,
-    Attempt,
-    GoodputRecorder,
-    Ledger,
-    RankSteps,
-    combine,
-    compute,
-)
+from aelastic.goodput import combine
+from aelastic.goodput._categories import BADPUT, CATEGORIES
+from aelastic.goodput._ledger import Attempt, Ledger, RankSteps, compute
+from aelastic.goodput._recorder import GoodputRecorder
 
 S = 1_000_000_000  # ns per second
 

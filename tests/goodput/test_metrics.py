@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from aelastic.agent import WorkerState
-from aelastic.goodput import BADPUT, GoodputRecorder, RankSteps
+from aelastic.goodput._categories import BADPUT
+from aelastic.goodput._ledger import RankSteps
+from aelastic.goodput._recorder import GoodputRecorder
 from aelastic.health._report import metrics_text
 
 S = 1_000_000_000  # ns per second

@@ -10,16 +10,18 @@ import math
 
 import pytest
 
-from aelastic.goodput import (
-    BADPUT,
-    CATEGORIES,
+from aelastic.goodput import combine
+from aelastic.goodput._categories import BADPUT, CATEGORIES
+from aelastic.goodput._ledger import (
+    COUNTER_START,
     Attempt,
     Ledger,
     RankSteps,
-    combine,
     compute,
+    job_charge,
+    job_steps,
+    new_count,
 )
-from aelastic.goodput._ledger import COUNTER_START, job_charge, job_steps, new_count
 
 S = 1_000_000_000  # ns per second
 

@@ -17,7 +17,8 @@ from collections.abc import Awaitable
 import anyio
 from _fuzzing import Memory, run_cases
 
-from aelastic.health import Response, serve_routes
+from aelastic.health._http import Response
+from aelastic.health._server import serve_routes
 
 #: the server's connection timeout during fuzzing
 CONNECTION_TIMEOUT = 0.5

@@ -10,7 +10,7 @@ import socket
 import anyio
 import pytest
 
-from aelastic.health import serve_routes
+from aelastic.health._server import serve_routes
 
 from . import _fuzz
 

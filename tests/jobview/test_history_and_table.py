@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
-from aelastic.goodput import BADPUT, Ledger
-from aelastic.jobview import History, summarize, table
+from aelastic.goodput._categories import BADPUT
+from aelastic.goodput._ledger import Ledger
+from aelastic.jobview import summarize
+from aelastic.jobview._history import History
 from aelastic.jobview._publish import due, period, progress_period
+from aelastic.jobview._table import table
 from aelastic.jobview._view import steps_per_second
 from aelastic.launcher._launch import end_line
 

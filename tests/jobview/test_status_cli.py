@@ -13,7 +13,7 @@ import anyio
 import anyio.to_thread
 from launcher._nodes import free_port
 
-from aelastic.jobview import status_store
+from aelastic.jobview._keys import status_store
 
 from ._live import (
     publish,

@@ -147,7 +147,7 @@ async def test_cli_health_port_from_torchrun_variable(tmp_path: Path) -> None:
 
 def _serve_on(backend: str) -> tuple[int, dict[str, Any]]:
     """Serve a (not started) job's endpoint under ``backend``; query it over real HTTP."""
-    from aelastic.health import serve_health
+    from aelastic.health._server import serve_health
 
     async def main() -> tuple[int, dict[str, Any]]:
         async with anyio.create_task_group() as tg:
@@ -235,7 +235,7 @@ async def test_a_host_with_two_addresses_listens_on_one_port(
 
 
 async def test_connections_over_the_limit_are_closed_at_once() -> None:
-    from aelastic.health import serve_health
+    from aelastic.health._server import serve_health
 
     with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 
-from aelastic.nodes import NODE_EXCLUDED_EXIT_CODE
+from aelastic.nodes._exceptions import NODE_EXCLUDED_EXIT_CODE
 
 from ._nodes import WORKER, cluster, free_port, records, wait_all
 from .test_multinode import FAST, _c10d

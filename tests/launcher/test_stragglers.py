@@ -22,7 +22,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aelastic.nodes import NODE_EXCLUDED_EXIT_CODE
+from aelastic.nodes._exceptions import NODE_EXCLUDED_EXIT_CODE
 
 from ._nodes import Node, cluster, free_port, wait_all
 from .test_multinode import FAST

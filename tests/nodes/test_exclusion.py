@@ -11,13 +11,10 @@ import pytest
 from aelastic.agent import WorkerState
 from aelastic.agent._policy import Action, Decision
 from aelastic.errors import ChildFailedError, ProcessFailure
-from aelastic.nodes import (
-    ExclusionSettings,
-    NodeExcludedError,
-    NodeExclusion,
-    NodeGate,
-    excluded_nodes,
-)
+from aelastic.nodes import NodeExcludedError, excluded_nodes
+from aelastic.nodes._exclusion import NodeExclusion
+from aelastic.nodes._gate import NodeGate
+from aelastic.nodes._policy import ExclusionSettings
 from aelastic.rendezvous import DynamicRendezvousHandler, DynamicSettings
 from aelastic.store import LocalStore
 

@@ -10,14 +10,15 @@ from typing import Any
 import anyio
 import pytest
 
-from aelastic.nodes import (
-    NodeGate,
-    NodeHealthConfigError,
-    NodeUnhealthyError,
+from aelastic.nodes import NodeHealthConfigError, NodeUnhealthyError
+from aelastic.nodes._checks import (
     callable_check,
     command_check,
+    free_memory_check,
+    log_dir_check,
+    nvml_check,
 )
-from aelastic.nodes._checks import free_memory_check, log_dir_check, nvml_check
+from aelastic.nodes._gate import NodeGate
 from aelastic.nodes._policy import backoff_seconds
 from aelastic.rendezvous import DynamicRendezvousHandler, DynamicSettings
 from aelastic.store import LocalStore

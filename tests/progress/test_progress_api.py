@@ -12,12 +12,9 @@ import pytest
 
 from aelastic.agent import Action
 from aelastic.agent._policy import decide_after_hang, progress_deadline
-from aelastic.progress import (
-    ProgressFile,
-    ProgressTimeoutError,
-    ProgressTimeouts,
-    parse_section_timeouts,
-)
+from aelastic.progress import ProgressTimeoutError
+from aelastic.progress._reader import ProgressFile
+from aelastic.progress._timeouts import ProgressTimeouts, parse_section_timeouts
 
 WORKER = """
 import json, os, sys

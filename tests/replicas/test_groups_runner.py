@@ -16,7 +16,8 @@ from aelastic.errors import ChildFailedError
 from aelastic.launcher import LaunchConfig
 from aelastic.launcher._replica_groups import group_config, run_replica_groups
 from aelastic.launcher._replica_view import failure_line, quorum_left
-from aelastic.replicas import ReplicaGroups, check_lighthouse
+from aelastic.replicas._lighthouse import check_lighthouse
+from aelastic.replicas._settings import ReplicaGroups
 
 pytest.importorskip("torchft")
 pytestmark = pytest.mark.anyio

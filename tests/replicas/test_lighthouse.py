@@ -12,14 +12,9 @@ import pytest
 
 from aelastic.launcher import UsageError
 from aelastic.launcher._args import parse_run_args
-from aelastic.replicas import (
-    LighthouseError,
-    LighthouseSettings,
-    ReplicaGroupConfigError,
-    check_lighthouse,
-    open_lighthouse,
-)
-from aelastic.replicas._lighthouse import lighthouse_binary
+from aelastic.replicas import LighthouseError, ReplicaGroupConfigError
+from aelastic.replicas._lighthouse import check_lighthouse, lighthouse_binary, open_lighthouse
+from aelastic.replicas._settings import LighthouseSettings
 
 pytest.importorskip("torchft")
 pytestmark = pytest.mark.anyio

@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from aelastic.replicas import QuorumHistory, member_group, parse_status_page
+from aelastic.replicas._quorum import QuorumHistory, member_group, parse_status_page
 
 from .test_replica_groups import _run, ft_steps
 

@@ -336,7 +336,7 @@ async def test_cancelling_the_poster_leaves_a_hanging_post_behind(pki: Path, ser
     job ends) returns at once, the post's thread is left to time out alone."""
     import anyio
 
-    from aelastic.schedulers import TrainerStatusPoster
+    from aelastic.schedulers._kubeflow import TrainerStatusPoster
 
     server = serve(hang=True)
     target = TrainerStatusTarget(url=server.url, ca_file=str(pki / "ca.crt"))
@@ -353,7 +353,7 @@ async def test_a_refusing_server_is_warned_about_once(
     pki: Path, serve: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """HTTP 403 (a token the server does not accept): no error, one warning."""
-    from aelastic.schedulers import TrainerStatusPoster
+    from aelastic.schedulers._kubeflow import TrainerStatusPoster
 
     server = serve(reply=403)
     target = TrainerStatusTarget(url=server.url, ca_file=str(pki / "ca.crt"))

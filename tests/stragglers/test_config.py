@@ -52,7 +52,7 @@ def test_the_api_checks_the_same() -> None:
 
 
 def test_status_table_shows_slow_ranks_and_slow_nodes() -> None:
-    from aelastic.jobview import table
+    from aelastic.jobview._table import table
 
     def node(name: str, stragglers: object) -> dict[str, object]:
         return {

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from aelastic.stragglers import StragglerSettings
 from aelastic.stragglers._exclude import (
     EXCLUDE_ATTEMPTS,
     ExcludedFor,
@@ -12,6 +11,7 @@ from aelastic.stragglers._exclude import (
     parse_record,
     workload_ranks,
 )
+from aelastic.stragglers._policy import StragglerSettings
 
 #: due 5 s after the onset; the backoff is 10 + 2 + 3 = 15 s
 SETTINGS = StragglerSettings(action="exclude", min_duration=2, timeout=3, warmup=10)

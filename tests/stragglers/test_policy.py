@@ -6,16 +6,14 @@ from collections.abc import Callable
 
 import pytest
 
-from aelastic.stragglers import (
+from aelastic.stragglers import SlowInterval, StragglerConfigError, slow_intervals
+from aelastic.stragglers._policy import (
     NodeVerdict,
     RateWindow,
-    SlowInterval,
     SlowTracker,
-    StragglerConfigError,
     StragglerSettings,
     node_verdicts,
     score_ranks,
-    slow_intervals,
 )
 
 #: global rank -> node: two nodes of two ranks

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from aelastic.stragglers import busy_seconds
+from aelastic.stragglers._signal import busy_seconds
 
 WAIT = "print('done', flush=True)\nimport sys\nsys.stdin.read()"
 SPIN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n" + WAIT

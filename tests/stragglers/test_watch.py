@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from aelastic.progress import ProgressSnapshot
+from aelastic.progress._reader import ProgressSnapshot
 from aelastic.store import LocalStore
-from aelastic.stragglers import StragglerSettings, StragglerWatch
 from aelastic.stragglers._exclude import EXCLUDE_ATTEMPTS, ExcludedFor, parse_record
-from aelastic.stragglers._watch import RECORD_KEY
+from aelastic.stragglers._policy import StragglerSettings
+from aelastic.stragglers._watch import RECORD_KEY, StragglerWatch
 
 pytestmark = pytest.mark.anyio
 
