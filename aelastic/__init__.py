@@ -37,12 +37,12 @@ from ._exceptions import ConfigError as ConfigError
 from ._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the launch API loads on first use, so ``import aelastic`` stays light
-    from .launcher import Job as Job
-    from .launcher import LaunchConfig as LaunchConfig
-    from .launcher import elastic_launch as elastic_launch
-    from .launcher import launch as launch
-    from .launcher import open_job as open_job
-    from .launcher import run_job as run_job
+    from .launcher._config import LaunchConfig as LaunchConfig
+    from .launcher._job import Job as Job
+    from .launcher._job import open_job as open_job
+    from .launcher._job import run_job as run_job
+    from .launcher._launch import elastic_launch as elastic_launch
+    from .launcher._launch import launch as launch
 
 __version__ = "0.1.0"
 

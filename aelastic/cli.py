@@ -10,7 +10,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-__all__ = ("COMMANDS", "main")
+__all__ = ("main",)
 
 #: command name -> (module implementing ``main(argv)``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {

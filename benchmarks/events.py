@@ -62,9 +62,10 @@ def bench_rdzv(n: int) -> tuple[float, float]:
     import torch.distributed.elastic.events as tev
 
     from aelastic import events
+    from aelastic.events._record import construct_and_record_rdzv_event
 
     def ours(k: int) -> None:
-        f, state = events.construct_and_record_rdzv_event, events.NodeState.RUNNING
+        f, state = construct_and_record_rdzv_event, events.NodeState.RUNNING
         for _ in range(k):
             f("run", "message", state)
 
@@ -81,6 +82,7 @@ def bench_file(n: int, tmp: str) -> tuple[float, float, float]:
     from torch.distributed.elastic.events import handlers as thandlers
 
     from aelastic import events
+    from aelastic.events._dispatch import flush_blocking, statistics
 
     ours_ev = events.Event("bench", events.EventSource.AGENT, 0, {"rank": 0, "run_id": "r"})
     torch_ev = tev.Event("bench", tev.EventSource.AGENT, 0, {"rank": 0, "run_id": "r"})
@@ -90,14 +92,14 @@ def bench_file(n: int, tmp: str) -> tuple[float, float, float]:
 
     record = events.record
     events.record(ours_ev, "file")
-    events.flush_blocking()
+    flush_blocking()
     start = time.perf_counter()
     for _ in range(n):
         record(ours_ev, "file")
     handoff = time.perf_counter() - start
-    assert events.flush_blocking(120)
+    assert flush_blocking(120)
     total = time.perf_counter() - start
-    assert events.statistics()["file"].dropped == 0, "queue overflowed; raise the queue size"
+    assert statistics()["file"].dropped == 0, "queue overflowed; raise the queue size"
 
     trecord = tev.record
     start = time.perf_counter()
@@ -113,11 +115,12 @@ def bench_file(n: int, tmp: str) -> tuple[float, float, float]:
 async def bench_fanout(n: int, max_buffer: int) -> list[tuple[str, float, int]]:
     """Delivered events/s to one ``async for`` subscriber, and events dropped."""
     from aelastic import events
+    from aelastic.events._subscribe import EventStream
 
     ev = events.Event("bench", events.EventSource.AGENT)
     results = []
 
-    async def consume(stream: events.EventStream) -> None:
+    async def consume(stream: EventStream) -> None:
         got = 0
         async for _ in stream:
             got += 1
@@ -152,6 +155,8 @@ async def bench_fanout(n: int, max_buffer: int) -> list[tuple[str, float, int]]:
 async def bench_store(n: int) -> float:
     """Events/s from record() to a StoreServer queue (in-process server, loopback TCP)."""
     from aelastic import events
+    from aelastic.events._dispatch import flush, unregister_handler
+    from aelastic.events._store import configure_store, events_key
     from aelastic.store import StoreServer, TCPStoreClient
 
     ev = events.Event("bench", events.EventSource.AGENT, metadata={"run_id": "bench"})
@@ -159,16 +164,16 @@ async def bench_store(n: int) -> float:
         StoreServer("127.0.0.1", 0) as server,
         TCPStoreClient("127.0.0.1", server.port, timeout=60) as client,
     ):
-        handler = events.configure_store(client, "bench")
+        handler = configure_store(client, "bench")
         try:
             start = time.perf_counter()
             for _ in range(n):
                 events.record(ev, "store")
-            await events.flush()
+            await flush()
             elapsed = time.perf_counter() - start
-            assert await client.queue_len(events.events_key("bench")) == n
+            assert await client.queue_len(events_key("bench")) == n
         finally:
-            events.unregister_handler("store", handler)
+            unregister_handler("store", handler)
     return n / elapsed
 
 

@@ -57,7 +57,9 @@ def test_worker_prestart_needs_neither_asyncio_nor_anyio() -> None:
     # arguments, before the agent's heavy imports; this keeps that early.
     new = _newly_imported(
         "import aelastic.launcher._cli, aelastic.launcher._args\n"
-        "from aelastic.workers import Std, prestart_warm_workers, to_map"
+        "from aelastic.workers import Std\n"
+        "from aelastic.workers._std import to_map\n"
+        "from aelastic.workers._warm import prestart_warm_workers"
     )
     assert "aelastic.workers._warm" in new
     assert not new & {"asyncio", "anyio", "aelastic.workers._processes"}
@@ -70,7 +72,8 @@ def test_etcd_backend_is_imported_only_when_an_etcd_handler_is_built() -> None:
     assert not _newly_imported("import aelastic.rendezvous") & etcd_modules
     pytest.importorskip("aetcd")
     new = _newly_imported(
-        "from aelastic.rendezvous import RendezvousParameters, create_handler\n"
+        "from aelastic.rendezvous import RendezvousParameters\n"
+        "from aelastic.rendezvous._registry import create_handler\n"
         "create_handler(RendezvousParameters('etcd', '127.0.0.1:1', 'job', 1, 1))"
     )
     assert etcd_modules <= new
@@ -82,7 +85,8 @@ def test_etcd_backend_without_its_extra_is_one_clear_error() -> None:
     code = (
         "import sys\n"
         "sys.modules['aetcd'] = None\n"  # what a machine without the extra sees
-        "from aelastic.rendezvous import RendezvousError, RendezvousParameters, create_handler\n"
+        "from aelastic.rendezvous import RendezvousError, RendezvousParameters\n"
+        "from aelastic.rendezvous._registry import create_handler\n"
         "try:\n"
         "    create_handler(RendezvousParameters('etcd', '127.0.0.1:1', 'job', 1, 1))\n"
         "except RendezvousError as exc:\n"

@@ -17,12 +17,10 @@ import pytest
 from anyio import AsyncContextManagerMixin
 
 import aelastic
-from aelastic.rendezvous import (
-    C10dRendezvousHandler,
-    DynamicRendezvousHandler,
-    RendezvousHandler,
-    StaticRendezvousHandler,
-)
+from aelastic.rendezvous import RendezvousHandler
+from aelastic.rendezvous._c10d import C10dRendezvousHandler
+from aelastic.rendezvous._dynamic import DynamicRendezvousHandler
+from aelastic.rendezvous._static import StaticRendezvousHandler
 from aelastic.rendezvous.etcd import EtcdRendezvousHandler
 from aelastic.store import StoreServer
 

@@ -34,7 +34,8 @@ import anyio
 
 from .._dataclass import dataclass
 from .._features import FILE_TIMER_ENV
-from ..errors import NOT_AVAILABLE, ProcessFailure
+from ..errors import ProcessFailure
+from ..errors._failure import NOT_AVAILABLE
 from ..metrics import put_metric
 
 __all__ = (

@@ -27,7 +27,7 @@ from ..metrics import put_metric
 from ..progress._reader import ProgressSnapshot
 from ..progress._timeouts import ProgressTimeouts
 from ..store import StoreError
-from ..workers import run_dir
+from ..workers._logs import run_dir
 from ._policy import Observed, learned_timeouts, merge_observed, observe
 from ._restart_policy import job_store
 from ._types import WorkerSpec

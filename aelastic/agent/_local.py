@@ -22,20 +22,12 @@ from ..checkpoint import (
 from ..errors import ProcessFailure
 from ..metrics import prof
 from ..store import StoreServer
-from ..workers import (
-    LogDestinations,
-    ProcessExit,
-    WarmPool,
-    WorkerProcesses,
-    callable_process_args,
-    make_run_log_dir,
-    open_warm_pool,
-    open_worker_processes,
-    parse_python_argv,
-    read_callable_result,
-    remove_empty_log_dirs,
-    warm_workers_enabled,
-)
+from ..workers import open_worker_processes
+from ..workers._callable import callable_process_args, read_callable_result
+from ..workers._logs import LogDestinations, make_run_log_dir, remove_empty_log_dirs
+from ..workers._processes import WorkerProcesses
+from ..workers._spec import ProcessExit
+from ..workers._warm import WarmPool, open_warm_pool, parse_python_argv, warm_workers_enabled
 from ._agent import SimpleElasticAgent
 from ._env import substitute_local_rank, worker_env
 from ._exceptions import AgentConfigError
@@ -78,7 +70,7 @@ class LocalElasticAgent(SimpleElasticAgent):
     ``TORCHELASTIC_SIGNALS_TO_HANDLE``, a job's own variables); the agent's own
     ``os.environ`` is never modified. ``worker_cwd``: the workers' working directory
     (None: the agent's). ``warm_workers=False`` starts every worker as a fresh
-    interpreter, with no idle pre-started ones (see :func:`aelastic.workers.open_warm_pool`;
+    interpreter, with no idle pre-started ones (see :func:`aelastic.workers._warm.open_warm_pool`;
     ``AELASTIC_WARM_WORKERS=0`` turns them off for every agent).
     ``worker_ignored_signals``: signals every worker starts with ignored (``SIG_IGN``;
     ``aelastic run`` passes SIGUSR1 when it traps it as a preemption notice, which

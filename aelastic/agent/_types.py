@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..progress._timeouts import ProgressTimeouts
     from ..rendezvous import RendezvousHandler
     from ..store import Store
-    from ..workers import Std
+    from ..workers._std import Std
 
 __all__ = (
     "DEFAULT_ROLE",
@@ -69,7 +69,7 @@ class WorkerState(str, enum.Enum):
 
 
 def _std_none() -> Std:
-    from ..workers import Std
+    from ..workers._std import Std
 
     return Std.NONE
 
@@ -191,7 +191,7 @@ class WorkerSpec:
     exit_grace: float | None = 60.0
 
     def __post_init__(self) -> None:
-        from ..workers import parse_preload
+        from ..workers._preload import parse_preload
 
         try:
             self.preload = parse_preload(self.preload, "WorkerSpec.preload")

@@ -7,25 +7,19 @@ decorated with :func:`record` reports to torch's tools. Never imports torch.
 """
 
 from ._exceptions import ChildFailedError as ChildFailedError
-from ._failure import NOT_AVAILABLE as NOT_AVAILABLE
 from ._failure import ProcessFailure as ProcessFailure
-from ._failure import signal_name_of as signal_name_of
 from ._record import ErrorHandler as ErrorHandler
-from ._record import error_file_data as error_file_data
 from ._record import record as record
 
 #: The module ``run --run-path`` runs with ``python -m`` in front of the script and its
 #: arguments (a worker reporting its exception like ``@record``). Defined here, not
-#: imported from it: the package must not load the module it is asked to run.
+#: imported from it: the package must not load the module it is asked to run. Not in
+#: ``__all__``: only the launcher reads it.
 RUN_SCRIPT_MODULE = f"{__name__}._run_script"
 
 __all__ = (
-    "NOT_AVAILABLE",
-    "RUN_SCRIPT_MODULE",
     "ChildFailedError",
     "ErrorHandler",
     "ProcessFailure",
-    "error_file_data",
     "record",
-    "signal_name_of",
 )

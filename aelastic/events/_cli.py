@@ -1,7 +1,7 @@
 """``python -m aelastic events``: print a run's events from a store, one JSON object a line.
 
 Events are popped from the store queue ``aelastic/events/<run id>`` (see
-:func:`aelastic.events.configure_store`): **reading consumes them**, so run one consumer
+:func:`aelastic.events._store.configure_store`): **reading consumes them**, so run one consumer
 per run. Without ``--follow`` the command exits once the queue is empty; with it, it
 waits for more until SIGINT or SIGTERM (exit code 0).
 """

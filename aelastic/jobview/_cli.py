@@ -69,7 +69,7 @@ class _Unreachable(Exception):
 @asynccontextmanager
 async def open_status_store(args: argparse.Namespace) -> AsyncIterator[Store]:
     """The run's status store at the flags' endpoint, read-only use (never hosts one)."""
-    from ..rendezvous import DEFAULT_C10D_PORT, parse_endpoint
+    from ..rendezvous._params import DEFAULT_C10D_PORT, parse_endpoint
     from ..store import PrefixStore, TCPStoreClient
     from ._keys import STATUS_PREFIX, status_store
 

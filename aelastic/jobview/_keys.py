@@ -35,7 +35,7 @@ def status_store(handler: Any) -> tuple[Store, object] | None:
     None when the backend has no store here (``static``) or is not entered yet.
     Never does I/O.
     """
-    from ..rendezvous import DynamicRendezvousHandler
+    from ..rendezvous._dynamic import DynamicRendezvousHandler
 
     run_id = handler.get_run_id()
     if isinstance(handler, DynamicRendezvousHandler):
@@ -46,7 +46,7 @@ def status_store(handler: Any) -> tuple[Store, object] | None:
         # the epoch tells (once the node rejoined)
         return PrefixStore(f"{STATUS_PREFIX}/{run_id}", base), (base, handler.epoch)
     if handler.get_backend() in ("etcd", "etcd-v2") and handler.started:
-        from ..rendezvous.etcd import EtcdStore
+        from ..rendezvous.etcd._store import EtcdStore
 
         client = handler.client
         prefix = f"{handler.settings.prefix}/{run_id}/status/"

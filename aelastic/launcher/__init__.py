@@ -24,38 +24,18 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._config import LaunchConfig as LaunchConfig
     from ._exceptions import JobSignalError as JobSignalError
     from ._exceptions import JobStoppedError as JobStoppedError
     from ._exceptions import LaunchConfigError as LaunchConfigError
     from ._exceptions import UsageError as UsageError
-    from ._job import FailureInfo as FailureInfo
-    from ._job import HangInfo as HangInfo
-    from ._job import Job as Job
-    from ._job import StateChange as StateChange
-    from ._job import WorkerInfo as WorkerInfo
-    from ._job import open_job as open_job
-    from ._job import run_job as run_job
-    from ._launch import elastic_launch as elastic_launch
-    from ._launch import launch as launch
     from ._launch import launch_agent as launch_agent
 
 __all__ = (
-    "FailureInfo",
-    "HangInfo",
-    "Job",
     "JobSignalError",
     "JobStoppedError",
-    "LaunchConfig",
     "LaunchConfigError",
-    "StateChange",
     "UsageError",
-    "WorkerInfo",
-    "elastic_launch",
-    "launch",
     "launch_agent",
-    "open_job",
-    "run_job",
 )
 
 __getattr__, __dir__ = lazy_exports(__name__, globals())

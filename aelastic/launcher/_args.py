@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from .._dataclass import dataclass
 from .._ids import random_uuid4
-from ..workers import parse_preload
+from ..workers._preload import parse_preload
 from . import _checkpoint_args, _node_args, _progress_args, _replica_args, _straggler_args
 from ._config import DEFAULT_SIGNALS, LaunchConfig
 from ._exceptions import LaunchConfigError
@@ -618,7 +618,7 @@ def check_logs_specs(name: str) -> None:
 
 def check_std_spec(value: str, source: str, local_world_size: int) -> str:
     """Validate a ``-r``/``-t`` value: a digit 0-3 or a map ``local_rank:digit,...``."""
-    from ..workers import Std, to_map
+    from ..workers._std import Std, to_map
 
     try:
         to_map(Std.from_str(value), local_world_size)

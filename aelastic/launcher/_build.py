@@ -54,7 +54,7 @@ def entrypoint_name(entrypoint: Callable[..., Any] | str | None, args: Sequence[
 
 
 def _std(value: Any, nproc: int, name: str) -> Any:
-    from ..workers import Std, to_map
+    from ..workers._std import Std, to_map
 
     try:
         if isinstance(value, str):
@@ -80,7 +80,8 @@ def parse_signals(spec: str) -> list[signal.Signals]:
 
 
 def check_event_destination(name: str) -> None:
-    from ..events import UnknownDestinationError, check_destination
+    from ..events import UnknownDestinationError
+    from ..events._dispatch import check_destination
 
     try:
         check_destination(name)
@@ -102,7 +103,7 @@ def make_handler(config: LaunchConfig, run_id: str) -> RendezvousHandler:
     if config.node_rank_order is not None:
         import socket
 
-        from ..rendezvous import rank_key
+        from ..rendezvous._placement import rank_key
 
         try:
             rank_key(config.node_rank_order, socket.gethostname())
@@ -240,7 +241,7 @@ def prepare_job(
     try:
         handler = make_handler(config, run_id)
         if config.rdzv_backend == "static":  # the workers' store is the rendezvous endpoint
-            from ..rendezvous import parse_endpoint
+            from ..rendezvous._params import parse_endpoint
 
             master = parse_endpoint(config.rdzv_endpoint, 29500)
     except LaunchConfigError:

@@ -57,7 +57,7 @@ def _print_err(text: str) -> None:
     queued for stderr (the goodput line, the notes) is written: a queued line never cuts
     into it. Bounded: a stalled stderr is given up on after :data:`_DRAIN_TIMEOUT`."""
     if "aelastic.workers._console" in sys.modules:  # nothing can be queued otherwise
-        from ..workers import console_writer
+        from ..workers._console import console_writer
 
         writer = console_writer("stderr")
         writer.wait_done(writer.enqueued, _DRAIN_TIMEOUT)
@@ -72,7 +72,7 @@ def _note(message: str) -> None:
     """A line on stderr while the job runs, through the console's queue: a stalled
     stderr (``2>&1 | collector``) never blocks the launcher, and the line keeps its
     place among the workers' lines."""
-    from ..workers import console_writer
+    from ..workers._console import console_writer
 
     console_writer("stderr").write(f"{_PREFIX}: {message}\n".encode(errors="replace"))
 
@@ -174,12 +174,8 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
 
     import anyio
 
-    from ..agent import (
-        NO_PROGRESS_EXIT_CODE,
-        PREEMPTED_EXIT_CODE,
-        NoProgressError,
-        SignalException,
-    )
+    from ..agent import NoProgressError, SignalException
+    from ..agent._policy import NO_PROGRESS_EXIT_CODE, PREEMPTED_EXIT_CODE
     from ..errors import ChildFailedError
     from ..nodes import NodeUnhealthyError
     from ..rendezvous import RendezvousGracefulExitError
@@ -281,7 +277,7 @@ def _prestart_workers(entrypoint: str, args: Sequence[str], nproc: int) -> None:
     environment still match (otherwise they are discarded and it spawns afresh);
     never raises. ``AELASTIC_WARM_WORKERS=0`` turns it off.
     """
-    from ..workers import prestart_warm_workers
+    from ..workers._warm import prestart_warm_workers
 
     prestart_warm_workers([entrypoint, *map(str, args)], nproc)
 

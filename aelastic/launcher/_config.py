@@ -8,7 +8,7 @@ from dataclasses import field
 from typing import Any
 
 from .._dataclass import dataclass
-from ..workers import parse_preload
+from ..workers._preload import parse_preload
 from ._exceptions import LaunchConfigError
 
 __all__ = ("DEFAULT_SIGNALS", "LaunchConfig")
@@ -241,7 +241,7 @@ class LaunchConfig:
     def _check_rank_order(self) -> None:
         if self.node_rank_order is None:
             return
-        from ..rendezvous import check_rank_order
+        from ..rendezvous._placement import check_rank_order
 
         try:
             self.node_rank_order = check_rank_order(

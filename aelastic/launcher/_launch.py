@@ -20,8 +20,8 @@ from .._tasks import background_tasks
 from ..agent import SignalException
 from ..goodput import combine
 from ..goodput._ledger import Ledger
-from ..rendezvous import C10dRendezvousHandler
-from ..workers import console_writer
+from ..rendezvous._c10d import C10dRendezvousHandler
+from ..workers._console import console_writer
 from ._build import entrypoint_name, parse_signals
 from ._config import LaunchConfig
 from ._job import Job, open_job

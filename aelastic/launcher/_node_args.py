@@ -103,7 +103,7 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
     """
     order = v.str_("node_rank_order")
     if order is not None:
-        from ..rendezvous import check_rank_order  # only then: the CLI path stays light
+        from ..rendezvous._placement import check_rank_order
 
         try:
             order = check_rank_order(order, v.source("node_rank_order"))

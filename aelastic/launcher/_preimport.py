@@ -2,7 +2,7 @@
 
 The launcher's API module imports the agent, rendezvous, store, events and workers
 lazily (a service that never opens a job does not pay for them). The first
-:func:`~aelastic.launcher.open_job` of a process would then import them on the
+:func:`~aelastic.open_job` of a process would then import them on the
 service's event loop, blocking it for 70-190 ms. :func:`import_off_loop` imports
 them in a worker thread first; the loop keeps running (an import holds the GIL only
 in slices, like any Python code).

@@ -22,12 +22,9 @@ from contextlib import AsyncExitStack, asynccontextmanager, suppress
 import anyio
 
 from .._tasks import background_tasks
-from ..rendezvous import (
-    DEFAULT_C10D_PORT,
-    RendezvousParameters,
-    is_local_address,
-    parse_endpoint,
-)
+from ..rendezvous import RendezvousParameters
+from ..rendezvous._c10d import is_local_address
+from ..rendezvous._params import DEFAULT_C10D_PORT, parse_endpoint
 from ..replicas import LighthouseError
 from ..replicas._lighthouse import Lighthouse, open_lighthouse
 from ..replicas._settings import LighthouseSettings

@@ -2,7 +2,7 @@
 (``configure``, ``getStream``, ``put_metric``, ``@prof``).
 
 Handlers are synchronous and called on the caller's path, as in torch; keep them cheap
-(the default :class:`~aelastic.metrics.NullMetricHandler` does nothing). ``@prof`` also
+(the default :class:`~aelastic.metrics._handlers.NullMetricHandler` does nothing). ``@prof`` also
 profiles coroutine functions, timing the awaited call.
 """
 

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..agent import Action, Decision, WorkerState
+from ..agent import WorkerState
+from ..agent._policy import Action, Decision
 from ._checks import SKIPPED, HealthCheck
 from ._exceptions import NodeExcludedError, NodeHealthConfigError, NodeUnhealthyError
 from ._exclusion import ExclusionRecord, NodeExclusion, excluded_nodes, publish

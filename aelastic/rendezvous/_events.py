@@ -14,6 +14,7 @@ import socket
 from typing import Any
 
 from .. import events  # looked up at each event: a test or a user may replace the recorder
+from ..events._record import construct_and_record_rdzv_event
 
 __all__ = ("record",)
 
@@ -40,7 +41,7 @@ def record(
     _log.debug("rdzv %s [%s]: %s", run_id, name, message)
     try:
         node_state: Any = getattr(events.NodeState, state)
-        events.construct_and_record_rdzv_event(
+        construct_and_record_rdzv_event(
             run_id=run_id,
             message=message,
             node_state=node_state,

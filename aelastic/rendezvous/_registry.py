@@ -51,7 +51,7 @@ def _static(params: RendezvousParameters) -> RendezvousHandler:
 
 def _etcd(params: RendezvousParameters) -> RendezvousHandler:
     try:
-        from .etcd import create_etcd_handler  # grpc and aetcd: only once etcd is asked for
+        from .etcd._backend import create_etcd_handler
     except ImportError as exc:
         raise RendezvousError(
             f"the {params.backend!r} rendezvous backend is unavailable ({exc}); install "

@@ -13,7 +13,7 @@ import signal
 from dataclasses import dataclass
 from typing import Literal
 
-from ..agent import NO_PROGRESS_EXIT_CODE, PREEMPTED_EXIT_CODE
+from ..agent._policy import NO_PROGRESS_EXIT_CODE, PREEMPTED_EXIT_CODE
 from ..nodes import NODE_UNHEALTHY_EXIT_CODE
 from ..nodes._exceptions import NODE_EXCLUDED_EXIT_CODE
 

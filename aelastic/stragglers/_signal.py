@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 
-from ..workers import thread_busy_seconds
+from ..workers._procfs import thread_busy_seconds
 
 __all__ = ("busy_seconds",)
 

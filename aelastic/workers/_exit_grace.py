@@ -6,7 +6,7 @@ the moment its script ends (returns, ``sys.exit``, an uncaught exception), write
 join of non-daemon threads, ``atexit`` handlers, module teardown, destructors such
 as a process group's) begins. :func:`receive_exit_notice` reads it;
 :func:`shutdown_report` says what the worker waits on while it is still there.
-The timer itself runs in :class:`~aelastic.workers.WorkerProcesses`: after
+The timer itself runs in :class:`~aelastic.workers._processes.WorkerProcesses`: after
 ``exit_grace`` seconds it kills the worker and counts the exit status its script
 ended with (its work is done; a shutdown that deadlocks, such as torch's gloo
 teardown, must not keep a finished job waiting). Fresh spawns send nothing: the

@@ -1,6 +1,6 @@
 """``--preload``: the agent's half of importing modules in idle warm interpreters.
 
-A :class:`PreloadPlan` belongs to one :class:`~aelastic.workers.WarmPool`. It
+A :class:`PreloadPlan` belongs to one :class:`~aelastic.workers._warm.WarmPool`. It
 learns the workers' common world from each hand-off (:meth:`PreloadPlan.observe`:
 the environment without the variables that differ between workers or attempts,
 argv, cwd, entry point) and turns it into the preload message that each new idle

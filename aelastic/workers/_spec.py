@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .._dataclass import dataclass
-from ..errors import signal_name_of
+from ..errors._failure import signal_name_of
 from ._std import Std
 
 __all__ = ("ProcessExit", "ProcessSpec")

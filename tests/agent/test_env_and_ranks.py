@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from aelastic.agent import AgentError, worker_env
+from aelastic.agent import AgentError
+from aelastic.agent._env import worker_env
 from aelastic.agent._ranks import RankAssignment, RoleInfo, assign_ranks, identical_assignment
 
 

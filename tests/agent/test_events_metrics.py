@@ -11,6 +11,8 @@ import pytest
 
 from aelastic import events, metrics
 from aelastic.agent import LocalElasticAgent, WorkerSpec, WorkerState
+from aelastic.events._dispatch import flush, unregister_handler
+from aelastic.metrics._handlers import NullMetricHandler
 
 from .conftest import PYTHON, LocalRendezvous, open_reporter
 
@@ -28,7 +30,7 @@ def collected() -> Iterator[_Collect]:
     handler = _Collect()
     metrics.configure(handler, "torchelastic")
     yield handler
-    metrics.configure(metrics.NullMetricHandler(), "torchelastic")
+    metrics.configure(NullMetricHandler(), "torchelastic")
 
 
 async def test_events_and_metrics_of_a_run_with_one_restart(
@@ -53,9 +55,9 @@ async def test_events_and_metrics_of_a_run_with_one_restart(
                 tg.start_soon(agent.run)
                 for r in await rep.next_of_attempt(1):
                     await r.send(0)
-        await events.flush(["agent-test"])
+        await flush(["agent-test"])
     finally:
-        events.unregister_handler("agent-test", received.append)
+        unregister_handler("agent-test", received.append)
     assert agent.get_worker_group().state is WorkerState.SUCCEEDED
     names = [e.name.rsplit(".", 1)[-1] for e in received]
     assert names.count("RENDEZVOUS") == 2 and names.count("ASSIGN_WORKER_RANKS") == 2

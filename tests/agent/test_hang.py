@@ -16,6 +16,7 @@ import pytest
 from aelastic import metrics
 from aelastic.agent import LocalElasticAgent, RunResult, WorkerState
 from aelastic.events import subscribe
+from aelastic.metrics._handlers import NullMetricHandler
 
 from .conftest import SCRIPTS, LocalRendezvous, local_spec, run_until_event, start_run
 
@@ -351,7 +352,7 @@ async def test_a_worker_held_in_its_shutdown_after_its_last_step_is_not_hung(
                 await looks.twice_after.wait()
                 (tmp_path / "release").touch()
     finally:
-        metrics.configure(metrics.NullMetricHandler(), "torchelastic")
+        metrics.configure(NullMetricHandler(), "torchelastic")
     assert not hangs
     assert "capturing the stacks" not in caplog.text
     (result,) = results

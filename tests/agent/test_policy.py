@@ -6,8 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aelastic.agent import Action, WorkerState, decide_after_exit, decide_after_membership_change
-from aelastic.agent._policy import flakiness, restart_count
+from aelastic.agent import WorkerState
+from aelastic.agent._policy import (
+    Action,
+    decide_after_exit,
+    decide_after_membership_change,
+    flakiness,
+    restart_count,
+)
 
 
 def test_waits_while_workers_run() -> None:

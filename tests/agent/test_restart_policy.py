@@ -8,8 +8,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from aelastic.agent import Action, AgentConfigError, WorkerSpec
+from aelastic.agent import AgentConfigError, WorkerSpec
 from aelastic.agent._policy import (
+    Action,
     Observed,
     StepProgress,
     decide_job_budget,

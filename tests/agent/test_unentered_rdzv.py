@@ -8,7 +8,8 @@ from pathlib import Path
 import anyio
 
 from aelastic.agent import LocalElasticAgent, WorkerState
-from aelastic.rendezvous import C10dRendezvousHandler, RendezvousParameters, get_rendezvous_handler
+from aelastic.rendezvous import RendezvousParameters, get_rendezvous_handler
+from aelastic.rendezvous._c10d import C10dRendezvousHandler
 
 from .conftest import local_spec
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from aelastic import LaunchConfig
 from aelastic.checkpoint import CheckpointError
 from aelastic.checkpoint._disk import check_writable
-from aelastic.launcher import LaunchConfig, LaunchConfigError
+from aelastic.launcher import LaunchConfigError
 from aelastic.launcher._args import UsageError, build_parser, parse_run_args
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "bad_input.py")

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from aelastic.launcher import LaunchConfig, LaunchConfigError
+from aelastic import LaunchConfig
+from aelastic.launcher import LaunchConfigError
 from aelastic.launcher._args import (
     LOGS_SPECS_GROUP,
     UsageError,

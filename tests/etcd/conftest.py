@@ -37,7 +37,7 @@ def run_id() -> str:
 
 @pytest.fixture
 async def etcd_client(etcd_endpoint: str) -> AsyncIterator[object]:
-    from aelastic.rendezvous.etcd import EtcdClient, EtcdConfig, parse_endpoints
+    from aelastic.rendezvous.etcd._client import EtcdClient, EtcdConfig, parse_endpoints
 
     async with EtcdClient(EtcdConfig(tuple(parse_endpoints(etcd_endpoint)), read_timeout=10)) as c:
         yield c

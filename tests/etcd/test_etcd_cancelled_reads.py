@@ -10,8 +10,8 @@ import anyio
 import pytest
 from _etcd_server import EtcdServer
 
-from aelastic.rendezvous.etcd import EtcdClient, EtcdStore
-from aelastic.rendezvous.etcd._client import op_range
+from aelastic.rendezvous.etcd._client import EtcdClient, op_range
+from aelastic.rendezvous.etcd._store import EtcdStore
 
 
 async def test_reads_cancelled_mid_flight_leave_etcd_running(

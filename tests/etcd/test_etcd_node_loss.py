@@ -17,7 +17,7 @@ import anyio
 from test_etcd_rendezvous import make, rendezvous_all
 
 from aelastic.rendezvous import RendezvousInfo
-from aelastic.rendezvous.etcd import prefix_end
+from aelastic.rendezvous.etcd._client import prefix_end
 
 NODE = Path(__file__).with_name("_node.py")
 

@@ -14,7 +14,9 @@ from aelastic.rendezvous import (
     RendezvousInfo,
     RendezvousTimeoutError,
 )
-from aelastic.rendezvous.etcd import EtcdRendezvousHandler, create_etcd_handler, prefix_end
+from aelastic.rendezvous.etcd import EtcdRendezvousHandler
+from aelastic.rendezvous.etcd._backend import create_etcd_handler
+from aelastic.rendezvous.etcd._client import prefix_end
 
 
 class Params:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from aelastic.rendezvous.etcd import EtcdClient, EtcdConfig, EtcdStore, parse_endpoints
+from aelastic.rendezvous.etcd._client import EtcdClient, EtcdConfig, parse_endpoints
+from aelastic.rendezvous.etcd._store import EtcdStore
 from aelastic.store import QueueEmptyError, StoreConnectionError, StoreError, StoreTimeoutError
 
 

@@ -13,6 +13,10 @@ from hypothesis import strategies as st
 
 from aelastic import AelasticError, events
 from aelastic.events import Event, EventSource, NodeState, RdzvEvent
+from aelastic.events._dispatch import arecord, flush, statistics
+from aelastic.events._event import EventMetadataValue
+from aelastic.events._handlers import get_logging_handler
+from aelastic.events._record import construct_and_record_rdzv_event
 
 _scalars = st.one_of(
     st.none(),
@@ -41,7 +45,7 @@ def test_event_json_has_torchs_shape() -> None:
     ts=st.integers(0, 2**62),
     meta=st.dictionaries(st.text(max_size=10), _scalars, max_size=5),
 )
-def test_event_round_trip(name: str, ts: int, meta: dict[str, events.EventMetadataValue]) -> None:
+def test_event_round_trip(name: str, ts: int, meta: dict[str, EventMetadataValue]) -> None:
     for source in EventSource:
         event = Event(name, source, ts, meta)
         back = Event.deserialize(event.serialize())
@@ -87,13 +91,13 @@ def test_enums() -> None:
 
 
 def test_logging_handlers_and_loggers() -> None:
-    assert isinstance(events.get_logging_handler(), logging.NullHandler)
-    assert isinstance(events.get_logging_handler("null"), logging.NullHandler)
-    assert isinstance(events.get_logging_handler("dynamic_rendezvous"), logging.NullHandler)
-    console = events.get_logging_handler("console")
+    assert isinstance(get_logging_handler(), logging.NullHandler)
+    assert isinstance(get_logging_handler("null"), logging.NullHandler)
+    assert isinstance(get_logging_handler("dynamic_rendezvous"), logging.NullHandler)
+    console = get_logging_handler("console")
     assert type(console) is logging.StreamHandler
     with pytest.raises(events.UnknownDestinationError, match="'nowhere'"):
-        events.get_logging_handler("nowhere")
+        get_logging_handler("nowhere")
     events.record(Event("x", EventSource.AGENT), "console")
     logger = logging.getLogger("aelastic-events-console")
     assert logger.propagate is False
@@ -107,10 +111,10 @@ def test_unknown_destination_names_the_fix() -> None:
 
 
 def test_null_destination_does_nothing() -> None:
-    before = events.statistics().get("null")
+    before = statistics().get("null")
     for _ in range(10):
         events.record(Event("x", EventSource.AGENT))
-    after = events.statistics()["null"]
+    after = statistics()["null"]
     assert after.queued == 0 and after.processed == (before.processed if before else 0)
 
 
@@ -125,19 +129,19 @@ async def test_logging_handler_destination_gets_serialized_events() -> None:
     sent = [Event(f"e{i}", EventSource.AGENT, i) for i in range(5)]
     for event in sent:
         events.record(event, "captured")
-    await events.flush()
+    await flush()
     assert records == [e.serialize() for e in sent]
     assert isinstance(logging.getLogger("aelastic-events-captured").handlers[0], Capture)
 
 
 def _join_rendezvous() -> None:
-    events.construct_and_record_rdzv_event("run-1", "joining", NodeState.RUNNING, rank=2)
+    construct_and_record_rdzv_event("run-1", "joining", NodeState.RUNNING, rank=2)
 
 
 async def test_rdzv_event_names_caller_and_fills_host_pid() -> None:
     async with events.subscribe("dynamic_rendezvous") as stream:
         _join_rendezvous()
-        events.construct_and_record_rdzv_event(
+        construct_and_record_rdzv_event(
             "run-1",
             "named",
             NodeState.INIT,
@@ -171,7 +175,7 @@ async def test_failed_rdzv_event_carries_the_traceback() -> None:
         try:
             raise RuntimeError("store vanished")
         except RuntimeError:
-            events.construct_and_record_rdzv_event("r", "failed", NodeState.FAILED)
+            construct_and_record_rdzv_event("r", "failed", NodeState.FAILED)
         event = stream.receive_nowait()
     assert "RuntimeError: store vanished" in event.error_trace
     assert event.name.endswith(":test_failed_rdzv_event_carries_the_traceback")
@@ -183,7 +187,7 @@ def test_rdzv_event_does_no_work_with_only_a_null_handler(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(socket, "getfqdn", boom)
     monkeypatch.setattr(events._record, "_hostname", None)
-    events.construct_and_record_rdzv_event("r", "m", NodeState.INIT)
+    construct_and_record_rdzv_event("r", "m", NodeState.INIT)
 
 
 async def test_record_rdzv_event_reaches_registered_handler() -> None:
@@ -191,7 +195,7 @@ async def test_record_rdzv_event_reaches_registered_handler() -> None:
     events.register_handler("dynamic_rendezvous", seen.append)
     event = RdzvEvent("a:b", "r", "m", "h", 1, NodeState.SUCCEEDED)
     events.record_rdzv_event(event)
-    await events.arecord(event, "dynamic_rendezvous")
+    await arecord(event, "dynamic_rendezvous")
     assert seen == [event, event]
 
 
@@ -215,5 +219,5 @@ async def test_each_logging_handler_gets_each_event_once() -> None:
     events.register_handler("two-loggers", Capture(first))
     events.register_handler("two-loggers", Capture(second))
     events.register_handler("two-loggers", lambda e: None)
-    await events.arecord(Event("once", EventSource.AGENT), "two-loggers")
+    await arecord(Event("once", EventSource.AGENT), "two-loggers")
     assert len(first) == len(second) == 1

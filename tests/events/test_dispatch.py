@@ -14,6 +14,14 @@ import pytest
 
 from aelastic import events
 from aelastic.events import Event, EventSource, _dispatch
+from aelastic.events._dispatch import (
+    arecord,
+    flush,
+    flush_blocking,
+    shutdown_blocking,
+    statistics,
+    unregister_handler,
+)
 
 
 def _ev(i: int) -> Event:
@@ -31,7 +39,7 @@ async def test_async_handler_runs_on_its_home_loop_in_order() -> None:
     events.register_handler("custom-async", handler)
     for i in range(20):
         events.record(_ev(i), "custom-async")
-    await events.arecord(_ev(20), "custom-async")
+    await arecord(_ev(20), "custom-async")
     assert [name for name, _ in seen] == [f"e{i}" for i in range(21)]
     assert {thread for _, thread in seen} == {loop_thread}
 
@@ -44,7 +52,7 @@ async def test_sync_handler_runs_in_the_dispatcher_thread() -> None:
             threads.append(threading.current_thread().name)
 
     events.register_handler("custom-sync", Handler())
-    await events.arecord(_ev(0), "custom-sync")
+    await arecord(_ev(0), "custom-sync")
     assert threads == ["aelastic-events"]
 
 
@@ -56,7 +64,7 @@ async def test_async_callable_object_handler() -> None:
             seen.append(event.name)
 
     events.register_handler("custom-callable", Handler())
-    await events.arecord(_ev(1), "custom-callable")
+    await arecord(_ev(1), "custom-callable")
     assert seen == ["e1"]
 
 
@@ -67,9 +75,9 @@ async def test_handler_failure_is_raised_by_arecord_and_counted() -> None:
     events.register_handler("broken", broken)
     events.record(_ev(0), "broken")  # never raises on the caller's path
     with pytest.raises(events.EventHandlerError, match="disk full") as info:
-        await events.arecord(_ev(1), "broken")
+        await arecord(_ev(1), "broken")
     assert isinstance(info.value.__cause__, OSError)
-    assert events.statistics()["broken"].handler_errors == 2
+    assert statistics()["broken"].handler_errors == 2
 
 
 async def test_flush_waits_for_slow_handlers() -> None:
@@ -82,17 +90,17 @@ async def test_flush_waits_for_slow_handlers() -> None:
     events.register_handler("slow", slow)
     for i in range(10):
         events.record(_ev(i), "slow")
-    await events.flush()
+    await flush()
     assert done == list(range(10))
 
 
 async def test_unregister_handler() -> None:
     seen: list[Event] = []
     events.register_handler("gone", seen.append)
-    assert events.unregister_handler("gone", seen.append)  # an equal bound method
-    assert not events.unregister_handler("gone", seen.append)
-    assert not events.unregister_handler("never-registered", seen.append)
-    await events.arecord(_ev(0), "gone")
+    assert unregister_handler("gone", seen.append)  # an equal bound method
+    assert not unregister_handler("gone", seen.append)
+    assert not unregister_handler("never-registered", seen.append)
+    await arecord(_ev(0), "gone")
     assert seen == []
 
 
@@ -103,7 +111,7 @@ async def test_record_from_worker_threads() -> None:
     def work(prefix: str) -> None:
         for i in range(100):
             events.record(Event(f"{prefix}{i}", EventSource.WORKER), "threads")
-        assert events.flush_blocking(10)
+        assert flush_blocking(10)
 
     async with anyio.create_task_group() as tg:
         for prefix in "ab":
@@ -127,8 +135,8 @@ async def test_full_queue_drops_new_events_and_counts_them() -> None:
     for i in range(100):
         events.record(_ev(i), "tiny")
     gate.set()
-    await events.flush()
-    stats = events.statistics()["tiny"]
+    await flush()
+    stats = statistics()["tiny"]
     assert stats.dropped >= 80
     assert stats.processed + stats.dropped == 100
     assert seen == sorted(seen)
@@ -156,14 +164,15 @@ def test_forked_child_restarts_the_dispatcher() -> None:
     script = (
         "import os\n"
         "from aelastic import events\n"
+        "from aelastic.events._dispatch import flush_blocking\n"
         "events.register_handler('p', lambda e: print(os.getpid() == PID, e.name, flush=True))\n"
         "PID = os.getpid()\n"
         "events.record(events.Event('parent', events.EventSource.AGENT), 'p')\n"
-        "assert events.flush_blocking(10)\n"
+        "assert flush_blocking(10)\n"
         "pid = os.fork()\n"
         "if pid == 0:\n"
         "    events.record(events.Event('child', events.EventSource.AGENT), 'p')\n"
-        "    assert events.flush_blocking(10)\n"
+        "    assert flush_blocking(10)\n"
         "    os._exit(0)\n"
         "os.waitpid(pid, 0)\n"
     )
@@ -180,7 +189,7 @@ async def test_async_handler_registered_outside_a_loop_runs_on_the_dispatcher() 
         names.append(threading.current_thread().name)
 
     await anyio.to_thread.run_sync(events.register_handler, "no-home", handler)
-    await events.arecord(_ev(0), "no-home")
+    await arecord(_ev(0), "no-home")
     assert names == ["aelastic-events"]
 
 
@@ -198,7 +207,7 @@ async def test_handler_whose_loop_ended_fails_cleanly() -> None:
 
     await anyio.to_thread.run_sync(register_in_own_loop)
     with pytest.raises(events.EventHandlerError, match="no longer running"):
-        await events.arecord(_ev(0), "dead-loop")
+        await arecord(_ev(0), "dead-loop")
     assert seen == []
 
 
@@ -217,10 +226,10 @@ def _async_handler_on_trio() -> list[tuple[str, int]]:
         try:
             for i in range(3):
                 events.record(_ev(i), "on-trio")
-            await events.arecord(_ev(3), "on-trio")
-            await events.flush()
+            await arecord(_ev(3), "on-trio")
+            await flush()
         finally:
-            events.unregister_handler("on-trio", handler)
+            unregister_handler("on-trio", handler)
 
     anyio.run(main, backend="trio")
     return seen
@@ -248,10 +257,10 @@ async def test_shutdown_flushes_stops_the_thread_and_a_later_record_restarts_it(
     assert seen == list(range(5))
     assert _dispatcher_threads() == []
     events.record(_ev(5), "stoppable")
-    await events.flush()
+    await flush()
     assert seen == list(range(6)) and len(_dispatcher_threads()) == 1
-    assert events.shutdown_blocking(10) and _dispatcher_threads() == []
-    assert events.shutdown_blocking(10)  # idempotent
+    assert shutdown_blocking(10) and _dispatcher_threads() == []
+    assert shutdown_blocking(10)  # idempotent
 
 
 def test_dispatch_does_not_import_the_handlers_module() -> None:
@@ -296,7 +305,7 @@ def test_a_wake_that_loses_the_race_with_stop_leaves_its_event_delivered() -> No
 
     events.register_handler("race", handler)
     events.record(Event("warm", EventSource.WORKER, 0), "race")  # starts the dispatcher
-    assert events.flush_blocking(10) and seen == [0]
+    assert flush_blocking(10) and seen == [0]
     dispatcher = _dispatch._dispatcher
     stale = _StopsFirst(dispatcher._loop)
     dispatcher._loop = stale  # type: ignore[assignment]
@@ -306,6 +315,6 @@ def test_a_wake_that_loses_the_race_with_stop_leaves_its_event_delivered() -> No
     assert done.wait(10), "the event stayed queued after the stop"
     assert seen == [0, 1]
     dest = _dispatch.registry.destinations["race"]
-    assert events.flush_blocking(10) and not dest.queue
+    assert flush_blocking(10) and not dest.queue
     events.record(Event("after", EventSource.WORKER, 2), "race")  # the state is still sound
-    assert events.flush_blocking(10) and seen == [0, 1, 2]
+    assert flush_blocking(10) and seen == [0, 1, 2]

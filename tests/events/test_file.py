@@ -9,21 +9,23 @@ from pathlib import Path
 
 from aelastic import events
 from aelastic.events import Event, EventSource
+from aelastic.events._dispatch import arecord, flush
+from aelastic.events._handlers import get_logging_handler
 
 
 async def test_configure_file_writes_json_lines(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     handler = events.configure_file(path)
-    assert events.get_logging_handler("file") is handler
+    assert get_logging_handler("file") is handler
     sent = [Event(f"e{i}", EventSource.AGENT, i, {"i": i}) for i in range(1000)]
     for event in sent:
         events.record(event, "file")
-    await events.flush()
+    await flush()
     lines = path.read_text().splitlines()
     assert [Event.deserialize(line) for line in lines] == sent
     other = tmp_path / "other.jsonl"
     events.configure_file(other)  # replaces the previous file
-    await events.arecord(sent[0], "file")
+    await arecord(sent[0], "file")
     assert len(path.read_text().splitlines()) == 1000
     assert other.read_text().splitlines() == [sent[0].serialize()]
 
@@ -68,7 +70,7 @@ def test_package_imports_without_torch() -> None:
     out = _run(
         "import sys\n"
         "import aelastic.events, aelastic.events.legacy, aelastic.events._cli, aelastic.metrics\n"
-        "from aelastic.metrics import PrometheusMetricHandler\n"
+        "from aelastic.metrics._prometheus import PrometheusMetricHandler\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
         "assert 'prometheus_client' not in sys.modules, 'prometheus imported eagerly'\n",
         {},

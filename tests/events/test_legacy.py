@@ -11,6 +11,8 @@ import pytest
 
 from aelastic import events
 from aelastic.events import legacy
+from aelastic.events._dispatch import arecord, flush, statistics
+from aelastic.events._handlers import get_logging_handler
 
 
 class Collect(legacy.EventHandler):
@@ -44,13 +46,13 @@ async def test_configure_routes_a_type_to_its_handler() -> None:
     legacy.record_event(legacy.Event("a", "stdout_events"))
     before = int(time.time() * 1000)
     legacy.record("b", event_type="stdout_events", metadata={"x": 1})
-    await events.flush()
+    await flush()
     assert [e.name for e in handler.events] == ["a", "b"]
     assert handler.events[1].metadata == {"x": 1} and handler.events[1].timestamp >= before
     replacement = Collect()  # configure replaces, it does not add
     legacy.configure(replacement, event_type="stdout_events")
     legacy.record("c", event_type="stdout_events")
-    await events.flush()
+    await flush()
     assert [e.name for e in handler.events] == ["a", "b"]
     assert [e.name for e in replacement.events] == ["c"]
 
@@ -60,23 +62,23 @@ async def test_unconfigured_types_use_the_default_handler() -> None:
     legacy.configure(default)
     legacy.record("platform")  # type torchelastic
     legacy.record("other", event_type="never-configured")
-    await events.flush()
+    await flush()
     assert [(e.name, e.type) for e in default.events] == [
         ("platform", "torchelastic"),
         ("other", "never-configured"),
     ]
     legacy.configure(legacy.NullEventHandler())
-    assert events.statistics()[""].handlers == 0  # null: recording costs nothing
+    assert statistics()[""].handlers == 0  # null: recording costs nothing
 
 
 async def test_builtin_destinations_are_types_and_subscribers_see_legacy_events() -> None:
-    console = events.get_logging_handler("console")
+    console = get_logging_handler("console")
     assert isinstance(console, logging.StreamHandler)
     old = console.setStream(io.StringIO())
     try:
         async with events.subscribe() as stream:
             legacy.record("printed", event_type="console", metadata={"k": 1})
-            await events.flush()
+            await flush()
             assert stream.receive_nowait().name == "printed"
     finally:
         written = console.setStream(old)
@@ -94,8 +96,8 @@ async def test_console_and_async_handlers(capsys: pytest.CaptureFixture[str]) ->
 
     legacy.configure(AsyncHandler(), event_type="legacy-async")
     legacy.record("shown", event_type="legacy-console")
-    await events.arecord(legacy.Event("awaited", "legacy-async"), "legacy-async")
-    await events.flush()
+    await arecord(legacy.Event("awaited", "legacy-async"), "legacy-async")
+    await flush()
     assert '"name": "shown"' in capsys.readouterr().out
     assert seen == ["awaited"]
 

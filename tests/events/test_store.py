@@ -11,6 +11,9 @@ import pytest
 
 from aelastic import events
 from aelastic.events import Event, EventSource, NodeState, RdzvEvent
+from aelastic.events._dispatch import arecord, flush, unregister_handler
+from aelastic.events._record import construct_and_record_rdzv_event
+from aelastic.events._store import StoreEventHandler, configure_store, events_key
 from aelastic.store import LocalStore, StoreServer, TCPStoreClient
 
 
@@ -30,22 +33,20 @@ async def _read_lines(stream: anyio.abc.ByteReceiveStream, n: int) -> list[str]:
 async def test_store_destination_and_events_command(
     store_server: StoreServer, store_client: TCPStoreClient
 ) -> None:
-    handler = events.configure_store(
-        store_client, "run-a", destinations=("store", "dynamic_rendezvous")
-    )
+    handler = configure_store(store_client, "run-a", destinations=("store", "dynamic_rendezvous"))
     try:
         sent = [Event(f"e{i}", EventSource.AGENT, i) for i in range(20)]
         for event in sent:
             events.record(event, "store")
         other = Event("elsewhere", EventSource.WORKER, metadata={"run_id": "run-b"})
-        await events.arecord(other, "store")
-        events.construct_and_record_rdzv_event("run-b", "joined", NodeState.RUNNING, rank=0)
-        await events.flush()
-        assert await store_client.queue_len(events.events_key("run-a")) == 20
+        await arecord(other, "store")
+        construct_and_record_rdzv_event("run-b", "joined", NodeState.RUNNING, rank=0)
+        await flush()
+        assert await store_client.queue_len(events_key("run-a")) == 20
         assert await store_client.queue_len("aelastic/events/run-b") == 2
     finally:
-        events.unregister_handler("store", handler)
-        events.unregister_handler("dynamic_rendezvous", handler)
+        unregister_handler("store", handler)
+        unregister_handler("dynamic_rendezvous", handler)
 
     out = await anyio.run_process(_cli(store_server.port, "run-a"))
     assert [Event.deserialize(line) for line in out.stdout.decode().splitlines()] == sent
@@ -59,7 +60,7 @@ async def test_store_destination_and_events_command(
         "test_store.py:test_store_destination_and_events_command",
     )
     # popping consumed them
-    assert await store_client.queue_len(events.events_key("run-a")) == 0
+    assert await store_client.queue_len(events_key("run-a")) == 0
     out = await anyio.run_process(_cli(store_server.port, "run-a"))
     assert out.stdout == b""
 
@@ -67,18 +68,18 @@ async def test_store_destination_and_events_command(
 async def test_events_command_follow_until_sigterm(
     store_server: StoreServer, store_client: TCPStoreClient
 ) -> None:
-    key = events.events_key("followed")
+    key = events_key("followed")
     await store_client.queue_push(key, Event("before", EventSource.AGENT).serialize())
     async with await anyio.open_process(
         _cli(store_server.port, "followed", "--follow"), stderr=subprocess.PIPE
     ) as proc:
         assert proc.stdout is not None
         assert await _read_lines(proc.stdout, 1) == [Event("before", EventSource.AGENT).serialize()]
-        handler = events.configure_store(store_client, "followed")
+        handler = configure_store(store_client, "followed")
         try:
-            await events.arecord(Event("after", EventSource.AGENT), "store")
+            await arecord(Event("after", EventSource.AGENT), "store")
         finally:
-            events.unregister_handler("store", handler)
+            unregister_handler("store", handler)
         assert await _read_lines(proc.stdout, 1) == [Event("after", EventSource.AGENT).serialize()]
         proc.send_signal(signal.SIGTERM)
         with anyio.fail_after(30):
@@ -90,32 +91,30 @@ async def test_events_command_against_a_store_subprocess(
 ) -> None:
     host, port = store_server_process
     async with TCPStoreClient(host, port, timeout=30) as client:
-        handler = events.configure_store(client, "sub")
+        handler = configure_store(client, "sub")
         try:
-            await events.arecord(Event("x", EventSource.WORKER), "store")
+            await arecord(Event("x", EventSource.WORKER), "store")
         finally:
-            events.unregister_handler("store", handler)
+            unregister_handler("store", handler)
     out = await anyio.run_process(_cli(port, "sub"))
     assert out.stdout.decode().splitlines() == [Event("x", EventSource.WORKER).serialize()]
 
 
 async def test_local_store_and_missing_run_id() -> None:
     async with LocalStore() as store:
-        handler = events.configure_store(store, destinations=("local-store",))
+        handler = configure_store(store, destinations=("local-store",))
         try:
-            await events.arecord(
-                Event("ok", EventSource.AGENT, metadata={"run_id": "r"}), "local-store"
-            )
+            await arecord(Event("ok", EventSource.AGENT, metadata={"run_id": "r"}), "local-store")
             assert (
-                await store.queue_pop(events.events_key("r"))
+                await store.queue_pop(events_key("r"))
                 == Event("ok", EventSource.AGENT, metadata={"run_id": "r"}).serialize().encode()
             )
             with pytest.raises(events.EventHandlerError, match="pass run_id to configure_store"):
-                await events.arecord(Event("no-run", EventSource.AGENT), "local-store")
+                await arecord(Event("no-run", EventSource.AGENT), "local-store")
         finally:
-            events.unregister_handler("local-store", handler)
+            unregister_handler("local-store", handler)
     with pytest.raises(TypeError, match=r"aelastic\.store\.Store"):
-        events.StoreEventHandler(object())  # type: ignore[arg-type]
+        StoreEventHandler(object())  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,8 @@ import pytest
 
 from aelastic import events
 from aelastic.events import Event, EventSource
+from aelastic.events._dispatch import statistics
+from aelastic.events._record import construct_and_record_rdzv_event
 
 
 def _ev(i: int) -> Event:
@@ -22,7 +24,7 @@ async def test_sees_every_destination_in_order() -> None:
     async with events.subscribe() as stream:
         events.record(_ev(0), "null")
         events.record(_ev(1), "sub-a")
-        events.construct_and_record_rdzv_event("r", "m", events.NodeState.INIT)
+        construct_and_record_rdzv_event("r", "m", events.NodeState.INIT)
         events.record(_ev(3))
         got = [await stream.receive() for _ in range(4)]
     assert [getattr(e, "timestamp", None) for e in got] == [0, 1, None, 3]
@@ -140,8 +142,8 @@ async def test_run_id_filter_keeps_one_jobs_events() -> None:
     async with events.subscribe(run_id="job-a") as mine, events.subscribe() as everything:
         events.record(agent_event("job-b"))
         events.record(agent_event("job-a"))
-        events.construct_and_record_rdzv_event("job-a", "joined", events.NodeState.INIT)
-        events.construct_and_record_rdzv_event("job-b", "joined", events.NodeState.INIT)
+        construct_and_record_rdzv_event("job-a", "joined", events.NodeState.INIT)
+        construct_and_record_rdzv_event("job-b", "joined", events.NodeState.INIT)
         assert len(everything) == 4
         got = [mine.receive_nowait(), mine.receive_nowait()]
         with pytest.raises(anyio.WouldBlock):
@@ -158,7 +160,7 @@ async def test_stream_is_an_anyio_object_receive_stream_with_async_close() -> No
     await stream.aclose()
     events.record(_ev(2))  # after the close: not delivered
     assert [e.timestamp async for e in stream] == [1]
-    assert events.statistics()["null"].subscribers == 0
+    assert statistics()["null"].subscribers == 0
 
 
 async def test_subscribe_outside_an_event_loop_names_the_problem() -> None:
@@ -168,16 +170,16 @@ async def test_subscribe_outside_an_event_loop_names_the_problem() -> None:
 
 async def test_a_stream_never_used_is_not_subscribed() -> None:
     events.record(_ev(0))  # makes the "null" destination
-    before = events.statistics()["null"].subscribers
+    before = statistics()["null"].subscribers
     unused = events.subscribe()
     events.record(_ev(1))
-    assert events.statistics()["null"].subscribers == before
+    assert statistics()["null"].subscribers == before
     assert len(unused) == 0  # buffers nothing: it would otherwise hold up to max_buffer
     async with unused:  # entering starts it
-        assert events.statistics()["null"].subscribers == before + 1
+        assert statistics()["null"].subscribers == before + 1
         events.record(_ev(2))
     assert [e.timestamp async for e in unused] == [2]
-    assert events.statistics()["null"].subscribers == before
+    assert statistics()["null"].subscribers == before
 
 
 async def test_a_stream_closed_before_use_never_subscribes() -> None:

@@ -20,9 +20,9 @@ import anyio
 import pytest
 from launcher._nodes import free_port
 
+from aelastic import LaunchConfig, open_job
 from aelastic.goodput._categories import BADPUT, CATEGORIES
 from aelastic.jobview import summarize
-from aelastic.launcher import LaunchConfig, open_job
 
 HERE = Path(__file__).parent
 WORKER = str(HERE / "ddp_worker.py")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import anyio
 
-from aelastic.launcher import LaunchConfig, open_job
+from aelastic import LaunchConfig, open_job
 from aelastic.progress._reader import ProgressFile
 
 LOOP = """

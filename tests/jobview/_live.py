@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 from launcher._notify import Workers, workers_listener
 
-from aelastic.launcher import Job, LaunchConfig, open_job
+from aelastic import Job, LaunchConfig, open_job
 from aelastic.store import Store
 
 STEP_WORKER = str(Path(__file__).parent / "step_worker.py")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from aelastic.launcher import LaunchConfig
+from aelastic import LaunchConfig
 
 
 def job_config(nproc: int = 2, **kw: Any) -> LaunchConfig:

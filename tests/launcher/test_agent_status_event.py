@@ -18,16 +18,10 @@ from typing import Any
 import anyio
 import pytest
 
-from aelastic import events
+from aelastic import LaunchConfig, elastic_launch, events, launch, open_job
 from aelastic.errors import ChildFailedError
-from aelastic.launcher import (
-    JobStoppedError,
-    LaunchConfig,
-    elastic_launch,
-    launch,
-    launch_agent,
-    open_job,
-)
+from aelastic.events._dispatch import flush_blocking, unregister_handler
+from aelastic.launcher import JobStoppedError, launch_agent
 from aelastic.workers import WorkerStartError
 
 _DEST = "agent-status-test"
@@ -52,11 +46,11 @@ def received() -> Iterator[list[events.Event]]:
     got: list[events.Event] = []
     events.register_handler(_DEST, got.append)
     yield got
-    events.unregister_handler(_DEST, got.append)
+    unregister_handler(_DEST, got.append)
 
 
 def _agent_status(received: list[events.Event]) -> list[events.Event]:
-    assert events.flush_blocking(timeout=30)
+    assert flush_blocking(timeout=30)
     return [
         e
         for e in received

@@ -19,7 +19,7 @@ import anyio.abc
 import anyio.to_thread
 import pytest
 
-from aelastic.launcher import LaunchConfig, open_job
+from aelastic import LaunchConfig, open_job
 
 from ._nodes import WORKER, cluster, free_port
 from ._notify import workers_listener
@@ -196,8 +196,8 @@ async def test_failure_summary_and_status_name_the_same_host() -> None:
 
 def _idle_job() -> Any:
     """A job that is made but not started: enough for the endpoint to report on."""
+    from aelastic import Job
     from aelastic.launcher._build import prepare_job
-    from aelastic.launcher._job import Job
 
     return Job(_config(), prepare_job(_config(), "/bin/true", ()))
 

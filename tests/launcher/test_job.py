@@ -10,16 +10,12 @@ from typing import Any
 import anyio
 import pytest
 
+from aelastic import open_job, run_job
 from aelastic.agent import SignalException, WorkerState
 from aelastic.events import RdzvEvent
 from aelastic.events._subscribe import run_id_of
-from aelastic.launcher import (
-    JobSignalError,
-    JobStoppedError,
-    StateChange,
-    open_job,
-    run_job,
-)
+from aelastic.launcher import JobSignalError, JobStoppedError
+from aelastic.launcher._job import StateChange
 from aelastic.rendezvous import RendezvousTimeoutError
 
 from ._jobs import alive as _alive

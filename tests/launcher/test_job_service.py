@@ -14,10 +14,11 @@ from typing import Any
 import anyio
 import pytest
 
+from aelastic import LaunchConfig, open_job
 from aelastic.agent import WorkerState
 from aelastic.events import RdzvEvent
 from aelastic.events._subscribe import run_id_of
-from aelastic.launcher import JobStoppedError, LaunchConfig, LaunchConfigError, open_job
+from aelastic.launcher import JobStoppedError, LaunchConfigError
 
 from ._jobs import alive as _alive
 from ._jobs import job_config

@@ -9,7 +9,8 @@ from typing import Any
 import anyio
 import pytest
 
-from aelastic.launcher import LaunchConfig, LaunchConfigError, launch
+from aelastic import LaunchConfig, launch
+from aelastic.launcher import LaunchConfigError
 from aelastic.rendezvous import (
     RendezvousGracefulExitError,
     RendezvousHandler,

@@ -8,8 +8,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from aelastic import LaunchConfig, open_job
 from aelastic.events import subscribe
-from aelastic.launcher import LaunchConfig, open_job
 from aelastic.launcher._args import UsageError, parse_run_args
 from aelastic.nodes import NODE_UNHEALTHY_EXIT_CODE
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from aelastic.launcher import LaunchConfig, LaunchConfigError
+from aelastic import LaunchConfig
+from aelastic.launcher import LaunchConfigError
 from aelastic.launcher._args import UsageError, parse_run_args
 from aelastic.launcher._build import make_handler
 

@@ -10,8 +10,8 @@ import anyio
 import anyio.abc
 import pytest
 
+from aelastic import LaunchConfig, elastic_launch, launch
 from aelastic.errors import ChildFailedError
-from aelastic.launcher import LaunchConfig, elastic_launch, launch
 
 from ._nodes import WORKER, cluster, records
 

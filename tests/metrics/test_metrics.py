@@ -12,6 +12,17 @@ import pytest
 
 from aelastic import metrics
 from aelastic.metrics import _streams
+from aelastic.metrics._handlers import ConsoleMetricHandler, NullMetricHandler
+from aelastic.metrics._prometheus import PrometheusMetricHandler
+from aelastic.metrics._streams import (
+    MetricsConfig,
+    MetricStream,
+    get_elapsed_time_ms,
+    getStream,
+    initialize_metrics,
+    profile,
+    publish_metric,
+)
 
 
 class Collect(metrics.MetricHandler):
@@ -29,7 +40,7 @@ class Collect(metrics.MetricHandler):
 def _restore_handlers() -> Iterator[None]:
     default, groups = _streams._default_handler, dict(_streams._metrics_map)
     # Start from torch's defaults whatever earlier tests configured.
-    _streams._default_handler = metrics.NullMetricHandler()
+    _streams._default_handler = NullMetricHandler()
     _streams._metrics_map.clear()
     yield
     _streams._default_handler = default
@@ -50,7 +61,7 @@ def test_default_is_null_and_groups_route(collect: Collect) -> None:
     metrics.configure(grouped, group="agent")
     metrics.put_metric("a", 1)
     metrics.put_metric("b", 2, "agent")
-    metrics.getStream("agent").add_value("c", 3)
+    getStream("agent").add_value("c", 3)
     metrics.put_metric("d", 4, group="agent")
     metrics.put_metric("e", 5, metric_group="agent")
     assert [(d.group_name, d.name, d.value) for d in collect.data] == [("torchelastic", "a", 1)]
@@ -60,14 +71,14 @@ def test_default_is_null_and_groups_route(collect: Collect) -> None:
         ("agent", "d", 4),
         ("agent", "e", 5),
     ]
-    stream = metrics.getStream("other")
-    assert isinstance(stream, metrics.MetricStream) and stream.handler is collect
+    stream = getStream("other")
+    assert isinstance(stream, MetricStream) and stream.handler is collect
     assert abs(collect.data[0].timestamp - time.time()) < 60
 
 
 def test_null_and_console_handlers(capsys: pytest.CaptureFixture[str]) -> None:
-    metrics.NullMetricHandler().emit(metrics.MetricData(1.0, "g", "n", 1))
-    metrics.configure(metrics.ConsoleMetricHandler(), group="my_app")
+    NullMetricHandler().emit(metrics.MetricData(1.0, "g", "n", 1))
+    metrics.configure(ConsoleMetricHandler(), group="my_app")
     metrics.put_metric("my_metric", 7, "my_app")
     out = capsys.readouterr().out
     assert out.startswith("[") and out.endswith("][my_app]: my_metric=7\n")
@@ -121,9 +132,9 @@ async def test_prof_sync_and_async(collect: Collect) -> None:
 
 def test_deprecated_aliases(collect: Collect) -> None:
     with pytest.warns(FutureWarning, match="put_metric"):
-        metrics.publish_metric("torchelastic", "old", 5)
+        publish_metric("torchelastic", "old", 5)
     with pytest.warns(FutureWarning, match="prof"):
-        decorator = metrics.profile("torchelastic")
+        decorator = profile("torchelastic")
 
     @decorator
     def work() -> int:
@@ -135,11 +146,11 @@ def test_deprecated_aliases(collect: Collect) -> None:
 
 
 def test_helpers() -> None:
-    assert 900 <= metrics.get_elapsed_time_ms(time.time() - 1) <= 60_000
-    assert metrics.MetricsConfig().params == {}
-    assert metrics.MetricsConfig({"a": "b"}).params == {"a": "b"}
-    assert metrics.initialize_metrics() is None
-    assert metrics.initialize_metrics(metrics.MetricsConfig()) is None
+    assert 900 <= get_elapsed_time_ms(time.time() - 1) <= 60_000
+    assert MetricsConfig().params == {}
+    assert MetricsConfig({"a": "b"}).params == {"a": "b"}
+    assert initialize_metrics() is None
+    assert initialize_metrics(MetricsConfig()) is None
     data = metrics.MetricData(1.0, "g", "n", 2)
     assert (data.timestamp, data.group_name, data.name, data.value) == (1.0, "g", "n", 2)
 
@@ -147,7 +158,7 @@ def test_helpers() -> None:
 def test_prometheus_handler() -> None:
     prometheus_client = pytest.importorskip("prometheus_client")
     registry = prometheus_client.CollectorRegistry()
-    metrics.configure(metrics.PrometheusMetricHandler(registry=registry), group="agent")
+    metrics.configure(PrometheusMetricHandler(registry=registry), group="agent")
     metrics.put_metric("workers.trainer.remaining_restarts", 3, "agent")
     metrics.put_metric("workers.trainer.remaining_restarts", 2, "agent")
     metrics.put_metric("Agent.run.success", 1, "agent")
@@ -160,4 +171,4 @@ def test_prometheus_handler() -> None:
 def test_prometheus_missing_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     with pytest.raises(metrics.MetricsError, match=r"pip install 'aelastic\[prometheus\]'"):
-        metrics.PrometheusMetricHandler()
+        PrometheusMetricHandler()

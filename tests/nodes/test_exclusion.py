@@ -15,7 +15,8 @@ from aelastic.nodes import NodeExcludedError, excluded_nodes
 from aelastic.nodes._exclusion import NodeExclusion
 from aelastic.nodes._gate import NodeGate
 from aelastic.nodes._policy import ExclusionSettings
-from aelastic.rendezvous import DynamicRendezvousHandler, DynamicSettings
+from aelastic.rendezvous._dynamic import DynamicRendezvousHandler
+from aelastic.rendezvous._settings import DynamicSettings
 from aelastic.store import LocalStore
 
 FAST = DynamicSettings(join_timeout=10.0, close_timeout=2.0, read_timeout=5.0)

@@ -20,7 +20,8 @@ from aelastic.nodes._checks import (
 )
 from aelastic.nodes._gate import NodeGate
 from aelastic.nodes._policy import backoff_seconds
-from aelastic.rendezvous import DynamicRendezvousHandler, DynamicSettings
+from aelastic.rendezvous._dynamic import DynamicRendezvousHandler
+from aelastic.rendezvous._settings import DynamicSettings
 from aelastic.store import LocalStore
 
 FAST = DynamicSettings(join_timeout=10.0, close_timeout=2.0, read_timeout=5.0)

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from aelastic.agent import Action
-from aelastic.agent._policy import decide_after_hang, progress_deadline
+from aelastic.agent._policy import Action, decide_after_hang, progress_deadline
 from aelastic.progress import ProgressTimeoutError
 from aelastic.progress._reader import ProgressFile
 from aelastic.progress._timeouts import ProgressTimeouts, parse_section_timeouts

@@ -8,12 +8,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from aelastic.rendezvous import (
-    C10dRendezvousHandler,
-    RendezvousParameters,
-    StaticRendezvousHandler,
-    get_rendezvous_handler,
-)
+from aelastic.rendezvous import RendezvousParameters, get_rendezvous_handler
+from aelastic.rendezvous._c10d import C10dRendezvousHandler
+from aelastic.rendezvous._static import StaticRendezvousHandler
 
 from .test_c10d import c10d, rendezvous_all
 

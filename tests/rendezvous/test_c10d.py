@@ -15,16 +15,15 @@ from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
 
 from aelastic.rendezvous import (
-    C10dRendezvousHandler,
     RendezvousConnectionError,
     RendezvousHandler,
     RendezvousInfo,
     RendezvousParameters,
     RendezvousStoreInfo,
-    StaticRendezvousHandler,
     get_rendezvous_handler,
 )
-from aelastic.rendezvous._c10d import is_local_address
+from aelastic.rendezvous._c10d import C10dRendezvousHandler, is_local_address
+from aelastic.rendezvous._static import StaticRendezvousHandler
 from aelastic.store import StoreServer
 
 NODE = Path(__file__).with_name("_node.py")

@@ -23,7 +23,7 @@ import anyio.lowlevel
 import pytest
 from anyio.abc import Process
 
-from aelastic.rendezvous import C10dRendezvousHandler
+from aelastic.rendezvous._c10d import C10dRendezvousHandler
 from aelastic.rendezvous._ops import Ops
 from aelastic.store import TCPStoreClient
 

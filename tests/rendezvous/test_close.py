@@ -9,7 +9,8 @@ import socket
 import anyio
 from anyio.streams.text import TextReceiveStream
 
-from aelastic.rendezvous import C10dRendezvousHandler, RendezvousHandler
+from aelastic.rendezvous import RendezvousHandler
+from aelastic.rendezvous._c10d import C10dRendezvousHandler
 
 from .test_c10d import c10d, node
 

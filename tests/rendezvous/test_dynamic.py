@@ -12,14 +12,14 @@ import anyio
 import pytest
 
 from aelastic.rendezvous import (
-    DynamicRendezvousHandler,
-    DynamicSettings,
     RendezvousClosedError,
     RendezvousGracefulExitError,
     RendezvousInfo,
     RendezvousStateError,
     RendezvousTimeoutError,
 )
+from aelastic.rendezvous._dynamic import DynamicRendezvousHandler
+from aelastic.rendezvous._settings import DynamicSettings
 from aelastic.store import LocalStore, Store
 
 pytestmark = pytest.mark.anyio

@@ -6,18 +6,17 @@ import pytest
 
 from aelastic import AelasticError
 from aelastic.rendezvous import (
-    C10dRendezvousHandler,
-    DynamicRendezvousHandler,
     RendezvousConfigError,
     RendezvousError,
     RendezvousHandler,
-    RendezvousHandlerRegistry,
     RendezvousParameters,
-    StaticRendezvousHandler,
-    create_handler,
     get_rendezvous_handler,
-    parse_endpoint,
 )
+from aelastic.rendezvous._c10d import C10dRendezvousHandler
+from aelastic.rendezvous._dynamic import DynamicRendezvousHandler
+from aelastic.rendezvous._params import parse_endpoint
+from aelastic.rendezvous._registry import RendezvousHandlerRegistry, create_handler
+from aelastic.rendezvous._static import StaticRendezvousHandler
 from aelastic.store import LocalStore
 
 

@@ -8,7 +8,8 @@ import dataclasses
 import anyio
 import pytest
 
-from aelastic.rendezvous import DynamicRendezvousHandler, RendezvousInfo
+from aelastic.rendezvous import RendezvousInfo
+from aelastic.rendezvous._dynamic import DynamicRendezvousHandler
 from aelastic.rendezvous._placement import Seat
 from aelastic.rendezvous._rejoin import Previous, may_close_now, same_members, worth_checking
 from aelastic.rendezvous._state import Tick

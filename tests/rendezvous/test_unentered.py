@@ -7,12 +7,8 @@ import socket
 import anyio
 import pytest
 
-from aelastic.rendezvous import (
-    RendezvousError,
-    RendezvousParameters,
-    StaticRendezvousHandler,
-    get_rendezvous_handler,
-)
+from aelastic.rendezvous import RendezvousError, RendezvousParameters, get_rendezvous_handler
+from aelastic.rendezvous._static import StaticRendezvousHandler
 
 from .test_c10d import c10d
 

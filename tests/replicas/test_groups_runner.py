@@ -11,9 +11,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aelastic import events
+from aelastic import LaunchConfig, events
 from aelastic.errors import ChildFailedError
-from aelastic.launcher import LaunchConfig
+from aelastic.events._dispatch import flush, unregister_handler
 from aelastic.launcher._replica_groups import group_config, run_replica_groups
 from aelastic.launcher._replica_view import failure_line, quorum_left
 from aelastic.replicas._lighthouse import check_lighthouse
@@ -58,9 +58,9 @@ async def test_each_group_runs_alone_with_torchfts_variables(
                 ["-c", WORKER, str(tmp_path), "2"],
                 ReplicaGroups(3, spares=1),
             )
-        await events.flush(["groups-test"])
+        await flush(["groups-test"])
     finally:
-        events.unregister_handler("groups-test", seen.append)
+        unregister_handler("groups-test", seen.append)
     # issue 40: each failure names its group, in the agent's line, an event and status
     failed = [e.metadata for e in seen if e.name == "aelastic.replicas.group_failed"]
     # group 2 and its spare: a start that restarts, a restart that spends the budget

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from aelastic.agent import PREEMPTED_EXIT_CODE
+from aelastic.agent._policy import PREEMPTED_EXIT_CODE
 from aelastic.launcher._args import parse_run_args
 from aelastic.schedulers._exit_codes import (
     EXIT_CODES,

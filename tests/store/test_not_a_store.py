@@ -15,7 +15,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from aelastic.launcher import LaunchConfig, open_job
+from aelastic import LaunchConfig, open_job
 from aelastic.rendezvous import RendezvousConnectionError, RendezvousEndpointError
 from aelastic.store import NotAStoreError, StoreConnectionError, TCPStoreClient
 

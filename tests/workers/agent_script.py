@@ -18,13 +18,9 @@ import sys
 
 import anyio
 
-from aelastic.workers import (
-    LogDestinations,
-    ProcessSpec,
-    callable_process_args,
-    open_worker_processes,
-    read_callable_result,
-)
+from aelastic.workers import ProcessSpec, open_worker_processes
+from aelastic.workers._callable import callable_process_args, read_callable_result
+from aelastic.workers._logs import LogDestinations
 
 WORKER = (
     "import sys\n"

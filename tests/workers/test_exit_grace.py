@@ -15,8 +15,8 @@ import pytest
 from agent._shared import LocalRendezvous  # tests/ is on sys.path (rootdir, no __init__)
 
 from aelastic.agent import LocalElasticAgent, WorkerSpec, WorkerState
-from aelastic.workers import WARM_WORKERS_ENV
 from aelastic.workers._exit_grace import parse_exit_notice, shutdown_report
+from aelastic.workers._warm import WARM_WORKERS_ENV
 from aelastic.workers._warm_boot import _exit_status
 
 WORKER = """\

@@ -17,7 +17,8 @@ import anyio.abc
 import pytest
 from _procfs import ignored_signals  # tests/ is on sys.path
 
-from aelastic.workers import ProcessSpec, open_warm_pool, open_worker_processes, parse_python_argv
+from aelastic.workers import ProcessSpec, open_worker_processes
+from aelastic.workers._warm import open_warm_pool, parse_python_argv
 
 PY = sys.executable
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aelastic.workers import open_warm_pool
 from aelastic.workers._preload import PreloadPlan, script_imports
+from aelastic.workers._warm import open_warm_pool
 
 
 def test_script_imports_are_the_unconditional_top_level_ones(tmp_path: Path) -> None:

@@ -17,13 +17,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aelastic.workers import (
-    ProcessSpec,
-    Std,
+from aelastic.workers import ProcessSpec, _warm, open_worker_processes
+from aelastic.workers._std import Std
+from aelastic.workers._warm import (
     WarmPool,
-    _warm,
     open_warm_pool,
-    open_worker_processes,
     parse_python_argv,
     prestart_warm_workers,
     warm_workers_enabled,

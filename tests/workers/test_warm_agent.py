@@ -17,7 +17,7 @@ from agent._shared import LocalRendezvous  # tests/ is on sys.path (rootdir, no 
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from aelastic.agent import LocalElasticAgent, RunResult, WorkerSpec, WorkerState
-from aelastic.workers import WARM_WORKERS_ENV
+from aelastic.workers._warm import WARM_WORKERS_ENV
 
 WORKER = """\
 import json, os, socket, sys

@@ -17,8 +17,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aelastic.workers import ProcessSpec, WarmPool, open_warm_pool, open_worker_processes
+from aelastic.workers import ProcessSpec, open_worker_processes
 from aelastic.workers._preload import parse_preload
+from aelastic.workers._warm import WarmPool, open_warm_pool
 
 from .test_warm import PROBE, _write
 

@@ -14,13 +14,8 @@ from types import ModuleType
 import anyio
 import pytest
 
-from aelastic.workers import (
-    CallableResultError,
-    ProcessSpec,
-    callable_process_args,
-    open_worker_processes,
-    read_callable_result,
-)
+from aelastic.workers import CallableResultError, ProcessSpec, open_worker_processes
+from aelastic.workers._callable import callable_process_args, read_callable_result
 
 pytestmark = pytest.mark.anyio  # every backend
 

@@ -11,7 +11,9 @@ import anyio
 import pytest
 
 from aelastic.agent import AgentConfigError, WorkerSpec
-from aelastic.workers import LogDestinations, ProcessSpec, Std, open_worker_processes
+from aelastic.workers import ProcessSpec, open_worker_processes
+from aelastic.workers._logs import LogDestinations
+from aelastic.workers._std import Std
 
 pytestmark = pytest.mark.anyio  # every backend: the agent reads the piped output
 

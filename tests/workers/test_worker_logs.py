@@ -10,13 +10,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aelastic.workers import (
-    LogDestinations,
-    Std,
-    WorkerStartError,
-    make_run_log_dir,
-    parse_std_spec,
-)
+from aelastic.workers import WorkerStartError
+from aelastic.workers._logs import LogDestinations, make_run_log_dir
+from aelastic.workers._std import Std, parse_std_spec
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "agent_script.py")
 

@@ -14,14 +14,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aelastic.workers import (
-    NoMoreExitsError,
-    ProcessSpec,
-    Std,
-    WorkerStartError,
-    open_worker_processes,
-    process_state,
-)
+from aelastic.workers import NoMoreExitsError, ProcessSpec, WorkerStartError, open_worker_processes
+from aelastic.workers._procfs import process_state
+from aelastic.workers._std import Std
 
 from .conftest import Reporter, open_fds, pid_gone, py, wait_gone
 

@@ -8,7 +8,11 @@ import signal
 import anyio
 import pytest
 
-from aelastic.workers import DEFAULT_SIGNALS_TO_HANDLE, open_signal_forwarder, parse_signals
+from aelastic.workers._signals import (
+    DEFAULT_SIGNALS_TO_HANDLE,
+    open_signal_forwarder,
+    parse_signals,
+)
 
 
 def test_parse_signals() -> None:

@@ -16,27 +16,11 @@ any I/O.
 """
 
 from ._backend import EtcdRendezvousHandler as EtcdRendezvousHandler
-from ._backend import create_etcd_handler as create_etcd_handler
-from ._client import EtcdClient as EtcdClient
-from ._client import EtcdConfig as EtcdConfig
-from ._client import EtcdWatch as EtcdWatch
-from ._client import parse_endpoints as parse_endpoints
-from ._client import prefix_end as prefix_end
 from ._exceptions import EtcdCompactedError as EtcdCompactedError
 from ._exceptions import EtcdRequestError as EtcdRequestError
-from ._settings import EtcdRendezvousSettings as EtcdRendezvousSettings
-from ._store import EtcdStore as EtcdStore
 
 __all__ = (
-    "EtcdClient",
     "EtcdCompactedError",
     "EtcdRequestError",
-    "EtcdConfig",
     "EtcdRendezvousHandler",
-    "EtcdRendezvousSettings",
-    "EtcdStore",
-    "EtcdWatch",
-    "create_etcd_handler",
-    "parse_endpoints",
-    "prefix_end",
 )

@@ -13,7 +13,7 @@ import threading
 
 import anyio
 
-from aelastic.launcher import LaunchConfig, open_job
+from aelastic import LaunchConfig, open_job
 
 MAIN = threading.main_thread()
 on_loop: list[str] = []
