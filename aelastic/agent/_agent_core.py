@@ -17,13 +17,14 @@ import signal
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
 from ..errors import ProcessFailure
 from ..goodput._ledger import RankSteps
 from ..goodput._recorder import GoodputRecorder
+from ..metrics import prof
 from ..rendezvous import RendezvousInfo
 from ..store import Store
 from ._exceptions import AgentError
@@ -37,13 +38,22 @@ if TYPE_CHECKING:  # imported with hang detection only (see aelastic._features)
     from ._hang import Hang, RoundProgress
     from ._learned import LearnedTimeouts
 
-__all__ = ("PEER_FINISHED_CHECK_TIMEOUT", "PEER_FINISHED_KEY", "AgentCore")
+__all__ = ("PEER_FINISHED_CHECK_TIMEOUT", "PEER_FINISHED_KEY", "AgentCore", "agent_prof")
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 #: Set in the round's store by a node whose workers all succeeded, before its exit
 #: barrier: its peers then know its departure ends the job, not the round's membership.
 PEER_FINISHED_KEY = "aelastic/agent/peer_finished"
 #: Bound on writing or reading the finished mark (a lost store must not hold a node).
 PEER_FINISHED_CHECK_TIMEOUT = 5.0
+
+
+def agent_prof(fn: _F) -> _F:
+    """``@prof`` for a method of a phase class, named ``SimpleElasticAgent.<method>`` in the
+    metrics (torch's names, and this package's before the agent was split by phase)."""
+    fn.__qualname__ = f"SimpleElasticAgent.{fn.__name__}"
+    return prof(fn)
 
 
 class AgentCore(AgentTelemetry, abc.ABC):
@@ -227,3 +237,13 @@ class AgentCore(AgentTelemetry, abc.ABC):
             else RankSteps()
             for s in progress.snapshots().values()
         ]
+
+    # -- provided by the phases (declared once here for the type checker) ---------------
+
+    @abc.abstractmethod
+    async def _rendezvous(self, worker_group: WorkerGroup) -> None:
+        """Join the next round and assign ranks (see ``_agent_rendezvous``)."""
+
+    @abc.abstractmethod
+    def _hang_result(self, wg: WorkerGroup, hang: Hang) -> RunResult:
+        """The FAILED result of a hung round (see ``_agent_monitor``)."""

@@ -6,15 +6,17 @@ its live state, the state transitions as they happen (pushed by the agent, never
 polled), this job's events, its workers, signal forwarding and ``await job.wait()``.
 Leaving the block stops the job. ``job = await task_group.start(run_job, config,
 entrypoint, *args)`` is the same, returned once the workers are up. Never imports torch.
+
+:class:`Job` here is the part that runs (its task, stop, signals, ``wait``); what it says
+about itself is in ``_job_view`` (its state and accessors), ``_job_events`` (its
+transitions and events as streams) and ``_job_records`` (the records it hands out).
 """
 
 from __future__ import annotations
 
-import collections
 import os
 import signal
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import aclosing, asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -22,23 +24,20 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from .._dataclass import dataclass
-from .._net import node_name
 from .._tasks import background_tasks
 from ._build import PreparedJob, prepare_job
 from ._config import LaunchConfig
 from ._exceptions import JobSignalError, JobStoppedError
+from ._job_events import JobEvents
+from ._job_records import FailureInfo as FailureInfo
+from ._job_records import HangInfo as HangInfo
+from ._job_records import StateChange as StateChange
+from ._job_records import WorkerInfo as WorkerInfo
 from ._preimport import import_off_loop, job_modules
 
 if TYPE_CHECKING:
-    from ..agent import RunResult, WorkerGroup, WorkerState
-    from ..errors import ProcessFailure
-    from ..events._subscribe import EventStream
+    from ..agent import RunResult
     from ..health._http import Response
-    from ..jobview._publish import StatusPublisher
-    from ..progress._reader import ProgressSnapshot
-    from ..stragglers import SlowInterval
-    from ..stragglers._watch import StragglerWatch
 
 __all__ = (
     "FailureInfo",
@@ -50,352 +49,15 @@ __all__ = (
     "run_job",
 )
 
-#: State transitions a :class:`Job` keeps for late readers of :meth:`Job.state_changes`.
-_HISTORY = 1_000
-#: Events a :class:`Job` keeps for late subscribers of :meth:`Job.events`.
-_EVENT_BACKLOG = 1_000
 #: The buffer of the job's own subscription, drained by its event task.
 _EVENT_BUFFER = 10_000
 
 
-#: Node-gate events marked on the job view's time axis (``aelastic.jobview``), by kind.
-_VIEW_MARKS = {"aelastic.node.excluded": "excluded", "aelastic.node.unhealthy": "unhealthy"}
-
-
-@dataclass(frozen=True)
-class StateChange:
-    """One transition of the job's worker group (see :class:`aelastic.agent.WorkerState`).
-
-    ``previous`` is None for the first item (the group's initial ``INIT``). ``round``
-    is the rendezvous round the workers belong to (None before the first one),
-    ``attempt`` the worker start (``attempt_<n>`` of the logs, -1 before the first),
-    ``restart_count`` the failures restarted so far (the workers'
-    ``TORCHELASTIC_RESTART_COUNT``), ``timestamp`` the wall clock (``time.time()``).
-    """
-
-    state: WorkerState
-    previous: WorkerState | None
-    round: int | None
-    attempt: int
-    restart_count: int
-    remaining_restarts: int
-    timestamp: float
-
-
-@dataclass(frozen=True)
-class WorkerInfo:
-    """One local worker of the current (or last) attempt.
-
-    ``pid`` is None before the worker started; ``stdout``/``stderr``/``error_file`` are
-    the files of this attempt (None when not redirected to a file).
-    """
-
-    local_rank: int
-    global_rank: int
-    role_rank: int
-    world_size: int
-    pid: int | None
-    attempt: int
-    stdout: str | None
-    stderr: str | None
-    error_file: str | None
-
-
-@dataclass(frozen=True)
-class FailureInfo:
-    """A worker of the last attempt that failed (restarted or not): the lowest local rank
-    among the failures the agent reported once it stopped that attempt's workers (a
-    hung worker: with the code it was stopped with). ``wait()``'s ``ChildFailedError``
-    names the root cause."""
-
-    local_rank: int
-    global_rank: int
-    pid: int | None
-    exitcode: int
-    attempt: int
-    timestamp: float
-
-
-@dataclass(frozen=True)
-class HangInfo:
-    """The last hung worker the agent found (its ``aelastic.progress.hang`` event).
-
-    ``rule`` is the deadline that expired (``initial``, ``heartbeat``, ``section``,
-    ``out_of_section``), ``section`` the section it was in (None: none), ``timeout``
-    that rule's seconds, ``stacks_file`` where every local worker's stacks were
-    written (``stacks_captured`` of them), ``detected_at`` the wall clock.
-    """
-
-    global_rank: int | None
-    local_rank: int
-    pid: int
-    rule: str
-    section: str | None
-    timeout: float
-    stacks_file: str | None
-    stacks_captured: int
-    step: int
-    detected_at: float
-
-
-class Job:
+class Job(JobEvents):
     """A handle on one node's job; made by :func:`open_job` (do not construct it).
 
     Every method is called from the event loop running the job; none blocks.
     """
-
-    def __init__(self, config: LaunchConfig, prepared: PreparedJob) -> None:
-        self.config = config
-        #: the run id shared by every node (``config.run_id`` or a fresh one)
-        self.run_id = prepared.run_id
-        #: the entrypoint's name, as in errors and logs
-        self.name = prepared.name
-        #: ``(host, port)`` of the health endpoint, when ``config.health_port`` is set
-        self.health_address: tuple[str, int] | None = None
-        #: this node's host name, as reported by ``/status``
-        self.node = node_name()
-        self._prepared = prepared
-        self._agent = prepared.agent
-        self._history: collections.deque[StateChange] = collections.deque(maxlen=_HISTORY)
-        self._changes = 0  # transitions ever recorded (the index after the last one)
-        self._changed = anyio.Event()
-        self._done = anyio.Event()
-        self._outcome: RunResult | BaseException | None = None
-        #: cancelled by :meth:`stop` (made now: a stop before the job's task runs counts)
-        self._run_scope = anyio.CancelScope()
-        self._stop_requested = False
-        #: True while the node enters its rendezvous (connects to the store, which may
-        #: take up to read_timeout): the agent's run has not begun to take a signal.
-        self._entering = False
-        self._entry_signal: signal.Signals | None = None
-        self._events_source: EventStream | None = None  # the job's registry subscription
-        self._event_backlog: collections.deque[Any] = collections.deque(maxlen=_EVENT_BACKLOG)
-        self._event_streams: list[EventStream] = []  # subscribers fed from the backlog on
-        self._events_ended = False
-        self._last_failure: FailureInfo | None = None
-        #: the agent's ``last_failures`` mapping ``_last_failure`` was made from
-        self._failures_seen: Mapping[int, ProcessFailure] = self._agent.last_failures
-        self._last_hang: HangInfo | None = None
-        #: hangs found and stacks written so far (from the job's own events)
-        self.hang_count = 0
-        self.stacks_captured = 0
-        #: the heartbeat timeout ``learn_timeouts`` learned, in seconds (None: none yet)
-        self.learned_heartbeat_timeout: float | None = None
-        #: publishes this node's status into the rendezvous store (``aelastic.jobview``)
-        self.status_publisher: StatusPublisher | None = None
-        #: set before the run ends: read the job's view at the end (``aelastic run``'s
-        #: goodput line, the job's); the view read, None if it could not be
-        self._want_end_view = False
-        self._end_view: dict[str, Any] | None = None
-        #: finds this node's slow ranks (``aelastic.stragglers``; None: detection off)
-        self.straggler_watch: StragglerWatch | None = None
-        group = self._agent.get_worker_group()
-        self._push(group.state, None)
-        group.add_state_listener(self._on_state)
-
-    # -- live view ---------------------------------------------------------------------
-
-    @property
-    def state(self) -> WorkerState:
-        """The worker group's state now (``INIT``, ``HEALTHY``, ``STOPPED``...)."""
-        return self._agent.get_worker_group().state
-
-    @property
-    def role(self) -> str:
-        """The workers' role (``config.role``)."""
-        return self._agent.get_worker_group().spec.role
-
-    @property
-    def round(self) -> int | None:
-        """The rendezvous round of the current workers (None before the first)."""
-        return self._agent.rendezvous_round
-
-    @property
-    def remaining_restarts(self) -> int:
-        """Failures that may still be restarted."""
-        return self._agent.remaining_restarts
-
-    @property
-    def restart_count(self) -> int:
-        """Failures restarted so far."""
-        from ..agent import restart_count
-
-        return restart_count(self.config.max_restarts, self._agent.remaining_restarts)
-
-    @property
-    def last_failure(self) -> FailureInfo | None:
-        """A failed worker of the last attempt that failed (None: none failed yet).
-
-        Known once that attempt's workers are stopped (the agent's ``last_failures``):
-        a hung worker is named with the code it was stopped with.
-        """
-        self._take_failures()
-        return self._last_failure
-
-    @property
-    def last_hang(self) -> HangInfo | None:
-        """The last hung worker the agent found (None: none hung so far)."""
-        return self._last_hang
-
-    def heartbeat_age_ms(self) -> int | None:
-        """Milliseconds since the stalest last heartbeat of the running workers (None:
-        no running worker uses ``aelastic.progress`` heartbeats)."""
-        return self._agent.heartbeat_age_ms()
-
-    def idle_interpreters(self) -> tuple[int, int]:
-        """Idle warm worker interpreters: how many, and their resident memory in bytes."""
-        return self._agent.idle_interpreters()
-
-    @property
-    def log_dir(self) -> str | None:
-        """This node's log directory of the job, ``<log_dir>/<run_id>_<random>``: the
-        ``attempt_<n>`` directories of the workers' output and error files.
-
-        None before the first workers start, and with ``log_dir=os.devnull``. With
-        ``config.log_dir`` None it is a fresh temporary directory, removed when the job
-        ends as far as it holds no file (nothing is left of a job that wrote nothing).
-        """
-        return self._agent.log_run_dir
-
-    @property
-    def history(self) -> tuple[StateChange, ...]:
-        """The state transitions so far, oldest first (the last 1000): a snapshot.
-
-        Readable at any time, also after the ``open_job`` block: once :attr:`done`,
-        the last item is the job's final state (``SUCCEEDED``, ``FAILED``, ``STOPPED``
-        when it was stopped or let go by the rendezvous, ``UNKNOWN`` when an error
-        ended it), which a watcher inside the block may not live to see.
-        """
-        return tuple(self._history)
-
-    def checkpoint_status(self) -> dict[str, Any] | None:
-        """This node's :mod:`aelastic.checkpoint` state: memory directory, bytes held,
-        the step the workers resumed from, the last step written to ``checkpoint_dir``
-        (None outside the run). A listing and a few ``stat`` calls in ``/dev/shm``."""
-        checkpoints = self._agent.checkpoints
-        return None if checkpoints is None else checkpoints.status()
-
-    @property
-    def group_rank(self) -> int | None:
-        """This node's rank among the nodes of the current round (None before the first)."""
-        return self._agent.get_worker_group().group_rank
-
-    def progress(self) -> dict[int, ProgressSnapshot]:
-        """``{local_rank: ProgressSnapshot}`` of the running workers' ``aelastic.progress``
-        reports (every round has progress files; empty between rounds)."""
-        return self._agent.progress_snapshots()
-
-    def goodput(self) -> dict[str, Any] | None:
-        """Where this node's time went since the launch (:mod:`aelastic.goodput`):
-        ``{"wall_s", "productive_s", "ratio", "badput_s": {category: s}, "steps_kept",
-        "steps_lost"}`` (steps None when the workers report none); None before the run
-        starts. The whole job's (every node's, combined) is ``aelastic status --json``'s."""
-        ledger = self._agent.goodput.ledger()
-        return None if ledger is None else ledger.record()
-
-    def goodput_summary(self) -> str | None:
-        """This node's ledger as one line: ``goodput 96.1% of 312.0 s: restart 2.1 s (2), ...``."""
-        ledger = self._agent.goodput.ledger()
-        return None if ledger is None else ledger.summary()
-
-    def node_health(self) -> dict[str, Any] | None:
-        """The last health check pass before a round (``/status``'s ``node_health``):
-        ``{"healthy", "checked_at", "strikes", "checks": [...]}``; None: no checks."""
-        gate = self._prepared.node_gate
-        report = None if gate is None else gate.report
-        return None if report is None else report.as_dict()
-
-    def unhealthy_reason(self) -> str | None:
-        """Why this node is kept out of the job (a failed health check), else None."""
-        gate = self._prepared.node_gate
-        if gate is None or gate.report is None or gate.report.healthy:
-            return None
-        return gate.report.reason()
-
-    def straggler_status(self) -> dict[str, Any] | None:
-        """This node's straggler scores and verdict (``/status``'s ``stragglers``):
-        ``{"action", "threshold", "scores": {rank: {"relative", "individual"}}, "slow":
-        None or {"ranks": {rank: score}, "whole_node", "since"}, "slow_seconds"}``;
-        None when detection is off."""
-        watch = self.straggler_watch
-        return None if watch is None else watch.status()
-
-    def slow_intervals(self) -> list[SlowInterval]:
-        """This node's stretches of being slow (a straggler), oldest first, wall clock:
-        what a goodput ledger counts as time spent slow. [] when detection is off."""
-        watch = self.straggler_watch
-        return [] if watch is None else list(watch.intervals)
-
-    @property
-    def done(self) -> bool:
-        """Whether the job has finished (:meth:`wait` returns or raises at once)."""
-        return self._done.is_set()
-
-    def workers(self) -> list[WorkerInfo]:
-        """The local workers of the current (or last) attempt, by local rank."""
-        group = self._agent.get_worker_group()
-        attempt = self._agent.attempt
-        dests = self._agent.log_destinations
-        out = []
-        for w in group.workers:
-            rank = w.local_rank
-            out.append(
-                WorkerInfo(
-                    local_rank=rank,
-                    global_rank=w.global_rank,
-                    role_rank=w.role_rank,
-                    world_size=w.world_size,
-                    pid=w.id,
-                    attempt=attempt,
-                    stdout=None if dests is None else dests.stdouts.get(rank),
-                    stderr=None if dests is None else dests.stderrs.get(rank),
-                    error_file=None if dests is None else dests.error_files.get(rank),
-                )
-            )
-        return out
-
-    async def state_changes(self) -> AsyncGenerator[StateChange, None]:
-        """Every state transition from ``INIT`` on, as the agent makes it; ends with the job.
-
-        ``async for change in job.state_changes():``. Each call starts from the
-        earliest transition kept (the last 1000), then waits for new ones: the agent
-        pushes them, nothing polls. A reader never slows the job down; one that falls
-        more than 1000 transitions behind skips the oldest. Cancelling the wait loses
-        nothing for a new iterator.
-        """
-        index = self._changes - len(self._history)
-        while True:
-            while index < self._changes:
-                first = self._changes - len(self._history)
-                index = max(index, first)
-                change = self._history[index - first]
-                index += 1
-                yield change
-            if self._done.is_set():
-                return
-            await self._changed.wait()
-
-    def events(self, *, max_buffer: int = 10_000) -> EventStream:
-        """Stream this job's events (those whose run id is :attr:`run_id`), earlier ones first.
-
-        ``async with job.events() as stream: async for event in stream: ...``. When
-        the stream is entered (or first read) it gets the job's last 1000 events
-        recorded so far, then each new one as it comes; iteration ends once the job
-        has ended (or the ``open_job`` block is left) and the stream is drained, so a
-        subscriber entered late, even after the block, misses nothing kept. The job
-        never waits for a reader: see :class:`aelastic.events._subscribe.EventStream` for
-        ``max_buffer`` and ``dropped``. A stream never used costs nothing.
-        """
-        from ..events._subscribe import EventStream
-
-        return EventStream(
-            None,
-            max_buffer,
-            "drop_oldest",
-            self.run_id,
-            attach=self._attach_events,
-            detach=self._event_streams_remove,
-        )
 
     async def stop(self) -> None:
         """Stop the job and return once it has stopped; a job already done is left as is.
@@ -463,50 +125,6 @@ class Job:
         assert outcome is not None
         return _result_values(outcome, self.name)
 
-    # -- the agent's side -------------------------------------------------------------
-
-    def _on_state(self, group: WorkerGroup, previous: WorkerState) -> None:
-        self._take_failures()
-        self._push(group.state, previous)
-
-    def _push(self, state: WorkerState, previous: WorkerState | None) -> None:
-        agent = self._agent
-        self._history.append(
-            StateChange(
-                state=state,
-                previous=previous,
-                round=agent.rendezvous_round,
-                attempt=agent.attempt,
-                restart_count=self.restart_count,
-                remaining_restarts=agent.remaining_restarts,
-                timestamp=time.time(),
-            )
-        )
-        self._changes += 1
-        changed, self._changed = self._changed, anyio.Event()
-        changed.set()
-
-    def _take_failures(self) -> None:
-        """Note the failure the agent published, if new (at most once per failed round).
-
-        Called at each transition, so a failure is noted with the attempt it ended
-        (the agent publishes it before leaving ``FAILED``, and the next attempt starts
-        after that), and when read.
-        """
-        failures = self._agent.last_failures
-        if failures is self._failures_seen or not failures:
-            return
-        self._failures_seen = failures
-        global_rank, failure = min(failures.items(), key=lambda item: item[1].local_rank)
-        self._last_failure = FailureInfo(
-            local_rank=failure.local_rank,
-            global_rank=global_rank,
-            pid=failure.pid,
-            exitcode=failure.exitcode,
-            attempt=self._agent.attempt,
-            timestamp=time.time(),
-        )
-
     async def _watch_events(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
@@ -522,69 +140,6 @@ class Job:
                     self._take_event(event)
             finally:
                 self._end_events()
-
-    def _take_event(self, event: Any) -> None:
-        self._event_backlog.append(event)
-        for subscriber in self._event_streams:
-            subscriber.push(event, "")
-        name = getattr(event, "name", None)
-        metadata = getattr(event, "metadata", None) or {}
-        if name == "aelastic.progress.hang":
-            self._note_hang(metadata)
-        elif name == "aelastic.progress.learned_timeouts":
-            heartbeat = metadata.get("heartbeat")
-            if heartbeat is not None:
-                self.learned_heartbeat_timeout = float(heartbeat)
-        elif name in _VIEW_MARKS and self.status_publisher is not None:
-            # on the job view's time axis, with the gate's reason
-            self.status_publisher.note(_VIEW_MARKS[name], str(metadata.get("reason", "")))
-
-    def _end_events(self) -> None:
-        """Take what the job's subscription holds, then end every subscriber's stream.
-
-        Called when the job is done (its events were all recorded, hence pushed, by
-        then) and when the event task ends; idempotent.
-        """
-        source = self._events_source
-        while source is not None:
-            try:
-                self._take_event(source.receive_nowait())
-            except (anyio.WouldBlock, anyio.EndOfStream):
-                break
-        self._events_ended = True
-        for subscriber in list(self._event_streams):
-            subscriber.close()
-
-    def _attach_events(self, stream: EventStream) -> None:
-        for event in self._event_backlog:
-            stream.push(event, "")
-        if self._events_ended:
-            stream.close()  # the backlog is all there is
-        else:
-            self._event_streams.append(stream)
-
-    def _event_streams_remove(self, stream: EventStream) -> None:
-        if stream in self._event_streams:
-            self._event_streams.remove(stream)
-
-    def _note_hang(self, metadata: Mapping[str, Any]) -> None:
-        global_rank = metadata.get("global_rank")
-        section = metadata.get("section")
-        stacks_file = metadata.get("stacks_file")
-        self._last_hang = HangInfo(
-            global_rank=None if global_rank is None else int(global_rank),
-            local_rank=int(metadata.get("local_rank", -1)),
-            pid=int(metadata.get("pid", -1)),
-            rule=str(metadata.get("rule")),
-            section=None if section is None else str(section),
-            timeout=float(metadata.get("timeout") or 0.0),
-            stacks_file=None if stacks_file is None else str(stacks_file),
-            stacks_captured=int(metadata.get("stacks_captured") or 0),
-            step=int(metadata.get("step", -1)),
-            detected_at=float(metadata.get("detected_at") or 0.0),
-        )
-        self.hang_count += 1
-        self.stacks_captured += self._last_hang.stacks_captured
 
     async def _run(self) -> None:
         """Run the agent in its handler; keep the outcome for :meth:`wait`.
@@ -702,8 +257,21 @@ async def open_job(
         aelastic.health.HealthPortError: the health port cannot be bound (also an
             ``OSError``); the message names the port and the fix.
     """
+    async with _open_job(config, entrypoint, args) as job:
+        yield job
+
+
+@asynccontextmanager
+async def _open_job(
+    config: LaunchConfig,
+    entrypoint: Callable[..., Any] | str,
+    args: Sequence[Any],
+    worker_ignored_signals: Collection[int] = (),
+) -> AsyncIterator[Job]:
+    """:func:`open_job`, whose workers start with ``worker_ignored_signals`` ignored
+    (``aelastic run``'s SIGUSR1 while it traps the preemption notice)."""
     await import_off_loop(job_modules(config))
-    prepared = prepare_job(config, entrypoint, args)
+    prepared = prepare_job(config, entrypoint, args, worker_ignored_signals)
     job = Job(config, prepared)
     async with background_tasks() as tg:
         if config.health_port is not None:

@@ -24,7 +24,7 @@ from ..rendezvous._c10d import C10dRendezvousHandler
 from ..workers._console import console_writer
 from ._build import entrypoint_name, parse_signals
 from ._config import LaunchConfig
-from ._job import Job, open_job
+from ._job import Job, _open_job
 from ._preemption import NOTICE, persisted_step, requeue, trapped_signals
 
 __all__ = ("elastic_launch", "entrypoint_name", "launch", "launch_agent", "run_launch")
@@ -49,7 +49,9 @@ async def run_launch(
     With ``handle_signals`` the process's handlers for those signals are replaced while
     the launch runs (only the main thread may do this): each received signal makes the
     agent stop its workers with that signal, and :class:`aelastic.agent.SignalException`
-    is raised once they are gone. With ``goodput_line`` the job's goodput ledger (every
+    is raised once they are gone; a SIGUSR1 trapped as the preemption notice
+    (``--checkpoint-dir``) is ignored by the workers, which start with it ignored (a
+    script's own handler still gets it). With ``goodput_line`` the job's goodput ledger (every
     node's, read from the status store at the end: at most 3 s more; this node's when
     it cannot be read) is printed to stderr as one line when the job ends, however it
     ends.
@@ -58,7 +60,9 @@ async def run_launch(
     notice = False
     if signals:
         signals, notice = trapped_signals(signals, config.checkpoint_dir)
-    async with open_job(config, entrypoint, *args) as job, background_tasks() as tg:
+    # the notice is the agent's: the workers, which Slurm signals too, start ignoring it
+    ignored = (NOTICE,) if notice else ()
+    async with _open_job(config, entrypoint, args, ignored) as job, background_tasks() as tg:
         job._want_end_view = goodput_line
         if say is not None:
             tg.start_soon(_say_where, job, say)
