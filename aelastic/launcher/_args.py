@@ -681,6 +681,11 @@ def parse_run_args(
     rendezvous flags default to the step's (see ``aelastic.schedulers``);
     ``slurm_address`` is the first node's ``NodeAddr`` when the caller looked it up.
 
+    Each group of flags is read by its own function, in the order the flags are checked
+    (so the first wrong one is the one reported); the features with many flags
+    (progress, checkpoints, nodes, stragglers, replica groups) read theirs in their
+    ``_<feature>_args`` module.
+
     Raises:
         UsageError: a flag or value is wrong; the message is one line naming it and the fix.
     """
@@ -692,16 +697,104 @@ def parse_run_args(
     warnings: list[str] = []
     slurm = _slurm_defaults(env, slurm_address)
 
+    program = _program(v, ns.training_script)
+    min_nodes, max_nodes, nproc = _sizes(v, env, slurm)
+    restarts = _restart_fields(v)
+    node_rank, master_port = _node_rank_and_master_port(v)
+    timeouts = _timeout_fields(v, env)
+    health_port = _health_port(v, env)
+    workers = _worker_fields(v, nproc, warnings)
+    rdzv_conf = parse_rdzv_conf(v.str_("rdzv_conf"), v.source("rdzv_conf"))
+    preload, preload_exclude = _preload_fields(v, program, warnings)
+    rdzv = _rendezvous_fields(v, slurm, rdzv_conf, master_port, max_nodes)
+    replicas = _replica_args.replica_groups(v, standalone=rdzv.standalone, backend=rdzv.backend)
+    if replicas is not None and not v.given("preload") and not program.binary:
+        preload = ("auto",)  # a failed group's restart skips the imports: it rejoins sooner
+    endpoint = _static_rank(v, rdzv, rdzv_conf, node_rank, warnings)
+    set_env = _worker_env(env, nproc, warnings)
+    entrypoint, args = _entrypoint(program, env, python, ns.training_script_args)
+
+    try:
+        config = LaunchConfig(
+            min_nodes=min_nodes,
+            max_nodes=max_nodes,
+            nproc_per_node=nproc,
+            run_id=rdzv.run_id,
+            role=v.str_("role"),
+            rdzv_endpoint=endpoint,
+            rdzv_backend=rdzv.backend,
+            rdzv_configs=rdzv_conf,
+            **restarts,
+            log_line_prefix_template=env.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"),
+            local_addr=v.str_("local_addr"),
+            event_log_handler=v.str_("event_log_handler"),
+            **workers,
+            **timeouts,
+            log_dir=v.str_("log_dir"),
+            **_progress_args.config_fields(v),
+            **_checkpoint_args.config_fields(v),
+            **_node_args.config_fields(v),
+            **_straggler_args.config_fields(v),
+            health_port=health_port,
+            health_host=v.str_("health_host"),
+            preload=preload,
+            preload_exclude=preload_exclude,
+        )
+    except LaunchConfigError as exc:  # pragma: no cover - the checks above come first
+        raise UsageError(str(exc)) from None
+    notes: tuple[str, ...] = ()
+    if slurm is not None:
+        nodes = f"{min_nodes}" if min_nodes == max_nodes else f"{min_nodes}:{max_nodes}"
+        notes = (slurm.line(nodes, f"{endpoint} ({rdzv.backend})", rdzv.run_id, nproc),)
+    return RunArgs(
+        config,
+        entrypoint,
+        args,
+        set_env,
+        tuple(warnings),
+        program.script,
+        program.kind,
+        replicas,
+        notes,
+    )
+
+
+@dataclass(frozen=True)
+class _Program:
+    """What runs as a worker: ``script`` as a file, a module (``-m``), an executable
+    (``--no-python``), or through ``runpy`` (``--run-path``)."""
+
+    script: str
+    module: bool
+    no_python: bool
+    run_path: bool
+
+    @property
+    def binary(self) -> bool:
+        """The worker is not a Python interpreter (``--no-python`` without ``--run-path``)."""
+        return self.no_python and not self.run_path
+
+    @property
+    def kind(self) -> str:
+        return "binary" if self.binary else "module" if self.module else "python"
+
+
+def _program(v: _Values, script: str) -> _Program:
+    """``-m``, ``--no-python``, ``--run-path`` and the script (checked: not empty)."""
     module, no_python, run_path = v.flag("module"), v.flag("no_python"), v.flag("run_path")
     if module and no_python:
         raise UsageError(
             "-m/--module and --no-python exclude each other: -m runs 'python -m MODULE', "
             "--no-python runs SCRIPT as an executable; keep one"
         )
-    script: str = ns.training_script
     if not script:
         raise UsageError(f"empty training script; usage: {PROG} [options] SCRIPT [ARGS...]")
+    return _Program(script, module, no_python, run_path)
 
+
+def _sizes(v: _Values, env: Mapping[str, str], slurm: SlurmDefaults | None) -> tuple[int, int, int]:
+    """``--nnodes`` and ``--nproc-per-node`` (a Slurm step's when not given):
+    ``(min_nodes, max_nodes, nproc_per_node)``."""
     nnodes = v.str_("nnodes")
     if slurm is not None and not v.given("nnodes"):
         nnodes = str(slurm.num_nodes)
@@ -710,15 +803,31 @@ def parse_run_args(
         nproc = slurm.nproc_auto
     else:
         nproc = parse_nproc(v.str_("nproc_per_node"), env, v.source("nproc_per_node"))
+    return min_nodes, max_nodes, nproc
+
+
+def _restart_fields(v: _Values) -> dict[str, Any]:
+    """``--max-restarts`` and ``--monitor-interval``, as :class:`LaunchConfig` fields."""
     max_restarts = v.int_("max_restarts", minimum=0)
     assert max_restarts is not None
     monitor_interval = v.float_("monitor_interval", minimum=0.0, strict=True)
     assert monitor_interval is not None
+    return {"max_restarts": max_restarts, "monitor_interval": monitor_interval}
+
+
+def _node_rank_and_master_port(v: _Values) -> tuple[int, int | None]:
+    """``--node-rank`` and ``--master-port`` (None: not given)."""
     node_rank = v.int_("node_rank", minimum=0)
     assert node_rank is not None
     master_port = v.int_("master_port", minimum=0)
     if master_port is not None and master_port > 65535:
         raise UsageError(f"{v.source('master_port')} {master_port}: a TCP port is 0-65535")
+    return node_rank, master_port
+
+
+def _timeout_fields(v: _Values, env: Mapping[str, str]) -> dict[str, Any]:
+    """``--shutdown-timeout`` and ``--exit-barrier-timeout`` (else
+    ``TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT``, else 300 s), as :class:`LaunchConfig` fields."""
     shutdown_timeout = v.float_("shutdown_timeout", minimum=0.0)
     exit_barrier_timeout = v.float_("exit_barrier_timeout", minimum=0.0)
     if exit_barrier_timeout is None:
@@ -732,8 +841,15 @@ def parse_run_args(
                 raise UsageError(f"{_EXIT_BARRIER_ENV}={raw!r}: need a number of seconds >= 0")
         else:
             exit_barrier_timeout = 300.0
+    return {"shutdown_timeout": shutdown_timeout, "exit_barrier_timeout": exit_barrier_timeout}
 
-    health_port = _health_port(v, env)
+
+def _worker_fields(v: _Values, nproc: int, warnings: list[str]) -> dict[str, Any]:
+    """How the workers start and where their output goes (``--start-method``,
+    ``--numa-binding``, ``--logs-specs``, ``-r``, ``-t``, the duplicate filters,
+    ``--virtual-local-rank``, ``--local-ranks-filter``, ``--signals-to-handle``), as
+    :class:`LaunchConfig` fields; the flags accepted for torchrun's sake but without
+    effect add a warning."""
     start_method = v.str_("start_method")
     if start_method not in _START_METHODS:
         raise UsageError(
@@ -751,22 +867,59 @@ def parse_run_args(
             f"--logs-specs {logs_specs} is accepted but ignored: aelastic uses its own "
             "log layout (--log-dir, -r, -t, --local-ranks-filter)"
         )
-    redirects = check_std_spec(v.str_("redirects"), v.source("redirects"), nproc)
-    tee = check_std_spec(v.str_("tee"), v.source("tee"), nproc)
-    out_filters = split_filters(v.str_("duplicate_stdout_filters"))
-    err_filters = split_filters(v.str_("duplicate_stderr_filters"))
-    virtual_local_rank = v.flag("virtual_local_rank")
-    ranks_filter = parse_ranks_filter(v.str_("local_ranks_filter"), v.source("local_ranks_filter"))
-    signals = parse_signals(v.str_("signals_to_handle"), v.source("signals_to_handle"))
-    rdzv_conf = parse_rdzv_conf(v.str_("rdzv_conf"), v.source("rdzv_conf"))
+    return {
+        "start_method": start_method,
+        "numa_options": numa,
+        "redirects": check_std_spec(v.str_("redirects"), v.source("redirects"), nproc),
+        "tee": check_std_spec(v.str_("tee"), v.source("tee"), nproc),
+        "duplicate_stdout_filters": split_filters(v.str_("duplicate_stdout_filters")),
+        "duplicate_stderr_filters": split_filters(v.str_("duplicate_stderr_filters")),
+        "virtual_local_rank": v.flag("virtual_local_rank"),
+        "local_ranks_filter": parse_ranks_filter(
+            v.str_("local_ranks_filter"), v.source("local_ranks_filter")
+        ),
+        "signals_to_handle": parse_signals(
+            v.str_("signals_to_handle"), v.source("signals_to_handle")
+        ),
+    }
+
+
+def _preload_fields(
+    v: _Values, program: _Program, warnings: list[str]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``--preload`` and ``--preload-exclude`` (a warning when nothing runs in Python)."""
     try:
         preload = parse_preload(v.str_("preload"), v.source("preload"))
         preload_exclude = parse_preload(v.str_("preload_exclude"), v.source("preload_exclude"))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if preload and no_python and not run_path:
+    if preload and program.binary:
         warnings.append("--preload has no effect with --no-python: nothing runs in Python")
+    return preload, preload_exclude
 
+
+@dataclass(frozen=True)
+class _Rendezvous:
+    """The rendezvous the flags name: backend, endpoint, run id, and whether this node
+    runs on its own (``--standalone``, or a static single node without an endpoint)."""
+
+    backend: str
+    endpoint: str
+    run_id: str
+    standalone: bool
+    master_port: int
+
+
+def _rendezvous_fields(
+    v: _Values,
+    slurm: SlurmDefaults | None,
+    rdzv_conf: dict[str, Any],
+    master_port: int | None,
+    max_nodes: int,
+) -> _Rendezvous:
+    """``--rdzv-backend``, ``--rdzv-endpoint``, ``--rdzv-id`` and ``--standalone`` (a Slurm
+    step's store on its node 0 when not given: ``rdzv_conf`` gets its ``is_host``); the
+    master port defaults to 29500."""
     backend: str = v.str_("rdzv_backend")
     endpoint: str = v.str_("rdzv_endpoint")
     run_id: str = v.str_("rdzv_id")
@@ -786,21 +939,34 @@ def parse_run_args(
     )
     if standalone:
         backend, endpoint, run_id = "c10d", _STANDALONE_ENDPOINT, random_uuid4()
-    replicas = _replica_args.replica_groups(v, standalone=standalone, backend=backend)
-    if replicas is not None and not v.given("preload") and not (no_python and not run_path):
-        preload = ("auto",)  # a failed group's restart skips the imports: it rejoins sooner
-    if master_port is None:
-        master_port = 29500
-    if backend == "static":
-        rdzv_conf["rank"] = node_rank
-        if not endpoint:
-            endpoint = f"{v.str_('master_addr')}:{master_port}"
-    else:
-        if node_rank != 0:
-            warnings.append(
-                f"--node-rank is only used by the static backend; ignored with {backend}"
-            )
+    port = 29500 if master_port is None else master_port
+    return _Rendezvous(backend, endpoint, run_id, standalone, port)
 
+
+def _static_rank(
+    v: _Values,
+    rdzv: _Rendezvous,
+    rdzv_conf: dict[str, Any],
+    node_rank: int,
+    warnings: list[str],
+) -> str:
+    """The rendezvous endpoint, once the static backend took ``--node-rank`` (into
+    ``rdzv_conf``) and, without an endpoint, ``--master-addr``:``--master-port``; the other
+    backends warn that ``--node-rank`` is unused."""
+    if rdzv.backend == "static":
+        rdzv_conf["rank"] = node_rank
+        if not rdzv.endpoint:
+            return f"{v.str_('master_addr')}:{rdzv.master_port}"
+    elif node_rank != 0:
+        warnings.append(
+            f"--node-rank is only used by the static backend; ignored with {rdzv.backend}"
+        )
+    return rdzv.endpoint
+
+
+def _worker_env(env: Mapping[str, str], nproc: int, warnings: list[str]) -> dict[str, str]:
+    """What the launcher sets in the workers' environment: ``OMP_NUM_THREADS=1`` with
+    more than one worker, unless the user set it (torchrun's, with its warning)."""
     set_env: dict[str, str] = {}
     if "OMP_NUM_THREADS" not in env and nproc > 1:
         set_env["OMP_NUM_THREADS"] = "1"
@@ -808,67 +974,27 @@ def parse_run_args(
             "setting OMP_NUM_THREADS=1 for each worker to avoid overloading the machine; "
             "set OMP_NUM_THREADS yourself to tune it"
         )
+    return set_env
 
+
+def _entrypoint(
+    program: _Program, env: Mapping[str, str], python: str | None, script_args: list[str]
+) -> tuple[str, list[str]]:
+    """The workers' command: ``(entrypoint, args)``."""
     args: list[str] = []
     entrypoint: str
-    if run_path:
+    if program.run_path:
         # Like torchrun: runpy.run_path(script, run_name="__main__") under @record, so
         # an undecorated script's uncaught exception still lands in its error file; in
         # the launcher's interpreter (the runner is aelastic's), PYTHON_EXEC ignored.
         from ..errors import RUN_SCRIPT_MODULE
 
         entrypoint = python or sys.executable
-        args = ["-u", "-m", RUN_SCRIPT_MODULE, script]
-    elif no_python:
-        entrypoint = script
+        args = ["-u", "-m", RUN_SCRIPT_MODULE, program.script]
+    elif program.no_python:
+        entrypoint = program.script
     else:
         entrypoint = python or env.get("PYTHON_EXEC") or sys.executable
-        args = ["-u", *(["-m"] if module else []), script]
-    args.extend(ns.training_script_args)
-
-    try:
-        config = LaunchConfig(
-            min_nodes=min_nodes,
-            max_nodes=max_nodes,
-            nproc_per_node=nproc,
-            run_id=run_id,
-            role=v.str_("role"),
-            rdzv_endpoint=endpoint,
-            rdzv_backend=backend,
-            rdzv_configs=rdzv_conf,
-            max_restarts=max_restarts,
-            monitor_interval=monitor_interval,
-            start_method=start_method,
-            log_line_prefix_template=env.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"),
-            local_addr=v.str_("local_addr"),
-            event_log_handler=v.str_("event_log_handler"),
-            numa_options=numa,
-            signals_to_handle=signals,
-            duplicate_stdout_filters=out_filters,
-            duplicate_stderr_filters=err_filters,
-            virtual_local_rank=virtual_local_rank,
-            shutdown_timeout=shutdown_timeout,
-            exit_barrier_timeout=exit_barrier_timeout,
-            log_dir=v.str_("log_dir"),
-            redirects=redirects,
-            tee=tee,
-            local_ranks_filter=ranks_filter,
-            **_progress_args.config_fields(v),
-            **_checkpoint_args.config_fields(v),
-            **_node_args.config_fields(v),
-            **_straggler_args.config_fields(v),
-            health_port=health_port,
-            health_host=v.str_("health_host"),
-            preload=preload,
-            preload_exclude=preload_exclude,
-        )
-    except LaunchConfigError as exc:  # pragma: no cover - the checks above come first
-        raise UsageError(str(exc)) from None
-    kind = "binary" if no_python and not run_path else "module" if module else "python"
-    notes: tuple[str, ...] = ()
-    if slurm is not None:
-        nodes = f"{min_nodes}" if min_nodes == max_nodes else f"{min_nodes}:{max_nodes}"
-        notes = (slurm.line(nodes, f"{endpoint} ({backend})", run_id, nproc),)
-    return RunArgs(
-        config, entrypoint, args, set_env, tuple(warnings), script, kind, replicas, notes
-    )
+        args = ["-u", *(["-m"] if program.module else []), program.script]
+    args.extend(script_args)
+    return entrypoint, args
