@@ -2,55 +2,57 @@
 
 Every error aelastic raises on purpose derives from :class:`AelasticError`, so an embedding
 service can catch the whole family with one ``except`` clause. Each package defines its
-errors in its own ``_exceptions.py`` and exports them; :func:`show_public_module` makes
-tracebacks print the public name (``aelastic.store.StoreTimeoutError``). The tree (a second
-base in brackets: ``except`` that builtin keeps working; ``tests/test_exceptions.py``
-checks this drawing against the classes)::
+errors in its own ``_exceptions.py`` and exports those a caller catches by name;
+:func:`show_public_module` makes tracebacks print the public name
+(``aelastic.store.StoreTimeoutError``). One marked private is caught through its public
+base (a setting that cannot work: :class:`ConfigError`). The tree (a second base in
+brackets: ``except`` that builtin keeps working; ``tests/test_exceptions.py`` checks
+this drawing against the classes)::
 
     AelasticError                               aelastic
         ConfigError [ValueError]                aelastic
-            UsageError                          aelastic.launcher
-            LaunchConfigError                   aelastic.launcher
-            ProgressTimeoutError                aelastic.progress
-            StoreConfigError [StoreError]       aelastic.store
-            RendezvousConfigError [RendezvousError]  aelastic.rendezvous
-            AgentConfigError [AgentError]       aelastic.agent
-            NodeHealthConfigError [AgentError]  aelastic.nodes
-            StragglerConfigError                aelastic.stragglers
-            ReplicaGroupConfigError [ReplicaGroupError]  aelastic.replicas
+            UsageError                          private
+            LaunchConfigError                   private
+            ProgressTimeoutError                private
+            StoreConfigError [StoreError]       private
+            RendezvousConfigError [RendezvousError]  private
+            AgentConfigError [AgentError]       private
+            NodeHealthConfigError [AgentError]  private
+            StragglerConfigError                private
+            ReplicaGroupConfigError [ReplicaGroupError]  private
         StoreError                              aelastic.store
             StoreTimeoutError [TimeoutError]
             StoreConnectionError [ConnectionError]
                 NotAStoreError
             StoreClosedError
-            QueueEmptyError
-            ProtocolError
-            StoreLimitError [ValueError]
-            StoreUnsupportedError
-            EtcdCompactedError                  aelastic.rendezvous.etcd
-            EtcdRequestError                    aelastic.rendezvous.etcd
+            QueueEmptyError                     private
+            ProtocolError                       private
+            StoreLimitError [ValueError]        private
+            StoreUnsupportedError               private
+            EtcdCompactedError                  private
+            EtcdRequestError                    private
         RendezvousError                         aelastic.rendezvous
             RendezvousClosedError
             RendezvousTimeoutError [TimeoutError]
             RendezvousConnectionError [ConnectionError]
-                RendezvousEndpointError
+                RendezvousEndpointError         private
             RendezvousStateError
             RendezvousGracefulExitError
             RendezvousNonRetryableError
-            RendezvousUnsupportedLoopError
+            RendezvousUnsupportedLoopError      private
         ChildFailedError                        aelastic.errors
             NoProgressError                     aelastic.agent
         WorkerProcessError                      aelastic.workers
             WorkerStartError
-            NoMoreExitsError
-            CallableResultError
+            NoMoreExitsError                    private
+            CallableResultError                 private
         AgentError                              aelastic.agent
             SignalException
             NodeUnhealthyError                  aelastic.nodes
                 NodeExcludedError
         EventsError                             aelastic.events
-            EventFormatError [ValueError]
-            EventHandlerError
+            EventFormatError [ValueError]       private
+            EventHandlerError                   private
             UnknownDestinationError [KeyError]
         MetricsError                            aelastic.metrics
         CheckpointError                         aelastic.checkpoint
@@ -96,19 +98,23 @@ class ConfigError(AelasticError, ValueError):
 
 
 def show_public_module(module: str, namespace: Mapping[str, object]) -> None:
-    """Give the errors defined in ``module`` (a package's ``_exceptions``) the package's name
-    as ``__module__``, so tracebacks and ``repr`` print ``aelastic.store.StoreTimeoutError``
-    rather than a private path, as httpx and trio do. The package must export them (pickle
-    finds a class through its ``__module__``); ``tests/test_exceptions.py`` checks that.
+    """Give the public errors defined in ``module`` (a package's ``_exceptions``: those its
+    ``__all__`` names) the package's name as ``__module__``, so tracebacks and ``repr``
+    print ``aelastic.store.StoreTimeoutError`` rather than a private path, as httpx and
+    trio do. The package must export them (pickle finds a class through its
+    ``__module__``); ``tests/test_exceptions.py`` checks that. An error left out of that
+    ``__all__`` is private (callers catch its public base) and keeps its module's name.
 
     Called at the bottom of each ``_exceptions.py``, so lazily imported packages stay lazy.
     """
     public = module.rpartition(".")[0] if module.rpartition(".")[2] == "_exceptions" else module
+    names = namespace.get("__all__")
     for value in namespace.values():
         if (
             isinstance(value, type)
             and issubclass(value, BaseException)
             and value.__module__ == module
+            and (not isinstance(names, tuple) or value.__name__ in names)
         ):
             value.__module__ = public
 

@@ -45,8 +45,9 @@ def test_top_level_launch_names_come_from_the_launcher_package() -> None:
     from aelastic._lazy import type_checking_sources
 
     lazy = type_checking_sources(Path(aelastic.__file__).read_text(encoding="utf-8"))
-    assert set(lazy) == {"Job", "LaunchConfig", "elastic_launch", "launch", "open_job", "run_job"}
-    for name in lazy:
+    launch_api = {"Job", "LaunchConfig", "elastic_launch", "launch", "open_job", "run_job"}
+    assert launch_api <= set(lazy)
+    for name in launch_api:
         assert lazy[name].startswith(".launcher._"), (name, lazy[name])
         assert getattr(aelastic, name).__module__.startswith("aelastic.launcher."), name
         assert name not in aelastic.launcher.__all__, name

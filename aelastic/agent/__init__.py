@@ -7,7 +7,6 @@ imports torch.
 
 from ._agent import ElasticAgent as ElasticAgent
 from ._agent import SimpleElasticAgent as SimpleElasticAgent
-from ._exceptions import AgentConfigError as AgentConfigError
 from ._exceptions import AgentError as AgentError
 from ._exceptions import NoProgressError as NoProgressError
 from ._exceptions import SignalException as SignalException
@@ -21,7 +20,6 @@ from ._types import WorkerState as WorkerState
 
 __all__ = (
     "DEFAULT_ROLE",
-    "AgentConfigError",
     "AgentError",
     "ElasticAgent",
     "LocalElasticAgent",

@@ -7,7 +7,11 @@ import signal
 from .._exceptions import AelasticError, ConfigError, show_public_module
 from ..errors import ChildFailedError
 
-__all__ = ("AgentConfigError", "AgentError", "NoProgressError", "SignalException")
+__all__ = (
+    "AgentError",
+    "NoProgressError",
+    "SignalException",
+)
 
 
 class AgentError(AelasticError):

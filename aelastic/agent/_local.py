@@ -14,11 +14,8 @@ import anyio
 
 from .._features import feature_modules, file_timer_enabled, import_features
 from .._net import is_loopback, node_address, route_source
-from ..checkpoint import (
-    Checkpoints,
-    _read_job_secret,
-    open_checkpoints,
-)
+from ..checkpoint import _read_job_secret
+from ..checkpoint._agent import Checkpoints, open_checkpoints
 from ..errors import ProcessFailure
 from ..metrics import prof
 from ..store import StoreServer

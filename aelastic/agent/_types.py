@@ -255,7 +255,7 @@ class WorkerSpec:
         self._check_progress_fields()
 
     def _check_progress_fields(self) -> None:
-        from ..progress import ProgressTimeoutError
+        from ..progress._exceptions import ProgressTimeoutError
 
         try:
             self.progress_timeouts()

@@ -33,15 +33,14 @@ With ``torch.distributed.checkpoint`` (sharded states, resharding on load)::
     ...
     dcp.save(state_dict, storage_writer=checkpoint.MemoryWriter(step=step + 1))
 
-Importing this package imports neither torch nor anyio (the agent's side, ``Checkpoints``
-and ``open_checkpoints``, loads on first use, the DCP ``MemoryWriter`` and
-``MemoryReader`` too); :func:`save` and :func:`load` import torch when first called.
+Importing this package imports neither torch nor anyio (the DCP ``MemoryWriter`` and
+``MemoryReader`` load on first use; the agent's side, ``_agent.open_checkpoints``, is
+private); :func:`save` and :func:`load` import torch when first called.
 """
 
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
-from ._disk import check_writable as check_writable
 from ._exceptions import CheckpointError as CheckpointError
 from ._timed import load as load
 from ._timed import save as save
@@ -49,19 +48,14 @@ from ._worker import reserve as reserve
 from ._worker import wait as wait
 
 if TYPE_CHECKING:
-    from ._agent import Checkpoints as Checkpoints
-    from ._agent import open_checkpoints as open_checkpoints
     from ._dcp import MemoryReader as MemoryReader
     from ._dcp import MemoryWriter as MemoryWriter
 
 __all__ = (
     "CheckpointError",
-    "Checkpoints",
     "MemoryReader",
     "MemoryWriter",
-    "check_writable",
     "load",
-    "open_checkpoints",
     "reserve",
     "save",
     "wait",

@@ -27,8 +27,6 @@ from ._event import Event as Event
 from ._event import EventSource as EventSource
 from ._event import NodeState as NodeState
 from ._event import RdzvEvent as RdzvEvent
-from ._exceptions import EventFormatError as EventFormatError
-from ._exceptions import EventHandlerError as EventHandlerError
 from ._exceptions import EventsError as EventsError
 from ._exceptions import UnknownDestinationError as UnknownDestinationError
 from ._handlers import configure_file as configure_file
@@ -37,8 +35,6 @@ from ._subscribe import subscribe as subscribe
 
 __all__ = (
     "Event",
-    "EventFormatError",
-    "EventHandlerError",
     "EventSource",
     "EventsError",
     "NodeState",

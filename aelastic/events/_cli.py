@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 import anyio
 
-from ..store import QueueEmptyError, StoreError, StoreTimeoutError
+from ..store import StoreError, StoreTimeoutError
+from ..store._exceptions import QueueEmptyError
 from ._store import events_key
 
 __all__ = ("main",)

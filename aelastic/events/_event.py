@@ -103,7 +103,7 @@ class Event:
     def deserialize(data: str | bytes | Event) -> Event:
         """Parse :meth:`serialize`'s output (an :class:`Event` is returned as is).
 
-        Raises :class:`~aelastic.events.EventFormatError` on malformed input.
+        Raises :class:`~aelastic.events._exceptions.EventFormatError` on malformed input.
         """
         if isinstance(data, Event):
             return data
@@ -162,7 +162,7 @@ class RdzvEvent:
     def deserialize(data: str | bytes | RdzvEvent) -> RdzvEvent:
         """Parse :meth:`serialize`'s output (an :class:`RdzvEvent` is returned as is).
 
-        Raises :class:`~aelastic.events.EventFormatError` on malformed input.
+        Raises :class:`~aelastic.events._exceptions.EventFormatError` on malformed input.
         """
         if isinstance(data, RdzvEvent):
             return data

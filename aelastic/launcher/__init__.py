@@ -26,15 +26,11 @@ from .._lazy import lazy_exports
 if TYPE_CHECKING:
     from ._exceptions import JobSignalError as JobSignalError
     from ._exceptions import JobStoppedError as JobStoppedError
-    from ._exceptions import LaunchConfigError as LaunchConfigError
-    from ._exceptions import UsageError as UsageError
     from ._launch import launch_agent as launch_agent
 
 __all__ = (
     "JobSignalError",
     "JobStoppedError",
-    "LaunchConfigError",
-    "UsageError",
     "launch_agent",
 )
 

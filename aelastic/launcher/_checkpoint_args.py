@@ -14,11 +14,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..checkpoint import (
-    CheckpointError,
-    _read_job_secret,
-    check_writable,
-)
+from ..checkpoint import CheckpointError, _read_job_secret
+from ..checkpoint._disk import check_writable
 from ._exceptions import UsageError
 from ._option_table import Option, OptionValues
 

@@ -179,7 +179,7 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
     from ..errors import ChildFailedError
     from ..nodes import NodeUnhealthyError
     from ..rendezvous import RendezvousGracefulExitError
-    from ..replicas import ReplicaGroupConfigError
+    from ..replicas._exceptions import ReplicaGroupConfigError
     from ._exceptions import LaunchConfigError
     from ._launch import run_launch
     from ._preimport import import_now, job_modules

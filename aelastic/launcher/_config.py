@@ -258,7 +258,7 @@ class LaunchConfig:
             )
 
     def _check_stragglers(self) -> None:
-        from ..stragglers import StragglerConfigError
+        from ..stragglers._exceptions import StragglerConfigError
         from ._straggler_args import settings_of
 
         try:

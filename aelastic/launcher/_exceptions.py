@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from .._exceptions import AelasticError, ConfigError, show_public_module
 
-__all__ = ("JobSignalError", "JobStoppedError", "LaunchConfigError", "UsageError")
+__all__ = (
+    "JobSignalError",
+    "JobStoppedError",
+)
 
 
 class UsageError(ConfigError):

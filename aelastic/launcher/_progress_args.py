@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..progress import ProgressTimeoutError
+from ..progress._exceptions import ProgressTimeoutError
 from ..progress._timeouts import parse_section_timeouts
 from ._exceptions import UsageError
 from ._option_table import Option, OptionValues

@@ -92,7 +92,7 @@ def replica_groups(
                 f"{v.source('replica_group_id')} needs --replica-groups N (the number of groups)"
             )
         return None
-    from ..replicas import ReplicaGroupConfigError
+    from ..replicas._exceptions import ReplicaGroupConfigError
     from ..replicas._settings import LighthouseSettings, ReplicaGroups
 
     if group_id is None and not standalone:

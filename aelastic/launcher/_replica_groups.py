@@ -98,7 +98,7 @@ async def run_replica_groups(
             the lowest-numbered group.
         aelastic.replicas.LighthouseError: ``--lighthouse`` does not answer, or the
             supervised Lighthouse could not be (re)started.
-        aelastic.replicas.ReplicaGroupConfigError: torchft is not installed.
+        aelastic.replicas._exceptions.ReplicaGroupConfigError: torchft is not installed.
         aelastic.agent.SignalException: a handled signal stopped the job.
         Anything a single group's :func:`launch` raises other than a worker failure
         (a rendezvous error, a bad setting) stops every group and propagates.

@@ -73,7 +73,7 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
     Raises:
         UsageError: a value that is not a number, out of range, or an unknown action.
     """
-    from ..stragglers import StragglerConfigError
+    from ..stragglers._exceptions import StragglerConfigError
 
     fields: dict[str, Any] = {"straggler_action": v.str_("straggler_action") or "report"}
     for name in ("threshold", "window", "min_duration", "timeout", "warmup"):

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from ._checks import HealthCheck as HealthCheck
     from ._exceptions import NODE_UNHEALTHY_EXIT_CODE as NODE_UNHEALTHY_EXIT_CODE
     from ._exceptions import NodeExcludedError as NodeExcludedError
-    from ._exceptions import NodeHealthConfigError as NodeHealthConfigError
     from ._exceptions import NodeUnhealthyError as NodeUnhealthyError
     from ._exclusion import excluded_nodes as excluded_nodes
     from ._policy import CheckResult as CheckResult
@@ -32,7 +31,6 @@ __all__ = (
     "HealthCheck",
     "NODE_UNHEALTHY_EXIT_CODE",
     "NodeExcludedError",
-    "NodeHealthConfigError",
     "NodeUnhealthyError",
     "excluded_nodes",
 )

@@ -9,7 +9,6 @@ __all__ = (
     "NODE_EXCLUDED_EXIT_CODE",
     "NODE_UNHEALTHY_EXIT_CODE",
     "NodeExcludedError",
-    "NodeHealthConfigError",
     "NodeUnhealthyError",
 )
 

@@ -17,7 +17,6 @@ imports it is never judged by the hang-detection timeouts. The agent side
 share one layout.
 """
 
-from ._exceptions import ProgressTimeoutError as ProgressTimeoutError
 from ._worker import attached as attached
 from ._worker import checkpoint_blocked as checkpoint_blocked
 from ._worker import heartbeat as heartbeat
@@ -26,7 +25,6 @@ from ._worker import step as step
 from ._worker import work_timed as work_timed
 
 __all__ = (
-    "ProgressTimeoutError",
     "attached",
     "checkpoint_blocked",
     "heartbeat",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .._exceptions import ConfigError, show_public_module
 
-__all__ = ("ProgressTimeoutError",)
+__all__ = ()
 
 
 class ProgressTimeoutError(ConfigError):

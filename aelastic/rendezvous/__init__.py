@@ -8,17 +8,12 @@ only when an etcd handler is built) and plugins from the entry-point group
 """
 
 from ._exceptions import RendezvousClosedError as RendezvousClosedError
-from ._exceptions import RendezvousClosedException as RendezvousClosedException
-from ._exceptions import RendezvousConfigError as RendezvousConfigError
 from ._exceptions import RendezvousConnectionError as RendezvousConnectionError
-from ._exceptions import RendezvousEndpointError as RendezvousEndpointError
 from ._exceptions import RendezvousError as RendezvousError
 from ._exceptions import RendezvousGracefulExitError as RendezvousGracefulExitError
 from ._exceptions import RendezvousNonRetryableError as RendezvousNonRetryableError
 from ._exceptions import RendezvousStateError as RendezvousStateError
 from ._exceptions import RendezvousTimeoutError as RendezvousTimeoutError
-from ._exceptions import RendezvousTimeoutException as RendezvousTimeoutException
-from ._exceptions import RendezvousUnsupportedLoopError as RendezvousUnsupportedLoopError
 from ._handler import RendezvousHandler as RendezvousHandler
 from ._handler import RendezvousInfo as RendezvousInfo
 from ._handler import RendezvousStoreInfo as RendezvousStoreInfo
@@ -29,10 +24,7 @@ from ._registry import rendezvous_handler_registry as rendezvous_handler_registr
 
 __all__ = (
     "RendezvousClosedError",
-    "RendezvousClosedException",
-    "RendezvousConfigError",
     "RendezvousConnectionError",
-    "RendezvousEndpointError",
     "RendezvousError",
     "RendezvousGracefulExitError",
     "RendezvousHandler",
@@ -42,8 +34,6 @@ __all__ = (
     "RendezvousStateError",
     "RendezvousStoreInfo",
     "RendezvousTimeoutError",
-    "RendezvousTimeoutException",
-    "RendezvousUnsupportedLoopError",
     "get_rendezvous_handler",
     "register",
     "rendezvous_handler_registry",

@@ -17,7 +17,8 @@ from contextlib import AbstractContextManager, AsyncExitStack
 
 import anyio
 
-from ..store import Store, StoreError, StoreUnsupportedError
+from ..store import Store, StoreError
+from ..store._exceptions import StoreUnsupportedError
 from ..store._interface import EphemeralSession, OnCloseAction
 from ._settings import DynamicSettings
 from ._view import RoundView

@@ -19,12 +19,10 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._exceptions import LighthouseError as LighthouseError
-    from ._exceptions import ReplicaGroupConfigError as ReplicaGroupConfigError
     from ._exceptions import ReplicaGroupError as ReplicaGroupError
 
 __all__ = (
     "LighthouseError",
-    "ReplicaGroupConfigError",
     "ReplicaGroupError",
 )
 

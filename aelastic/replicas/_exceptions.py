@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from .._exceptions import AelasticError, ConfigError, show_public_module
 
-__all__ = ("LighthouseError", "ReplicaGroupConfigError", "ReplicaGroupError")
+__all__ = (
+    "LighthouseError",
+    "ReplicaGroupError",
+)
 
 
 class ReplicaGroupError(AelasticError):

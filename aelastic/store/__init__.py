@@ -11,15 +11,10 @@
 
 from ._client import TCPStoreClient as TCPStoreClient
 from ._exceptions import NotAStoreError as NotAStoreError
-from ._exceptions import ProtocolError as ProtocolError
-from ._exceptions import QueueEmptyError as QueueEmptyError
 from ._exceptions import StoreClosedError as StoreClosedError
-from ._exceptions import StoreConfigError as StoreConfigError
 from ._exceptions import StoreConnectionError as StoreConnectionError
 from ._exceptions import StoreError as StoreError
-from ._exceptions import StoreLimitError as StoreLimitError
 from ._exceptions import StoreTimeoutError as StoreTimeoutError
-from ._exceptions import StoreUnsupportedError as StoreUnsupportedError
 from ._interface import Store as Store
 from ._local import LocalStore as LocalStore
 from ._prefix import PrefixStore as PrefixStore
@@ -32,17 +27,12 @@ __all__ = (
     "LocalStore",
     "NotAStoreError",
     "PrefixStore",
-    "ProtocolError",
-    "QueueEmptyError",
     "Store",
     "StoreClosedError",
-    "StoreConfigError",
     "StoreConnectionError",
     "StoreError",
-    "StoreLimitError",
     "StoreServer",
     "StoreTimeoutError",
-    "StoreUnsupportedError",
     "TCPStoreClient",
     "barrier",
     "get_all",

@@ -303,7 +303,7 @@ class TCPStoreClient(Store):
 
         Entering opens the connection and checks that the server knows aelastic's
         extensions (``AE_HELLO``); torch's own server drops the connection on it,
-        which raises :class:`~aelastic.store.StoreUnsupportedError` at once,
+        which raises :class:`~aelastic.store._exceptions.StoreUnsupportedError` at once,
         before anything is registered. Leaving the block closes the connection:
         the server then performs the actions still registered. If the client
         process dies, the kernel closes the connection and the same happens.

@@ -11,7 +11,7 @@ like a ZooKeeper ephemeral node, with no heartbeat timeout in between.
 This is an aelastic extension of torch's protocol (opcodes ``0xA0``-``0xA2``):
 stock torch clients never send it and are unaffected. Against torch's own
 TCPStore server, opening a session raises
-:class:`~aelastic.store.StoreUnsupportedError` before anything is registered.
+:class:`~aelastic.store._exceptions.StoreUnsupportedError` before anything is registered.
 """
 
 from __future__ import annotations

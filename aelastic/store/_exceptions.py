@@ -10,11 +10,6 @@ __all__ = (
     "StoreConnectionError",
     "NotAStoreError",
     "StoreClosedError",
-    "QueueEmptyError",
-    "ProtocolError",
-    "StoreLimitError",
-    "StoreConfigError",
-    "StoreUnsupportedError",
 )
 
 

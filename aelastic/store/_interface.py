@@ -50,7 +50,7 @@ class EphemeralSession(abc.ABC):
         ``add`` the decimal delta ``value``, ``delete_key``); return its id.
 
         Raises :class:`ValueError` for an unknown action or a non-integer ``add``
-        delta, :class:`~aelastic.store.StoreLimitError` beyond
+        delta, :class:`~aelastic.store._exceptions.StoreLimitError` beyond
         ``MAX_ON_CLOSE_ACTIONS`` (1024) actions, and the store's connection errors.
         When it returns, the server holds the action: a crash right after it is
         covered.
@@ -143,7 +143,7 @@ class Store(AsyncResource):
         """Pop the oldest value of queue ``key``.
 
         With ``block=False`` an empty queue raises
-        :class:`~aelastic.store.QueueEmptyError`; otherwise wait for a value.
+        :class:`~aelastic.store._exceptions.QueueEmptyError`; otherwise wait for a value.
         """
 
     @abc.abstractmethod
@@ -157,7 +157,7 @@ class Store(AsyncResource):
         "queue_push", "departed", node_id)``: if this process dies, its connection
         closes and the server pushes at once (see
         :class:`EphemeralSession`). Raises
-        :class:`~aelastic.store.StoreUnsupportedError` (on entering) where the store
+        :class:`~aelastic.store._exceptions.StoreUnsupportedError` (on entering) where the store
         cannot do it, e.g. torch's own TCPStore server.
         """
         raise StoreUnsupportedError(f"{type(self).__name__} has no ephemeral sessions")

@@ -47,7 +47,7 @@ class StoreLimits:
     (None) by default: memory is bounded by ``max_buffered_bytes`` instead, by not
     reading the connections whose partial request would exceed it (except the
     oldest). Set them to close a connection that sends more. Raises
-    :class:`~aelastic.store.StoreConfigError` for a limit that is not positive.
+    :class:`~aelastic.store._exceptions.StoreConfigError` for a limit that is not positive.
     """
 
     max_key_size: int = MAX_KEY_SIZE

@@ -4,7 +4,7 @@ Nothing here touches a socket: :class:`RequestParser` turns the bytes a server
 receives into request tuples, the ``encode_*`` functions build responses and
 requests, and :class:`ResponseParser` turns the bytes a client receives into
 values. Both parsers accept data in arbitrary pieces (a frame may be split
-anywhere) and raise :class:`~aelastic.store.ProtocolError` on bytes that cannot be
+anywhere) and raise :class:`~aelastic.store._exceptions.ProtocolError` on bytes that cannot be
 a valid frame: unknown opcode, a length above the configured limits, a first
 message that is not ``VALIDATE`` with the right magic. After an error the parser
 is unusable and the connection must be closed.

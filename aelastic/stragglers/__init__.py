@@ -22,14 +22,12 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._exceptions import StragglerConfigError as StragglerConfigError
     from ._hook import time_work as time_work
     from ._policy import SlowInterval as SlowInterval
     from ._policy import slow_intervals as slow_intervals
 
 __all__ = (
     "SlowInterval",
-    "StragglerConfigError",
     "slow_intervals",
     "time_work",
 )

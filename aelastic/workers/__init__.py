@@ -22,8 +22,6 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._exceptions import CallableResultError as CallableResultError
-    from ._exceptions import NoMoreExitsError as NoMoreExitsError
     from ._exceptions import WorkerProcessError as WorkerProcessError
     from ._exceptions import WorkerStartError as WorkerStartError
     from ._processes import open_worker_processes as open_worker_processes
@@ -31,8 +29,6 @@ if TYPE_CHECKING:
     from ._std import Std as Std
 
 __all__ = (
-    "CallableResultError",
-    "NoMoreExitsError",
     "ProcessSpec",
     "Std",
     "WorkerProcessError",

@@ -5,8 +5,6 @@ from __future__ import annotations
 from .._exceptions import AelasticError, show_public_module
 
 __all__ = (
-    "CallableResultError",
-    "NoMoreExitsError",
     "WorkerProcessError",
     "WorkerStartError",
 )

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aelastic.agent import AgentConfigError, LocalElasticAgent, WorkerGroup, WorkerSpec, WorkerState
+from aelastic.agent import LocalElasticAgent, WorkerGroup, WorkerSpec, WorkerState
+from aelastic.agent._exceptions import AgentConfigError
 from aelastic.agent._policy import (
     UNINTERRUPTIBLE_STATE_TIMEOUT_ENV,
     Action,

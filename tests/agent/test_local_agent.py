@@ -234,7 +234,7 @@ async def test_missing_entrypoint_raises_a_clear_error(tmp_path: Path) -> None:
 def test_bad_spec_is_rejected_with_the_field_named(
     tmp_path: Path, field: str, value: object, match: str
 ) -> None:
-    from aelastic.agent import AgentConfigError
+    from aelastic.agent._exceptions import AgentConfigError
 
     with pytest.raises(AgentConfigError, match=match):
         _spec(LocalRendezvous(), (), tmp_path, **{field: value})

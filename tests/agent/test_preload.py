@@ -15,7 +15,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aelastic.agent import AgentConfigError, LocalElasticAgent, WorkerSpec, WorkerState
+from aelastic.agent import LocalElasticAgent, WorkerSpec, WorkerState
+from aelastic.agent._exceptions import AgentConfigError
 
 from .conftest import PYTHON, SCRIPTS, LocalRendezvous
 

@@ -8,7 +8,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from aelastic.agent import AgentConfigError, WorkerSpec
+from aelastic.agent import WorkerSpec
+from aelastic.agent._exceptions import AgentConfigError
 from aelastic.agent._policy import (
     Action,
     Observed,

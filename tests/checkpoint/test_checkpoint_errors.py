@@ -14,8 +14,8 @@ import pytest
 from aelastic import LaunchConfig
 from aelastic.checkpoint import CheckpointError
 from aelastic.checkpoint._disk import check_writable
-from aelastic.launcher import LaunchConfigError
 from aelastic.launcher._args import UsageError, build_parser, parse_run_args
+from aelastic.launcher._exceptions import LaunchConfigError
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "bad_input.py")
 

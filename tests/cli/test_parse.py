@@ -7,7 +7,6 @@ import sys
 import pytest
 
 from aelastic import LaunchConfig
-from aelastic.launcher import LaunchConfigError
 from aelastic.launcher._args import (
     LOGS_SPECS_GROUP,
     UsageError,
@@ -15,6 +14,7 @@ from aelastic.launcher._args import (
     parse_run_args,
     split_filters,
 )
+from aelastic.launcher._exceptions import LaunchConfigError
 
 
 def parse(*argv: str, **env: str):  # type: ignore[no-untyped-def]

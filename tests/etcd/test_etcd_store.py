@@ -7,7 +7,8 @@ import pytest
 
 from aelastic.rendezvous.etcd._client import EtcdClient, EtcdConfig, parse_endpoints
 from aelastic.rendezvous.etcd._store import EtcdStore
-from aelastic.store import QueueEmptyError, StoreConnectionError, StoreError, StoreTimeoutError
+from aelastic.store import StoreConnectionError, StoreError, StoreTimeoutError
+from aelastic.store._exceptions import QueueEmptyError
 
 
 @pytest.fixture

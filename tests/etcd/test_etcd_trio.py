@@ -7,11 +7,8 @@ import socket
 import anyio
 import pytest
 
-from aelastic.rendezvous import (
-    RendezvousParameters,
-    RendezvousUnsupportedLoopError,
-    get_rendezvous_handler,
-)
+from aelastic.rendezvous import RendezvousParameters, get_rendezvous_handler
+from aelastic.rendezvous._exceptions import RendezvousUnsupportedLoopError
 
 
 @pytest.mark.parametrize("call", ["enter", "next_rendezvous"])

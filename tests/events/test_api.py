@@ -15,6 +15,7 @@ from aelastic import AelasticError, events
 from aelastic.events import Event, EventSource, NodeState, RdzvEvent
 from aelastic.events._dispatch import arecord, flush, statistics
 from aelastic.events._event import EventMetadataValue
+from aelastic.events._exceptions import EventFormatError
 from aelastic.events._handlers import get_logging_handler
 from aelastic.events._record import construct_and_record_rdzv_event
 
@@ -78,7 +79,7 @@ def test_rdzv_event_round_trip() -> None:
     "bad", ["not json", "[1]", '{"name": "x"}', '{"name": "x", "source": "NOPE"}']
 )
 def test_deserialize_bad_input_is_one_clear_error(bad: str) -> None:
-    with pytest.raises(events.EventFormatError, match="Event"):
+    with pytest.raises(EventFormatError, match="Event"):
         Event.deserialize(bad)
     with pytest.raises(AelasticError):
         RdzvEvent.deserialize(bad)

@@ -22,6 +22,7 @@ from aelastic.events._dispatch import (
     statistics,
     unregister_handler,
 )
+from aelastic.events._exceptions import EventHandlerError
 
 
 def _ev(i: int) -> Event:
@@ -74,7 +75,7 @@ async def test_handler_failure_is_raised_by_arecord_and_counted() -> None:
 
     events.register_handler("broken", broken)
     events.record(_ev(0), "broken")  # never raises on the caller's path
-    with pytest.raises(events.EventHandlerError, match="disk full") as info:
+    with pytest.raises(EventHandlerError, match="disk full") as info:
         await arecord(_ev(1), "broken")
     assert isinstance(info.value.__cause__, OSError)
     assert statistics()["broken"].handler_errors == 2
@@ -206,7 +207,7 @@ async def test_handler_whose_loop_ended_fails_cleanly() -> None:
         anyio.run(main)
 
     await anyio.to_thread.run_sync(register_in_own_loop)
-    with pytest.raises(events.EventHandlerError, match="no longer running"):
+    with pytest.raises(EventHandlerError, match="no longer running"):
         await arecord(_ev(0), "dead-loop")
     assert seen == []
 

@@ -12,6 +12,7 @@ import pytest
 from aelastic import events
 from aelastic.events import legacy
 from aelastic.events._dispatch import arecord, flush, statistics
+from aelastic.events._exceptions import EventFormatError
 from aelastic.events._handlers import get_logging_handler
 
 
@@ -34,7 +35,7 @@ def test_event_fields_alias_and_json() -> None:
         "timestamp": 5,
     }
     assert legacy.Event.deserialize(event.serialize()) == event
-    with pytest.raises(events.EventFormatError):
+    with pytest.raises(EventFormatError):
         legacy.Event.deserialize("{}")
     with pytest.raises(ValueError, match="pass one"):
         legacy.Event("x", "a", event_type="b")

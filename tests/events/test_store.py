@@ -12,6 +12,7 @@ import pytest
 from aelastic import events
 from aelastic.events import Event, EventSource, NodeState, RdzvEvent
 from aelastic.events._dispatch import arecord, flush, unregister_handler
+from aelastic.events._exceptions import EventHandlerError
 from aelastic.events._record import construct_and_record_rdzv_event
 from aelastic.events._store import StoreEventHandler, configure_store, events_key
 from aelastic.store import LocalStore, StoreServer, TCPStoreClient
@@ -109,7 +110,7 @@ async def test_local_store_and_missing_run_id() -> None:
                 await store.queue_pop(events_key("r"))
                 == Event("ok", EventSource.AGENT, metadata={"run_id": "r"}).serialize().encode()
             )
-            with pytest.raises(events.EventHandlerError, match="pass run_id to configure_store"):
+            with pytest.raises(EventHandlerError, match="pass run_id to configure_store"):
                 await arecord(Event("no-run", EventSource.AGENT), "local-store")
         finally:
             unregister_handler("local-store", handler)

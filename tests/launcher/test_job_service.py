@@ -18,7 +18,8 @@ from aelastic import LaunchConfig, open_job
 from aelastic.agent import WorkerState
 from aelastic.events import RdzvEvent
 from aelastic.events._subscribe import run_id_of
-from aelastic.launcher import JobStoppedError, LaunchConfigError
+from aelastic.launcher import JobStoppedError
+from aelastic.launcher._exceptions import LaunchConfigError
 
 from ._jobs import alive as _alive
 from ._jobs import job_config

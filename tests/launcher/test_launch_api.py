@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from aelastic import LaunchConfig, launch
-from aelastic.launcher import LaunchConfigError
+from aelastic.launcher._exceptions import LaunchConfigError
 from aelastic.rendezvous import (
     RendezvousGracefulExitError,
     RendezvousHandler,

@@ -144,8 +144,8 @@ def test_a_torn_or_missing_manifest_is_no_saved_step(tmp_path: Path) -> None:
 
 
 def test_requeue_without_a_checkpoint_dir_is_refused_with_the_fix(tmp_path: Path) -> None:
-    from aelastic.launcher import UsageError
     from aelastic.launcher._args import parse_run_args
+    from aelastic.launcher._exceptions import UsageError
 
     with pytest.raises(UsageError, match="--requeue needs --checkpoint-dir"):
         parse_run_args(["--requeue", "train.py"], {})

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from aelastic import LaunchConfig
-from aelastic.launcher import LaunchConfigError
 from aelastic.launcher._args import UsageError, parse_run_args
 from aelastic.launcher._build import make_handler
+from aelastic.launcher._exceptions import LaunchConfigError
 
 from ._nodes import AELASTIC_RUN, cluster, free_port, wait_all
 from .test_multinode import FAST

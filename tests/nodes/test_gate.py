@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from aelastic.nodes import NodeHealthConfigError, NodeUnhealthyError
+from aelastic.nodes import NodeUnhealthyError
 from aelastic.nodes._checks import (
     callable_check,
     command_check,
@@ -18,6 +18,7 @@ from aelastic.nodes._checks import (
     log_dir_check,
     nvml_check,
 )
+from aelastic.nodes._exceptions import NodeHealthConfigError
 from aelastic.nodes._gate import NodeGate
 from aelastic.nodes._policy import backoff_seconds
 from aelastic.rendezvous._dynamic import DynamicRendezvousHandler

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from aelastic.agent._policy import Action, decide_after_hang, progress_deadline
-from aelastic.progress import ProgressTimeoutError
+from aelastic.progress._exceptions import ProgressTimeoutError
 from aelastic.progress._reader import ProgressFile
 from aelastic.progress._timeouts import ProgressTimeouts, parse_section_timeouts
 

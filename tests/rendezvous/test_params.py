@@ -6,7 +6,6 @@ import pytest
 
 from aelastic import AelasticError
 from aelastic.rendezvous import (
-    RendezvousConfigError,
     RendezvousError,
     RendezvousHandler,
     RendezvousParameters,
@@ -14,6 +13,7 @@ from aelastic.rendezvous import (
 )
 from aelastic.rendezvous._c10d import C10dRendezvousHandler
 from aelastic.rendezvous._dynamic import DynamicRendezvousHandler
+from aelastic.rendezvous._exceptions import RendezvousConfigError
 from aelastic.rendezvous._params import parse_endpoint
 from aelastic.rendezvous._registry import RendezvousHandlerRegistry, create_handler
 from aelastic.rendezvous._static import StaticRendezvousHandler

@@ -13,8 +13,9 @@ from contextlib import AsyncExitStack
 import anyio
 import pytest
 
-from aelastic.rendezvous import RendezvousConfigError, RendezvousStateError
+from aelastic.rendezvous import RendezvousStateError
 from aelastic.rendezvous._c10d import C10dRendezvousHandler
+from aelastic.rendezvous._exceptions import RendezvousConfigError
 from aelastic.rendezvous._placement import Seat, check_rank_order, place, rank_key
 from aelastic.rendezvous._state import Tick
 from aelastic.store import StoreServer

@@ -10,9 +10,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aelastic.launcher import UsageError
 from aelastic.launcher._args import parse_run_args
-from aelastic.replicas import LighthouseError, ReplicaGroupConfigError
+from aelastic.launcher._exceptions import UsageError
+from aelastic.replicas import LighthouseError
+from aelastic.replicas._exceptions import ReplicaGroupConfigError
 from aelastic.replicas._lighthouse import check_lighthouse, lighthouse_binary, open_lighthouse
 from aelastic.replicas._settings import LighthouseSettings
 

@@ -13,14 +13,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aelastic.store import (
-    LocalStore,
-    PrefixStore,
-    Store,
-    StoreServer,
-    StoreUnsupportedError,
-    TCPStoreClient,
-)
+from aelastic.store import LocalStore, PrefixStore, Store, StoreServer, TCPStoreClient
+from aelastic.store._exceptions import StoreUnsupportedError
 
 from ._backends import on_every_backend
 

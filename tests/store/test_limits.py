@@ -7,8 +7,9 @@ import struct
 import anyio
 import pytest
 
-from aelastic.store import StoreConfigError, StoreServer, TCPStoreClient
+from aelastic.store import StoreServer, TCPStoreClient
 from aelastic.store import _protocol as P
+from aelastic.store._exceptions import StoreConfigError
 from aelastic.store._server_conn import SLICE
 
 from ._backends import on_every_backend

@@ -16,7 +16,8 @@ import anyio.abc
 import pytest
 
 from aelastic import LaunchConfig, open_job
-from aelastic.rendezvous import RendezvousConnectionError, RendezvousEndpointError
+from aelastic.rendezvous import RendezvousConnectionError
+from aelastic.rendezvous._exceptions import RendezvousEndpointError
 from aelastic.store import NotAStoreError, StoreConnectionError, TCPStoreClient
 
 from ._backends import on_every_backend

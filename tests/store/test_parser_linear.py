@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from aelastic.store import ProtocolError
 from aelastic.store import _protocol as P
+from aelastic.store._exceptions import ProtocolError
 
 
 def _multi_set(n: int, value: bytes) -> tuple[list[bytes], list[bytes], bytes]:

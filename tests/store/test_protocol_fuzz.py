@@ -8,8 +8,9 @@ import anyio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aelastic.store import ProtocolError, StoreServer, TCPStoreClient
+from aelastic.store import StoreServer, TCPStoreClient
 from aelastic.store import _protocol as P
+from aelastic.store._exceptions import ProtocolError
 
 from ._fakes import FakeSocket, connection
 

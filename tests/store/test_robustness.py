@@ -12,7 +12,6 @@ import pytest
 
 from aelastic.store import (
     StoreClosedError,
-    StoreConfigError,
     StoreConnectionError,
     StoreError,
     StoreServer,
@@ -22,6 +21,7 @@ from aelastic.store import (
     get_all,
     synchronize,
 )
+from aelastic.store._exceptions import StoreConfigError
 from aelastic.store._protocol import request_validate
 
 from ._backends import on_every_backend

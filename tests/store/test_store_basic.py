@@ -5,11 +5,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from aelastic.store import (
-    QueueEmptyError,
-    Store,
-    StoreTimeoutError,
-)
+from aelastic.store import Store, StoreTimeoutError
+from aelastic.store._exceptions import QueueEmptyError
 
 from ._backends import on_every_backend
 

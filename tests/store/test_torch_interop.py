@@ -20,7 +20,8 @@ from typing import Any
 import anyio
 import pytest
 
-from aelastic.store import QueueEmptyError, StoreServer, StoreTimeoutError, TCPStoreClient
+from aelastic.store import StoreServer, StoreTimeoutError, TCPStoreClient
+from aelastic.store._exceptions import QueueEmptyError
 
 from ._backends import on_every_backend
 from ._torch_ops import OPS, encode

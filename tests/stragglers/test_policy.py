@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from aelastic.stragglers import SlowInterval, StragglerConfigError, slow_intervals
+from aelastic.stragglers import SlowInterval, slow_intervals
+from aelastic.stragglers._exceptions import StragglerConfigError
 from aelastic.stragglers._policy import (
     NodeVerdict,
     RateWindow,

@@ -14,8 +14,9 @@ from types import ModuleType
 import anyio
 import pytest
 
-from aelastic.workers import CallableResultError, ProcessSpec, open_worker_processes
+from aelastic.workers import ProcessSpec, open_worker_processes
 from aelastic.workers._callable import callable_process_args, read_callable_result
+from aelastic.workers._exceptions import CallableResultError
 
 pytestmark = pytest.mark.anyio  # every backend
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aelastic.agent import AgentConfigError, WorkerSpec
+from aelastic.agent import WorkerSpec
+from aelastic.agent._exceptions import AgentConfigError
 from aelastic.workers import ProcessSpec, open_worker_processes
 from aelastic.workers._logs import LogDestinations
 from aelastic.workers._std import Std

@@ -14,7 +14,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aelastic.workers import NoMoreExitsError, ProcessSpec, WorkerStartError, open_worker_processes
+from aelastic.workers import ProcessSpec, WorkerStartError, open_worker_processes
+from aelastic.workers._exceptions import NoMoreExitsError
 from aelastic.workers._procfs import process_state
 from aelastic.workers._std import Std
 

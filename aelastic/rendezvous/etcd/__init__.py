@@ -11,16 +11,10 @@ Needs the ``etcd`` extra (``pip install 'aelastic[etcd]'``): importing this pack
 without it raises ImportError saying so. It is never imported by
 ``import aelastic.rendezvous``; the registry imports it the first time an ``etcd``
 handler is built. Runs on anyio's asyncio backend only (``grpc.aio``): on another one
-the handler raises :class:`~aelastic.rendezvous.RendezvousUnsupportedLoopError` before
+the handler raises :class:`~aelastic.rendezvous._exceptions.RendezvousUnsupportedLoopError` before
 any I/O.
 """
 
 from ._backend import EtcdRendezvousHandler as EtcdRendezvousHandler
-from ._exceptions import EtcdCompactedError as EtcdCompactedError
-from ._exceptions import EtcdRequestError as EtcdRequestError
 
-__all__ = (
-    "EtcdCompactedError",
-    "EtcdRequestError",
-    "EtcdRendezvousHandler",
-)
+__all__ = ("EtcdRendezvousHandler",)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..._exceptions import show_public_module
 from ...store import StoreError
 
-__all__ = ("EtcdCompactedError", "EtcdRequestError")
+__all__ = ()
 
 
 class EtcdCompactedError(StoreError):

@@ -17,7 +17,8 @@ from urllib.parse import quote
 
 import anyio
 
-from ...store import QueueEmptyError, Store, StoreClosedError, StoreError, StoreTimeoutError
+from ...store import Store, StoreClosedError, StoreError, StoreTimeoutError
+from ...store._exceptions import QueueEmptyError
 from ...store._interface import Value, to_bytes
 from ._client import (
     EtcdClient,
