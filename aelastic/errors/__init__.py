@@ -8,7 +8,6 @@ decorated with :func:`record` reports to torch's tools. Never imports torch.
 
 from ._exceptions import ChildFailedError as ChildFailedError
 from ._failure import ProcessFailure as ProcessFailure
-from ._record import ErrorHandler as ErrorHandler
 from ._record import record as record
 
 #: The module ``run --run-path`` runs with ``python -m`` in front of the script and its
@@ -19,7 +18,6 @@ RUN_SCRIPT_MODULE = f"{__name__}._run_script"
 
 __all__ = (
     "ChildFailedError",
-    "ErrorHandler",
     "ProcessFailure",
     "record",
 )

@@ -265,7 +265,7 @@ def _record_for_scheduler(exc: Exception) -> None:
     with the exception leaving it (see ``ErrorHandler.record_failure``). Nothing
     happens when the variable is unset; never raises.
     """
-    from ..errors import ErrorHandler
+    from ..errors._record import ErrorHandler
 
     ErrorHandler().record_failure(exc)
 

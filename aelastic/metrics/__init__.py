@@ -19,14 +19,12 @@ Example::
 """
 
 from ._exceptions import MetricsError as MetricsError
-from ._handlers import MetricData as MetricData
 from ._handlers import MetricHandler as MetricHandler
 from ._streams import configure as configure
 from ._streams import prof as prof
 from ._streams import put_metric as put_metric
 
 __all__ = (
-    "MetricData",
     "MetricHandler",
     "MetricsError",
     "configure",

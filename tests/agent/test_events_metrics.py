@@ -12,16 +12,16 @@ import pytest
 from aelastic import events, metrics
 from aelastic.agent import LocalElasticAgent, WorkerSpec, WorkerState
 from aelastic.events._dispatch import flush, unregister_handler
-from aelastic.metrics._handlers import NullMetricHandler
+from aelastic.metrics._handlers import MetricData, NullMetricHandler
 
 from .conftest import PYTHON, LocalRendezvous, open_reporter
 
 
 class _Collect(metrics.MetricHandler):
     def __init__(self) -> None:
-        self.data: list[metrics.MetricData] = []
+        self.data: list[MetricData] = []
 
-    def emit(self, metric_data: metrics.MetricData) -> None:
+    def emit(self, metric_data: MetricData) -> None:
         self.data.append(metric_data)
 
 

@@ -16,7 +16,7 @@ import pytest
 from aelastic import metrics
 from aelastic.agent import LocalElasticAgent, RunResult, WorkerState
 from aelastic.events import subscribe
-from aelastic.metrics._handlers import NullMetricHandler
+from aelastic.metrics._handlers import MetricData, NullMetricHandler
 
 from .conftest import SCRIPTS, LocalRendezvous, local_spec, run_until_event, start_run
 
@@ -293,7 +293,7 @@ class _AgentLooks(metrics.MetricHandler):
         self.looks = 0
         self.twice_after = anyio.Event()
 
-    def emit(self, metric_data: metrics.MetricData) -> None:
+    def emit(self, metric_data: MetricData) -> None:
         if metric_data.name != "progress.heartbeat_age_ms" or self.after_ns is None:
             return
         if time.monotonic_ns() > self.after_ns:

@@ -12,7 +12,7 @@ import pytest
 
 from aelastic import metrics
 from aelastic.metrics import _streams
-from aelastic.metrics._handlers import ConsoleMetricHandler, NullMetricHandler
+from aelastic.metrics._handlers import ConsoleMetricHandler, MetricData, NullMetricHandler
 from aelastic.metrics._prometheus import PrometheusMetricHandler
 from aelastic.metrics._streams import (
     MetricsConfig,
@@ -27,9 +27,9 @@ from aelastic.metrics._streams import (
 
 class Collect(metrics.MetricHandler):
     def __init__(self) -> None:
-        self.data: list[metrics.MetricData] = []
+        self.data: list[MetricData] = []
 
-    def emit(self, metric_data: metrics.MetricData) -> None:
+    def emit(self, metric_data: MetricData) -> None:
         self.data.append(metric_data)
 
     def values(self) -> dict[str, int | float]:
@@ -77,7 +77,7 @@ def test_default_is_null_and_groups_route(collect: Collect) -> None:
 
 
 def test_null_and_console_handlers(capsys: pytest.CaptureFixture[str]) -> None:
-    NullMetricHandler().emit(metrics.MetricData(1.0, "g", "n", 1))
+    NullMetricHandler().emit(MetricData(1.0, "g", "n", 1))
     metrics.configure(ConsoleMetricHandler(), group="my_app")
     metrics.put_metric("my_metric", 7, "my_app")
     out = capsys.readouterr().out
@@ -151,7 +151,7 @@ def test_helpers() -> None:
     assert MetricsConfig({"a": "b"}).params == {"a": "b"}
     assert initialize_metrics() is None
     assert initialize_metrics(MetricsConfig()) is None
-    data = metrics.MetricData(1.0, "g", "n", 2)
+    data = MetricData(1.0, "g", "n", 2)
     assert (data.timestamp, data.group_name, data.name, data.value) == (1.0, "g", "n", 2)
 
 
