@@ -100,3 +100,36 @@ async def test_cancelled_ephemeral_session_leaves_no_socket(store_server: StoreS
         await cancel_at_each_checkpoint(session)
     await _quiesce()
     assert store_server.num_connections == 0
+
+
+@on_every_backend
+async def test_a_call_cancelled_while_its_request_is_partly_sent_leaves_the_client_usable(
+    store_server: StoreServer,
+) -> None:
+    """7 MiB (under the server's 8 MiB value limit) do not fit the loopback socket
+    buffers at once, so the cancel lands mid-send. asyncio finishes the send from a
+    loop callback (the request is applied whole); elsewhere the connection is closed
+    and the next call reconnects. Either way no partial request is applied and the
+    client keeps working."""
+    big = os.urandom(7 * 1024 * 1024)
+    async with TCPStoreClient(store_server.host, store_server.port, timeout=60) as client:
+        await client.set("big", b"old")
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_cancel_after, 1, scope, [])
+                await client.compare_set("big", b"old", big)
+        assert scope.cancelled_caught
+        await client.set("after", "1")
+        assert await client.get("after") == b"1"
+        value = await client.get("big")
+        assert value in (b"old", big)  # never a torn value
+        if _library() == "asyncio":
+            assert value == big  # the loop sent the rest of the request
+    await _quiesce()
+    assert store_server.num_connections == 0
+
+
+def _library() -> str:
+    import sniffio
+
+    return sniffio.current_async_library()
