@@ -50,13 +50,28 @@ def _argv(disk: Path, out: Path, *extra: str) -> list[str]:
     ]
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """The line of a run never interrupted: one run for both signals' tests."""
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+
+    async def run() -> None:
+        async with cluster() as c:
+            node = await c.start(_argv(tmp / "base", tmp / "base.jsonl"))
+            with anyio.fail_after(240):
+                assert await node.wait() == 0, node.err
+
+    anyio.run(run)
+    (whole,) = _lines(tmp / "base.jsonl")
+    return whole
+
+
 @pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM])
 async def test_a_preempted_job_resumes_at_the_step_its_workers_completed(
-    tmp_path: Path, sig: signal.Signals
+    tmp_path: Path, sig: signal.Signals, uninterrupted: dict[str, object]
 ) -> None:
     disk, out = tmp_path / "ckpt", tmp_path / "out.jsonl"
     async with cluster() as c:
-        baseline = await c.start(_argv(tmp_path / "base", tmp_path / "base.jsonl"))
         # --tee 3: each rank's lines reach stdout whole ("[default0]:..."), never interleaved
         held = _argv(disk, out, "--hold-after-save", str(HELD_AT), "--print-pid")
         node = await c.start(["--tee", "3", *held])
@@ -74,7 +89,6 @@ async def test_a_preempted_job_resumes_at_the_step_its_workers_completed(
                         os.kill(pid, sig)
             node.process.send_signal(sig)
             assert await node.wait() == PREEMPTED, node.err
-            assert await baseline.wait() == 0, baseline.err
         assert f"step {HELD_AT} is in {disk}" in node.err, node.err
         manifest = json.loads((disk / "manifest.json").read_text())
         assert manifest["step"] == HELD_AT and manifest["world_size"] == 2, manifest
@@ -84,9 +98,8 @@ async def test_a_preempted_job_resumes_at_the_step_its_workers_completed(
         with anyio.fail_after(240):
             assert await again.wait() == 0, again.err
     (resumed,) = _lines(out)
-    (whole,) = _lines(tmp_path / "base.jsonl")
-    assert resumed["start"] == HELD_AT and whole["start"] == 0
-    assert resumed["checksum"] == whole["checksum"]
+    assert resumed["start"] == HELD_AT and uninterrupted["start"] == 0
+    assert resumed["checksum"] == uninterrupted["checksum"]
 
 
 async def test_without_a_checkpoint_dir_a_sigterm_keeps_torchrun_s_exit(tmp_path: Path) -> None:
@@ -150,4 +163,4 @@ def test_requeue_without_a_checkpoint_dir_is_refused_with_the_fix(tmp_path: Path
     with pytest.raises(UsageError, match="--requeue needs --checkpoint-dir"):
         parse_run_args(["--requeue", "train.py"], {})
     parsed = parse_run_args(["--requeue", "--checkpoint-dir", str(tmp_path), "train.py"], {})
-    assert parsed.config.requeue and parsed.config.checkpoint_dir == str(tmp_path)
+    assert parsed.config.checkpoints.requeue and parsed.config.checkpoints.dir == str(tmp_path)
