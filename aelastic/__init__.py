@@ -9,8 +9,8 @@ the run's time went), ``aelastic.checkpoint`` (checkpoints in memory the agent o
 Lighthouse), ``aelastic.stragglers`` (slow nodes found while the job runs),
 ``aelastic.jobview`` (the whole job's status, table and live page),
 ``aelastic.schedulers`` (Slurm and Kubernetes: their environment, progress and exit
-codes); the launch API
-(``LaunchConfig``, ``launch``, ``open_job``, ``elastic_launch``) is in ``aelastic.launcher``.
+codes); the launch API (``LaunchConfig``, ``launch``, ``open_job``, ``elastic_launch``) is
+exported here, its code is in ``aelastic.launcher``. ``docs/api.md`` lists every public name.
 
 Layers, lowest first. A module imports from its own package and from a lower layer (any
 of its modules, private ones included: a subpackage's ``__init__`` is the door for users,
