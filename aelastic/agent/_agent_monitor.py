@@ -15,7 +15,8 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -76,109 +77,95 @@ class MonitorPhase(AgentCore):
     async def _wait_for_outcome(self, worker_group: WorkerGroup) -> Decision:
         """Race the workers' exits against a membership change; return the first decision.
 
-        An error from either side (e.g. the rendezvous failing while the workers run)
-        cancels the other and is raised as is, not wrapped in an exception group.
+        The watchers (exits, membership, and, when on, hangs and the D-state check) run
+        in one task group; the first decision cancels the others. An error from any of
+        them (e.g. the rendezvous failing while the workers run) cancels the others and
+        is raised as is, not wrapped in an exception group.
         """
         spec = worker_group.spec
-        lws = spec.local_world_size
-        decided: list[Decision] = []
-        errors: list[Exception] = []
-        dstate_timeout = self._uninterruptible_state_timeout
         self._hang = None
-
+        peer_finished = anyio.Event()
+        handler = spec.rdzv_handler
+        # A peer may host this round's store and take it along when it finishes:
+        # learn its mark as it is set (elsewhere it is read when the membership
+        # changes: a frozen store host must not delay that reading).
+        watch_finished = handler.get_backend() == "c10d" and not handler.hosts_store
         async with anyio.create_task_group() as tg:
-
-            async def watch_progress(progress: RoundProgress) -> None:
-                try:
-                    hang = await progress.wait_for_hang(
-                        lambda: self._worker_exit_codes(worker_group).keys()
-                    )
-                    from ._hang import report_hang  # loaded: a RoundProgress exists
-
-                    # the root cause is decided again with the stacks: the event names it
-                    self._hang = await report_hang(
-                        hang,
-                        progress,
-                        lambda name, md: self._emit(
-                            name, md, worker_group.workers[int(md["local_rank"])]
-                        ),
-                    )
-                    decided.append(decide_after_hang(self._remaining_restarts))
-                except Exception as exc:
-                    errors.append(exc)
-                tg.cancel_scope.cancel()
-
-            async def watch_uninterruptible(limit: float) -> None:
-                try:
-                    interval = uninterruptible_poll_interval(limit)
-                    since: dict[int, float] = {}
-                    while True:
-                        await anyio.sleep(interval)
-                        now = time.monotonic()
-                        states = self._worker_states(worker_group)
-                        since = track_uninterruptible(since, states, now)
-                        stuck = stuck_workers(since, now, limit)
-                        if stuck:
-                            self._stuck = {r: worker_group.workers[r].id for r in stuck}
-                            decided.append(decide_after_stuck())
-                            break
-                except Exception as exc:
-                    errors.append(exc)
-                tg.cancel_scope.cancel()
-
-            async def watch_exits() -> None:
-                try:
-                    while True:
-                        await self._wait_for_worker_exit(worker_group)
-                        codes = self._worker_exit_codes(worker_group).values()
-                        decision = decide_after_exit(codes, lws, self._remaining_restarts)
-                        if decision.action is not Action.WAIT:
-                            decided.append(decision)
-                            break
-                except Exception as exc:
-                    errors.append(exc)
-                tg.cancel_scope.cancel()
-
-            peer_finished = anyio.Event()
-            handler = spec.rdzv_handler
-            # A peer may host this round's store and take it along when it finishes:
-            # learn its mark as it is set (elsewhere it is read when the membership
-            # changes: a frozen store host must not delay that reading).
-            watch_finished = handler.get_backend() == "c10d" and not handler.hosts_store
-
-            async def watch_membership() -> None:
-                try:
-                    await spec.rdzv_handler.wait_for_membership_change()
-                    codes = self._worker_exit_codes(worker_group).values()
-                    finished = await self._peer_finished(
-                        worker_group, peer_finished if watch_finished else None
-                    )
-                    decision = decide_after_membership_change(
-                        codes, lws, self._remaining_restarts, finished
-                    )
-                    if decision.action is Action.WAIT:
-                        log.info(
-                            "[%s] a peer finished its workers and left; this node's workers "
-                            "keep running (the job is ending, not changing membership)",
-                            spec.role,
-                        )
-                        return  # nothing to rejoin: the workers' exits decide
-                    decided.append(decision)
-                except Exception as exc:
-                    errors.append(exc)
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(watch_exits)
+            race = _Race(tg.cancel_scope)
+            tg.start_soon(race.run, partial(self._watch_exits, worker_group))
             if watch_finished:
                 tg.start_soon(self._watch_peer_finished, worker_group, peer_finished)
-            tg.start_soon(watch_membership)
-            if dstate_timeout is not None:
-                tg.start_soon(watch_uninterruptible, dstate_timeout)
+            seen = peer_finished if watch_finished else None
+            tg.start_soon(race.run, partial(self._watch_membership, worker_group, seen))
+            if self._uninterruptible_state_timeout is not None:
+                limit = self._uninterruptible_state_timeout
+                tg.start_soon(race.run, partial(self._watch_uninterruptible, worker_group, limit))
             if self._progress is not None and self._progress.timeouts.enabled:
-                tg.start_soon(watch_progress, self._progress)
-        if decided:
-            return decided[0]
-        raise errors[0]
+                tg.start_soon(race.run, partial(self._watch_progress, worker_group, self._progress))
+        if race.decided:
+            return race.decided[0]
+        raise race.errors[0]
+
+    async def _watch_exits(self, worker_group: WorkerGroup) -> Decision:
+        """The decision of the first worker exit that is not a wait (a success while
+        others still run is one)."""
+        lws = worker_group.spec.local_world_size
+        while True:
+            await self._wait_for_worker_exit(worker_group)
+            codes = self._worker_exit_codes(worker_group).values()
+            decision = decide_after_exit(codes, lws, self._remaining_restarts)
+            if decision.action is not Action.WAIT:
+                return decision
+
+    async def _watch_membership(
+        self, worker_group: WorkerGroup, peer_finished: anyio.Event | None
+    ) -> Decision | None:
+        """The decision of the round's next membership change; None when a peer finished
+        its workers and left (the job is ending: this node's workers' exits decide)."""
+        spec = worker_group.spec
+        await spec.rdzv_handler.wait_for_membership_change()
+        codes = self._worker_exit_codes(worker_group).values()
+        finished = await self._peer_finished(worker_group, peer_finished)
+        decision = decide_after_membership_change(
+            codes, spec.local_world_size, self._remaining_restarts, finished
+        )
+        if decision.action is Action.WAIT:
+            log.info(
+                "[%s] a peer finished its workers and left; this node's workers "
+                "keep running (the job is ending, not changing membership)",
+                spec.role,
+            )
+            return None  # nothing to rejoin: the workers' exits decide
+        return decision
+
+    async def _watch_uninterruptible(self, worker_group: WorkerGroup, limit: float) -> Decision:
+        """The D-state check: poll the workers' states until one stayed in uninterruptible
+        sleep for ``limit`` s; those workers go to ``self._stuck``."""
+        interval = uninterruptible_poll_interval(limit)
+        since: dict[int, float] = {}
+        while True:
+            await anyio.sleep(interval)
+            now = time.monotonic()
+            states = self._worker_states(worker_group)
+            since = track_uninterruptible(since, states, now)
+            stuck = stuck_workers(since, now, limit)
+            if stuck:
+                self._stuck = {r: worker_group.workers[r].id for r in stuck}
+                return decide_after_stuck()
+
+    async def _watch_progress(self, worker_group: WorkerGroup, progress: RoundProgress) -> Decision:
+        """Hang detection: wait for a worker past its deadline, write every local worker's
+        stacks (``self._hang``, its event names the root cause) and decide."""
+        hang = await progress.wait_for_hang(lambda: self._worker_exit_codes(worker_group).keys())
+        from ._hang import report_hang  # loaded: a RoundProgress exists
+
+        # the root cause is decided again with the stacks: the event names it
+        self._hang = await report_hang(
+            hang,
+            progress,
+            lambda name, md: self._emit(name, md, worker_group.workers[int(md["local_rank"])]),
+        )
+        return decide_after_hang(self._remaining_restarts)
 
     async def _watch_peer_finished(self, worker_group: WorkerGroup, finished: anyio.Event) -> None:
         """Set ``finished`` once a node of this round marks its workers finished.
@@ -337,3 +324,25 @@ class MonitorPhase(AgentCore):
 def _describe_exits(codes: Mapping[int, int]) -> str:
     failed = {rank: code for rank, code in codes.items() if code != 0}
     return ", ".join(f"local_rank {r} exited {c}" for r, c in sorted(failed.items())) or "no exit"
+
+
+class _Race:
+    """The watchers of one round, racing: the first decision or error ends the race
+    (cancels ``scope``, the watchers' task group)."""
+
+    def __init__(self, scope: anyio.CancelScope) -> None:
+        self.scope = scope
+        self.decided: list[Decision] = []
+        self.errors: list[Exception] = []
+
+    async def run(self, watch: Callable[[], Awaitable[Decision | None]]) -> None:
+        """Run one watcher. Its decision ends the race, and so does its error (kept for
+        the caller to raise); None (nothing to decide) leaves the others running."""
+        try:
+            decision = await watch()
+            if decision is None:
+                return
+            self.decided.append(decision)
+        except Exception as exc:
+            self.errors.append(exc)
+        self.scope.cancel()
