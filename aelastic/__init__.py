@@ -37,20 +37,24 @@ from ._exceptions import ConfigError as ConfigError
 from ._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the launch API loads on first use, so ``import aelastic`` stays light
+    from .checkpoint._settings import CheckpointSettings as CheckpointSettings
     from .launcher._config import LaunchConfig as LaunchConfig
     from .launcher._job import Job as Job
     from .launcher._job import open_job as open_job
     from .launcher._job import run_job as run_job
     from .launcher._launch import elastic_launch as elastic_launch
     from .launcher._launch import launch as launch
+    from .stragglers._settings import StragglerSettings as StragglerSettings
 
 __version__ = "0.1.0"
 
 __all__ = (
     "AelasticError",
+    "CheckpointSettings",
     "ConfigError",
     "Job",
     "LaunchConfig",
+    "StragglerSettings",
     "__version__",
     "elastic_launch",
     "launch",

@@ -16,6 +16,7 @@ from .._features import feature_modules, file_timer_enabled, import_features
 from .._net import is_loopback, node_address, route_source
 from ..checkpoint import _read_job_secret
 from ..checkpoint._agent import Checkpoints, open_checkpoints
+from ..checkpoint._settings import CheckpointSettings
 from ..errors import ProcessFailure
 from ..metrics import prof
 from ..store import StoreServer
@@ -81,13 +82,15 @@ class LocalElasticAgent(SimpleElasticAgent):
     Checkpoints (:mod:`aelastic.checkpoint`): the agent creates a directory in
     ``/dev/shm`` for the run that workers ``save()`` into, decides at each start the
     step they resume from (complete on every node), and frees it when ``run()`` ends.
-    With ``checkpoint_dir`` it also writes the newest complete step there every
-    ``checkpoint_persist_interval`` seconds and before ``run()`` returns or raises.
-    With several nodes it copies its ranks' newest step to the next
-    ``checkpoint_peer_copies`` nodes' agents (0: none), and a node that replaces a lost one
-    fetches its ranks' step from them before its workers start. Their connections prove
-    they hold the job's key: ``job_secret_file``'s, else one the agents agree on through
-    the rendezvous store (docs/security.md, "Checkpoint peer listener").
+    ``checkpoints`` (:class:`aelastic.CheckpointSettings`; None: its defaults): with its
+    ``dir`` the agent also writes the newest complete step there every
+    ``persist_interval`` seconds and before ``run()`` returns or raises. With several
+    nodes it copies its ranks' newest step to the next ``peer_copies`` nodes' agents (0:
+    none), and a node that replaces a lost one fetches its ranks' step from them before
+    its workers start. Their connections prove they hold the job's key:
+    ``job_secret_file``'s, else one the agents agree on through the rendezvous store
+    (docs/security.md, "Checkpoint peer listener"). The flat ``checkpoint_*`` arguments
+    it took before are gone (docs/checkpoints.md, "Names").
     """
 
     def __init__(
@@ -102,10 +105,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         uninterruptible_state_timeout: float | None = None,
         worker_cwd: str | None = None,
         warm_workers: bool = True,
-        checkpoint_dir: str | None = None,
-        checkpoint_persist_interval: float = 300.0,
-        checkpoint_peer_copies: int = 1,
-        job_secret_file: str | None = None,
+        checkpoints: CheckpointSettings | None = None,
         worker_ignored_signals: Collection[int] = (),
     ) -> None:
         super().__init__(
@@ -136,10 +136,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         # {local_rank: stacks file} of this round when the file timer is served
         self._timer_stacks: dict[int, str] = {}
         self._log_destinations: LogDestinations | None = None
-        self._checkpoint_dir = checkpoint_dir
-        self._checkpoint_persist_interval = checkpoint_persist_interval
-        self._checkpoint_peer_copies = checkpoint_peer_copies
-        self._job_secret_file = job_secret_file
+        self._checkpoint_settings = CheckpointSettings() if checkpoints is None else checkpoints
         self._checkpoints: Checkpoints | None = None
 
     @property
@@ -302,20 +299,13 @@ class LocalElasticAgent(SimpleElasticAgent):
     async def _open_checkpoints(self) -> AsyncIterator[None]:
         """This run's checkpoint memory (aelastic.checkpoint): copied to disk, freed on exit."""
         run_id = self._worker_group.spec.rdzv_handler.get_run_id()
-        key = None
-        if self._job_secret_file is not None and self._checkpoint_peer_copies > 0:
+        settings, key = self._checkpoint_settings, None
+        if settings.job_secret_file is not None and settings.peer_copies > 0:
             try:  # checked by the launcher; read here, never put in the workers' env
-                key = await anyio.to_thread.run_sync(_read_job_secret, self._job_secret_file)
+                key = await anyio.to_thread.run_sync(_read_job_secret, settings.job_secret_file)
             except ValueError as exc:
                 raise AgentConfigError(f"job_secret_file: {exc}") from None
-        async with open_checkpoints(
-            run_id,
-            self._checkpoint_dir,
-            self._checkpoint_persist_interval,
-            self._emit,
-            self._checkpoint_peer_copies,
-            key,
-        ) as checkpoints:
+        async with open_checkpoints(run_id, settings, self._emit, key) as checkpoints:
             self._checkpoints = checkpoints
             try:
                 yield

@@ -32,6 +32,7 @@ from ._exceptions import CheckpointError
 from ._owner import claim, release_if_empty, sweep_abandoned
 from ._peer_copies import PeerCopies, PeerRound, announce_no_peer_copies, open_peer_copies
 from ._resume import Holdings, choose, fetch_plan, holdings, lost, to_delete
+from ._settings import CheckpointSettings
 
 __all__ = ("Checkpoints", "open_checkpoints")
 
@@ -370,23 +371,24 @@ def _sweep_and_claim(name: str) -> tuple[list[str], tuple[str, int]]:
 @contextlib.asynccontextmanager
 async def open_checkpoints(
     run_id: str,
-    persist_dir: str | None,
-    persist_interval: float,
+    settings: CheckpointSettings,
     emit: Emit,
-    peer_copies: int = 0,
     peer_key: bytes | None = None,
 ) -> AsyncIterator[Checkpoints]:
     """This run's checkpoint memory on this node; freed (after a last disk copy) on exit.
 
-    First frees what agents killed earlier left in ``/dev/shm`` (see ``_owner``).
-    ``peer_copies`` > 0: the newest step of this node's ranks is copied to that many other
-    nodes in the background (see ``_peer_copies``), until the block is left; their
-    connections are authenticated with ``peer_key`` (``--job-secret-file``; None: a key
-    the agents agree on in the round's store).
+    First frees what agents killed earlier left in ``/dev/shm`` (see ``_owner``). With
+    ``settings.dir`` the newest step is written there every ``settings.persist_interval``
+    seconds. ``settings.peer_copies`` > 0: the newest step of this node's ranks is copied
+    to that many other nodes in the background (see ``_peer_copies``), until the block is
+    left; their connections are authenticated with ``peer_key`` (read from
+    ``settings.job_secret_file`` by the agent; None: a key the agents agree on in the
+    round's store).
 
-    Cleanup survives cancellation (shielded): the last copy to ``persist_dir`` takes as
+    Cleanup survives cancellation (shielded): the last copy to ``settings.dir`` takes as
     long as the newest step takes to write, then the memory is freed.
     """
+    persist_dir, peer_copies = settings.dir, settings.peer_copies
     freed, (memory_dir, lock) = await anyio.to_thread.run_sync(_sweep_and_claim, _safe(run_id))
     if freed:
         log.warning("freed checkpoint memory that killed agents left behind: %s", freed)
@@ -399,7 +401,7 @@ async def open_checkpoints(
                 )
             tg = await stack.enter_async_context(background_tasks())
             if persist_dir is not None:
-                tg.start_soon(checkpoints._persist_every, persist_interval)
+                tg.start_soon(checkpoints._persist_every, settings.persist_interval)
             yield checkpoints
     finally:
         with anyio.CancelScope(shield=True):

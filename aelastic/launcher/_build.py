@@ -196,10 +196,7 @@ def make_agent(
         },
         worker_cwd=None if config.cwd is None else os.path.abspath(config.cwd),
         warm_workers=config.warm_workers,
-        checkpoint_dir=config.checkpoint_dir,
-        checkpoint_persist_interval=config.checkpoint_persist_interval,
-        checkpoint_peer_copies=config.checkpoint_peer_copies,
-        job_secret_file=config.job_secret_file,
+        checkpoints=config.checkpoints,
         worker_ignored_signals=worker_ignored_signals,
     )
 

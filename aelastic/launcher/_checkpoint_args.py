@@ -6,7 +6,10 @@
 torchft's replica groups (``--replica-groups``). Giving both names is an error.
 
 Kept here so the launcher's argument module only appends :data:`OPTIONS` to its
-table and passes :func:`config_fields` to ``LaunchConfig``.
+table and passes :func:`config_fields` to ``LaunchConfig``. The defaults and the value
+checks are :class:`aelastic.checkpoint._settings.CheckpointSettings`'s (the Python API
+gets the same messages); this module reads the flags, checks the paths (the directory is
+created) and builds one settings object.
 """
 
 from __future__ import annotations
@@ -14,12 +17,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .._exceptions import ConfigError
 from ..checkpoint import CheckpointError, _read_job_secret
 from ..checkpoint._disk import check_writable
+from ..checkpoint._settings import CheckpointSettings
 from ._exceptions import UsageError
 from ._option_table import Option, OptionValues
 
 __all__ = ("OPTIONS", "config_fields")
+
+_DEFAULT = CheckpointSettings()
 
 
 #: (flags, dest, kind, default, help), the launcher's option table format.
@@ -36,14 +43,14 @@ OPTIONS: tuple[Option, ...] = (
         ("--checkpoint-persist-interval",),
         "checkpoint_persist_interval",
         "str",
-        "300",
+        f"{_DEFAULT.persist_interval:g}",
         "seconds between two background writes to --checkpoint-dir",
     ),
     (
         ("--checkpoint-peer-copies",),
         "checkpoint_peer_copies",
         "str",
-        "1",
+        str(_DEFAULT.peer_copies),
         "with several nodes, copy each node's newest step to this many other nodes' agents "
         "(0: none); a node that replaces a lost one resumes from the copy",
     ),
@@ -78,12 +85,14 @@ SECRET_FILE_ENV = "AELASTIC_JOB_SECRET_FILE"
 
 
 def config_fields(v: OptionValues) -> dict[str, Any]:
-    """The ``LaunchConfig`` fields of these flags, checked (the directory is created).
+    """``{"checkpoints": CheckpointSettings}`` of these flags, checked (the directory is
+    created, the secret file read).
 
     Raises:
-        UsageError: the directory is not writable, the interval is not > 0 seconds, the
-            peer copies are not a whole number >= 0, or both their new and old flag
-            (``--checkpoint-replicas``) are given.
+        UsageError: the directory is not writable, the secret file cannot be read, the
+            peer copies are given under both their new and old name
+            (``--checkpoint-replicas``), or a value :class:`CheckpointSettings` refuses
+            (its message).
     """
     directory = v.str_("checkpoint_dir") or None
     if directory is not None:
@@ -91,7 +100,12 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
             check_writable(directory)
         except CheckpointError as exc:
             raise UsageError(f"{v.source('checkpoint_dir')} {exc}") from None
-    interval = v.float_("checkpoint_persist_interval", minimum=0.0, strict=True)
+    raw = v.str_("checkpoint_persist_interval")
+    try:
+        interval = float(raw)
+    except (TypeError, ValueError):
+        source = v.source("checkpoint_persist_interval")
+        raise UsageError(f"{source} {raw!r}: expected a number of seconds") from None
     copies = _peer_copies(v)
     secret = v.str_("job_secret_file") or None
     source = v.source("job_secret_file")
@@ -102,19 +116,17 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
             _read_job_secret(secret)
         except ValueError as exc:
             raise UsageError(f"{source} {exc}") from None
-    requeue = v.flag("requeue")
-    if requeue and directory is None:
-        raise UsageError(
-            f"{v.source('requeue')} needs --checkpoint-dir: a requeued job resumes from the "
-            "step written there; add --checkpoint-dir DIR (a directory every node can reach)"
+    try:
+        settings = CheckpointSettings(
+            dir=directory,
+            persist_interval=interval,
+            peer_copies=_DEFAULT.peer_copies if copies is None else copies,
+            job_secret_file=secret,
+            requeue=v.flag("requeue"),
         )
-    return {
-        "requeue": requeue,
-        "job_secret_file": secret,
-        "checkpoint_peer_copies": 1 if copies is None else copies,
-        "checkpoint_dir": directory,
-        "checkpoint_persist_interval": 300.0 if interval is None else interval,
-    }
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    return {"checkpoints": settings}
 
 
 def _peer_copies(v: OptionValues) -> int | None:
@@ -122,10 +134,11 @@ def _peer_copies(v: OptionValues) -> int | None:
     also from its ``PET_`` variable); None: neither given.
 
     Raises:
-        UsageError: both names given, or the value is not a whole number >= 0.
+        UsageError: both names given, or the value is not a whole number (the old name:
+            or is < 0; the new one's range is :class:`CheckpointSettings`'s).
     """
     if not v.given("checkpoint_replicas"):
-        return v.int_("checkpoint_peer_copies", minimum=0)
+        return v.int_("checkpoint_peer_copies")
     if v.given("checkpoint_peer_copies"):
         raise UsageError(
             f"{v.source('checkpoint_peer_copies')} and {v.source('checkpoint_replicas')} "

@@ -226,7 +226,7 @@ def _main(argv: Sequence[str], *, startup_gc_off: bool = False) -> int:
         if exc.persisted_step is not None:
             _err(
                 f"preempted ({exc.sigval.name}); {what}; step {exc.persisted_step} is in "
-                f"{parsed.config.checkpoint_dir}: run the job again to resume there"
+                f"{parsed.config.checkpoints.dir}: run the job again to resume there"
             )
             return PREEMPTED_EXIT_CODE
         _err(f"stopped by {exc.sigval.name}; {what}")

@@ -8,6 +8,8 @@ from dataclasses import field
 from typing import Any
 
 from .._dataclass import dataclass
+from ..checkpoint._settings import CheckpointSettings
+from ..stragglers._settings import StragglerSettings
 from ..workers._preload import parse_preload
 from ._exceptions import LaunchConfigError
 
@@ -46,10 +48,10 @@ class LaunchConfig:
     ranks follow that topology key (the store's host first); dynamic backends only
     (c10d, etcd). See docs/bad-nodes.md, "Group ranks stay where they were".
 
-    Straggler detection (``straggler_action``: ``"report"``, the default, ``"exclude"``
-    or ``"off"``; ``straggler_threshold``, ``straggler_window``,
-    ``straggler_min_duration``, ``straggler_timeout``, ``straggler_warmup``): see
-    :mod:`aelastic.stragglers`.
+    Straggler detection: ``stragglers`` (:class:`aelastic.StragglerSettings`: ``action``
+    ``"report"``, the default, ``"exclude"`` or ``"off"``; ``threshold``, ``window``,
+    ``min_duration``, ``timeout``, ``warmup``); it replaces the flat ``straggler_*``
+    fields (docs/stragglers.md, "Names"). See :mod:`aelastic.stragglers`.
 
     ``redirects`` and ``tee`` take what ``-r``/``-t`` take: ``0``-``3``, a string such as
     ``"3"`` or ``"0:1,1:2"``, an ``aelastic.workers.Std`` or a ``{local_rank: Std}`` map.
@@ -73,11 +75,11 @@ class LaunchConfig:
     and keeps none idle (an 8-worker job then holds 8 processes, not 16);
     ``AELASTIC_WARM_WORKERS=0`` turns them off for every job.
 
-    ``checkpoint_dir`` and ``checkpoint_persist_interval`` (seconds) are where and how
-    often the agent writes the newest :mod:`aelastic.checkpoint` step to disk (None: in
-    memory only); ``checkpoint_peer_copies`` is how many other nodes hold a copy of each
-    node's newest step (0: none; renamed from ``checkpoint_replicas``, see
-    docs/checkpoints.md, "Names"); see :class:`~aelastic.agent.LocalElasticAgent`.
+    ``checkpoints`` (:class:`aelastic.CheckpointSettings`: ``dir``, ``persist_interval``,
+    ``peer_copies``, ``job_secret_file``, ``requeue``) is where and how often the agent
+    writes the newest :mod:`aelastic.checkpoint` step to disk, how many other nodes hold a
+    copy of it, and whether a Slurm preemption requeues the job; it replaces the flat
+    ``checkpoint_*`` fields (docs/checkpoints.md, "Names").
 
     ``shutdown_timeout`` of None means the environment variable
     ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, else 30 seconds; it is read when the launch
@@ -128,16 +130,8 @@ class LaunchConfig:
     restart_backoff: float = 0.0
     restart_backoff_max: float = 300.0
     job_wide_restarts: bool = False
-    # aelastic.checkpoint: see LocalElasticAgent
-    checkpoint_dir: str | None = None
-    checkpoint_persist_interval: float = 300.0
-    checkpoint_peer_copies: int = 1
-    #: requeue the Slurm job (``scontrol requeue``, node 0) after a SIGUSR1 preemption
-    #: notice; the CLI's ``--requeue`` (docs/slurm.md, "Preemption and time limits")
-    requeue: bool = False
-    #: the file holding the job's key for the checkpoint peer connections (None: the
-    #: agents agree on a random one through the rendezvous store)
-    job_secret_file: str | None = None
+    # aelastic.checkpoint: the flags of --checkpoint-dir's group, checked when made
+    checkpoints: CheckpointSettings = field(default_factory=CheckpointSettings)
     health_port: int | None = None
     health_host: str = "127.0.0.1"
     # the workers' environment, working directory and interpreters (a service's jobs)
@@ -161,12 +155,7 @@ class LaunchConfig:
     # group ranks by a topology key: see docs/bad-nodes.md, "Group ranks stay where they were"
     node_rank_order: str | None = None
     # slow nodes found while the job runs: see aelastic.stragglers (docs/stragglers.md)
-    straggler_action: str = "report"
-    straggler_threshold: float = 0.75
-    straggler_window: float = 10.0
-    straggler_min_duration: float = 20.0
-    straggler_timeout: float = 120.0
-    straggler_warmup: float = 60.0
+    stragglers: StragglerSettings = field(default_factory=StragglerSettings)
 
     def __post_init__(self) -> None:
         if not 0 < self.min_nodes <= self.max_nodes:
@@ -182,9 +171,10 @@ class LaunchConfig:
             raise LaunchConfigError(
                 f"max_restarts={self.max_restarts}: need >= 0 (0 means no restart)"
             )
-        if self.checkpoint_peer_copies < 0:
+        if not isinstance(self.checkpoints, CheckpointSettings):
             raise LaunchConfigError(
-                f"checkpoint_peer_copies={self.checkpoint_peer_copies}: need >= 0 (0 means no copy)"
+                f"checkpoints={self.checkpoints!r}: need an aelastic.CheckpointSettings, "
+                "such as CheckpointSettings(dir='/shared/ckpt')"
             )
         if self.monitor_interval <= 0:
             raise LaunchConfigError(
@@ -258,14 +248,14 @@ class LaunchConfig:
             )
 
     def _check_stragglers(self) -> None:
-        from ..stragglers._exceptions import StragglerConfigError
-        from ._straggler_args import settings_of
-
-        try:
-            settings_of(self)
-        except StragglerConfigError as exc:
-            raise LaunchConfigError(str(exc)) from None
-        if self.straggler_action == "exclude" and self.rdzv_backend == "static":
+        # the values were checked when the StragglerSettings was made; what is left is
+        # how they meet another feature's (the rendezvous backend)
+        if not isinstance(self.stragglers, StragglerSettings):
+            raise LaunchConfigError(
+                f"stragglers={self.stragglers!r}: need an aelastic.StragglerSettings, "
+                "such as StragglerSettings(threshold=0.8)"
+            )
+        if self.stragglers.action == "exclude" and self.rdzv_backend == "static":
             raise LaunchConfigError(
                 "straggler_action='exclude' (--straggler-action exclude): the static rendezvous "
                 "backend has a fixed membership, so no node can leave and none can take its "

@@ -318,13 +318,12 @@ async def _start_trainer_status(tg: anyio.abc.TaskGroup, job: Job) -> None:
 
 
 async def _start_stragglers(tg: anyio.abc.TaskGroup, job: Job, prepared: PreparedJob) -> None:
-    """Watch this node's workers for stragglers (on unless ``straggler_action="off"``)."""
+    """Watch this node's workers for stragglers (on unless ``stragglers.action="off"``)."""
     from ..jobview._keys import status_store
     from ..nodes._exclusion import NODE_ID_ENV
     from ..stragglers._watch import StragglerWatch
-    from ._straggler_args import settings_of
 
-    settings = settings_of(job.config)
+    settings = job.config.stragglers
     publisher = job.status_publisher
     if not settings.enabled or publisher is None:
         return

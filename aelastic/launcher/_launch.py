@@ -59,7 +59,7 @@ async def run_launch(
     signals = parse_signals(config.signals_to_handle) if handle_signals else []
     notice = False
     if signals:
-        signals, notice = trapped_signals(signals, config.checkpoint_dir)
+        signals, notice = trapped_signals(signals, config.checkpoints.dir)
     # the notice is the agent's: the workers, which Slurm signals too, start ignoring it
     ignored = (NOTICE,) if notice else ()
     async with _open_job(config, entrypoint, args, ignored) as job, background_tasks() as tg:
@@ -136,15 +136,15 @@ async def _after_preemption(config: LaunchConfig, exc: SignalException, noticed:
     notice), and requeue the Slurm job after the notice with ``--requeue``. Bounded
     (one small read, ``scontrol`` by its timeout); errors are logged, never raised."""
     if exc.sigval == signal.SIGTERM or noticed:
-        exc.persisted_step = await anyio.to_thread.run_sync(persisted_step, config.checkpoint_dir)
+        exc.persisted_step = await anyio.to_thread.run_sync(persisted_step, config.checkpoints.dir)
         if exc.persisted_step is not None:
             log.warning(
                 "preempted (%s): step %d is in %s; a fresh start resumes there",
                 NOTICE.name if noticed else exc.sigval.name,
                 exc.persisted_step,
-                config.checkpoint_dir,
+                config.checkpoints.dir,
             )
-    if noticed and config.requeue:
+    if noticed and config.checkpoints.requeue:
         await requeue(os.environ)
 
 

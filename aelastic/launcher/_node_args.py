@@ -150,7 +150,7 @@ def gate_for(config: LaunchConfig) -> NodeGate | None:
     exclusion = None
     # a straggler is excluded through the same path (its failures never exclude it
     # unless --exclude-node-after is set too)
-    if config.exclude_node_after > 0 or config.straggler_action == "exclude":
+    if config.exclude_node_after > 0 or config.stragglers.action == "exclude":
         settings = ExclusionSettings(
             config.exclude_node_after,
             config.exclude_node_window,

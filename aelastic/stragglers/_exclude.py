@@ -25,7 +25,7 @@ import json
 from collections.abc import Iterable
 
 from .._dataclass import dataclass
-from ._policy import StragglerSettings
+from ._settings import StragglerSettings
 
 __all__ = (
     "EXCLUDE_ATTEMPTS",

@@ -51,13 +51,13 @@ from ._policy import (
     RateWindow,
     SlowInterval,
     SlowTracker,
-    StragglerSettings,
     fastest_rate,
     node_verdicts,
     score_ranks,
     slow_intervals,
     straggler_cost,
 )
+from ._settings import StragglerSettings
 from ._signal import busy_seconds
 
 if TYPE_CHECKING:

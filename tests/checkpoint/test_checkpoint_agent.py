@@ -18,7 +18,13 @@ from aelastic.checkpoint import _layout as L
 from aelastic.checkpoint._agent import Checkpoints, open_checkpoints
 from aelastic.checkpoint._disk import write_step
 from aelastic.checkpoint._owner import claim, release_if_empty, sweep_abandoned
+from aelastic.checkpoint._settings import CheckpointSettings
 from aelastic.store import LocalStore
+
+
+def _no_peers(**values: Any) -> CheckpointSettings:
+    """Settings of one node alone: no peer copies (their listener is another test's)."""
+    return CheckpointSettings(peer_copies=0, **values)
 
 
 def commit(root: Path, step: int, rank: int, world: int, data: bytes = b"x" * 100) -> None:
@@ -97,7 +103,9 @@ def test_a_step_a_worker_took_over_while_copied_is_not_committed(
 async def test_periodic_copy_then_last_copy_and_memory_freed_on_exit(tmp_path: Path) -> None:
     disk, events = tmp_path / "disk", Events()
     with anyio.fail_after(20):
-        async with open_checkpoints("run/1", str(disk), 0.01, events) as cp:
+        async with open_checkpoints(
+            "run/1", _no_peers(dir=str(disk), persist_interval=0.01), events
+        ) as cp:
             memory = Path(cp.memory_dir)
             assert memory.parent == Path("/dev/shm") and "run_1" in memory.name
             cp.local_ranks = (0, 1)
@@ -126,7 +134,7 @@ async def test_unused_memory_is_freed_on_exit_without_a_worker_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     events = Events()
-    async with open_checkpoints("run/unused", None, 1.0, events) as cp:
+    async with open_checkpoints("run/unused", _no_peers(), events) as cp:
         memory = cp.memory_dir
         assert os.path.isdir(memory)  # noqa: ASYNC240 (a thread would defeat the patch below)
 

@@ -11,6 +11,7 @@ import anyio
 import pytest
 from agent._shared import LocalRendezvous  # tests/ is on sys.path
 
+from aelastic import CheckpointSettings
 from aelastic.agent import LocalElasticAgent, RunResult, WorkerSpec, WorkerState
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "ckpt_ddp.py")
@@ -33,9 +34,8 @@ async def run_job(
         max_restarts=max_restarts,
         shutdown_timeout=5.0,
     )
-    agent = LocalElasticAgent(
-        spec, checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir)
-    )
+    disk = None if checkpoint_dir is None else str(checkpoint_dir)
+    agent = LocalElasticAgent(spec, checkpoints=CheckpointSettings(dir=disk))
     with anyio.fail_after(100):
         result = await agent.run()
     lines = out.read_text().splitlines() if out.exists() else []

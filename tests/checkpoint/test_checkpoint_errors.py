@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from aelastic import LaunchConfig
+from aelastic import CheckpointSettings, ConfigError, LaunchConfig
 from aelastic.checkpoint import CheckpointError
 from aelastic.checkpoint._disk import check_writable
 from aelastic.launcher._args import UsageError, build_parser, parse_run_args
-from aelastic.launcher._exceptions import LaunchConfigError
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "bad_input.py")
 
@@ -51,26 +50,30 @@ def test_checkpoint_flags_reach_the_config_or_exit_2(tmp_path: Path) -> None:
     config = parse_run_args(
         ["--checkpoint-dir", str(disk), "--checkpoint-persist-interval", "30", "x.py"], {}
     ).config
-    assert (config.checkpoint_dir, config.checkpoint_persist_interval) == (str(disk), 30.0)
+    assert (config.checkpoints.dir, config.checkpoints.persist_interval) == (str(disk), 30.0)
     assert disk.is_dir()
-    assert parse_run_args(["x.py"], {}).config.checkpoint_persist_interval == 300.0
+    assert parse_run_args(["x.py"], {}).config.checkpoints == CheckpointSettings()
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match=r"^--checkpoint-dir .*not a writable directory"):
         parse_run_args(["--checkpoint-dir", str(tmp_path / "file" / "d"), "x.py"], {})
-    with pytest.raises(UsageError, match="--checkpoint-persist-interval 0: must be > 0"):
+    # the range is CheckpointSettings' (test_checkpoint_settings.py); the type is the flag's
+    with pytest.raises(UsageError, match="--checkpoint-persist-interval 0: need seconds > 0"):
         parse_run_args(["--checkpoint-persist-interval", "0", "x.py"], {})
+    with pytest.raises(UsageError, match="--checkpoint-persist-interval 'soon': expected a"):
+        parse_run_args(["--checkpoint-persist-interval", "soon", "x.py"], {})
 
 
 def test_checkpoint_peer_copies_flag_reaches_the_config_or_exit_2() -> None:
-    assert parse_run_args(["x.py"], {}).config.checkpoint_peer_copies == 1
+    assert parse_run_args(["x.py"], {}).config.checkpoints.peer_copies == 1
     parsed = parse_run_args(["--checkpoint-peer-copies", "0", "x.py"], {})
-    assert parsed.config.checkpoint_peer_copies == 0
-    with pytest.raises(UsageError, match="--checkpoint-peer-copies -1: must be >= 0"):
+    assert parsed.config.checkpoints.peer_copies == 0
+    # the range is CheckpointSettings' (one message for the flag and the API)
+    with pytest.raises(UsageError, match="--checkpoint-peer-copies -1: need a whole number >= 0"):
         parse_run_args(["--checkpoint-peer-copies", "-1", "x.py"], {})
     with pytest.raises(UsageError, match="--checkpoint-peer-copies 'two': expected an integer"):
         parse_run_args(["--checkpoint-peer-copies", "two", "x.py"], {})
-    with pytest.raises(LaunchConfigError, match="checkpoint_peer_copies=-2: need >= 0"):
-        LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1, checkpoint_peer_copies=-2)
+    with pytest.raises(ConfigError, match="--checkpoint-peer-copies -2: need a whole number >= 0"):
+        CheckpointSettings(peer_copies=-2)
 
 
 def test_the_old_checkpoint_replicas_flag_still_means_peer_copies() -> None:
@@ -83,7 +86,7 @@ def test_the_old_checkpoint_replicas_flag_still_means_peer_copies() -> None:
 
     for n in ("0", "3"):
         new = config(["--checkpoint-peer-copies", n], {})
-        assert new.checkpoint_peer_copies == int(n)
+        assert new.checkpoints.peer_copies == int(n)
         assert config(["--checkpoint-replicas", n], {}) == new
         assert config([], {"PET_CHECKPOINT_REPLICAS": n}) == new
         assert config([], {"PET_CHECKPOINT_PEER_COPIES": n}) == new
@@ -112,7 +115,7 @@ def test_script_options_that_look_like_launcher_options_stay_the_scripts() -> No
         {},
     )  # fmt: skip
     assert parsed.config.nproc_per_node == 2 and parsed.config.max_restarts == 1
-    assert parsed.config.checkpoint_dir is None and parsed.config.max_nodes == 1
+    assert parsed.config.checkpoints.dir is None and parsed.config.max_nodes == 1
     assert parsed.script == "train.py"
     script_args = ["--checkpoint", "c.bin", "--checkpoint-dir", "d", "--nnodes", "4"]
     assert parsed.args[-7:] == ["train.py", *script_args]
@@ -140,15 +143,15 @@ def test_job_secret_file_flag_reaches_the_config_or_exit_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("AELASTIC_JOB_SECRET_FILE", raising=False)
-    assert parse_run_args(["x.py"], {}).config.job_secret_file is None
+    assert parse_run_args(["x.py"], {}).config.checkpoints.job_secret_file is None
     secret = tmp_path / "secret"
     secret.write_text("abc\n")
     parsed = parse_run_args(["--job-secret-file", str(secret), "x.py"], {})
-    assert parsed.config.job_secret_file == str(secret)
+    assert parsed.config.checkpoints.job_secret_file == str(secret)
     from_pet = parse_run_args(["x.py"], {"PET_JOB_SECRET_FILE": str(secret)})
-    assert from_pet.config.job_secret_file == str(secret)
+    assert from_pet.config.checkpoints.job_secret_file == str(secret)
     monkeypatch.setenv("AELASTIC_JOB_SECRET_FILE", str(secret))
-    assert parse_run_args(["x.py"], {}).config.job_secret_file == str(secret)
+    assert parse_run_args(["x.py"], {}).config.checkpoints.job_secret_file == str(secret)
     monkeypatch.delenv("AELASTIC_JOB_SECRET_FILE")
     empty = tmp_path / "empty"
     empty.write_text("")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from aelastic import ConfigError, LaunchConfig
+from aelastic import ConfigError, LaunchConfig, StragglerSettings
+from aelastic.launcher._args import UsageError, build_parser, parse_run_args
 from aelastic.launcher._cli import main
 
 
@@ -36,19 +38,56 @@ def test_bad_straggler_flags_exit_2_with_one_line(
     assert lines[0].startswith("aelastic run: error: ") and needle in lines[0], lines[0]
 
 
-def test_the_api_checks_the_same() -> None:
-    with pytest.raises(ConfigError, match="strictly between 0 and 1"):
-        LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1, straggler_threshold=2.0)
+@pytest.mark.parametrize(
+    ("values", "flags"),
+    [
+        ({"threshold": 1.2}, ["--straggler-threshold", "1.2"]),
+        ({"window": 0.0}, ["--straggler-window", "0"]),
+        ({"min_duration": -1.0}, ["--straggler-min-duration", "-1"]),
+        ({"warmup": -5.0}, ["--straggler-warmup", "-5"]),
+        ({"action": "kill"}, ["--straggler-action", "kill"]),
+    ],
+)
+def test_the_api_and_the_flags_refuse_a_value_with_one_message(
+    values: dict[str, object], flags: list[str]
+) -> None:
+    """Both go through StragglerSettings' checks: the same words, whichever door."""
+    with pytest.raises(ConfigError) as api:
+        StragglerSettings(**values)  # type: ignore[arg-type]
+    with pytest.raises(UsageError) as cli:
+        parse_run_args([*flags, "x.py"], {})
+    assert str(cli.value) == str(api.value), (cli.value, api.value)
+
+
+def test_the_api_checks_what_meets_another_feature() -> None:
     with pytest.raises(ConfigError, match="--nnodes MIN:MAX to go on smaller"):
         LaunchConfig(
             min_nodes=1,
             max_nodes=1,
             nproc_per_node=1,
             rdzv_backend="static",
-            straggler_action="exclude",
+            stragglers=StragglerSettings(action="exclude"),
         )
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1)
-    assert (config.straggler_action, config.straggler_threshold) == ("report", 0.75)
+    with pytest.raises(ConfigError, match=r"stragglers=0\.8: need an aelastic\.StragglerSettings"):
+        LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1, stragglers=0.8)  # type: ignore[arg-type]
+
+
+def test_defaults_are_the_settings_objects_everywhere() -> None:
+    """The defaults are stated once, on StragglerSettings: the API's config, the parsed
+    flags and the help text all show that object's values (read from it, not copied)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(StragglerSettings)}
+    assert LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1).stragglers == (
+        StragglerSettings()
+    )
+    assert parse_run_args(["x.py"], {}).config.stragglers == StragglerSettings(**defaults)
+    helps = {a.option_strings[0]: a.help or "" for a in build_parser()._actions if a.option_strings}
+    for name, value in defaults.items():
+        shown = value if isinstance(value, str) else f"{value:g}"
+        flag = "--straggler-" + name.replace("_", "-")
+        assert helps[flag].endswith(f"(default: {shown})"), helps[flag]
+    # a changed value reaches the config as the settings object the watch is given
+    parsed = parse_run_args(["--straggler-threshold", "0.9", "x.py"], {})
+    assert parsed.config.stragglers == StragglerSettings(threshold=0.9)
 
 
 def test_status_table_shows_slow_ranks_and_slow_nodes() -> None:

@@ -11,7 +11,7 @@ from aelastic.stragglers._exclude import (
     parse_record,
     workload_ranks,
 )
-from aelastic.stragglers._policy import StragglerSettings
+from aelastic.stragglers._settings import StragglerSettings
 
 #: due 5 s after the onset; the backoff is 10 + 2 + 3 = 15 s
 SETTINGS = StragglerSettings(action="exclude", min_duration=2, timeout=3, warmup=10)

@@ -11,7 +11,7 @@ import pytest
 from aelastic.progress._reader import ProgressSnapshot
 from aelastic.store import LocalStore
 from aelastic.stragglers._exclude import EXCLUDE_ATTEMPTS, ExcludedFor, parse_record
-from aelastic.stragglers._policy import StragglerSettings
+from aelastic.stragglers._settings import StragglerSettings
 from aelastic.stragglers._watch import RECORD_KEY, StragglerWatch
 
 pytestmark = pytest.mark.anyio

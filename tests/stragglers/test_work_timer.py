@@ -14,7 +14,7 @@ import pytest
 from aelastic.progress._reader import ProgressSnapshot
 from aelastic.stragglers import time_work
 from aelastic.stragglers._hook import WorkTimer
-from aelastic.stragglers._policy import StragglerSettings
+from aelastic.stragglers._settings import StragglerSettings
 from aelastic.stragglers._watch import StragglerWatch
 
 from .test_watch import _Job
