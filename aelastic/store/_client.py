@@ -8,8 +8,8 @@ requests of tasks running in one event-loop iteration leave in one send, and
 responses are matched to requests in order, because both torch's server and
 ours answer requests of one connection in order (see ``_client_conn``).
 Requests of 64 concurrent tasks therefore share a handful of TCP segments. No
-background task: the waiting tasks take turns reading. Runs on asyncio,
-uvloop and trio.
+background task: on asyncio (and uvloop) a loop callback reads each connection,
+registered once; on trio the waiting tasks take turns reading (see ``_client_conn``).
 
 A server answers ``WAIT`` only once the keys exist, which would stall every
 later request on a pipelined connection. So calls that may block (``get``,
