@@ -44,12 +44,14 @@ if TYPE_CHECKING:  # the launch API loads on first use, so ``import aelastic`` s
     from .launcher._job import run_job as run_job
     from .launcher._launch import elastic_launch as elastic_launch
     from .launcher._launch import launch as launch
+    from .nodes._settings import BadNodeSettings as BadNodeSettings
     from .stragglers._settings import StragglerSettings as StragglerSettings
 
 __version__ = "0.1.0"
 
 __all__ = (
     "AelasticError",
+    "BadNodeSettings",
     "CheckpointSettings",
     "ConfigError",
     "Job",

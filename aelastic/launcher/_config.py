@@ -9,6 +9,7 @@ from typing import Any
 
 from .._dataclass import dataclass
 from ..checkpoint._settings import CheckpointSettings
+from ..nodes._settings import BadNodeSettings
 from ..stragglers._settings import StragglerSettings
 from ..workers._preload import parse_preload
 from ._exceptions import LaunchConfigError
@@ -37,12 +38,13 @@ class LaunchConfig:
     given); ``master_addr``/``master_port`` of the static backend come from
     ``rdzv_endpoint`` as in torch.
 
-    Node health (``node_health_checks``: shell commands, ``node_health_timeout``,
-    ``node_health_cooldown``, ``node_health_builtins``): checks run before the node
-    joins each round; see :mod:`aelastic.nodes`. ``exclude_node_after`` (0: off),
-    ``exclude_node_window``, ``exclude_node_cooldown`` and ``exclude_node_cooldown_max``:
-    a node whose workers failed that many rounds within the window stays out of the
-    next rounds for the cooldown (doubled on each repeat, capped).
+    Bad nodes: ``bad_nodes`` (:class:`aelastic.BadNodeSettings`: ``health_checks``, shell
+    commands run before the node joins each round, ``health_timeout``,
+    ``health_cooldown``, ``builtin_checks``; ``exclude_after`` (0: off),
+    ``exclude_window``, ``exclude_cooldown``, ``exclude_cooldown_max``: a node whose
+    workers failed that many rounds within the window stays out of the next rounds for
+    the cooldown, doubled on each repeat, capped); it replaces the flat ``node_health_*``
+    and ``exclude_node_*`` fields (docs/bad-nodes.md, "Names"). See :mod:`aelastic.nodes`.
 
     ``node_rank_order`` (``--node-rank-order``): ``"hostname"`` or ``"env:VAR"``; group
     ranks follow that topology key (the store's host first); dynamic backends only
@@ -142,16 +144,8 @@ class LaunchConfig:
     preload: tuple[str, ...] = ()
     preload_exclude: tuple[str, ...] = ()
     exit_grace: float | None = 60.0
-    # node health checks before each round: see aelastic.nodes
-    node_health_checks: list[str] | None = None
-    node_health_timeout: float = 30.0
-    node_health_cooldown: float = 30.0
-    node_health_builtins: bool = True
-    # exclusion after repeated failures (0: off): see aelastic.nodes
-    exclude_node_after: int = 0
-    exclude_node_window: float = 3600.0
-    exclude_node_cooldown: float = 300.0
-    exclude_node_cooldown_max: float = 3600.0
+    # health checks before each round and exclusion after repeated failures: aelastic.nodes
+    bad_nodes: BadNodeSettings = field(default_factory=BadNodeSettings)
     # group ranks by a topology key: see docs/bad-nodes.md, "Group ranks stay where they were"
     node_rank_order: str | None = None
     # slow nodes found while the job runs: see aelastic.stragglers (docs/stragglers.md)
@@ -220,6 +214,11 @@ class LaunchConfig:
             )
         except ValueError as exc:
             raise LaunchConfigError(str(exc)) from None
+        if not isinstance(self.bad_nodes, BadNodeSettings):
+            raise LaunchConfigError(
+                f"bad_nodes={self.bad_nodes!r}: need an aelastic.BadNodeSettings, "
+                "such as BadNodeSettings(health_checks=('nvidia-smi',))"
+            )
         self._check_rank_order()
         self._check_stragglers()
         self.rdzv_configs = dict(self.rdzv_configs)  # the caller's dict stays as it was

@@ -5,13 +5,18 @@ Kept here so the launcher's argument module only appends :data:`OPTIONS` to its
 table and passes :func:`config_fields` to ``LaunchConfig``; importing it loads
 neither anyio nor the agent (``aelastic run`` parses its flags before those). Every flag also reads
 ``PET_<NAME>`` like torchrun's own (``PET_NODE_HEALTH_CHECK``: one command,
-``PET_NODE_RANK_ORDER``).
+``PET_NODE_RANK_ORDER``). The health and exclusion flags' defaults and range checks are
+:class:`aelastic.nodes._settings.BadNodeSettings`'s (the Python API gets the same
+messages); this module reads the flags into one. ``--node-rank-order`` is the
+rendezvous's placement and stays a ``LaunchConfig`` field of its own.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .._exceptions import ConfigError
+from ..nodes._settings import BadNodeSettings
 from ._exceptions import UsageError
 from ._option_table import Option, OptionValues
 
@@ -20,6 +25,8 @@ if TYPE_CHECKING:
     from ._config import LaunchConfig
 
 __all__ = ("OPTIONS", "config_fields", "gate_for")
+
+_DEFAULT = BadNodeSettings()
 
 
 #: (flags, dest, kind, default, help), the launcher's option table format.
@@ -36,14 +43,14 @@ OPTIONS: tuple[Option, ...] = (
         ("--node-health-timeout",),
         "node_health_timeout",
         "str",
-        "30",
+        f"{_DEFAULT.health_timeout:g}",
         "seconds each health check may take (longer: unhealthy)",
     ),
     (
         ("--node-health-cooldown",),
         "node_health_cooldown",
         "str",
-        "30",
+        f"{_DEFAULT.health_cooldown:g}",
         "seconds an unhealthy node waits before checking again",
     ),
     (
@@ -57,7 +64,7 @@ OPTIONS: tuple[Option, ...] = (
         ("--exclude-node-after",),
         "exclude_node_after",
         "str",
-        "0",
+        str(_DEFAULT.exclude_after),
         "keep this node out of the next rounds after N failed rounds (or hangs) within "
         "--exclude-node-window; 0: never (exit 95 if the job ends while it is out)",
     ),
@@ -65,21 +72,21 @@ OPTIONS: tuple[Option, ...] = (
         ("--exclude-node-window",),
         "exclude_node_window",
         "str",
-        "3600",
+        f"{_DEFAULT.exclude_window:g}",
         "seconds within which --exclude-node-after failures count",
     ),
     (
         ("--exclude-node-cooldown",),
         "exclude_node_cooldown",
         "str",
-        "300",
+        f"{_DEFAULT.exclude_cooldown:g}",
         "seconds an excluded node stays out, doubled on each repeat",
     ),
     (
         ("--exclude-node-cooldown-max",),
         "exclude_node_cooldown_max",
         "str",
-        "3600",
+        f"{_DEFAULT.exclude_cooldown_max:g}",
         "the longest exclusion, in seconds",
     ),
     (
@@ -95,11 +102,12 @@ OPTIONS: tuple[Option, ...] = (
 
 
 def config_fields(v: OptionValues) -> dict[str, Any]:
-    """The ``LaunchConfig`` fields of these flags, checked.
+    """``{"bad_nodes": BadNodeSettings, "node_rank_order": ...}`` of these flags, checked.
 
     Raises:
-        UsageError: an empty command, a timeout or cooldown that is not > 0 seconds, or
-            a ``--node-rank-order`` that is neither ``hostname`` nor ``env:VAR``.
+        UsageError: a value that is not a number, one :class:`BadNodeSettings` refuses
+            (its message: an empty command, seconds not > 0, a negative count), or a
+            ``--node-rank-order`` that is neither ``hostname`` nor ``env:VAR``.
     """
     order = v.str_("node_rank_order")
     if order is not None:
@@ -110,28 +118,29 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     raw = v.str_("node_health_check")
-    commands = [raw] if isinstance(raw, str) else list(raw or [])
-    for command in commands:
-        if not command.strip():
-            raise UsageError(
-                f"{v.source('node_health_check')}: empty command; pass a shell command "
-                "whose exit status 0 means healthy"
-            )
-    timeout = v.float_("node_health_timeout", minimum=0.0, strict=True)
-    cooldown = v.float_("node_health_cooldown", minimum=0.0, strict=True)
-    exclude = {
-        name: v.float_(name, minimum=0.0, strict=True)
-        for name in ("exclude_node_window", "exclude_node_cooldown", "exclude_node_cooldown_max")
-    }
-    return {
-        "exclude_node_after": v.int_("exclude_node_after", minimum=0) or 0,
-        **{name: value for name, value in exclude.items() if value is not None},
-        "node_health_checks": commands,
-        "node_health_timeout": 30.0 if timeout is None else timeout,
-        "node_health_cooldown": 30.0 if cooldown is None else cooldown,
-        "node_health_builtins": not v.flag("no_builtin_health_checks"),
-        "node_rank_order": order,
-    }
+    seconds: dict[str, float] = {}
+    for field, dest in (
+        ("health_timeout", "node_health_timeout"),
+        ("health_cooldown", "node_health_cooldown"),
+        ("exclude_window", "exclude_node_window"),
+        ("exclude_cooldown", "exclude_node_cooldown"),
+        ("exclude_cooldown_max", "exclude_node_cooldown_max"),
+    ):
+        value = v.str_(dest)
+        try:
+            seconds[field] = float(value)
+        except (TypeError, ValueError):
+            raise UsageError(f"{v.source(dest)} {value!r}: expected a number of seconds") from None
+    try:
+        settings = BadNodeSettings(
+            health_checks=(raw,) if isinstance(raw, str) else tuple(raw or ()),
+            builtin_checks=not v.flag("no_builtin_health_checks"),
+            exclude_after=v.int_("exclude_node_after") or 0,
+            **seconds,
+        )
+    except ConfigError as exc:  # NodeHealthConfigError (its module loads the agent)
+        raise UsageError(str(exc)) from None
+    return {"bad_nodes": settings, "node_rank_order": order}
 
 
 def gate_for(config: LaunchConfig) -> NodeGate | None:
@@ -145,28 +154,21 @@ def gate_for(config: LaunchConfig) -> NodeGate | None:
     from ..nodes._checks import builtin_checks, command_check, entry_point_checks
     from ..nodes._exclusion import NodeExclusion
     from ..nodes._gate import NodeGate
-    from ..nodes._policy import ExclusionSettings
 
-    exclusion = None
+    bad_nodes, exclusion = config.bad_nodes, None
     # a straggler is excluded through the same path (its failures never exclude it
     # unless --exclude-node-after is set too)
-    if config.exclude_node_after > 0 or config.stragglers.action == "exclude":
-        settings = ExclusionSettings(
-            config.exclude_node_after,
-            config.exclude_node_window,
-            config.exclude_node_cooldown,
-            config.exclude_node_cooldown_max,
-        )
-        exclusion = NodeExclusion(settings)
-    checks = [command_check(c) for c in config.node_health_checks or ()]
+    if bad_nodes.exclude_after > 0 or config.stragglers.action == "exclude":
+        exclusion = NodeExclusion(bad_nodes.exclusion)
+    checks = [command_check(c) for c in bad_nodes.health_checks]
     checks += entry_point_checks()
-    if config.node_health_builtins:
+    if bad_nodes.builtin_checks:
         checks += builtin_checks(config.log_dir)
     if not checks and exclusion is None:
         return None
     return NodeGate(
         checks,
-        timeout=config.node_health_timeout,
-        cooldown=config.node_health_cooldown,
+        timeout=bad_nodes.health_timeout,
+        cooldown=bad_nodes.health_cooldown,
         exclusion=exclusion,
     )

@@ -24,11 +24,9 @@ from .._lazy import lazy_exports
 if TYPE_CHECKING:
     from ._hook import time_work as time_work
     from ._policy import SlowInterval as SlowInterval
-    from ._policy import slow_intervals as slow_intervals
 
 __all__ = (
     "SlowInterval",
-    "slow_intervals",
     "time_work",
 )
 

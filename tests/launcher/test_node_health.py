@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aelastic import LaunchConfig, open_job
+from aelastic import BadNodeSettings, LaunchConfig, open_job
 from aelastic.events import subscribe
 from aelastic.launcher._args import UsageError, parse_run_args
 from aelastic.nodes import NODE_UNHEALTHY_EXIT_CODE
@@ -69,8 +69,7 @@ async def test_readyz_and_status_name_the_failed_check() -> None:
         rdzv_endpoint="127.0.0.1:0",
         health_port=0,
         run_id="readyz-health",
-        node_health_checks=["echo no space >&2; exit 7"],
-        node_health_cooldown=60,
+        bad_nodes=BadNodeSettings(health_checks=("echo no space >&2; exit 7",), health_cooldown=60),
     )
     with anyio.fail_after(60):
         async with (
@@ -99,11 +98,13 @@ async def test_readyz_and_status_name_the_failed_check() -> None:
 def test_flags() -> None:
     argv = ["--node-health-check", "a", "--node-health-check", "b", "--node-health-timeout", "5"]
     config = parse_run_args([*argv, "--no-builtin-health-checks", "x.py"], {}).config
-    assert config.node_health_checks == ["a", "b"] and config.node_health_timeout == 5.0
-    assert config.node_health_builtins is False and config.node_health_cooldown == 30.0
+    bad_nodes = config.bad_nodes
+    assert bad_nodes.health_checks == ("a", "b") and bad_nodes.health_timeout == 5.0
+    assert bad_nodes.builtin_checks is False and bad_nodes.health_cooldown == 30.0
     with pytest.raises(UsageError, match="--node-health-check: empty command"):
         parse_run_args(["--node-health-check", " ", "x.py"], {})
-    with pytest.raises(UsageError, match="--node-health-cooldown 0: must be > 0 seconds"):
+    # the range is BadNodeSettings' (tests/nodes/test_bad_node_settings.py)
+    with pytest.raises(UsageError, match="--node-health-cooldown 0: need seconds > 0"):
         parse_run_args(["--node-health-cooldown", "0", "x.py"], {})
     env = {"PET_NODE_HEALTH_CHECK": "c"}
-    assert parse_run_args(["x.py"], env).config.node_health_checks == ["c"]
+    assert parse_run_args(["x.py"], env).config.bad_nodes.health_checks == ("c",)

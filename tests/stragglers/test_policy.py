@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from aelastic.stragglers import SlowInterval, slow_intervals
+from aelastic.stragglers import SlowInterval
 from aelastic.stragglers._exceptions import StragglerConfigError
 from aelastic.stragglers._policy import (
     NodeVerdict,
@@ -15,6 +15,7 @@ from aelastic.stragglers._policy import (
     StragglerSettings,
     node_verdicts,
     score_ranks,
+    slow_intervals,
 )
 
 #: global rank -> node: two nodes of two ranks
