@@ -4,20 +4,20 @@ Like the other flag groups: the parser appends :data:`OPTIONS` to its table (eac
 flag also reads ``PET_<NAME>``: ``PET_REPLICA_GROUPS``, ``PET_REPLICA_GROUP_ID``)
 and :func:`replica_groups` turns the values into a
 :class:`aelastic.replicas._settings.ReplicaGroups` (None without ``--replica-groups``).
-Importing it loads neither anyio nor the agent.
+Importing it loads neither anyio nor the agent. The flags' defaults are read from those
+settings classes (stated once, there).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from ..replicas._settings import LighthouseSettings, ReplicaGroups
 from ._exceptions import UsageError
 from ._option_table import Option, OptionValues
 
-if TYPE_CHECKING:
-    from ..replicas._settings import ReplicaGroups
-
 __all__ = ("OPTIONS", "replica_groups")
+
+_LIGHTHOUSE = LighthouseSettings()
+_SPARES = ReplicaGroups(1).spares  # the default: the count is what every instance needs
 
 OPTIONS: tuple[Option, ...] = (
     (
@@ -48,7 +48,7 @@ OPTIONS: tuple[Option, ...] = (
         ("--spare-replica-groups",),
         "spare_replica_groups",
         "str",
-        "0",
+        str(_SPARES),
         "times a group that spent its restart budget is replaced by a fresh one before "
         "it stays excluded",
     ),
@@ -56,14 +56,14 @@ OPTIONS: tuple[Option, ...] = (
         ("--lighthouse-join-timeout",),
         "lighthouse_join_timeout",
         "str",
-        "0.1",
+        f"{_LIGHTHOUSE.join_timeout:g}",
         "seconds a quorum waits for a replica that heartbeats but has not joined",
     ),
     (
         ("--lighthouse-heartbeat-timeout",),
         "lighthouse_heartbeat_timeout",
         "str",
-        "1.0",
+        f"{_LIGHTHOUSE.heartbeat_timeout:g}",
         "seconds without a heartbeat after which a replica no longer counts",
     ),
 )
@@ -93,7 +93,6 @@ def replica_groups(
             )
         return None
     from ..replicas._exceptions import ReplicaGroupConfigError
-    from ..replicas._settings import LighthouseSettings, ReplicaGroups
 
     if group_id is None and not standalone:
         raise UsageError(
@@ -116,10 +115,10 @@ def replica_groups(
             groups,
             group_id,
             lighthouse,
-            v.int_("spare_replica_groups", minimum=0) or 0,
+            v.int_("spare_replica_groups", minimum=0) or _SPARES,
             LighthouseSettings(
-                join_timeout=0.1 if join is None else join,
-                heartbeat_timeout=1.0 if heartbeat is None else heartbeat,
+                join_timeout=_LIGHTHOUSE.join_timeout if join is None else join,
+                heartbeat_timeout=_LIGHTHOUSE.heartbeat_timeout if heartbeat is None else heartbeat,
             ),
         )
     except ReplicaGroupConfigError as exc:
