@@ -256,7 +256,7 @@ class LaunchConfig:
             )
         if self.stragglers.action == "exclude" and self.rdzv_backend == "static":
             raise LaunchConfigError(
-                "straggler_action='exclude' (--straggler-action exclude): the static rendezvous "
+                "stragglers.action='exclude' (--straggler-action exclude): the static rendezvous "
                 "backend has a fixed membership, so no node can leave and none can take its "
                 "place; use --rdzv-backend c10d (or etcd) with a spare node (more agents than "
                 "--nnodes MAX) or --nnodes MIN:MAX to go on smaller, or --straggler-action report"
