@@ -14,6 +14,11 @@ as ``OMP_NUM_THREADS`` when it is imported.
 <aelastic.workers._warm_preload.record_imports>`) in ``<dir>/learned-<local
 rank>``, which the idle interpreters read every second. Nothing here blocks: the
 agent only builds and sends a message of a few kilobytes into a fresh socket.
+
+The plan's directory (``<temp dir>/aelastic-preload-<random>``) has an owner
+(:mod:`aelastic._owned_dirs`): the agent holds its lock while it lives, so the
+directory of an agent that was SIGKILLed is freed by the next agent on the node
+(:func:`sweep_preload_directories`); every other exit removes it (:meth:`PreloadPlan.close`).
 """
 
 from __future__ import annotations
@@ -25,11 +30,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from .._dataclass import dataclass
 from .._exceptions import ConfigError
 
-__all__ = ("AUTO", "PreloadPlan", "parse_preload", "script_imports")
+__all__ = ("AUTO", "PreloadPlan", "parse_preload", "script_imports", "sweep_preload_directories")
 
 #: ``--preload auto``: learn the modules from the job's workers.
 AUTO = "auto"
 PRELOAD_MAGIC = b"aelastic-preload-1"
+#: The name of every plan's directory, ``aelastic-preload-<random>``, in the temp dir.
+PRELOAD_DIR_PREFIX = "aelastic-preload-"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 #: Set by the agent per worker or per attempt (aelastic.agent._env.worker_env).
 _PER_WORKER = frozenset(
@@ -94,6 +101,22 @@ def script_imports(path: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def sweep_preload_directories() -> list[str]:
+    """Remove the preload directories in the temp dir whose agent died (SIGKILL, the
+    OOM killer); their paths. Blocking (a listing of the temp dir, a few system calls
+    per directory of ours): run it in a thread. Never raises. A live agent's directory,
+    and one made before directories had an owner, stay."""
+    import tempfile  # not at the top: the launcher imports parse_preload early
+
+    from .._owned_dirs import sweep_abandoned
+
+    try:
+        root = tempfile.gettempdir()
+    except OSError:  # no usable temp dir: nothing of ours can be there either
+        return []
+    return sweep_abandoned(root, PRELOAD_DIR_PREFIX)
+
+
 def _fields(items: Sequence[str]) -> list[bytes]:
     return [str(len(items)).encode(), *(os.fsencode(i) for i in items)]
 
@@ -113,8 +136,10 @@ class PreloadPlan:
     """What idle interpreters import, and in which world; see the module docstring.
 
     ``modules`` may contain :data:`AUTO`; ``exclude`` names modules (and their
-    submodules) never preloaded. Owns a temporary directory (learned modules,
-    failure reports): :meth:`close` removes it.
+    submodules) never preloaded. Owns a directory in the temp dir (learned modules,
+    failure reports), locked while it lives (see the module docstring): creating it
+    costs a few system calls and raises ``OSError`` when it cannot be made (nothing is
+    left then); :meth:`close` removes it.
     """
 
     def __init__(self, modules: Sequence[str], exclude: Sequence[str] = ()) -> None:
@@ -123,21 +148,30 @@ class PreloadPlan:
         self.exclude = tuple(exclude)
         import tempfile  # not at the top: the launcher imports parse_preload early
 
-        self.dir = tempfile.mkdtemp(prefix="aelastic-preload-")
+        from .._owned_dirs import claim, release
+
+        self.dir, self._lock = claim(tempfile.gettempdir(), PRELOAD_DIR_PREFIX)
         self._learn_dir = os.path.join(self.dir, "learned")
         self._report_dir = os.path.join(self.dir, "reported")
-        os.mkdir(self._learn_dir)
-        os.mkdir(self._report_dir)
+        try:
+            os.mkdir(self._learn_dir)
+            os.mkdir(self._report_dir)
+        except BaseException:
+            release(self.dir, self._lock)
+            raise
         self._world: _World | None = None
         self._volatile: set[str] = set(_PER_WORKER)
         #: The world is the agent's prediction, no hand-off observed yet.
         self.predicted = False
 
     def close(self) -> None:
-        """Remove the directory (blocking file I/O: call it off the event loop)."""
-        import shutil
+        """Remove the directory and drop its lock (blocking file I/O: call it off the
+        event loop). Idempotent, never raises."""
+        if self._lock >= 0:
+            from .._owned_dirs import release
 
-        shutil.rmtree(self.dir, ignore_errors=True)
+            lock, self._lock = self._lock, -1
+            release(self.dir, lock)
 
     def learn_path(self, local_rank: int) -> str:
         """Where the worker of ``local_rank`` records its imports ("" without ``auto``)."""

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 from .._dataclass import dataclass
 from ._dispositions import spawn_signals
 from ._pdeathsig import wrap_argv
-from ._preload import PreloadPlan
+from ._preload import PreloadPlan, sweep_preload_directories
 
 if TYPE_CHECKING:
     import anyio
@@ -602,15 +602,25 @@ async def open_warm_pool(
     them (per-worker variables aside): the preload then starts before the first
     hand-off, in every interpreter (prestarted ones included), and ``size`` more are
     started at once for the first restart (see :meth:`PreloadPlan.predict
-    <aelastic.workers._preload.PreloadPlan.predict>`).
+    <aelastic.workers._preload.PreloadPlan.predict>`). With ``preload``, the
+    preload directories of SIGKILLed agents are removed first (in a thread), and
+    this pool's is removed on leaving the block, after the interpreters (also by
+    cancellation: shielded, bounded by a thread waited for at most 5 s).
     """
     import anyio
 
     from ._background import background_tasks  # not at the top: prestart needs no anyio
 
-    plan = PreloadPlan(preload, preload_exclude) if preload else None
-    pool = WarmPool(prefix, size, replenish_delay, plan)
+    if preload:  # a listing of the temp dir: off the loop
+        import anyio.to_thread
+
+        freed = await anyio.to_thread.run_sync(sweep_preload_directories)
+        if freed:
+            log.warning("removed preload directories that killed agents left behind: %s", freed)
+    pool = WarmPool(prefix, size, replenish_delay)
     pool._wanted = anyio.Event()
+    # made last before the try: nothing that could raise lies between it and the finally
+    plan = pool.preload = PreloadPlan(preload, preload_exclude) if preload else None
     try:
         entry = None if predicted_worker is None else parse_python_argv(predicted_worker[0])
         if plan is not None and entry is not None and predicted_worker is not None:
@@ -634,9 +644,17 @@ async def open_warm_pool(
             tg.start_soon(pool._refill_forever)
             yield pool
     finally:
-        await pool.aclose()
-        if plan is not None:
-            import anyio.to_thread
+        try:
+            await pool.aclose()
+        finally:
+            if plan is not None:
+                await _close_plan(plan)
 
-            with anyio.CancelScope(shield=True):  # a few small files; off the loop
-                await anyio.to_thread.run_sync(plan.close)
+
+async def _close_plan(plan: PreloadPlan) -> None:
+    """Remove the plan's directory in a thread: shielded, and waited for at most
+    ``_KILL_TIMEOUT`` (a thread still at it then finishes on its own)."""
+    import anyio.to_thread
+
+    with anyio.CancelScope(shield=True), anyio.move_on_after(_KILL_TIMEOUT):
+        await anyio.to_thread.run_sync(plan.close, abandon_on_cancel=True)
