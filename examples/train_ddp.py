@@ -13,6 +13,13 @@ size), written by rank 0 to ``PATH.tmp`` and renamed over ``PATH`` (atomic), so 
 never leaves a torn checkpoint. No pickle: ``torch.load`` is not needed to read it.
 SGD without momentum keeps the optimizer stateless, so the parameters are the whole state.
 
+``--memory-checkpoint`` keeps the checkpoint in the agent's memory instead, with
+aelastic's own API (docs/checkpoints.md): every rank calls
+``aelastic.checkpoint.save({"model": state_dict}, step=...)`` every ``--checkpoint-every``
+steps, and on start ``aelastic.checkpoint.load()`` returns the newest step every rank
+completed (None on a first start), so a restarted group resumes without touching shared
+storage (add ``--checkpoint-dir`` to the launcher to also keep it on disk).
+
 ``--crash-at-step K`` makes rank 0 exit with status 1 just before step K, only on the
 first attempt (``TORCHELASTIC_RESTART_COUNT == 0``): the launcher restarts the group,
 the group resumes from the checkpoint and finishes.
@@ -83,6 +90,25 @@ def load_checkpoint(path: str, model: nn.Module) -> int:
     return int(header["step"])
 
 
+def save_memory_checkpoint(model: nn.Module, step: int) -> None:
+    """This rank's state into the agent's memory (``aelastic run`` only)."""
+    from aelastic import checkpoint
+
+    checkpoint.save({"model": model.state_dict()}, step=step)
+
+
+def load_memory_checkpoint(model: nn.Module) -> int:
+    """Load the newest step every rank saved into ``model``; the step (0 if none)."""
+    from aelastic import checkpoint
+
+    resumed = checkpoint.load()
+    if resumed is None:
+        return 0
+    step, state = resumed
+    model.load_state_dict(state["model"])
+    return step
+
+
 def checksum(model: nn.Module) -> str:
     return hashlib.sha256(param_bytes(model)).hexdigest()[:16]
 
@@ -92,20 +118,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--checkpoint", default="", help="checkpoint path (resume if present)")
+    parser.add_argument(
+        "--memory-checkpoint",
+        action="store_true",
+        help="checkpoint into the agent's memory (aelastic.checkpoint) instead of a file",
+    )
     parser.add_argument("--checkpoint-every", type=int, default=5)
     parser.add_argument("--crash-at-step", type=int, default=-1)
     opts = parser.parse_args(argv)
+    if opts.memory_checkpoint and opts.checkpoint:
+        parser.error("--memory-checkpoint and --checkpoint PATH: choose one of them")
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
     model = build_model()
-    start = load_checkpoint(opts.checkpoint, model) if opts.checkpoint else 0
+    if opts.memory_checkpoint:
+        start = load_memory_checkpoint(model)
+    else:
+        start = load_checkpoint(opts.checkpoint, model) if opts.checkpoint else 0
     if start >= opts.steps:
         if rank == 0:
+            where = "the memory checkpoint" if opts.memory_checkpoint else opts.checkpoint
             print(
-                f"{opts.checkpoint} already holds step {start} >= --steps {opts.steps}: "
+                f"{where} already holds step {start} >= --steps {opts.steps}: "
                 "this run already finished; delete the checkpoint or raise --steps to train",
                 flush=True,
             )
@@ -128,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
         loss.backward()
         optimizer.step()
         done = step + 1
-        if opts.checkpoint and done % opts.checkpoint_every == 0:
+        if opts.memory_checkpoint and done % opts.checkpoint_every == 0:
+            save_memory_checkpoint(model, done)  # every rank saves its own
+        elif opts.checkpoint and done % opts.checkpoint_every == 0:
             if rank == 0:
                 save_checkpoint(opts.checkpoint, model, done, world)
             dist.barrier()

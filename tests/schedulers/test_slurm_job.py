@@ -1,5 +1,7 @@
 """examples/train_ddp.py as a 2-node sbatch job on the real test cluster, with no
-rendezvous flag: the launcher takes everything from the Slurm step.
+rendezvous flag and aelastic's memory checkpoints (``--memory-checkpoint``: each rank
+saves into its agent's memory, and the crashed run resumes from there, no file): the
+launcher takes everything from the Slurm step.
 
 One worker per node: a world of 2 sums each gradient exactly, so a run resumed from its
 checkpoint ends bit for bit where an uninterrupted one does. With 4 ranks gloo's ring
@@ -20,7 +22,7 @@ from ._slurm_cluster import SlurmCluster
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train_ddp.py"
 PYTHON = sys.executable
-STEPS = ["--steps", "12", "--checkpoint-every", "4"]
+STEPS = ["--steps", "12", "--checkpoint-every", "4", "--memory-checkpoint"]
 
 
 def _checksums(text: str) -> list[str]:
@@ -43,8 +45,6 @@ def test_two_node_job_needs_no_rendezvous_flag_and_restarts_inside_it(
             "2",
             str(EXAMPLE),
             *STEPS,
-            "--checkpoint",
-            str(tmp_path / "alone.bin"),
         ],
         env=env,
         cwd=REPO,
@@ -60,9 +60,8 @@ def test_two_node_job_needs_no_rendezvous_flag_and_restarts_inside_it(
     script.write_text(
         "#!/bin/bash\n"
         "set -e\n"
-        f"{run} {EXAMPLE} {' '.join(STEPS)} --checkpoint {tmp_path / 'plain.bin'}\n"
-        f"{run} --max-restarts 1 {EXAMPLE} {' '.join(STEPS)} "
-        f"--checkpoint {tmp_path / 'crash.bin'} --crash-at-step 6\n"
+        f"{run} {EXAMPLE} {' '.join(STEPS)}\n"
+        f"{run} --max-restarts 1 {EXAMPLE} {' '.join(STEPS)} --crash-at-step 6\n"
     )
     out = tmp_path / "job.out"
     submitted = slurm.run(
@@ -72,7 +71,8 @@ def test_two_node_job_needs_no_rendezvous_flag_and_restarts_inside_it(
     job_id = submitted.stdout.strip().split(";")[0]
     text = out.read_text()
     assert _checksums(text) == [expected, expected], text[-4000:]
-    # the crash restarted inside the allocation, resumed at its checkpoint and finished
+    # the crash restarted inside the allocation, resumed at the newest step both ranks had
+    # saved into their agents' memory, and finished
     assert "crashing on purpose at step 6" in text
     assert "attempt=1 world_size=2 resuming_from_step=4" in text, text[-4000:]
     # each agent printed the chosen settings once; both steps kept to their own run id
