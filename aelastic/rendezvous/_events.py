@@ -13,7 +13,7 @@ import os
 import socket
 from typing import Any
 
-from .. import events  # looked up at each event: a test or a user may replace the recorder
+from .. import events
 from ..events._record import construct_and_record_rdzv_event
 
 __all__ = ("record",)

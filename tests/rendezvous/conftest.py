@@ -20,3 +20,20 @@ BACKENDS = [
 @pytest.fixture(params=BACKENDS)
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
     return request.param
+
+
+@pytest.fixture
+def rdzv_event_names(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the rendezvous events recorded during the test, in order.
+
+    The handlers record through ``aelastic.rendezvous._events``; replacing the recorder
+    there sees every transition without registering a handler on the process-wide
+    event bus that other tests share.
+    """
+    from aelastic.rendezvous import _events
+
+    names: list[str] = []
+    monkeypatch.setattr(
+        _events, "construct_and_record_rdzv_event", lambda **kw: names.append(str(kw["name"]))
+    )
+    return names

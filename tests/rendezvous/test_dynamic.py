@@ -309,15 +309,8 @@ async def test_cancelled_coordinator_hands_the_round_over() -> None:
         ]
 
 
-async def test_transitions_are_recorded_as_rdzv_events(monkeypatch: pytest.MonkeyPatch) -> None:
-    import aelastic.events
-
-    names: list[str] = []
-
-    def record(**kw: object) -> None:
-        names.append(str(kw["name"]))
-
-    monkeypatch.setattr(aelastic.events, "construct_and_record_rdzv_event", record)
+async def test_transitions_are_recorded_as_rdzv_events(rdzv_event_names: list[str]) -> None:
+    names = rdzv_event_names
     store = LocalStore()
     async with handlers(store, 2, 1, 2, last_call_timeout=0.05) as (a, b):
         with anyio.fail_after(5):

@@ -91,14 +91,9 @@ async def join_in_order(
 
 
 async def test_a_restarted_round_of_the_same_two_nodes_closes_at_once(
-    monkeypatch: pytest.MonkeyPatch,
+    rdzv_event_names: list[str],
 ) -> None:
-    import aelastic.events
-
-    names: list[str] = []
-    monkeypatch.setattr(
-        aelastic.events, "construct_and_record_rdzv_event", lambda **kw: names.append(kw["name"])
-    )
+    names = rdzv_event_names
     store = LocalStore()
     # a: a short last call, coordinates round 0; b: a last call longer than the test's
     # bound, coordinates round 1, which can only complete in time by closing at once.
@@ -114,14 +109,9 @@ async def test_a_restarted_round_of_the_same_two_nodes_closes_at_once(
 
 
 async def test_survivors_of_a_node_loss_wait_the_last_call(
-    monkeypatch: pytest.MonkeyPatch,
+    rdzv_event_names: list[str],
 ) -> None:
-    import aelastic.events
-
-    names: list[str] = []
-    monkeypatch.setattr(
-        aelastic.events, "construct_and_record_rdzv_event", lambda **kw: names.append(kw["name"])
-    )
+    names = rdzv_event_names
     store = LocalStore()
     async with make(store, 600.0) as a, make(store, 600.0) as b, make(store, 600.0) as c:
         with anyio.fail_after(30):
