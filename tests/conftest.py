@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
@@ -178,3 +180,28 @@ def _no_swallowed_loop_errors() -> Iterator[None]:
         logger.removeHandler(handler)
     if handler.messages:
         pytest.fail("the event loop swallowed an error:\n" + "\n".join(handler.messages))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_temp_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Point ``TMPDIR`` and :mod:`tempfile` at a directory of pytest's for the session.
+
+    What the code under test puts in the temp dir on purpose (the workers' default log
+    directories, ``aelastic_*``, kept for the user as torchrun keeps its own) lands in
+    pytest's base temp dir, which pytest prunes (it keeps the last few sessions'), not
+    in ``/tmp``; agents and workers started as subprocesses inherit ``TMPDIR``. The
+    path stays short (``/tmp/pytest-of-<user>/pytest-<n>/tmp0``): AF_UNIX socket paths
+    made under it (munged's, multiprocessing's) fit in their 107 bytes.
+    """
+    path = str(tmp_path_factory.mktemp("tmp"))
+    saved_env, saved_dir = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = path
+    tempfile.tempdir = path
+    try:
+        yield path
+    finally:
+        tempfile.tempdir = saved_dir
+        if saved_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved_env
