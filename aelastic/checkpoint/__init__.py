@@ -33,23 +33,25 @@ With ``torch.distributed.checkpoint`` (sharded states, resharding on load)::
     ...
     dcp.save(state_dict, storage_writer=checkpoint.MemoryWriter(step=step + 1))
 
-Importing this package imports neither torch nor anyio (the DCP ``MemoryWriter`` and
-``MemoryReader`` load on first use; the agent's side, ``_agent.open_checkpoints``, is
-private); :func:`save` and :func:`load` import torch when first called.
+Importing this package imports neither torch nor anyio, nor the worker's save path:
+every name but ``CheckpointError`` loads on first use (``LaunchConfig`` imports the
+package for its settings, and an agent never saves; the agent's side,
+``_agent.open_checkpoints``, is private); :func:`save` and :func:`load` import torch
+when first called.
 """
 
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
 from ._exceptions import CheckpointError as CheckpointError
-from ._timed import load as load
-from ._timed import save as save
-from ._worker import reserve as reserve
-from ._worker import wait as wait
 
 if TYPE_CHECKING:
     from ._dcp import MemoryReader as MemoryReader
     from ._dcp import MemoryWriter as MemoryWriter
+    from ._timed import load as load
+    from ._timed import save as save
+    from ._worker import reserve as reserve
+    from ._worker import wait as wait
 
 __all__ = (
     "CheckpointError",
