@@ -76,10 +76,10 @@ def test_a_requeued_job_resumes_at_the_step_it_reached(
 
         # the workers' own lines: both ranks saved step HELD_AT and stopped there
         _until("both ranks holding", lambda: text().count(f":HELD {HELD_AT} rank ") == 2, 240, why)
-        if notice:  # --signal=USR1@N's notice, to the agent (the batch step's own process:
-            # the script execs it). Slurm sends it to the workers too; a worker that dies of
-            # it races the agent's notice (docs/slurm.md), which this test must not depend on.
-            slurm.run("scancel", "--batch", "--signal=USR1", job_id)
+        if notice:  # --signal=USR1@N's notice, as Slurm sends it: to every process of the
+            # job (--full: the batch step too, which is the agent: the script execs it), the
+            # workers as well, which ignore it while the agent traps it (docs/slurm.md)
+            slurm.run("scancel", "--full", "--signal=USR1", job_id)
         else:
             slurm.run("scontrol", "requeue", job_id)
         # Slurm holds a requeued job while the old credential stays revoked (the cluster's
