@@ -220,18 +220,7 @@ class _Conn:
                 self._flush_scheduled = False
             if not self._wbuf or self.error is not None:
                 return
-        data = b"".join(self._wbuf) if len(self._wbuf) > 1 else self._wbuf[0]
-        self._wbuf = []
-        self._queued = 0
-        try:
-            n = self.sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            n = 0
-        except OSError as exc:
-            self._fail(StoreConnectionError(f"send failed: {exc}", endpoint=self.endpoint))
-            return
-        if n < len(data):
-            self._wbuf.insert(0, data[n:])
+        if self._send_queued():
             await self._drain()
 
     async def _drain(self) -> None:
@@ -381,10 +370,9 @@ class _Conn:
         if self.error is None and not self._draining:
             self._flush_now()
 
-    def _flush_now(self) -> None:
-        """Send what is queued; what the kernel does not take goes with the write callback."""
-        if not self._wbuf:
-            return
+    def _send_queued(self) -> bool:
+        """Send the queued requests in one ``send``; True when the kernel left some unsent
+        (kept at the head of the queue). A send error fails the connection (False)."""
         data = b"".join(self._wbuf) if len(self._wbuf) > 1 else self._wbuf[0]
         self._wbuf = []
         self._queued = 0
@@ -394,10 +382,16 @@ class _Conn:
             n = 0
         except OSError as exc:
             self._fail(StoreConnectionError(f"send failed: {exc}", endpoint=self.endpoint))
-            return
-        if n < len(data):
+            return False
+        if n == len(data):
+            return False
+        self._wbuf.insert(0, data[n:])
+        return True
+
+    def _flush_now(self) -> None:
+        """Send what is queued; what the kernel does not take goes with the write callback."""
+        if self._wbuf and self._send_queued():
             assert self._loop is not None
-            self._wbuf.insert(0, data[n:])
             self._draining = True
             self._loop.add_writer(self.sock.fileno(), self._on_writable)
 
