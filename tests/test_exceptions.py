@@ -9,22 +9,15 @@ import pkgutil
 import re
 
 import pytest
+from _public import public_modules
 
 import aelastic
 from aelastic import AelasticError, ConfigError
 
 
-def _public_modules() -> list[str]:
-    names = ["aelastic"]
-    for info in pkgutil.walk_packages(aelastic.__path__, "aelastic."):
-        if "._" not in info.name and info.name != "aelastic.__main__":
-            names.append(info.name)
-    return names
-
-
 def _public_errors() -> list[tuple[str, str, type[BaseException]]]:
     found = []
-    for module_name in _public_modules():
+    for module_name in public_modules():
         module = importlib.import_module(module_name)
         for name in module.__all__:
             value = getattr(module, name)

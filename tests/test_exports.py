@@ -16,10 +16,11 @@ Sources and pages are read as text; the packages are imported to read ``__all__`
 from __future__ import annotations
 
 import importlib
-import pkgutil
 import re
 from collections.abc import Iterator
 from pathlib import Path
+
+from _public import public_modules
 
 import aelastic
 
@@ -29,18 +30,10 @@ DOCS = [REPO / "README.md", REPO / "examples" / "README.md", *sorted((REPO / "do
 MOST_PUBLIC_NAMES = 120
 
 
-def _public_modules() -> list[str]:
-    names = ["aelastic"]
-    for info in pkgutil.walk_packages(aelastic.__path__, "aelastic."):
-        if "._" not in info.name and info.name != "aelastic.__main__":
-            names.append(info.name)
-    return names
-
-
 def _public_names() -> list[tuple[str, str]]:
     return [
         (module, name)
-        for module in _public_modules()
+        for module in public_modules()
         for name in importlib.import_module(module).__all__
     ]
 
@@ -60,7 +53,7 @@ def _named_in(text: str, modules: list[str]) -> Iterator[tuple[str, str]]:
 
 
 def _documented() -> set[tuple[str, str]]:
-    modules = _public_modules()
+    modules = public_modules()
     found: set[tuple[str, str]] = set()
     for doc in DOCS:
         found.update(_named_in(doc.read_text(encoding="utf-8"), modules))
@@ -93,7 +86,7 @@ def test_the_scan_sees_what_it_judges() -> None:
         "from aelastic.rendezvous import (\n    RendezvousHandler,\n    register,\n)\n"
         "`aelastic.events._dispatch.flush`"
     )
-    found = set(_named_in(text, _public_modules()))
+    found = set(_named_in(text, public_modules()))
     assert {
         ("aelastic.store", "Store"),
         ("aelastic.metrics", "prof"),
@@ -102,7 +95,7 @@ def test_the_scan_sees_what_it_judges() -> None:
         ("aelastic.rendezvous", "register"),
     } <= found
     assert ("aelastic.events", "flush") not in found
-    modules = _public_modules()
+    modules = public_modules()
     assert "aelastic" in modules and "aelastic.rendezvous.etcd" in modules
     assert not any("._" in m for m in modules)
     assert len(_public_names()) > 50

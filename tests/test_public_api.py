@@ -7,23 +7,12 @@ skipped; public modules must export exactly what they name.
 from __future__ import annotations
 
 import importlib
-import pkgutil
 
 import pytest
-
-import aelastic
-
-
-def _public_modules() -> list[str]:
-    names = ["aelastic"]
-    for info in pkgutil.walk_packages(aelastic.__path__, "aelastic."):
-        if "._" in info.name or info.name == "aelastic.__main__":
-            continue
-        names.append(info.name)
-    return names
+from _public import public_modules
 
 
-@pytest.mark.parametrize("name", _public_modules())
+@pytest.mark.parametrize("name", public_modules())
 def test_module_declares_its_surface(name: str) -> None:
     module = importlib.import_module(name)
     exported = getattr(module, "__all__", None)
