@@ -266,11 +266,17 @@ class Checkpoints:
 
     # -- disk -----------------------------------------------------------------------------
 
-    async def persist(self) -> None:
+    async def persist(self, *, last: bool = False) -> None:
         """Copy the newest step complete for this node's ranks to ``persist_dir`` (if newer
         than the last copied), in a worker thread. Errors are logged and reported as the
         ``aelastic.checkpoint.persist_failed`` event, never raised: training goes on.
-        Cancellation: waits for a copy in progress (bounded by its size) to finish."""
+        Cancellation: waits for a copy in progress (bounded by its size) to finish.
+
+        ``last`` (the copy on exit) of a node with peers writes the step before the
+        newest too, when memory still holds it whole: nodes stopped at once (a Slurm
+        requeue or preemption SIGTERMs every process of the job) can hold newest steps
+        one apart, and a shared ``persist_dir`` is whole only at a step every node wrote;
+        ranks kept in step by their collectives all hold one of their two newest steps."""
         if self.persist_dir is None or not self.local_ranks:
             return
         disk, ranks = self.persist_dir, list(self.local_ranks)
@@ -278,18 +284,23 @@ class Checkpoints:
             complete = await anyio.to_thread.run_sync(
                 lambda: L.complete_steps(L.scan(self.memory_dir), ranks)
             )
-            step = max(complete, default=None)
-            if step is None or (self.persisted_step is not None and step <= self.persisted_step):
-                return
-            started = time.monotonic()
-            try:
-                size = await anyio.to_thread.run_sync(
-                    write_step, self.memory_dir, disk, step, complete[step], ranks
-                )
-            except CheckpointError as exc:
-                log.error("%s", exc)
-                self._emit("aelastic.checkpoint.persist_failed", {"step": step, "error": str(exc)})
-                return
+            done = self.persisted_step
+            steps = sorted(s for s in complete if done is None or s > done)
+            others = bool(steps) and complete[steps[-1]] > len(ranks)  # other nodes' ranks
+            for step in steps[-2 if last and others else -1 :]:
+                await self._write(disk, step, complete[step], ranks)
+
+    async def _write(self, disk: str, step: int, world: int, ranks: list[int]) -> None:
+        """One step's copy to ``disk`` (see :meth:`persist`); failures are events."""
+        started = time.monotonic()
+        try:
+            size = await anyio.to_thread.run_sync(
+                write_step, self.memory_dir, disk, step, world, ranks
+            )
+        except CheckpointError as exc:
+            log.error("%s", exc)
+            self._emit("aelastic.checkpoint.persist_failed", {"step": step, "error": str(exc)})
+            return
         if size:
             self.persisted_step = step
             seconds = time.monotonic() - started
@@ -405,7 +416,7 @@ async def open_checkpoints(
             yield checkpoints
     finally:
         with anyio.CancelScope(shield=True):
-            await checkpoints.persist()
+            await checkpoints.persist(last=True)
             held = checkpoints.held_bytes()
             if not release_if_empty(memory_dir):
                 await anyio.to_thread.run_sync(shutil.rmtree, memory_dir, True)

@@ -217,3 +217,29 @@ async def test_a_peer_that_never_publishes_does_not_hold_the_round(
         env = await node.resume_env([0], store, 0, 2, changed.wait)
     assert env == {L.STEP_ENV: ""}
     assert sorted(L.scan(str(tmp_path))) == [4]  # kept for the next round to decide
+
+
+@pytest.mark.parametrize("first", ["behind", "ahead"])
+async def test_nodes_stopped_a_step_apart_leave_a_whole_step_on_disk(
+    tmp_path: Path, first: str
+) -> None:
+    # A Slurm requeue SIGTERMs every process at once: node "behind" (ranks 0, 1) last
+    # completed step 6, node "ahead" (ranks 2, 3) step 7. Each node's copy on exit must
+    # leave step 6 whole on the shared disk, the newest step every rank holds.
+    disk = tmp_path / "disk"
+    held = {"behind": ((0, 1), (5, 6)), "ahead": ((2, 3), (6, 7))}
+    order = [first, "ahead" if first == "behind" else "behind"]
+    with anyio.fail_after(20):
+        for node in order:
+            ranks, steps = held[node]
+            settings = _no_peers(dir=str(disk), persist_interval=3600)
+            async with open_checkpoints(f"run-{node}", settings, Events()) as cp:
+                cp.local_ranks = ranks
+                for step in steps:
+                    for rank in ranks:
+                        commit(Path(cp.memory_dir), step, rank, 4, f"{step}:{rank}".encode())
+    manifest = json.loads((disk / "manifest.json").read_text())
+    assert (manifest["step"], manifest["world_size"]) == (6, 4)
+    for rank in range(4):
+        assert (disk / manifest["files"][str(rank)]).read_bytes() == f"6:{rank}".encode()
+    assert L.complete_steps(L.scan(str(disk)), (), whole_world=True) == {6: 4}
