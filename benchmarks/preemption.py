@@ -290,7 +290,15 @@ def _slurm(repeats: int, every: int, keep: Path | None) -> None:
                 )
             finally:
                 if keep is not None and (root / "job.log").exists():
-                    shutil.copy(root / "job.log", keep / f"{len(done)}-{launcher}-{at}.log")
+                    copy = keep / f"{len(done)}-{launcher}-{at}.log"
+                    shutil.copy(root / "job.log", copy)
+                    files = sorted(
+                        str(f.relative_to(root))
+                        for f in root.rglob("*")
+                        if f.relative_to(root).parts[0].startswith("ckpt")
+                    )
+                    with open(copy, "a") as f:  # what the checkpoint directory held at the end
+                        f.write("".join(f"--- {name}\n" for name in files))
                 shutil.rmtree(root, ignore_errors=True)
             done.append(launcher)
             results[launcher].append((lost, seconds, slurm, up, eligible))
