@@ -92,7 +92,8 @@ def once(launcher: str, at: int, every: int, root: Path) -> tuple[int, float, in
     else:
         head = [sys.executable, "-m", "torch.distributed.run"]
     argv = [*head, "--standalone", "--nproc-per-node", "2", *_worker(launcher, every, root)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "LOGLEVEL": "ERROR"}
+    (root / "tmp").mkdir()  # the launchers' log folders, removed with root
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "LOGLEVEL": "ERROR", "TMPDIR": str(root / "tmp")}
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": env}
     first = subprocess.Popen(argv, **quiet)  # type: ignore[call-overload]
     _wait("step --at", lambda: any(s >= at for s, _ in _steps(progress)[1]), 300)
