@@ -26,7 +26,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,6 +103,16 @@ def _wait(
                 + cluster.log_tail()
             )
         time.sleep(0.1)
+
+
+def until(what: str, done: Callable[[], bool], seconds: float, why: Callable[[], str]) -> None:
+    """Poll ``done()`` (a job's output, a node's state) every 0.2 s for up to ``seconds``;
+    fail naming ``what`` with ``why()`` (the job's log) when it never holds."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {seconds} s\n{why()}")
+        time.sleep(0.2)
 
 
 def _write_conf(root: Path, munge_socket: Path, ctld_port: int, slurmd_port: int) -> Path:

@@ -19,13 +19,12 @@ import json
 import re
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ._slurm_cluster import SlurmCluster
+from ._slurm_cluster import SlurmCluster, until
 
 pytestmark = pytest.mark.timeout(300)  # a 3-node job and a 2-rank baseline, loaded machine
 
@@ -33,15 +32,6 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "checkpoint" / "scripts" / "ckpt_ddp.py"
 HELD_AT = 6
 JOB = ["--steps", "12", "--every", "2", "--print-world"]
-
-
-def _until(what: str, done: Callable[[], bool], seconds: float, why: Callable[[], str]) -> None:
-    """Poll ``done()`` (a file's content) up to ``seconds``; fail naming ``what`` with ``why()``."""
-    deadline = time.monotonic() + seconds
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {seconds} s\n{why()}")
-        time.sleep(0.2)
 
 
 def _states(slurm: SlurmCluster) -> dict[str, str]:
@@ -74,7 +64,7 @@ def taken(slurm: SlurmCluster) -> Iterator[_Taken]:
             capture_output=True,
             timeout=60,
         )
-    _until(
+    until(
         "all nodes idle again",
         lambda: all(_states(slurm).get(n) == "idle" for n in slurm.nodes),
         120,
@@ -126,7 +116,7 @@ def test_a_node_set_down_leaves_and_the_spare_takes_its_place(
         def ended() -> bool:
             return "srun exited" in text()
 
-        _until("both ranks holding", lambda: len(held.findall(text())) == 2 or ended(), 180, why)
+        until("both ranks holding", lambda: len(held.findall(text())) == 2 or ended(), 180, why)
         assert not ended(), f"the job ended before both ranks held step {HELD_AT}\n{why()}"
         node_of = dict(re.findall(r"^(\d+): node (\S+)$", text(), re.M))
         rank_of = dict(held.findall(text()))
@@ -137,14 +127,14 @@ def test_a_node_set_down_leaves_and_the_spare_takes_its_place(
         # the survivor holds the victim's rank of that step (its peer copy, made in the
         # background): without it the new round resumes from an older step
         copy = f"mem-{survivor}/*/step_{HELD_AT:012d}/rank_{rank_of[victim_task]}_of_2.pt"
-        _until("the peer copy", lambda: any(tmp_path.glob(copy)), 60, why)
+        until("the peer copy", lambda: any(tmp_path.glob(copy)), 60, why)
         taken.nodes.append(victim)
         slurm.run("scontrol", "update", f"nodename={victim}", "state=down", "reason=aelastic-test")
 
         def again() -> bool:  # a round that resumed before HELD_AT holds there again
             return len(held.findall(text())) > 2
 
-        _until("the job's end", lambda: ended() or again(), 180, why)
+        until("the job's end", lambda: ended() or again(), 180, why)
         assert not again(), f"the new round resumed before step {HELD_AT}\n{why()}"
         assert baseline.wait(timeout=240) == 0
     finally:

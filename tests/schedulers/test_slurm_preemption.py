@@ -7,27 +7,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from launcher.test_preemption import HELD_AT, _argv
 
-from ._slurm_cluster import SlurmCluster
+from ._slurm_cluster import SlurmCluster, until
 
 pytestmark = pytest.mark.timeout(600)  # two short jobs and a requeue on a loaded machine
 
 REPO = Path(__file__).parent.parent.parent
-
-
-def _until(what: str, done: Callable[[], bool], seconds: float, why: Callable[[], str]) -> None:
-    """Wait for ``done()`` (a file's content) up to ``seconds``; fail with ``why()``."""
-    deadline = time.monotonic() + seconds
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {seconds} s\n{why()}")
-        time.sleep(0.2)
 
 
 def _job(disk: Path, out: Path, *extra: str) -> list[str]:
@@ -75,7 +64,7 @@ def test_a_requeued_job_resumes_at_the_step_it_reached(
             return text() + slurm.log_tail()
 
         # the workers' own lines: both ranks saved step HELD_AT and stopped there
-        _until("both ranks holding", lambda: text().count(f":HELD {HELD_AT} rank ") == 2, 240, why)
+        until("both ranks holding", lambda: text().count(f":HELD {HELD_AT} rank ") == 2, 240, why)
         if notice:  # --signal=USR1@N's notice, as Slurm sends it: to every process of the
             # job (--full: the batch step too, which is the agent: the script execs it), the
             # workers as well, which ignore it while the agent traps it (docs/slurm.md)
@@ -85,7 +74,7 @@ def test_a_requeued_job_resumes_at_the_step_it_reached(
         # Slurm holds a requeued job while the old credential stays revoked (the cluster's
         # cred_expire, 20 s): lifting the hold sooner got the restart refused ("Job
         # credential revoked"), so the test waits for Slurm to start it
-        _until(
+        until(
             "the requeued job's end",
             lambda: out.exists() and out.read_text().strip() != "",
             300,
