@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -165,3 +168,30 @@ def local_spec(
     )
     options.update(kw)
     return WorkerSpec(**options)  # type: ignore[arg-type]
+
+
+def sigkill_agent(agent: subprocess.Popen[bytes], report: Path) -> list[str]:
+    """Wait (up to 60 s) for ``agent``'s worker to write ``report`` (whitespace-separated
+    fields, its pid last), then SIGKILL the agent, as a node that dies would, and the
+    worker if it outlives it; return the report's fields. Fails when the agent ends
+    first; never leaves either process running."""
+    worker = -1
+    try:
+        end = time.monotonic() + 60
+        while not report.exists():
+            assert agent.poll() is None, "the agent ended before its worker started"
+            assert time.monotonic() < end, "no worker started within 60 s"
+            time.sleep(0.05)
+        fields = report.read_text().split()
+        worker = int(fields[-1])
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(30)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait(30)
+        if worker > 0 and pid_alive(worker):
+            os.kill(worker, signal.SIGKILL)
+        if agent.stderr is not None:
+            agent.stderr.close()
+    return fields

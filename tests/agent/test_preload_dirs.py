@@ -10,10 +10,8 @@ pointing at this test's private directory: nothing outside it is looked at or re
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -21,7 +19,7 @@ import pytest
 
 from aelastic.workers._warm import open_warm_pool
 
-from .conftest import PYTHON, pid_alive
+from .conftest import PYTHON, sigkill_agent
 
 WORKER = """\
 import os, sys, threading
@@ -67,26 +65,9 @@ def test_a_killed_agents_preload_directory_is_freed_by_the_next_agent(tmp_path: 
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     killed = _agent(tmp, tmp_path, "hold", tmp_path / "first")
-    worker = -1
-    try:
-        end = time.monotonic() + 60
-        while not (tmp_path / "first").exists():
-            assert killed.poll() is None, "the agent ended before its worker started"
-            assert time.monotonic() < end, "no worker started within 60 s"
-            time.sleep(0.05)
-        worker = int((tmp_path / "first").read_text())
-        (left,) = _preload_dirs(tmp)  # the running agent's, with its owner file
-        assert (tmp / left / ".owner").is_file() and (tmp / left / "learned").is_dir()
-        killed.send_signal(signal.SIGKILL)
-        killed.wait(30)
-    finally:
-        if killed.poll() is None:
-            killed.kill()
-            killed.wait(30)
-        if worker > 0 and pid_alive(worker):
-            os.kill(worker, signal.SIGKILL)
-        assert killed.stderr is not None
-        killed.stderr.close()
+    sigkill_agent(killed, tmp_path / "first")
+    (left,) = _preload_dirs(tmp)  # the killed agent's, with its owner file
+    assert (tmp / left / ".owner").is_file() and (tmp / left / "learned").is_dir()
     assert _preload_dirs(tmp) == [left]  # SIGKILL: nothing cleaned up
     legacy = tmp / "aelastic-preload-made_without_an_owner"  # left alone: owner unknown
     legacy.mkdir()

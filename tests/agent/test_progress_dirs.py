@@ -7,13 +7,11 @@ Real agents (``python -m aelastic run``) in their own processes, over a private 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from .conftest import PYTHON, pid_alive
+from .conftest import PYTHON, sigkill_agent
 
 WORKER = """\
 import os, sys, threading
@@ -48,30 +46,10 @@ def _agent(root: Path, tmp_path: Path, mode: str, report: Path) -> subprocess.Po
     )
 
 
-def _wait_for(path: Path, proc: subprocess.Popen[bytes]) -> list[str]:
-    end = time.monotonic() + 60
-    while not path.exists():
-        assert proc.poll() is None, "the agent ended before its worker started"
-        assert time.monotonic() < end, "no worker started within 60 s"
-        time.sleep(0.05)
-    return path.read_text().split()
-
-
 def test_a_killed_agents_progress_directory_is_freed_at_the_next_start(tmp_path: Path) -> None:
     root = tmp_path / "shm"
     killed = _agent(root, tmp_path, "hold", tmp_path / "first")
-    worker = -1
-    try:
-        left, pid = _wait_for(tmp_path / "first", killed)
-        worker = int(pid)
-        killed.send_signal(signal.SIGKILL)
-        killed.wait(30)
-    finally:
-        if killed.poll() is None:
-            killed.kill()
-            killed.wait(30)
-        if worker > 0 and pid_alive(worker):
-            os.kill(worker, signal.SIGKILL)
+    left, _ = sigkill_agent(killed, tmp_path / "first")
     assert Path(left).is_dir() and Path(left).parent == root  # SIGKILL: nothing cleaned up
     legacy = root / "aelastic_progress_made_without_an_owner"  # left alone: owner unknown
     legacy.mkdir()
