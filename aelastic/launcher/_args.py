@@ -19,8 +19,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from .._dataclass import dataclass
 from .._ids import random_uuid4
-from ..workers._preload import parse_preload
-from . import _checkpoint_args, _node_args, _progress_args, _replica_args, _straggler_args
+from . import (
+    _checkpoint_args,
+    _node_args,
+    _preload_args,
+    _progress_args,
+    _replica_args,
+    _straggler_args,
+)
 from ._config import DEFAULT_SIGNALS, LaunchConfig
 from ._exceptions import LaunchConfigError
 from ._exceptions import UsageError as UsageError
@@ -294,21 +300,7 @@ _OPTIONS: tuple[Option, ...] = (
         "every worker gets LOCAL_RANK=0 and its own CUDA_VISIBLE_DEVICES",
     ),
     *_progress_args.OPTIONS,  # hang detection and restart policy (aelastic.progress)
-    (
-        ("--preload",),
-        "preload",
-        "str",
-        None,
-        "modules the idle worker interpreters import before a restart (comma-separated),"
-        " or auto: the modules the workers imported (Python script/-m workers only)",
-    ),
-    (
-        ("--preload-exclude", "--preload_exclude"),
-        "preload_exclude",
-        "str",
-        None,
-        "modules (and their submodules) never preloaded, comma-separated",
-    ),
+    *_preload_args.OPTIONS,  # what warm interpreters import before a restart
     *_checkpoint_args.OPTIONS,  # aelastic.checkpoint's disk copy
     *_node_args.OPTIONS,  # node health checks and exclusion (aelastic.nodes)
     *_replica_args.OPTIONS,  # torchft replica groups (aelastic.replicas)
@@ -705,11 +697,8 @@ def parse_run_args(
     health_port = _health_port(v, env)
     workers = _worker_fields(v, nproc, warnings)
     rdzv_conf = parse_rdzv_conf(v.str_("rdzv_conf"), v.source("rdzv_conf"))
-    preload, preload_exclude = _preload_fields(v, program, warnings)
     rdzv = _rendezvous_fields(v, slurm, rdzv_conf, master_port, max_nodes)
     replicas = _replica_args.replica_groups(v, standalone=rdzv.standalone, backend=rdzv.backend)
-    if replicas is not None and not v.given("preload") and not program.binary:
-        preload = ("auto",)  # a failed group's restart skips the imports: it rejoins sooner
     endpoint = _static_rank(v, rdzv, rdzv_conf, node_rank, warnings)
     set_env = _worker_env(env, nproc, warnings)
     entrypoint, args = _entrypoint(program, env, python, ns.training_script_args)
@@ -737,8 +726,12 @@ def parse_run_args(
             **_straggler_args.config_fields(v),
             health_port=health_port,
             health_host=v.str_("health_host"),
-            preload=preload,
-            preload_exclude=preload_exclude,
+            **_preload_args.config_fields(
+                v,
+                python=not program.binary,
+                replica_groups=replicas is not None,
+                warnings=warnings,
+            ),
         )
     except LaunchConfigError as exc:  # pragma: no cover - the checks above come first
         raise UsageError(str(exc)) from None
@@ -882,20 +875,6 @@ def _worker_fields(v: _Values, nproc: int, warnings: list[str]) -> dict[str, Any
             v.str_("signals_to_handle"), v.source("signals_to_handle")
         ),
     }
-
-
-def _preload_fields(
-    v: _Values, program: _Program, warnings: list[str]
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``--preload`` and ``--preload-exclude`` (a warning when nothing runs in Python)."""
-    try:
-        preload = parse_preload(v.str_("preload"), v.source("preload"))
-        preload_exclude = parse_preload(v.str_("preload_exclude"), v.source("preload_exclude"))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    if preload and program.binary:
-        warnings.append("--preload has no effect with --no-python: nothing runs in Python")
-    return preload, preload_exclude
 
 
 @dataclass(frozen=True)

@@ -161,11 +161,12 @@ def make_spec(
         duplicate_stderr_filters=config.duplicate_stderr_filters,
         virtual_local_rank=config.virtual_local_rank,
         **{name: getattr(config, name) for name in _PROGRESS_FIELDS},
+        preload=config.preload.modules,
+        preload_exclude=config.preload.exclude,
     )
 
 
-#: LaunchConfig fields passed to WorkerSpec as they are (hang detection, restart policy,
-#: preload).
+#: LaunchConfig fields passed to WorkerSpec as they are (hang detection, restart policy).
 _PROGRESS_FIELDS = (
     "initial_heartbeat_timeout",
     "heartbeat_timeout",
@@ -176,8 +177,6 @@ _PROGRESS_FIELDS = (
     "restart_backoff",
     "restart_backoff_max",
     "job_wide_restarts",
-    "preload",
-    "preload_exclude",
     "exit_grace",
 )
 

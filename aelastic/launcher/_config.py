@@ -11,7 +11,7 @@ from .._dataclass import dataclass
 from ..checkpoint._settings import CheckpointSettings
 from ..nodes._settings import BadNodeSettings
 from ..stragglers._settings import StragglerSettings
-from ..workers._preload import parse_preload
+from ..workers._settings import PreloadSettings
 from ._exceptions import LaunchConfigError
 
 __all__ = ("DEFAULT_SIGNALS", "LaunchConfig")
@@ -62,11 +62,14 @@ class LaunchConfig:
     ``heartbeat_timeout``, ``section_timeouts``, ``out_of_section_timeout``,
     ``learn_timeouts``, ``max_no_progress_restarts``, ``restart_backoff``,
     ``restart_backoff_max``, ``job_wide_restarts``) are
-    :class:`~aelastic.agent.WorkerSpec`'s fields of the same names, and so are
-    ``preload`` and ``preload_exclude`` (``--preload``: module names or ``"auto"``
-    that idle warm interpreters import before a restart; a comma-separated string
-    is accepted too), and ``exit_grace`` (``--exit-grace``: seconds a worker whose
-    script ended may take to exit before it is killed).
+    :class:`~aelastic.agent.WorkerSpec`'s fields of the same names, and so is
+    ``exit_grace`` (``--exit-grace``: seconds a worker whose script ended may take to
+    exit before it is killed).
+
+    ``preload`` (``PreloadSettings``: ``modules``, names or ``"auto"`` that idle warm
+    interpreters import before a restart, and ``exclude``) goes to WorkerSpec's
+    ``preload`` and ``preload_exclude``; it replaces the flat ``preload`` tuple and
+    ``preload_exclude`` field (docs/preload.md, "Names").
 
     ``env`` is added to each worker's environment (over a copy of this process's
     ``os.environ``, under torch's variables such as ``RANK``); ``cwd`` is the workers'
@@ -141,8 +144,8 @@ class LaunchConfig:
     cwd: str | None = None
     warm_workers: bool = True
 
-    preload: tuple[str, ...] = ()
-    preload_exclude: tuple[str, ...] = ()
+    # what warm interpreters import before a restart: see docs/preload.md
+    preload: PreloadSettings = field(default_factory=PreloadSettings)
     exit_grace: float | None = 60.0
     # health checks before each round and exclusion after repeated failures: aelastic.nodes
     bad_nodes: BadNodeSettings = field(default_factory=BadNodeSettings)
@@ -207,13 +210,11 @@ class LaunchConfig:
                 "(an existing one) or None for this process's"
             )
 
-        try:
-            self.preload = parse_preload(self.preload, "LaunchConfig.preload")
-            self.preload_exclude = parse_preload(
-                self.preload_exclude, "LaunchConfig.preload_exclude"
+        if not isinstance(self.preload, PreloadSettings):
+            raise LaunchConfigError(
+                f"preload={self.preload!r}: need a PreloadSettings (from "
+                "aelastic.workers._settings), such as PreloadSettings(modules=('torch',))"
             )
-        except ValueError as exc:
-            raise LaunchConfigError(str(exc)) from None
         if not isinstance(self.bad_nodes, BadNodeSettings):
             raise LaunchConfigError(
                 f"bad_nodes={self.bad_nodes!r}: need an aelastic.BadNodeSettings, "

@@ -81,7 +81,7 @@ def test_replica_group_flags_and_their_environment_variables() -> None:
     assert parsed.replica_groups is not None
     assert parsed.replica_groups.local_groups() == [0, 1, 2]
     assert parsed.replica_groups.lighthouse is None
-    assert parsed.config.preload == ("auto",)  # a restarted group skips its imports
+    assert parsed.config.preload.modules == ("auto",)  # a restarted group skips its imports
     env = {"PET_REPLICA_GROUPS": "4", "PET_REPLICA_GROUP_ID": "2", "PET_LIGHTHOUSE": "http://h:9"}
     flags = ["--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--nnodes", "2", "t.py"]
     groups = parse_run_args(flags, env).replica_groups
