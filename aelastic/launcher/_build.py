@@ -160,19 +160,15 @@ def make_spec(
         duplicate_stdout_filters=config.duplicate_stdout_filters,
         duplicate_stderr_filters=config.duplicate_stderr_filters,
         virtual_local_rank=config.virtual_local_rank,
+        **config.hangs.spec_fields(),
         **{name: getattr(config, name) for name in _PROGRESS_FIELDS},
         preload=config.preload.modules,
         preload_exclude=config.preload.exclude,
     )
 
 
-#: LaunchConfig fields passed to WorkerSpec as they are (hang detection, restart policy).
+#: LaunchConfig fields passed to WorkerSpec as they are (the restart policy).
 _PROGRESS_FIELDS = (
-    "initial_heartbeat_timeout",
-    "heartbeat_timeout",
-    "section_timeouts",
-    "out_of_section_timeout",
-    "learn_timeouts",
     "max_no_progress_restarts",
     "restart_backoff",
     "restart_backoff_max",

@@ -10,6 +10,7 @@ from typing import Any
 from .._dataclass import dataclass
 from ..checkpoint._settings import CheckpointSettings
 from ..nodes._settings import BadNodeSettings
+from ..progress._settings import HangSettings
 from ..stragglers._settings import StragglerSettings
 from ..workers._settings import PreloadSettings
 from ._exceptions import LaunchConfigError
@@ -58,13 +59,14 @@ class LaunchConfig:
     ``redirects`` and ``tee`` take what ``-r``/``-t`` take: ``0``-``3``, a string such as
     ``"3"`` or ``"0:1,1:2"``, an ``aelastic.workers.Std`` or a ``{local_rank: Std}`` map.
 
-    Hang detection and restart policy (``initial_heartbeat_timeout``,
-    ``heartbeat_timeout``, ``section_timeouts``, ``out_of_section_timeout``,
-    ``learn_timeouts``, ``max_no_progress_restarts``, ``restart_backoff``,
-    ``restart_backoff_max``, ``job_wide_restarts``) are
-    :class:`~aelastic.agent.WorkerSpec`'s fields of the same names, and so is
-    ``exit_grace`` (``--exit-grace``: seconds a worker whose script ended may take to
-    exit before it is killed).
+    Hang detection: ``hangs`` (``HangSettings``, from ``aelastic.progress._settings``:
+    ``initial_heartbeat_timeout``, ``heartbeat_timeout``, ``section_timeouts``,
+    ``out_of_section_timeout``, ``learn_timeouts``, each None: off), handed to
+    :class:`~aelastic.agent.WorkerSpec`'s fields of the same names; it replaces the five
+    flat fields (docs/hangs.md, "Names"). The restart policy (``max_no_progress_restarts``,
+    ``restart_backoff``, ``restart_backoff_max``, ``job_wide_restarts``) is WorkerSpec's
+    fields of the same names, and so is ``exit_grace`` (``--exit-grace``: seconds a worker
+    whose script ended may take to exit before it is killed).
 
     ``preload`` (``PreloadSettings``: ``modules``, names or ``"auto"`` that idle warm
     interpreters import before a restart, and ``exclude``) goes to WorkerSpec's
@@ -125,12 +127,9 @@ class LaunchConfig:
     redirects: Any = 0
     tee: Any = 0
     local_ranks_filter: set[int] | None = None
-    # hang detection and restart policy: see aelastic.agent.WorkerSpec
-    initial_heartbeat_timeout: float | None = None
-    heartbeat_timeout: float | None = None
-    section_timeouts: dict[str, float] | None = None
-    out_of_section_timeout: float | None = None
-    learn_timeouts: float | None = None
+    # hang detection (aelastic.progress): see docs/hangs.md
+    hangs: HangSettings = field(default_factory=HangSettings)
+    # restart policy: see aelastic.agent.WorkerSpec
     max_no_progress_restarts: int | None = None
     restart_backoff: float = 0.0
     restart_backoff_max: float = 300.0
@@ -214,6 +213,11 @@ class LaunchConfig:
             raise LaunchConfigError(
                 f"preload={self.preload!r}: need a PreloadSettings (from "
                 "aelastic.workers._settings), such as PreloadSettings(modules=('torch',))"
+            )
+        if not isinstance(self.hangs, HangSettings):
+            raise LaunchConfigError(
+                f"hangs={self.hangs!r}: need a HangSettings (from aelastic.progress._settings),"
+                " such as HangSettings(heartbeat_timeout=60)"
             )
         if not isinstance(self.bad_nodes, BadNodeSettings):
             raise LaunchConfigError(

@@ -13,11 +13,12 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 import anyio.to_thread
 
+from .._dataclass import dataclass
 from .._features import feature_modules
 
 if TYPE_CHECKING:
@@ -64,7 +65,23 @@ def job_modules(config: LaunchConfig) -> tuple[str, ...]:
         extra += ("aelastic.rendezvous.etcd",)
     if os.environ.get("KUBEFLOW_TRAINER_SERVER_URL"):  # a TrainJob's pod: progress is posted
         extra += ("aelastic.schedulers",)
-    return JOB_MODULES + extra + feature_modules(config, os.environ)
+    hangs = _HangFields(
+        **config.hangs.spec_fields(), max_no_progress_restarts=config.max_no_progress_restarts
+    )
+    return JOB_MODULES + extra + feature_modules(hangs, os.environ)
+
+
+@dataclass(frozen=True)
+class _HangFields:
+    """A config's hang detection as :func:`aelastic._features.feature_modules` reads it
+    (``LaunchConfig.hangs`` and the no-progress stop, flat as on ``WorkerSpec``)."""
+
+    initial_heartbeat_timeout: float | None
+    heartbeat_timeout: float | None
+    section_timeouts: Mapping[str, float] | None
+    out_of_section_timeout: float | None
+    learn_timeouts: float | None
+    max_no_progress_restarts: int | None
 
 
 def import_now(names: Iterable[str]) -> None:

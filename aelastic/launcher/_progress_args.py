@@ -2,15 +2,20 @@
 
 Kept apart so the launcher's argument module only appends :data:`OPTIONS` to its
 table and passes :func:`config_fields` to ``LaunchConfig``. Every flag also reads
-``PET_<NAME>`` like torchrun's own.
+``PET_<NAME>`` like torchrun's own. The hang flags' defaults (off) and range checks are
+:class:`aelastic.progress._settings.HangSettings`'s (the Python API gets the same
+messages); this module reads them into one, held as ``LaunchConfig.hangs``. The restart
+policy's flags (``--max-no-progress-restarts``, ``--restart-backoff*``, ``--exit-grace``,
+``--job-wide-restarts``) stay flat ``LaunchConfig`` fields.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..progress._exceptions import ProgressTimeoutError
-from ..progress._timeouts import parse_section_timeouts
+from ..progress._settings import HangSettings
 from ._exceptions import UsageError
 from ._option_table import Option, OptionValues
 
@@ -93,32 +98,58 @@ OPTIONS: tuple[Option, ...] = (
 
 
 def config_fields(v: OptionValues) -> dict[str, Any]:
-    """The ``LaunchConfig`` fields of these flags, checked.
+    """``{"hangs": HangSettings, ...}`` and the restart policy's fields of these flags, checked.
 
     Raises:
-        UsageError: a value is not a positive number of seconds, a count or a map.
+        UsageError: a value that is not a number or not ``name=seconds``, one
+            :class:`HangSettings` refuses (its message), or a restart-policy value out of
+            range.
     """
-
-    def seconds(dest: str) -> float | None:
-        return v.float_(dest, minimum=0.0, strict=True)
-
+    timeouts: dict[str, float | None] = {}
+    for dest in (
+        "initial_heartbeat_timeout",
+        "heartbeat_timeout",
+        "out_of_section_timeout",
+        "learn_timeouts",
+    ):
+        # only the number is read here; its range is HangSettings' check
+        timeouts[dest] = v.float_(dest, minimum=-math.inf)
     try:
-        sections = parse_section_timeouts(v.str_("section_timeouts"))
+        hangs = HangSettings(
+            section_timeouts=_sections(
+                v.str_("section_timeouts") or "", v.source("section_timeouts")
+            ),
+            **timeouts,
+        )
     except ProgressTimeoutError as exc:
-        raise UsageError(f"{v.source('section_timeouts')}: {exc}") from None
-    factor = v.float_("learn_timeouts", minimum=1.0, strict=True)
+        raise UsageError(str(exc)) from None
     backoff = v.float_("restart_backoff", minimum=0.0)
     backoff_max = v.float_("restart_backoff_max", minimum=0.0)
     exit_grace = v.float_("exit_grace", minimum=0.0)
     return {
-        "initial_heartbeat_timeout": seconds("initial_heartbeat_timeout"),
-        "heartbeat_timeout": seconds("heartbeat_timeout"),
-        "section_timeouts": sections or None,
-        "out_of_section_timeout": seconds("out_of_section_timeout"),
-        "learn_timeouts": factor,
+        "hangs": hangs,
         "max_no_progress_restarts": v.int_("max_no_progress_restarts", minimum=1),
         "restart_backoff": backoff if backoff is not None else 0.0,
         "restart_backoff_max": backoff_max if backoff_max is not None else 300.0,
         "job_wide_restarts": v.flag("job_wide_restarts"),
         "exit_grace": exit_grace if exit_grace is not None else 60.0,
     }
+
+
+def _sections(text: str, source: str) -> dict[str, float] | None:
+    """``"fwd=2,checkpoint=600"`` as ``{name: seconds}`` (None: none given); the seconds'
+    range is HangSettings' check, only the shape is read here."""
+    out: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        try:
+            seconds = float(value) if sep and name.strip() else math.nan
+        except ValueError:
+            seconds = math.nan
+        if math.isnan(seconds):
+            raise UsageError(
+                f"{source} {item}: need name=seconds with a name and seconds > 0, "
+                "such as checkpoint=600"
+            )
+        out[name.strip()] = seconds
+    return out or None

@@ -23,6 +23,7 @@ from launcher._nodes import free_port
 from aelastic import LaunchConfig, open_job
 from aelastic.goodput._categories import BADPUT, CATEGORIES
 from aelastic.jobview import summarize
+from aelastic.progress._settings import HangSettings
 
 HERE = Path(__file__).parent
 WORKER = str(HERE / "ddp_worker.py")
@@ -81,8 +82,8 @@ async def test_two_nodes_with_a_crash_a_hang_and_rollbacks(tmp_path: Path) -> No
         rdzv_backend="c10d",
         rdzv_endpoint=endpoint,
         run_id="goodput",
-        initial_heartbeat_timeout=300.0,  # torch's import is slow on a loaded machine
-        heartbeat_timeout=2.0,
+        # torch's import is slow on a loaded machine
+        hangs=HangSettings(initial_heartbeat_timeout=300.0, heartbeat_timeout=2.0),
         monitor_interval=0.1,
     )
     with anyio.fail_after(500):

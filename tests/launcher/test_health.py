@@ -20,6 +20,7 @@ import anyio.to_thread
 import pytest
 
 from aelastic import LaunchConfig, open_job
+from aelastic.progress._settings import HangSettings
 
 from ._nodes import WORKER, cluster, free_port
 from ._notify import workers_listener
@@ -263,7 +264,9 @@ async def test_connections_over_the_limit_are_closed_at_once() -> None:
 
 async def test_status_and_metrics_show_the_last_hang(tmp_path: Path) -> None:
     async with workers_listener() as w:
-        config = _config(log_dir=str(tmp_path), heartbeat_timeout=1.0, max_restarts=1)
+        config = _config(
+            log_dir=str(tmp_path), hangs=HangSettings(heartbeat_timeout=1.0), max_restarts=1
+        )
         with anyio.fail_after(60):
             async with open_job(config, *w.argv("--hang-first")) as job:
                 assert await job.wait() == {0: None, 1: None}
@@ -288,7 +291,7 @@ async def test_status_and_metrics_show_the_last_hang(tmp_path: Path) -> None:
 
 async def test_metrics_show_the_heartbeat_age_of_running_workers() -> None:
     async with workers_listener() as w:
-        config = _config(heartbeat_timeout=600.0)
+        config = _config(hangs=HangSettings(heartbeat_timeout=600.0))
         with anyio.fail_after(60):
             async with open_job(config, *w.argv("--hang-first")) as job:
                 assert job.health_address is not None
@@ -311,7 +314,9 @@ async def test_metrics_show_the_learned_heartbeat_timeout(tmp_path: Path) -> Non
     and is caught by the learned (x5) timeout, attempt 2 succeeds."""
     worker = str(Path(__file__).parent.parent / "agent" / "scripts" / "hang_worker.py")
     config = _config(
-        nproc_per_node=1, log_dir=str(tmp_path), heartbeat_timeout=30.0, learn_timeouts=5.0
+        nproc_per_node=1,
+        log_dir=str(tmp_path),
+        hangs=HangSettings(heartbeat_timeout=30.0, learn_timeouts=5.0),
     )
     with anyio.fail_after(60):
         async with open_job(config, sys.executable, "-u", worker, "learn", "0") as job:

@@ -16,6 +16,7 @@ from aelastic.events import RdzvEvent
 from aelastic.events._subscribe import run_id_of
 from aelastic.launcher import JobSignalError, JobStoppedError
 from aelastic.launcher._job import StateChange
+from aelastic.progress._settings import HangSettings
 from aelastic.rendezvous import RendezvousTimeoutError
 
 from ._jobs import alive as _alive
@@ -155,7 +156,9 @@ async def test_a_hung_worker_is_the_last_failure_once_it_is_stopped(tmp_path: Pa
     """The failure is the one the agent reports once it stopped the hung worker (its
     signal exit), never the exit codes of a moment when it still ran (none)."""
     async with workers_listener() as w:
-        config = _config(max_restarts=1, log_dir=str(tmp_path), heartbeat_timeout=1.0)
+        config = _config(
+            max_restarts=1, log_dir=str(tmp_path), hangs=HangSettings(heartbeat_timeout=1.0)
+        )
         with anyio.fail_after(60):
             async with open_job(config, *w.argv("--hang-first")) as job:
                 failure_at: dict[WorkerState, Any] = {}

@@ -14,6 +14,7 @@ import threading
 import anyio
 
 from aelastic import LaunchConfig, open_job
+from aelastic.progress._settings import HangSettings
 
 MAIN = threading.main_thread()
 on_loop: list[str] = []
@@ -36,7 +37,7 @@ async def main() -> None:
         run_id="imports",
         rdzv_backend="c10d",
         rdzv_endpoint="127.0.0.1:0",
-        heartbeat_timeout=60.0 if sys.argv[2:] == ["hang"] else None,
+        hangs=HangSettings(heartbeat_timeout=60.0 if sys.argv[2:] == ["hang"] else None),
     )
     sys.meta_path.insert(0, _Recorder())
     async with open_job(config, "/bin/true") as job:

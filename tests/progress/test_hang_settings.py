@@ -1,0 +1,83 @@
+"""HangSettings: one place for the defaults and the checks of the hang-detection flags."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from aelastic import ConfigError, LaunchConfig
+from aelastic.launcher._args import UsageError, parse_run_args
+from aelastic.launcher._build import make_spec
+from aelastic.progress._settings import HangSettings
+from aelastic.rendezvous import RendezvousParameters, get_rendezvous_handler
+
+
+@pytest.mark.parametrize(
+    ("values", "flags"),
+    [
+        ({"heartbeat_timeout": 0}, ["--heartbeat-timeout", "0"]),
+        ({"initial_heartbeat_timeout": -2.5}, ["--initial-heartbeat-timeout", "-2.5"]),
+        ({"out_of_section_timeout": float("inf")}, ["--out-of-section-timeout", "inf"]),
+        ({"learn_timeouts": 1}, ["--learn-timeouts", "1"]),
+        ({"section_timeouts": {"allreduce": 0}}, ["--section-timeouts", "allreduce=0"]),
+    ],
+)
+def test_the_api_and_the_flags_refuse_a_value_with_one_message(
+    values: dict[str, object], flags: list[str]
+) -> None:
+    """Both go through HangSettings' checks: the same words, whichever door (the API once
+    took ``heartbeat_timeout=0`` and ``learn_timeouts=1``, which the command line refused)."""
+    with pytest.raises(ConfigError) as api:
+        HangSettings(**values)  # type: ignore[arg-type]
+    with pytest.raises(UsageError) as cli:
+        parse_run_args([*flags, "x.py"], {})
+    assert str(cli.value) == str(api.value), (cli.value, api.value)
+    assert str(api.value).startswith(f"{flags[0]} "), api.value  # it names the flag
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"heartbeat_timeout": "60"},
+        {"heartbeat_timeout": True},
+        {"section_timeouts": {"": 5.0}},
+        {"section_timeouts": [("fwd", 2.0)]},
+        {"learn_timeouts": float("nan")},
+    ],
+)
+def test_values_of_the_wrong_kind_are_refused_when_made(values: dict[str, object]) -> None:
+    with pytest.raises(ConfigError, match="need "):
+        HangSettings(**values)  # type: ignore[arg-type]
+
+
+def test_a_section_that_is_not_name_equals_seconds_is_one_line() -> None:
+    with pytest.raises(UsageError, match=r"--section-timeouts allreduce: need name=seconds"):
+        parse_run_args(["--section-timeouts", "allreduce", "x.py"], {})
+
+
+def test_the_flags_fill_one_object_and_the_spec_gets_its_fields() -> None:
+    argv = ["--heartbeat-timeout", "60", "--section-timeouts", " fwd=2, checkpoint=600 ,"]
+    argv += ["--learn-timeouts", "5", "x.py"]
+    hangs = parse_run_args(argv, {}).config.hangs
+    assert hangs == HangSettings(
+        heartbeat_timeout=60.0,
+        section_timeouts={"fwd": 2.0, "checkpoint": 600.0},
+        learn_timeouts=5.0,
+    )
+    assert parse_run_args(["x.py"], {}).config.hangs == HangSettings()
+    assert not HangSettings().enabled and hangs.enabled
+
+    sections = {"allreduce": 1.8}
+    settings = HangSettings(initial_heartbeat_timeout=60, section_timeouts=sections)
+    sections["allreduce"] = 99.0  # the caller's dict is not the settings'
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1, hangs=settings)
+    assert config.hangs is settings
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.heartbeat_timeout = 1.0  # type: ignore[misc]
+    params = RendezvousParameters("c10d", "127.0.0.1:0", "r", 1, 1, local_addr="127.0.0.1")
+    spec = make_spec(config, get_rendezvous_handler(params), "/bin/true", ())
+    got = [getattr(spec, name) for name in ("initial_heartbeat_timeout", "heartbeat_timeout")]
+    assert got == [60, None] and spec.section_timeouts == {"allreduce": 1.8}
+    with pytest.raises(ConfigError, match=r"hangs=.*: need a HangSettings"):
+        LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1, hangs={"heartbeat_timeout": 1})  # type: ignore[arg-type]
