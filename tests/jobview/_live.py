@@ -15,6 +15,7 @@ import anyio
 from launcher._notify import Workers, workers_listener
 
 from aelastic import Job, LaunchConfig, open_job
+from aelastic.progress._settings import HangSettings
 from aelastic.store import Store
 
 STEP_WORKER = str(Path(__file__).parent / "step_worker.py")
@@ -33,7 +34,8 @@ async def two_nodes(tmp: Path, **config: Any) -> AsyncIterator[tuple[Workers, li
         "max_nodes": 2,
         "nproc_per_node": 1,
         "max_restarts": 1,
-        "heartbeat_timeout": 120.0,  # progress files on (the step of each worker)
+        # progress files on (the step of each worker)
+        "hangs": HangSettings(heartbeat_timeout=120.0),
         "monitor_interval": 0.1,
         **config,
     }
