@@ -253,13 +253,19 @@ print(json.dumps({
 
 
 @contextmanager
-def _signal_state(ignore: Sequence[int], block: Sequence[int]) -> Iterator[None]:
-    """This process ignores ``ignore`` and this thread blocks ``block`` inside the block."""
-    saved = {sig: signal.getsignal(sig) for sig in ignore}
+def _signal_state(
+    ignore: Sequence[int], block: Sequence[int], default: Sequence[int] = ()
+) -> Iterator[None]:
+    """This process ignores ``ignore`` and leaves ``default`` at ``SIG_DFL`` (whatever the
+    suite inherited: ``nohup`` ignores SIGHUP), and this thread blocks ``block``, inside
+    the block."""
+    saved = {sig: signal.getsignal(sig) for sig in (*ignore, *default)}
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, block)
     try:
         for sig in ignore:
             signal.signal(sig, signal.SIG_IGN)
+        for sig in default:
+            signal.signal(sig, signal.SIG_DFL)
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -277,8 +283,9 @@ async def test_signal_state_is_a_fresh_spawns_not_the_prestarted_ones(tmp_path: 
         pool_cm = open_warm_pool(entry.prefix, 1)
         pool = await pool_cm.__aenter__()
     try:
-        # Now the agent ignores SIGUSR1 and blocks SIGWINCH: a fresh spawn inherits that.
-        with _signal_state([signal.SIGUSR1], [signal.SIGWINCH]):
+        # Now the agent ignores SIGUSR1, blocks SIGWINCH and leaves SIGHUP at its default:
+        # a fresh spawn inherits that.
+        with _signal_state([signal.SIGUSR1], [signal.SIGWINCH], [signal.SIGHUP]):
             results = []
             for tag, use in (("fresh", None), ("warm", pool)):
                 code, warm = await _run(_spec([PY, "-u", script], tmp_path, tag), use)
