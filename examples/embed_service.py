@@ -23,6 +23,7 @@ import anyio
 import anyio.to_thread
 
 import aelastic
+from aelastic.health._settings import HealthSettings
 
 
 def worker(seconds: float) -> int:
@@ -43,7 +44,7 @@ def config() -> aelastic.LaunchConfig:
         rdzv_backend="c10d",
         rdzv_endpoint="127.0.0.1:0",
         max_restarts=0,
-        health_port=0,  # any free port on 127.0.0.1
+        health=HealthSettings(port=0),  # any free port on 127.0.0.1
     )
 
 

@@ -1,4 +1,4 @@
-"""The job's health and status endpoint (``--health-port``, ``LaunchConfig.health_port``).
+"""The job's health and status endpoint (``--health-port``, ``LaunchConfig.health``).
 
 ``GET /healthz``, ``/readyz``, ``/status`` (JSON) and ``/metrics`` (Prometheus text),
 served on an anyio listener (asyncio, uvloop, trio) with h11 parsing HTTP. Loopback

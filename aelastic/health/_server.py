@@ -158,7 +158,7 @@ async def serve_routes(
         raise HealthPortError(
             exc.errno,
             f"health endpoint: cannot listen on {host}:{port}: {exc.strerror or exc}; choose "
-            "another health_port (--health-port), or 0 for any free port",
+            "another port (--health-port, HealthSettings.port), or 0 for any free port",
         ) from None
     limiter = anyio.CapacityLimiter(max_connections)
     async with listener:

@@ -21,6 +21,7 @@ from .._dataclass import dataclass
 from .._ids import random_uuid4
 from . import (
     _checkpoint_args,
+    _health_args,
     _node_args,
     _preload_args,
     _progress_args,
@@ -47,7 +48,6 @@ __all__ = (
 
 PROG = "python -m aelastic run"
 _EXIT_BARRIER_ENV = "TORCH_ELASTIC_EXIT_BARRIER_TIMEOUT"
-_HEALTH_ENV = "TORCHELASTIC_HEALTH_CHECK_PORT"
 _STANDALONE_ENDPOINT = "localhost:0"
 
 
@@ -305,21 +305,7 @@ _OPTIONS: tuple[Option, ...] = (
     *_node_args.OPTIONS,  # node health checks and exclusion (aelastic.nodes)
     *_replica_args.OPTIONS,  # torchft replica groups (aelastic.replicas)
     *_straggler_args.OPTIONS,  # slow nodes found while the job runs (aelastic.stragglers)
-    (
-        ("--health-port", "--health_port"),
-        "health_port",
-        "str",
-        None,
-        "serve /healthz /readyz /status /metrics on this port (0: any free port; "
-        "else $TORCHELASTIC_HEALTH_CHECK_PORT; unset: no endpoint)",
-    ),
-    (
-        ("--health-host", "--health_host"),
-        "health_host",
-        "str",
-        "127.0.0.1",
-        "address the health endpoint listens on",
-    ),
+    *_health_args.OPTIONS,  # the health and status endpoint (the job view's /status)
 )
 
 # Options without a PET_ variable (as in torchrun).
@@ -443,21 +429,6 @@ class _Values:
             bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
             raise UsageError(f"{self.source(dest)} {raw}: must be {bound} seconds")
         return value
-
-
-def _health_port(v: _Values, env: Mapping[str, str]) -> int | None:
-    """``--health-port``, else ``TORCHELASTIC_HEALTH_CHECK_PORT`` (torchrun's variable)."""
-    port = v.int_("health_port", minimum=0)
-    source = v.source("health_port")
-    if port is None and env.get(_HEALTH_ENV):
-        raw, source = env[_HEALTH_ENV], _HEALTH_ENV
-        try:
-            port = int(raw)
-        except ValueError:
-            raise UsageError(f"{_HEALTH_ENV}={raw!r}: expected a TCP port number") from None
-    if port is not None and not 0 <= port <= 65535:
-        raise UsageError(f"{source} {port}: a TCP port is 0-65535")
-    return port
 
 
 def parse_nnodes(value: str, source: str = "--nnodes") -> tuple[int, int]:
@@ -694,7 +665,6 @@ def parse_run_args(
     restarts = _restart_fields(v)
     node_rank, master_port = _node_rank_and_master_port(v)
     timeouts = _timeout_fields(v, env)
-    health_port = _health_port(v, env)
     workers = _worker_fields(v, nproc, warnings)
     rdzv_conf = parse_rdzv_conf(v.str_("rdzv_conf"), v.source("rdzv_conf"))
     rdzv = _rendezvous_fields(v, slurm, rdzv_conf, master_port, max_nodes)
@@ -724,8 +694,7 @@ def parse_run_args(
             **_checkpoint_args.config_fields(v),
             **_node_args.config_fields(v),
             **_straggler_args.config_fields(v),
-            health_port=health_port,
-            health_host=v.str_("health_host"),
+            **_health_args.config_fields(v, env),
             **_preload_args.config_fields(
                 v,
                 python=not program.binary,

@@ -9,6 +9,7 @@ from typing import Any
 
 from .._dataclass import dataclass
 from ..checkpoint._settings import CheckpointSettings
+from ..health._settings import HealthSettings
 from ..nodes._settings import BadNodeSettings
 from ..progress._settings import HangSettings
 from ..stragglers._settings import StragglerSettings
@@ -34,9 +35,11 @@ class LaunchConfig:
     the ``run`` command passes torchrun's own defaults). aelastic adds
     ``exit_barrier_timeout``, ``log_dir``, ``redirects``, ``tee`` and
     ``local_ranks_filter``, which torch keeps in ``logs_specs`` and environment
-    variables, and ``health_port``/``health_host``: where the job's health and status
-    endpoint listens (None: none; 0: a free port; loopback unless another address is
-    given); ``master_addr``/``master_port`` of the static backend come from
+    variables, and ``health`` (``HealthSettings``, from ``aelastic.health._settings``:
+    ``port``, None: no endpoint, 0: a free port; ``host``, loopback unless another
+    address is given): where the job's health and status endpoint (the job view's
+    ``/status``) listens; it replaces the flat ``health_port`` and ``health_host``
+    (docs/embedding.md, "Names"); ``master_addr``/``master_port`` of the static backend come from
     ``rdzv_endpoint`` as in torch.
 
     Bad nodes: ``bad_nodes`` (:class:`aelastic.BadNodeSettings`: ``health_checks``, shell
@@ -136,8 +139,8 @@ class LaunchConfig:
     job_wide_restarts: bool = False
     # aelastic.checkpoint: the flags of --checkpoint-dir's group, checked when made
     checkpoints: CheckpointSettings = field(default_factory=CheckpointSettings)
-    health_port: int | None = None
-    health_host: str = "127.0.0.1"
+    # the health and status endpoint (the job view's /status): see docs/embedding.md
+    health: HealthSettings = field(default_factory=HealthSettings)
     # the workers' environment, working directory and interpreters (a service's jobs)
     env: dict[str, str] | None = None
     cwd: str | None = None
@@ -184,14 +187,10 @@ class LaunchConfig:
             raise LaunchConfigError(
                 f"exit_barrier_timeout={self.exit_barrier_timeout}: need >= 0 seconds"
             )
-        if self.health_port is not None and (
-            isinstance(self.health_port, bool)
-            or not isinstance(self.health_port, int)
-            or not 0 <= self.health_port < 65536
-        ):
+        if not isinstance(self.health, HealthSettings):
             raise LaunchConfigError(
-                f"health_port={self.health_port!r}: need a port in 0..65535 (0: any free port)"
-                " or None for no health endpoint"
+                f"health={self.health!r}: need a HealthSettings (from aelastic.health._settings),"
+                " such as HealthSettings(port=0)"
             )
         if self.env is not None:
             if not isinstance(self.env, Mapping) or not all(

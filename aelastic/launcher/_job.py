@@ -242,7 +242,7 @@ async def open_job(
     """Start this node's part of a job and yield a :class:`Job` handle on it.
 
     ``async with open_job(config, sys.executable, "-u", "train.py") as job:``. The
-    settings are checked and, with ``config.health_port`` set, the health endpoint is
+    settings are checked and, with ``config.health.port`` set, the health endpoint is
     listening before the block is entered; the rendezvous and the workers start at
     the block's first checkpoint, in a task of their own (the job's failure does not
     cancel the block: :meth:`Job.wait` reports it).
@@ -274,7 +274,7 @@ async def _open_job(
     prepared = prepare_job(config, entrypoint, args, worker_ignored_signals)
     job = Job(config, prepared)
     async with background_tasks() as tg:
-        if config.health_port is not None:
+        if config.health.port is not None:
             job.health_address = await _start_health(tg, job, config)
         await tg.start(job._watch_events)
         await _start_status(tg, job, prepared)
@@ -362,7 +362,7 @@ async def _start_health(tg: anyio.abc.TaskGroup, job: Job, config: LaunchConfig)
         return jobview_route(job.status_publisher, path)  # the whole job's live page
 
     address: tuple[str, int] = await tg.start(
-        partial(serve_health, extra_route=job_view), job, config.health_host, config.health_port
+        partial(serve_health, extra_route=job_view), job, config.health.host, config.health.port
     )
     return address
 

@@ -48,7 +48,7 @@ class JobView:
         self.run_id = prepared.run_id
         #: the entrypoint's name, as in errors and logs
         self.name = prepared.name
-        #: ``(host, port)`` of the health endpoint, when ``config.health_port`` is set
+        #: ``(host, port)`` of the health endpoint, when ``config.health.port`` is set
         self.health_address: tuple[str, int] | None = None
         #: this node's host name, as reported by ``/status``
         self.node = node_name()

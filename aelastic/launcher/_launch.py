@@ -111,7 +111,7 @@ async def _say_where(job: Job, say: Callable[[str], None]) -> None:
     """Say where to look at the job when the system picked the port: the health endpoint
     of ``--health-port 0``, and the rendezvous store this node hosts on a port picked at
     start (``--standalone``), with the run id and the ``aelastic status`` command."""
-    if job.health_address is not None and job.config.health_port == 0:
+    if job.health_address is not None and job.config.health.port == 0:
         host, port = job.health_address
         shown = f"[{host}]" if ":" in host else host
         say(f"health endpoint at http://{shown}:{port}/ (--health-port 0 picked port {port})")

@@ -60,7 +60,7 @@ JOB_MODULES = (
 def job_modules(config: LaunchConfig) -> tuple[str, ...]:
     """What a job of ``config`` will import: :data:`JOB_MODULES` and its optional parts."""
     http = ("aelastic.health._server", "aelastic.jobview._http")
-    extra: tuple[str, ...] = http if config.health_port is not None else ()
+    extra: tuple[str, ...] = http if config.health.port is not None else ()
     if config.rdzv_backend.startswith("etcd"):
         extra += ("aelastic.rendezvous.etcd",)
     if os.environ.get("KUBEFLOW_TRAINER_SERVER_URL"):  # a TrainJob's pod: progress is posted

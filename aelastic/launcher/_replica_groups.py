@@ -59,17 +59,17 @@ def group_config(
     config: LaunchConfig, group_id: int, groups: ReplicaGroups, lighthouse: str
 ) -> LaunchConfig:
     """``config`` for replica group ``group_id``: its own run id, torchft's variables;
-    when this node runs several groups, a fixed ``health_port`` becomes port + id (a
+    when this node runs several groups, a fixed ``health.port`` becomes port + id (a
     health endpoint each)."""
     extra = config.env or {}
-    port = config.health_port
+    port = config.health.port
     if port and groups.group_id is None:
         port += group_id
     return dataclasses.replace(
         config,
         run_id=group_run_id(config.run_id, group_id),
         env={**extra, **group_env(group_id, groups.groups, lighthouse, {**os.environ, **extra})},
-        health_port=port,
+        health=dataclasses.replace(config.health, port=port),
     )
 
 

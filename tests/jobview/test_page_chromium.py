@@ -11,6 +11,7 @@ import anyio
 import anyio.to_thread
 from launcher._nodes import free_port
 
+from aelastic.health._settings import HealthSettings
 from aelastic.jobview._keys import status_store
 
 from ._live import publish, stepped, two_nodes, write_stale_node
@@ -68,7 +69,11 @@ async def test_the_page_shows_both_nodes_a_chart_and_hostile_strings_as_text(
     endpoint = f"127.0.0.1:{free_port()}"
     with anyio.fail_after(120):
         async with two_nodes(
-            tmp_path, rdzv_backend="c10d", rdzv_endpoint=endpoint, run_id="view-page", health_port=0
+            tmp_path,
+            rdzv_backend="c10d",
+            rdzv_endpoint=endpoint,
+            run_id="view-page",
+            health=HealthSettings(port=0),
         ) as (w, jobs):
             for _ in range(3):  # three samples per node, each after more steps
                 await stepped(w, jobs)

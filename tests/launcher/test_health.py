@@ -20,6 +20,7 @@ import anyio.to_thread
 import pytest
 
 from aelastic import LaunchConfig, open_job
+from aelastic.health._settings import HealthSettings
 from aelastic.progress._settings import HangSettings
 
 from ._nodes import WORKER, cluster, free_port
@@ -48,7 +49,7 @@ def _config(**kw: Any) -> LaunchConfig:
         "rdzv_backend": "c10d",
         "rdzv_endpoint": "127.0.0.1:0",
         "max_restarts": 2,
-        "health_port": 0,
+        "health": HealthSettings(port=0),
     }
     return LaunchConfig(**{**settings, **kw})
 
@@ -175,7 +176,7 @@ async def test_a_port_in_use_is_named_and_nothing_starts() -> None:
     async with await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0) as taken:
         port = taken.extra(anyio.abc.SocketAttribute.local_port)
         with pytest.raises(HealthPortError, match=f"cannot listen on 127.0.0.1:{port}") as info:
-            async with open_job(_config(health_port=port), "/bin/true"):
+            async with open_job(_config(health=HealthSettings(port=port)), "/bin/true"):
                 pytest.fail("the block must not run")
     error = info.value
     assert isinstance(error, AelasticError) and isinstance(error, OSError)

@@ -18,6 +18,7 @@ from aelastic import LaunchConfig, open_job
 from aelastic.agent import WorkerState
 from aelastic.events import RdzvEvent
 from aelastic.events._subscribe import run_id_of
+from aelastic.health._settings import HealthSettings
 from aelastic.launcher import JobStoppedError
 from aelastic.launcher._exceptions import LaunchConfigError
 
@@ -33,7 +34,9 @@ def _config(nproc: int = 1, **kw: Any) -> LaunchConfig:
 async def test_stop_waits_until_the_workers_are_gone_and_the_block_goes_on() -> None:
     async with workers_listener() as w:
         with anyio.fail_after(60):
-            async with open_job(_config(2, health_port=0), *w.argv("--wait")) as job:
+            async with open_job(
+                _config(2, health=HealthSettings(port=0)), *w.argv("--wait")
+            ) as job:
                 pids = await w.ready(2)
                 await job.stop()
                 assert job.done and not any(_alive(pid) for pid in pids.values())

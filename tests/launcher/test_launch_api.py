@@ -44,8 +44,14 @@ def test_config_leaves_the_callers_rdzv_configs_alone() -> None:
 
 @pytest.mark.parametrize("port", [-1, 65536, "80", True])
 def test_config_rejects_a_bad_health_port(port: Any) -> None:
-    with pytest.raises(LaunchConfigError, match="health_port"):
-        _config(health_port=port)
+    # issue 39: the port is HealthSettings' now (tests/jobview/test_health_settings.py)
+    from aelastic import ConfigError
+    from aelastic.health._settings import HealthSettings
+
+    with pytest.raises(ConfigError, match="--health-port"):
+        HealthSettings(port=port)
+    with pytest.raises(LaunchConfigError, match="need a HealthSettings"):
+        _config(health={"port": 0})
 
 
 async def test_a_worker_that_cannot_start_raises_worker_start_error(tmp_path: Any) -> None:
@@ -99,13 +105,13 @@ def test_the_launch_path_loads_no_http_parser() -> None:
 def test_health_port_flag_and_torchrun_variable() -> None:
     from aelastic.launcher._args import UsageError, parse_run_args
 
-    assert parse_run_args(["x.py"], environ={}).config.health_port is None
+    assert parse_run_args(["x.py"], environ={}).config.health.port is None
     flag = parse_run_args(["--health-port", "0", "x.py"], environ={}).config
-    assert (flag.health_port, flag.health_host) == (0, "127.0.0.1")
+    assert (flag.health.port, flag.health.host) == (0, "127.0.0.1")
     env = {"TORCHELASTIC_HEALTH_CHECK_PORT": "8123"}
-    assert parse_run_args(["x.py"], environ=env).config.health_port == 8123
+    assert parse_run_args(["x.py"], environ=env).config.health.port == 8123
     both = parse_run_args(["--health-port", "9", "--health-host", "::1", "x.py"], environ=env)
-    assert (both.config.health_port, both.config.health_host) == (9, "::1")  # the flag wins
+    assert (both.config.health.port, both.config.health.host) == (9, "::1")  # the flag wins
     with pytest.raises(UsageError, match="TORCHELASTIC_HEALTH_CHECK_PORT='http'"):
         parse_run_args(["x.py"], environ={"TORCHELASTIC_HEALTH_CHECK_PORT": "http"})
     with pytest.raises(UsageError, match="--health-port 70000: a TCP port is 0-65535"):

@@ -10,6 +10,7 @@ import pytest
 
 from aelastic import BadNodeSettings, LaunchConfig, open_job
 from aelastic.events import subscribe
+from aelastic.health._settings import HealthSettings
 from aelastic.launcher._args import UsageError, parse_run_args
 from aelastic.nodes import NODE_UNHEALTHY_EXIT_CODE
 
@@ -67,7 +68,7 @@ async def test_readyz_and_status_name_the_failed_check() -> None:
         nproc_per_node=1,
         rdzv_backend="c10d",
         rdzv_endpoint="127.0.0.1:0",
-        health_port=0,
+        health=HealthSettings(port=0),
         run_id="readyz-health",
         bad_nodes=BadNodeSettings(health_checks=("echo no space >&2; exit 7",), health_cooldown=60),
     )

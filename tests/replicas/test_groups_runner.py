@@ -14,6 +14,7 @@ import pytest
 from aelastic import LaunchConfig, events
 from aelastic.errors import ChildFailedError
 from aelastic.events._dispatch import flush, unregister_handler
+from aelastic.health._settings import HealthSettings
 from aelastic.launcher._replica_groups import group_config, run_replica_groups
 from aelastic.launcher._replica_view import failure_line, quorum_left
 from aelastic.replicas._lighthouse import check_lighthouse
@@ -105,12 +106,12 @@ async def test_the_job_fails_when_every_group_is_excluded(tmp_path: Path) -> Non
 
 
 def test_groups_on_one_node_get_a_health_endpoint_each() -> None:
-    config = _config(health_port=9000)
-    ports = [group_config(config, k, ReplicaGroups(3), "http://h:1").health_port for k in range(3)]
-    assert ports == [9000, 9001, 9002]
+    config = _config(health=HealthSettings(port=9000, host="::1"))
+    health = [group_config(config, k, ReplicaGroups(3), "http://h:1").health for k in range(3)]
+    assert [(h.port, h.host) for h in health] == [(9000, "::1"), (9001, "::1"), (9002, "::1")]
     many_nodes = ReplicaGroups(3, group_id=2, lighthouse="http://h:1")
-    assert group_config(config, 2, many_nodes, "http://h:1").health_port == 9000
-    assert group_config(_config(), 1, ReplicaGroups(3), "http://h:1").health_port is None
+    assert group_config(config, 2, many_nodes, "http://h:1").health.port == 9000
+    assert group_config(_config(), 1, ReplicaGroups(3), "http://h:1").health.port is None
 
 
 def test_a_failure_line_names_the_group_and_the_quorum_it_leaves() -> None:
