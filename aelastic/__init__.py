@@ -38,6 +38,7 @@ from ._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the launch API loads on first use, so ``import aelastic`` stays light
     from .checkpoint._settings import CheckpointSettings as CheckpointSettings
+    from .health._settings import HealthSettings as HealthSettings
     from .launcher._config import LaunchConfig as LaunchConfig
     from .launcher._job import Job as Job
     from .launcher._job import open_job as open_job
@@ -45,7 +46,9 @@ if TYPE_CHECKING:  # the launch API loads on first use, so ``import aelastic`` s
     from .launcher._launch import elastic_launch as elastic_launch
     from .launcher._launch import launch as launch
     from .nodes._settings import BadNodeSettings as BadNodeSettings
+    from .progress._settings import HangSettings as HangSettings
     from .stragglers._settings import StragglerSettings as StragglerSettings
+    from .workers._settings import PreloadSettings as PreloadSettings
 
 __version__ = "0.1.0"
 
@@ -54,8 +57,11 @@ __all__ = (
     "BadNodeSettings",
     "CheckpointSettings",
     "ConfigError",
+    "HangSettings",
+    "HealthSettings",
     "Job",
     "LaunchConfig",
+    "PreloadSettings",
     "StragglerSettings",
     "__version__",
     "elastic_launch",

@@ -53,15 +53,15 @@ this drawing against the classes)::
         EventsError                             aelastic.events
             EventFormatError [ValueError]       private
             EventHandlerError                   private
-            UnknownDestinationError [KeyError]
+            UnknownDestinationError [KeyError]  private
         MetricsError                            aelastic.metrics
         CheckpointError                         aelastic.checkpoint
-        HealthPortError [OSError]               aelastic.health
+        HealthPortError [OSError]               private
         JobViewError                            aelastic.jobview
         ReplicaGroupError                       aelastic.replicas
             LighthouseError
         JobStoppedError                         aelastic.launcher
-        JobSignalError [ValueError]             aelastic.launcher
+        JobSignalError [ValueError]             private
 
 Store failures become rendezvous failures in one place,
 :func:`aelastic.rendezvous._exceptions.rendezvous_error`.

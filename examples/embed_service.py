@@ -23,7 +23,7 @@ import anyio
 import anyio.to_thread
 
 import aelastic
-from aelastic.health._settings import HealthSettings
+from aelastic import HealthSettings
 
 
 def worker(seconds: float) -> int:

@@ -28,7 +28,6 @@ from ._event import EventSource as EventSource
 from ._event import NodeState as NodeState
 from ._event import RdzvEvent as RdzvEvent
 from ._exceptions import EventsError as EventsError
-from ._exceptions import UnknownDestinationError as UnknownDestinationError
 from ._handlers import configure_file as configure_file
 from ._record import record_rdzv_event as record_rdzv_event
 from ._subscribe import subscribe as subscribe
@@ -39,7 +38,6 @@ __all__ = (
     "EventsError",
     "NodeState",
     "RdzvEvent",
-    "UnknownDestinationError",
     "configure_file",
     "record",
     "record_rdzv_event",

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from .._exceptions import AelasticError, show_public_module
 
-__all__ = (
-    "EventsError",
-    "UnknownDestinationError",
-)
+__all__ = ("EventsError",)
 
 
 class EventsError(AelasticError):

@@ -12,12 +12,8 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._exceptions import HealthPortError as HealthPortError
     from ._view import JobView as JobView
 
-__all__ = (
-    "HealthPortError",
-    "JobView",
-)
+__all__ = ("JobView",)
 
 __getattr__, __dir__ = lazy_exports(__name__, globals())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .._exceptions import AelasticError, show_public_module
 
-__all__ = ("HealthPortError",)
+__all__ = ()
 
 
 class HealthPortError(AelasticError, OSError):
@@ -13,9 +13,6 @@ class HealthPortError(AelasticError, OSError):
     Also an ``OSError`` with the original ``errno``, so existing handlers still work;
     the message names the address and the fix.
     """
-
-
-HealthPortError.__module__ = "aelastic.health"
 
 
 show_public_module(__name__, globals())

@@ -24,12 +24,10 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._exceptions import JobSignalError as JobSignalError
     from ._exceptions import JobStoppedError as JobStoppedError
     from ._launch import launch_agent as launch_agent
 
 __all__ = (
-    "JobSignalError",
     "JobStoppedError",
     "launch_agent",
 )

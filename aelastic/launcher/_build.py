@@ -80,8 +80,8 @@ def parse_signals(spec: str) -> list[signal.Signals]:
 
 
 def check_event_destination(name: str) -> None:
-    from ..events import UnknownDestinationError
     from ..events._dispatch import check_destination
+    from ..events._exceptions import UnknownDestinationError
 
     try:
         check_destination(name)

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 from .._exceptions import AelasticError, ConfigError, show_public_module
 
-__all__ = (
-    "JobSignalError",
-    "JobStoppedError",
-)
+__all__ = ("JobStoppedError",)
 
 
 class UsageError(ConfigError):

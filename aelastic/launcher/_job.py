@@ -254,8 +254,8 @@ async def open_job(
 
     Raises:
         LaunchConfigError: a setting cannot work (raised on entry, nothing started).
-        aelastic.health.HealthPortError: the health port cannot be bound (also an
-            ``OSError``); the message names the port and the fix.
+        OSError: the health port cannot be bound (a private ``HealthPortError``, also
+            an ``AelasticError``); the message names the port and the fix.
     """
     async with _open_job(config, entrypoint, args) as job:
         yield job

@@ -15,7 +15,7 @@ from aelastic import AelasticError, events
 from aelastic.events import Event, EventSource, NodeState, RdzvEvent
 from aelastic.events._dispatch import arecord, flush, statistics
 from aelastic.events._event import EventMetadataValue
-from aelastic.events._exceptions import EventFormatError
+from aelastic.events._exceptions import EventFormatError, UnknownDestinationError
 from aelastic.events._handlers import get_logging_handler
 from aelastic.events._record import construct_and_record_rdzv_event
 
@@ -97,7 +97,7 @@ def test_logging_handlers_and_loggers() -> None:
     assert isinstance(get_logging_handler("dynamic_rendezvous"), logging.NullHandler)
     console = get_logging_handler("console")
     assert type(console) is logging.StreamHandler
-    with pytest.raises(events.UnknownDestinationError, match="'nowhere'"):
+    with pytest.raises(UnknownDestinationError, match="'nowhere'"):
         get_logging_handler("nowhere")
     events.record(Event("x", EventSource.AGENT), "console")
     logger = logging.getLogger("aelastic-events-console")
@@ -107,7 +107,7 @@ def test_logging_handlers_and_loggers() -> None:
 
 
 def test_unknown_destination_names_the_fix() -> None:
-    with pytest.raises(events.UnknownDestinationError, match=r"register_handler\('nowhere'"):
+    with pytest.raises(UnknownDestinationError, match=r"register_handler\('nowhere'"):
         events.record(Event("x", EventSource.AGENT), "nowhere")
 
 

@@ -171,7 +171,7 @@ async def test_endpoint_runs_on_every_anyio_backend(backend: str) -> None:
 
 async def test_a_port_in_use_is_named_and_nothing_starts() -> None:
     from aelastic import AelasticError
-    from aelastic.health import HealthPortError
+    from aelastic.health._exceptions import HealthPortError
 
     async with await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0) as taken:
         port = taken.extra(anyio.abc.SocketAttribute.local_port)

@@ -14,7 +14,8 @@ from aelastic import open_job, run_job
 from aelastic.agent import SignalException, WorkerState
 from aelastic.events import RdzvEvent
 from aelastic.events._subscribe import run_id_of
-from aelastic.launcher import JobSignalError, JobStoppedError
+from aelastic.launcher import JobStoppedError
+from aelastic.launcher._exceptions import JobSignalError
 from aelastic.launcher._job import StateChange
 from aelastic.progress._settings import HangSettings
 from aelastic.rendezvous import RendezvousTimeoutError
