@@ -397,20 +397,11 @@ class _Conn:
 
     def _on_writable(self) -> None:
         """The loop's write callback while a send is partial: send the rest, then stop."""
-        data = b"".join(self._wbuf)
-        try:
-            n = self.sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            n = 0
-        except OSError as exc:
-            self._fail(StoreConnectionError(f"send failed: {exc}", endpoint=self.endpoint))
-            return
-        self._wbuf = [data[n:]] if n < len(data) else []
-        self._queued = 0
-        if not self._wbuf:
-            self._draining = False
-            assert self._loop is not None
-            self._loop.remove_writer(self.sock.fileno())
+        if (self._wbuf and self._send_queued()) or self.error is not None:
+            return  # still partial (called again when writable), or failed and closed
+        self._draining = False
+        assert self._loop is not None
+        self._loop.remove_writer(self.sock.fileno())
 
     def _hand_over(self) -> None:
         """Wake the oldest task still waiting for a reply: it becomes the reader."""
