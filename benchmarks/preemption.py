@@ -291,6 +291,7 @@ def _slurm(repeats: int, every: int, keep: Path | None) -> None:
                 )
             finally:
                 if keep is not None and (root / "job.log").exists():
+                    keep.mkdir(parents=True, exist_ok=True)
                     copy = keep / f"{len(done)}-{launcher}-{at}.log"
                     shutil.copy(root / "job.log", copy)
                     files = sorted(
