@@ -20,11 +20,15 @@ import contextlib
 import json
 import os
 import shutil
+from typing import TYPE_CHECKING
 
 from . import _layout as L
 from ._exceptions import CheckpointError
 
-__all__ = ("MANIFEST", "check_writable", "write_step")
+if TYPE_CHECKING:
+    from ._settings import CheckpointSettings
+
+__all__ = ("MANIFEST", "check_paths", "check_writable", "write_step")
 
 MANIFEST = "manifest.json"
 
@@ -42,6 +46,29 @@ def check_writable(directory: str) -> None:
             f"{directory}: not a writable directory ({exc.strerror}); "
             "pass a directory this user can create files in"
         ) from None
+
+
+def check_paths(settings: CheckpointSettings) -> None:
+    """Check the files ``settings`` names before a job starts: the directory is created
+    and proven writable, the secret file read. Blocking (run it in a thread); the
+    launcher calls it when a job starts (``open_job``), for the CLI and the API alike.
+
+    Raises:
+        CheckpointError: one line starting with the flag (``--checkpoint-dir PATH: ...``,
+            ``--job-secret-file PATH: ...``) and ending with the fix.
+    """
+    if settings.dir is not None:
+        try:
+            check_writable(settings.dir)
+        except CheckpointError as exc:
+            raise CheckpointError(f"--checkpoint-dir {exc}") from None
+    if settings.job_secret_file is not None:
+        from ._peerauth import read_key_file
+
+        try:
+            read_key_file(settings.job_secret_file)
+        except ValueError as exc:
+            raise CheckpointError(f"--job-secret-file {exc}") from None
 
 
 def _fsync_dir(path: str) -> None:

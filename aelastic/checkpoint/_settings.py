@@ -9,8 +9,9 @@ message. The launcher holds it as ``LaunchConfig.checkpoints`` and the agent han
 :func:`aelastic.checkpoint._agent.open_checkpoints` as it is.
 
 Only values are checked here (no file is read or created): whether the directory is
-writable and the secret file readable is checked by the command line when it parses
-them, and by the agent when it uses them. No torch, no anyio.
+writable and the secret file readable is checked when the job starts
+(:func:`aelastic.checkpoint._disk.check_paths`), and by the agent when it uses them.
+No torch, no anyio.
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ torchft's replica groups (``--replica-groups``). Giving both names is an error.
 Kept here so the launcher's argument module only appends :data:`OPTIONS` to its
 table and passes :func:`config_fields` to ``LaunchConfig``. The defaults and the value
 checks are :class:`aelastic.checkpoint._settings.CheckpointSettings`'s (the Python API
-gets the same messages); this module reads the flags, checks the paths (the directory is
-created) and builds one settings object.
+gets the same messages); this module reads the flags and builds one settings object. It
+touches no file: the directory is created and the secret file read when the job starts
+(:func:`aelastic.checkpoint._disk.check_paths`, from ``open_job``), for the CLI and the
+Python API alike.
 """
 
 from __future__ import annotations
@@ -18,8 +20,6 @@ import os
 from typing import Any
 
 from .._exceptions import ConfigError
-from ..checkpoint import CheckpointError, _read_job_secret
-from ..checkpoint._disk import check_writable
 from ..checkpoint._settings import CheckpointSettings
 from ._exceptions import UsageError
 from ._option_table import Option, OptionValues
@@ -85,21 +85,15 @@ SECRET_FILE_ENV = "AELASTIC_JOB_SECRET_FILE"
 
 
 def config_fields(v: OptionValues) -> dict[str, Any]:
-    """``{"checkpoints": CheckpointSettings}`` of these flags, checked (the directory is
-    created, the secret file read).
+    """``{"checkpoints": CheckpointSettings}`` of these flags, their values checked (no
+    file is touched: see the module's docstring).
 
     Raises:
-        UsageError: the directory is not writable, the secret file cannot be read, the
-            peer copies are given under both their new and old name
+        UsageError: the peer copies are given under both their new and old name
             (``--checkpoint-replicas``), or a value :class:`CheckpointSettings` refuses
             (its message).
     """
     directory = v.str_("checkpoint_dir") or None
-    if directory is not None:
-        try:
-            check_writable(directory)
-        except CheckpointError as exc:
-            raise UsageError(f"{v.source('checkpoint_dir')} {exc}") from None
     raw = v.str_("checkpoint_persist_interval")
     try:
         interval = float(raw)
@@ -107,15 +101,7 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
         source = v.source("checkpoint_persist_interval")
         raise UsageError(f"{source} {raw!r}: expected a number of seconds") from None
     copies = _peer_copies(v)
-    secret = v.str_("job_secret_file") or None
-    source = v.source("job_secret_file")
-    if secret is None and os.environ.get(SECRET_FILE_ENV):
-        secret, source = os.environ[SECRET_FILE_ENV], SECRET_FILE_ENV
-    if secret is not None:
-        try:
-            _read_job_secret(secret)
-        except ValueError as exc:
-            raise UsageError(f"{source} {exc}") from None
+    secret = v.str_("job_secret_file") or os.environ.get(SECRET_FILE_ENV) or None
     try:
         settings = CheckpointSettings(
             dir=directory,

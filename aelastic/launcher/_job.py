@@ -27,7 +27,7 @@ import anyio.abc
 from .._tasks import background_tasks
 from ._build import PreparedJob, prepare_job
 from ._config import LaunchConfig
-from ._exceptions import JobSignalError, JobStoppedError
+from ._exceptions import JobSignalError, JobStoppedError, LaunchConfigError
 from ._job_events import JobEvents
 from ._job_records import FailureInfo as FailureInfo
 from ._job_records import HangInfo as HangInfo
@@ -272,6 +272,7 @@ async def _open_job(
     (``aelastic run``'s SIGUSR1 while it traps the preemption notice)."""
     await import_off_loop(job_modules(config))
     prepared = prepare_job(config, entrypoint, args, worker_ignored_signals)
+    await _check_paths(config)
     job = Job(config, prepared)
     async with background_tasks() as tg:
         if config.health.port is not None:
@@ -282,6 +283,22 @@ async def _open_job(
         await _start_trainer_status(tg, job)
         tg.start_soon(job._run, name=f"aelastic job {job.run_id}")
         yield job
+
+
+async def _check_paths(config: LaunchConfig) -> None:
+    """The files the settings name (the checkpoint directory, created; the job secret,
+    read), checked in a thread before anything starts.
+
+    Raises:
+        LaunchConfigError: one that cannot be used (the message names the flag and the fix).
+    """
+    from ..checkpoint import CheckpointError
+    from ..checkpoint._disk import check_paths
+
+    try:
+        await anyio.to_thread.run_sync(check_paths, config.checkpoints)
+    except CheckpointError as exc:
+        raise LaunchConfigError(str(exc)) from None
 
 
 async def _start_status(tg: anyio.abc.TaskGroup, job: Job, prepared: PreparedJob) -> None:

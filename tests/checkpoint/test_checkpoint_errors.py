@@ -13,7 +13,7 @@ import pytest
 
 from aelastic import CheckpointSettings, ConfigError, LaunchConfig
 from aelastic.checkpoint import CheckpointError
-from aelastic.checkpoint._disk import check_writable
+from aelastic.checkpoint._disk import check_paths, check_writable
 from aelastic.launcher._args import UsageError, build_parser, parse_run_args
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "bad_input.py")
@@ -51,11 +51,10 @@ def test_checkpoint_flags_reach_the_config_or_exit_2(tmp_path: Path) -> None:
         ["--checkpoint-dir", str(disk), "--checkpoint-persist-interval", "30", "x.py"], {}
     ).config
     assert (config.checkpoints.dir, config.checkpoints.persist_interval) == (str(disk), 30.0)
-    assert disk.is_dir()
+    # parsing touches no file: the directory is made when the job starts
+    # (tests/cli/test_cli_errors.py: an unusable one exits 2 there)
+    assert not disk.exists()
     assert parse_run_args(["x.py"], {}).config.checkpoints == CheckpointSettings()
-    (tmp_path / "file").write_text("")
-    with pytest.raises(UsageError, match=r"^--checkpoint-dir .*not a writable directory"):
-        parse_run_args(["--checkpoint-dir", str(tmp_path / "file" / "d"), "x.py"], {})
     # the range is CheckpointSettings' (test_checkpoint_settings.py); the type is the flag's
     with pytest.raises(UsageError, match="--checkpoint-persist-interval 0: need seconds > 0"):
         parse_run_args(["--checkpoint-persist-interval", "0", "x.py"], {})
@@ -153,9 +152,25 @@ def test_job_secret_file_flag_reaches_the_config_or_exit_2(
     monkeypatch.setenv("AELASTIC_JOB_SECRET_FILE", str(secret))
     assert parse_run_args(["x.py"], {}).config.checkpoints.job_secret_file == str(secret)
     monkeypatch.delenv("AELASTIC_JOB_SECRET_FILE")
+    # the file is read when the job starts, not while parsing (check_paths below)
+    missing = str(tmp_path / "missing")
+    assert parse_run_args(["x.py"], {"PET_JOB_SECRET_FILE": missing}).config.checkpoints == (
+        CheckpointSettings(job_secret_file=missing)
+    )
+
+
+def test_check_paths_makes_the_directory_and_reads_the_secret(tmp_path: Path) -> None:
+    disk, secret = tmp_path / "a" / "ckpt", tmp_path / "secret"
+    secret.write_text("abc\n")
+    check_paths(CheckpointSettings(dir=str(disk), job_secret_file=str(secret)))
+    assert disk.is_dir() and os.listdir(disk) == []  # the probe file is gone
+    (tmp_path / "file").write_text("")
+    bad_dir = CheckpointSettings(dir=str(tmp_path / "file" / "d"))
+    with pytest.raises(CheckpointError, match=r"^--checkpoint-dir .*not a writable directory"):
+        check_paths(bad_dir)
     empty = tmp_path / "empty"
     empty.write_text("")
-    with pytest.raises(UsageError, match=r"--job-secret-file .*the job secret file is empty"):
-        parse_run_args(["--job-secret-file", str(empty), "x.py"], {})
-    with pytest.raises(UsageError, match=r"PET_JOB_SECRET_FILE .*cannot read the job secret"):
-        parse_run_args(["x.py"], {"PET_JOB_SECRET_FILE": str(tmp_path / "missing")})
+    with pytest.raises(CheckpointError, match=r"^--job-secret-file .*the job secret file is empty"):
+        check_paths(CheckpointSettings(job_secret_file=str(empty)))
+    with pytest.raises(CheckpointError, match=r"^--job-secret-file .*cannot read the job secret"):
+        check_paths(CheckpointSettings(job_secret_file=str(tmp_path / "missing")))

@@ -141,3 +141,29 @@ def test_logs_specs_no_plugin_provides_starts_nothing(
     assert main(["--standalone", "--logs-specs", "nope", str(script)]) == 2
     assert "--logs-specs 'nope': no installed package provides it" in capsys.readouterr().err
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "path", "needle"),
+    [
+        ("--checkpoint-dir", "file/ckpt", "not a writable directory"),
+        ("--job-secret-file", "missing", "cannot read the job secret"),
+        ("--job-secret-file", "empty", "the job secret file is empty"),
+    ],
+)
+def test_unusable_checkpoint_paths_exit_2_before_starting(
+    flag: str, path: str, needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The files are checked when the job starts (not while parsing): still exit 2 with
+    one line naming the flag and the fix, and no worker started."""
+    (tmp_path / "file").write_text("")
+    (tmp_path / "empty").write_text("")
+    marker = tmp_path / "started"
+    script = tmp_path / "w.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    bad = str(tmp_path / path)
+    assert main(["--standalone", flag, bad, str(script)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"aelastic run: error: {flag} {bad}: {needle}"), err
+    assert not marker.exists()
