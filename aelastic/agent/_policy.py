@@ -14,6 +14,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import field
 
 from .._dataclass import dataclass
+from .._numbers import finite_number
 from ..progress._reader import ProgressSnapshot
 from ..progress._timeouts import ProgressTimeouts
 from ._exceptions import AgentConfigError
@@ -171,7 +172,7 @@ def resolve_uninterruptible_state_timeout(
             seconds = float(env_value)
         except ValueError:
             seconds = math.nan
-        if not math.isfinite(seconds):
+        if not finite_number(seconds):
             raise AgentConfigError(
                 f"{UNINTERRUPTIBLE_STATE_TIMEOUT_ENV}={env_value!r} is not a number of"
                 " seconds; set it to e.g. 600, or unset it (or set 0) to turn the D-state"
@@ -183,7 +184,7 @@ def resolve_uninterruptible_state_timeout(
                 f"uninterruptible_state_timeout must be seconds (a number) or None, got {value!r}"
             )
         seconds = float(value)
-        if not math.isfinite(seconds):
+        if not finite_number(seconds):
             raise AgentConfigError(
                 f"uninterruptible_state_timeout must be a finite number of seconds,"
                 f" got {value!r}; use 0 or a negative number to turn the check off"

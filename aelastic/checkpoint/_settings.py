@@ -16,10 +16,9 @@ No torch, no anyio.
 
 from __future__ import annotations
 
-import math
-
 from .._dataclass import dataclass
 from .._exceptions import ConfigError
+from .._numbers import positive_number, shown
 
 __all__ = ("CheckpointSettings",)
 
@@ -54,14 +53,9 @@ class CheckpointSettings:
                 "or None to keep checkpoints in memory only"
             )
         interval = self.persist_interval
-        if (
-            isinstance(interval, bool)
-            or not isinstance(interval, (int, float))
-            or not math.isfinite(interval)
-            or interval <= 0
-        ):
+        if not positive_number(interval):
             raise ConfigError(
-                f"--checkpoint-persist-interval {_shown(interval)}: need seconds > 0 between two "
+                f"--checkpoint-persist-interval {shown(interval)}: need seconds > 0 between two "
                 "writes to --checkpoint-dir (default 300)"
             )
         copies = self.peer_copies
@@ -82,10 +76,3 @@ class CheckpointSettings:
                 "--requeue needs --checkpoint-dir: a requeued job resumes from the step "
                 "written there; add --checkpoint-dir DIR (a directory every node can reach)"
             )
-
-
-def _shown(value: object) -> str:
-    """A number as the command line shows it (``0`` and ``0.0`` alike), else its repr."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{value:g}"
-    return repr(value)

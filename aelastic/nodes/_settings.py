@@ -12,9 +12,8 @@ only to raise: ``aelastic run`` parses its flags before it loads the agent.
 
 from __future__ import annotations
 
-import math
-
 from .._dataclass import dataclass
+from .._numbers import positive_number, shown
 from ._policy import ExclusionSettings
 
 __all__ = ("BadNodeSettings",)
@@ -74,17 +73,12 @@ class BadNodeSettings:
             ("exclude-node-cooldown", self.exclude_cooldown),
             ("exclude-node-cooldown-max", self.exclude_cooldown_max),
         ):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not math.isfinite(value)
-                or value <= 0
-            ):
-                return f"--{flag} {_shown(value)}: need seconds > 0"
+            if not positive_number(value):
+                return f"--{flag} {shown(value)}: need seconds > 0"
         after = self.exclude_after
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
             return (
-                f"--exclude-node-after {_shown(after)}: need a whole number of failed rounds "
+                f"--exclude-node-after {shown(after)}: need a whole number of failed rounds "
                 ">= 0 (0: never exclude)"
             )
         return None
@@ -98,10 +92,3 @@ class BadNodeSettings:
             self.exclude_cooldown,
             self.exclude_cooldown_max,
         )
-
-
-def _shown(value: object) -> str:
-    """A number as the command line shows it (``0`` and ``0.0`` alike), else its repr."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{value:g}"
-    return repr(value)

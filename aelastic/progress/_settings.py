@@ -13,11 +13,11 @@ refuse a bad value with the same message. The launcher holds it as
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from .._dataclass import dataclass
+from .._numbers import positive_number, shown
 from ._exceptions import ProgressTimeoutError
 
 __all__ = ("HangSettings",)
@@ -84,8 +84,8 @@ class HangSettings:
             ("heartbeat-timeout", self.heartbeat_timeout),
             ("out-of-section-timeout", self.out_of_section_timeout),
         ):
-            if value is not None and not _positive(value):
-                return f"--{flag} {_shown(value)}: need seconds > 0 (or unset: off)"
+            if value is not None and not positive_number(value):
+                return f"--{flag} {shown(value)}: need seconds > 0 (or unset: off)"
         sections = self.section_timeouts
         if sections is not None:
             if not isinstance(sections, Mapping):
@@ -94,32 +94,15 @@ class HangSettings:
                     "seconds, such as {'checkpoint': 600}"
                 )
             for name, seconds in sections.items():
-                if not isinstance(name, str) or not name or not _positive(seconds):
+                if not isinstance(name, str) or not name or not positive_number(seconds):
                     return (
-                        f"--section-timeouts {name}={_shown(seconds)}: need name=seconds "
+                        f"--section-timeouts {name}={shown(seconds)}: need name=seconds "
                         "with a name and seconds > 0, such as checkpoint=600"
                     )
         factor = self.learn_timeouts
-        if factor is not None and not (_positive(factor) and factor > 1):
+        if factor is not None and not (positive_number(factor) and factor > 1):
             return (
-                f"--learn-timeouts {_shown(factor)}: need a safety factor > 1, such as 5 "
+                f"--learn-timeouts {shown(factor)}: need a safety factor > 1, such as 5 "
                 "(or unset: off)"
             )
         return None
-
-
-def _positive(value: object) -> bool:
-    """A finite number > 0 (not a bool)."""
-    return (
-        not isinstance(value, bool)
-        and isinstance(value, (int, float))
-        and math.isfinite(value)
-        and value > 0
-    )
-
-
-def _shown(value: object) -> str:
-    """A number as the command line shows it (``0`` and ``0.0`` alike), else its repr."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{value:g}"
-    return repr(value)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import field
 
 from .._dataclass import dataclass
+from .._numbers import positive_number
 from ._exceptions import ProgressTimeoutError
 
 __all__ = ("ProgressTimeouts", "parse_section_timeouts")
@@ -58,12 +59,7 @@ class ProgressTimeouts:
 def _check(name: str, value: float | None) -> None:
     if value is None:
         return
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value <= 0
-    ):
+    if not positive_number(value):
         raise ProgressTimeoutError(
             f"{name} timeout must be a positive number of seconds (or unset), got {value!r}"
         )
@@ -86,7 +82,7 @@ def parse_section_timeouts(text: str) -> dict[str, float]:
             seconds = float(value) if sep and name else math.nan
         except ValueError:
             seconds = math.nan
-        if not math.isfinite(seconds) or seconds <= 0:
+        if not positive_number(seconds):
             raise ProgressTimeoutError(
                 f"section timeout {item!r} is not name=seconds with seconds > 0;"
                 " write e.g. 'forward=30,checkpoint=600'"

@@ -33,6 +33,8 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from .._numbers import positive_number
+
 __all__ = (
     "INTERVAL",
     "INTERVAL_ENV",
@@ -100,7 +102,7 @@ def _positive(env: Mapping[str, str], name: str, kind: Callable[[str], float]) -
         value = kind(raw)
     except ValueError:
         value = -1
-    if not value > 0 or not math.isfinite(value):
+    if not positive_number(value):
         log.warning("%s=%r ignored: need a positive number", name, raw)
         return None
     return value
