@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # the launch API loads on first use, so ``import aelastic`` s
     from .launcher._job import run_job as run_job
     from .launcher._launch import elastic_launch as elastic_launch
     from .launcher._launch import launch as launch
+    from .launcher._restart_settings import RestartSettings as RestartSettings
     from .nodes._settings import BadNodeSettings as BadNodeSettings
     from .progress._settings import HangSettings as HangSettings
     from .stragglers._settings import StragglerSettings as StragglerSettings
@@ -62,6 +63,7 @@ __all__ = (
     "Job",
     "LaunchConfig",
     "PreloadSettings",
+    "RestartSettings",
     "StragglerSettings",
     "__version__",
     "elastic_launch",

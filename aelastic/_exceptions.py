@@ -23,7 +23,7 @@ this drawing against the classes)::
         StoreError                              aelastic.store
             StoreTimeoutError [TimeoutError]
             StoreConnectionError [ConnectionError]
-                NotAStoreError
+                NotAStoreError                  private
             StoreClosedError
             QueueEmptyError                     private
             ProtocolError                       private

@@ -26,6 +26,7 @@ from . import (
     _preload_args,
     _progress_args,
     _replica_args,
+    _restart_args,
     _straggler_args,
 )
 from ._config import DEFAULT_SIGNALS, LaunchConfig
@@ -299,7 +300,8 @@ _OPTIONS: tuple[Option, ...] = (
         False,
         "every worker gets LOCAL_RANK=0 and its own CUDA_VISIBLE_DEVICES",
     ),
-    *_progress_args.OPTIONS,  # hang detection and restart policy (aelastic.progress)
+    *_progress_args.OPTIONS,  # hang detection (aelastic.progress)
+    *_restart_args.OPTIONS,  # how a failed group is restarted (aelastic.agent's policy)
     *_preload_args.OPTIONS,  # what warm interpreters import before a restart
     *_checkpoint_args.OPTIONS,  # aelastic.checkpoint's disk copy
     *_node_args.OPTIONS,  # node health checks and exclusion (aelastic.nodes)
@@ -691,6 +693,7 @@ def parse_run_args(
             **timeouts,
             log_dir=v.str_("log_dir"),
             **_progress_args.config_fields(v),
+            **_restart_args.config_fields(v),
             **_checkpoint_args.config_fields(v),
             **_node_args.config_fields(v),
             **_straggler_args.config_fields(v),

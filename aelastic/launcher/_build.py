@@ -161,20 +161,10 @@ def make_spec(
         duplicate_stderr_filters=config.duplicate_stderr_filters,
         virtual_local_rank=config.virtual_local_rank,
         **config.hangs.spec_fields(),
-        **{name: getattr(config, name) for name in _PROGRESS_FIELDS},
+        **config.restarts.spec_fields(),
         preload=config.preload.modules,
         preload_exclude=config.preload.exclude,
     )
-
-
-#: LaunchConfig fields passed to WorkerSpec as they are (the restart policy).
-_PROGRESS_FIELDS = (
-    "max_no_progress_restarts",
-    "restart_backoff",
-    "restart_backoff_max",
-    "job_wide_restarts",
-    "exit_grace",
-)
 
 
 def make_agent(

@@ -15,6 +15,7 @@ from ..progress._settings import HangSettings
 from ..stragglers._settings import StragglerSettings
 from ..workers._settings import PreloadSettings
 from ._exceptions import LaunchConfigError
+from ._restart_settings import RestartSettings
 
 __all__ = ("DEFAULT_SIGNALS", "LaunchConfig")
 
@@ -66,10 +67,10 @@ class LaunchConfig:
     ``initial_heartbeat_timeout``, ``heartbeat_timeout``, ``section_timeouts``,
     ``out_of_section_timeout``, ``learn_timeouts``, each None: off), handed to
     :class:`~aelastic.agent.WorkerSpec`'s fields of the same names; it replaces the five
-    flat fields (docs/hangs.md, "Names"). The restart policy (``max_no_progress_restarts``,
-    ``restart_backoff``, ``restart_backoff_max``, ``job_wide_restarts``) is WorkerSpec's
-    fields of the same names, and so is ``exit_grace`` (``--exit-grace``: seconds a worker
-    whose script ended may take to exit before it is killed).
+    flat fields (docs/hangs.md, "Names"). The restart policy: ``restarts``
+    (:class:`aelastic.RestartSettings`: ``max_no_progress_restarts``, ``restart_backoff``,
+    ``restart_backoff_max``, ``job_wide_restarts``, ``exit_grace``), handed to WorkerSpec's
+    fields of the same names; it replaces those five flat fields (docs/hangs.md, "Names").
 
     ``preload`` (``PreloadSettings``: ``modules``, names or ``"auto"`` that idle warm
     interpreters import before a restart, and ``exclude``) goes to WorkerSpec's
@@ -132,11 +133,8 @@ class LaunchConfig:
     local_ranks_filter: set[int] | None = None
     # hang detection (aelastic.progress): see docs/hangs.md
     hangs: HangSettings = field(default_factory=HangSettings)
-    # restart policy: see aelastic.agent.WorkerSpec
-    max_no_progress_restarts: int | None = None
-    restart_backoff: float = 0.0
-    restart_backoff_max: float = 300.0
-    job_wide_restarts: bool = False
+    # restart policy (aelastic.agent._policy): see docs/hangs.md
+    restarts: RestartSettings = field(default_factory=RestartSettings)
     # aelastic.checkpoint: the flags of --checkpoint-dir's group, checked when made
     checkpoints: CheckpointSettings = field(default_factory=CheckpointSettings)
     # the health and status endpoint (the job view's /status): see docs/embedding.md
@@ -148,7 +146,6 @@ class LaunchConfig:
 
     # what warm interpreters import before a restart: see docs/preload.md
     preload: PreloadSettings = field(default_factory=PreloadSettings)
-    exit_grace: float | None = 60.0
     # health checks before each round and exclusion after repeated failures: aelastic.nodes
     bad_nodes: BadNodeSettings = field(default_factory=BadNodeSettings)
     # group ranks by a topology key: see docs/bad-nodes.md, "Group ranks stay where they were"
@@ -217,6 +214,11 @@ class LaunchConfig:
             raise LaunchConfigError(
                 f"hangs={self.hangs!r}: need a HangSettings (from aelastic.progress._settings),"
                 " such as HangSettings(heartbeat_timeout=60)"
+            )
+        if not isinstance(self.restarts, RestartSettings):
+            raise LaunchConfigError(
+                f"restarts={self.restarts!r}: need an aelastic.RestartSettings, "
+                "such as RestartSettings(restart_backoff=5)"
             )
         if not isinstance(self.bad_nodes, BadNodeSettings):
             raise LaunchConfigError(

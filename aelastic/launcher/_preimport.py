@@ -66,7 +66,8 @@ def job_modules(config: LaunchConfig) -> tuple[str, ...]:
     if os.environ.get("KUBEFLOW_TRAINER_SERVER_URL"):  # a TrainJob's pod: progress is posted
         extra += ("aelastic.schedulers",)
     hangs = _HangFields(
-        **config.hangs.spec_fields(), max_no_progress_restarts=config.max_no_progress_restarts
+        **config.hangs.spec_fields(),
+        max_no_progress_restarts=config.restarts.max_no_progress_restarts,
     )
     return JOB_MODULES + extra + feature_modules(hangs, os.environ)
 

@@ -1,12 +1,11 @@
-"""The ``run`` flags of hang detection (``aelastic.progress``) and restart policy, and their checks.
+"""The ``run`` flags of hang detection (``aelastic.progress``), and their checks.
 
 Kept apart so the launcher's argument module only appends :data:`OPTIONS` to its
 table and passes :func:`config_fields` to ``LaunchConfig``. Every flag also reads
 ``PET_<NAME>`` like torchrun's own. The hang flags' defaults (off) and range checks are
 :class:`aelastic.progress._settings.HangSettings`'s (the Python API gets the same
 messages); this module reads them into one, held as ``LaunchConfig.hangs``. The restart
-policy's flags (``--max-no-progress-restarts``, ``--restart-backoff*``, ``--exit-grace``,
-``--job-wide-restarts``) stay flat ``LaunchConfig`` fields.
+policy's flags are ``aelastic.launcher._restart_args``.
 """
 
 from __future__ import annotations
@@ -59,51 +58,15 @@ OPTIONS: tuple[Option, ...] = (
         None,
         "safety factor (e.g. 5): after a healthy attempt, use factor x the longest interval seen",
     ),
-    (
-        ("--max-no-progress-restarts",),
-        "max_no_progress_restarts",
-        "str",
-        None,
-        "stop with exit code 93 (do not requeue) after N failed attempts without step progress",
-    ),
-    (
-        ("--restart-backoff",),
-        "restart_backoff",
-        "str",
-        "0",
-        "seconds before restarting after a failure, doubled per consecutive failure",
-    ),
-    (
-        ("--restart-backoff-max",),
-        "restart_backoff_max",
-        "str",
-        "300",
-        "the longest back-off between restarts, in seconds",
-    ),
-    (
-        ("--exit-grace",),
-        "exit_grace",
-        "str",
-        "60",
-        "seconds a worker whose script ended may take to exit before it is killed (0: no limit)",
-    ),
-    (
-        ("--job-wide-restarts",),
-        "job_wide_restarts",
-        "flag",
-        False,
-        "--max-restarts counts the failures of the whole job, not of this node",
-    ),
 )
 
 
 def config_fields(v: OptionValues) -> dict[str, Any]:
-    """``{"hangs": HangSettings, ...}`` and the restart policy's fields of these flags, checked.
+    """``{"hangs": HangSettings}`` of these flags, checked.
 
     Raises:
-        UsageError: a value that is not a number or not ``name=seconds``, one
-            :class:`HangSettings` refuses (its message), or a restart-policy value out of
-            range.
+        UsageError: a value that is not a number or not ``name=seconds``, or one
+            :class:`HangSettings` refuses (its message).
     """
     timeouts: dict[str, float | None] = {}
     for dest in (
@@ -123,17 +86,7 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
         )
     except ProgressTimeoutError as exc:
         raise UsageError(str(exc)) from None
-    backoff = v.float_("restart_backoff", minimum=0.0)
-    backoff_max = v.float_("restart_backoff_max", minimum=0.0)
-    exit_grace = v.float_("exit_grace", minimum=0.0)
-    return {
-        "hangs": hangs,
-        "max_no_progress_restarts": v.int_("max_no_progress_restarts", minimum=1),
-        "restart_backoff": backoff if backoff is not None else 0.0,
-        "restart_backoff_max": backoff_max if backoff_max is not None else 300.0,
-        "job_wide_restarts": v.flag("job_wide_restarts"),
-        "exit_grace": exit_grace if exit_grace is not None else 60.0,
-    }
+    return {"hangs": hangs}
 
 
 def _sections(text: str, source: str) -> dict[str, float] | None:

@@ -40,7 +40,8 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from .._net import is_loopback, is_own_address
-from ..store import NotAStoreError, Store, StoreError, StoreServer, TCPStoreClient
+from ..store import Store, StoreError, StoreServer, TCPStoreClient
+from ..store._exceptions import NotAStoreError
 from ._coordinator import TICKS_KEPT
 from ._dynamic import DynamicRendezvousHandler
 from ._exceptions import (

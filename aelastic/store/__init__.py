@@ -10,7 +10,6 @@
 """
 
 from ._client import TCPStoreClient as TCPStoreClient
-from ._exceptions import NotAStoreError as NotAStoreError
 from ._exceptions import StoreClosedError as StoreClosedError
 from ._exceptions import StoreConnectionError as StoreConnectionError
 from ._exceptions import StoreError as StoreError
@@ -25,7 +24,6 @@ from ._utils import synchronize as synchronize
 
 __all__ = (
     "LocalStore",
-    "NotAStoreError",
     "PrefixStore",
     "Store",
     "StoreClosedError",

@@ -8,7 +8,6 @@ __all__ = (
     "StoreError",
     "StoreTimeoutError",
     "StoreConnectionError",
-    "NotAStoreError",
     "StoreClosedError",
 )
 

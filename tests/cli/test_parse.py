@@ -134,9 +134,10 @@ def test_exit_barrier_and_shutdown_env() -> None:
 
 
 def test_exit_grace_default_flag_env_and_bad_value() -> None:
-    assert parse("t.py").config.exit_grace == 60.0
-    assert parse("--exit-grace", "5", "t.py").config.exit_grace == 5.0
-    assert parse("t.py", PET_EXIT_GRACE="0").config.exit_grace == 0.0  # no bound
+    # issue 39: the restart policy's fields moved into LaunchConfig.restarts
+    assert parse("t.py").config.restarts.exit_grace == 60.0
+    assert parse("--exit-grace", "5", "t.py").config.restarts.exit_grace == 5.0
+    assert parse("t.py", PET_EXIT_GRACE="0").config.restarts.exit_grace == 0.0  # no bound
     with pytest.raises(UsageError, match="--exit-grace -1: must be >= 0"):
         parse("--exit-grace", "-1", "t.py")
 

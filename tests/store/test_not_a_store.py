@@ -18,7 +18,8 @@ import pytest
 from aelastic import LaunchConfig, open_job
 from aelastic.rendezvous import RendezvousConnectionError
 from aelastic.rendezvous._exceptions import RendezvousEndpointError
-from aelastic.store import NotAStoreError, StoreConnectionError, TCPStoreClient
+from aelastic.store import StoreConnectionError, TCPStoreClient
+from aelastic.store._exceptions import NotAStoreError
 
 from ._backends import on_every_backend
 
