@@ -13,6 +13,7 @@ refuse a bad value with the same message. The launcher holds it as
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,14 +69,9 @@ class HangSettings:
         )
 
     def spec_fields(self) -> dict[str, Any]:
-        """The :class:`aelastic.agent.WorkerSpec` fields of the same names."""
-        return {
-            "initial_heartbeat_timeout": self.initial_heartbeat_timeout,
-            "heartbeat_timeout": self.heartbeat_timeout,
-            "section_timeouts": self.section_timeouts,
-            "out_of_section_timeout": self.out_of_section_timeout,
-            "learn_timeouts": self.learn_timeouts,
-        }
+        """The :class:`aelastic.agent.WorkerSpec` fields of the same names: every field
+        of this object, so a field added here reaches the spec (or fails there, loudly)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def _problem(self) -> str | None:
         """What cannot work, as the one message to show (None: nothing)."""

@@ -81,3 +81,17 @@ def test_the_flags_fill_one_object_and_the_spec_gets_its_fields() -> None:
     assert got == [60, None] and spec.section_timeouts == {"allreduce": 1.8}
     with pytest.raises(ConfigError, match=r"hangs=.*: need a HangSettings"):
         LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1, hangs={"heartbeat_timeout": 1})  # type: ignore[arg-type]
+
+
+def test_spec_fields_are_every_field_and_worker_spec_has_each_with_its_default() -> None:
+    """``spec_fields()`` is derived from the dataclass, so it cannot drift from it; this
+    pins the other side: WorkerSpec (the agent's API) has each field, with the same
+    default. A field added to one and not the other fails here, not in a job."""
+    from aelastic.agent import WorkerSpec
+
+    names = [f.name for f in dataclasses.fields(HangSettings)]
+    settings = HangSettings(heartbeat_timeout=30, section_timeouts={"fwd": 2})
+    assert list(settings.spec_fields()) == names
+    assert settings.spec_fields()["section_timeouts"] == {"fwd": 2}
+    spec = {f.name: f.default for f in dataclasses.fields(WorkerSpec)}
+    assert {name: spec.get(name, "missing") for name in names} == HangSettings().spec_fields()
