@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
+from _settings_doors import assert_held_as_given, assert_one_message
 
 from aelastic import ConfigError, LaunchConfig
-from aelastic.launcher._args import UsageError, parse_run_args
 from aelastic.launcher._build import make_spec
 from aelastic.workers._settings import PreloadSettings
 
@@ -27,13 +25,8 @@ def test_the_api_and_the_flags_refuse_a_name_with_one_message(
 ) -> None:
     """Both go through PreloadSettings' check: the same words, whichever door (the API
     once named ``LaunchConfig.preload`` where the command line named ``--preload``)."""
-    with pytest.raises(ConfigError) as api:
-        PreloadSettings(**values)  # type: ignore[arg-type]
-    with pytest.raises(UsageError) as cli:
-        parse_run_args([*flags, "x.py"], {})
-    assert str(cli.value) == str(api.value), (cli.value, api.value)
-    assert str(api.value).startswith(f"{flags[0]}: "), api.value  # it names the flag
-    assert "is not a module name" in str(api.value), api.value
+    message = assert_one_message(PreloadSettings, values, flags)
+    assert message.startswith(f"{flags[0]}: ") and "is not a module name" in message, message
 
 
 @pytest.mark.parametrize(
@@ -52,10 +45,7 @@ def test_names_are_kept_as_one_tuple_in_order_without_repeats() -> None:
 
 def test_launch_config_holds_one_settings_object_and_the_spec_gets_its_names() -> None:
     settings = PreloadSettings(modules=("auto", "torch"), exclude=("deepspeed",))
+    assert_held_as_given("preload", settings)
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1, preload=settings)
-    assert config.preload is settings
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        settings.modules = ()  # type: ignore[misc]
     spec = make_spec(config, LocalRendezvous(), "/bin/true", ())
     assert (spec.preload, spec.preload_exclude) == (("auto", "torch"), ("deepspeed",))
-    assert LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1).preload == PreloadSettings()

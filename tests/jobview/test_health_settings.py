@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
+from _settings_doors import assert_held_as_given, assert_one_message
 
-from aelastic import ConfigError, LaunchConfig
+from aelastic import ConfigError
 from aelastic.health._settings import HealthSettings
 from aelastic.launcher._args import UsageError, parse_run_args
 
@@ -24,12 +23,7 @@ def test_the_api_and_the_flags_refuse_a_value_with_one_message(
 ) -> None:
     """Both go through HealthSettings' checks: the same words, whichever door (the API
     named ``health_port=`` where the command line named ``--health-port``)."""
-    with pytest.raises(ConfigError) as api:
-        HealthSettings(**values)  # type: ignore[arg-type]
-    with pytest.raises(UsageError) as cli:
-        parse_run_args([*flags, "x.py"], {})
-    assert str(cli.value) == str(api.value), (cli.value, api.value)
-    assert str(api.value).startswith(f"{flags[-2]} "), api.value  # it names the flag
+    assert_one_message(HealthSettings, values, flags, flag=flags[-2])
 
 
 @pytest.mark.parametrize("values", [{"port": "80"}, {"port": True}, {"port": 8.0}, {"host": 1}])
@@ -47,8 +41,5 @@ def test_the_torchrun_variable_goes_through_the_same_check() -> None:
 
 def test_launch_config_holds_one_settings_object() -> None:
     settings = HealthSettings(port=0, host="::1")
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1, health=settings)
-    assert config.health is settings and (settings.port, settings.host) == (0, "::1")
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        settings.port = 1  # type: ignore[misc]
-    assert LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1).health.port is None
+    assert_held_as_given("health", settings)
+    assert (settings.port, settings.host) == (0, "::1") and HealthSettings().port is None
