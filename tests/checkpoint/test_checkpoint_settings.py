@@ -6,9 +6,10 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from _settings_doors import assert_held_as_given, assert_one_message
 
 from aelastic import CheckpointSettings, ConfigError, LaunchConfig
-from aelastic.launcher._args import UsageError, build_parser, parse_run_args
+from aelastic.launcher._args import build_parser, parse_run_args
 
 
 @pytest.mark.parametrize(
@@ -26,12 +27,7 @@ def test_the_api_and_the_flags_refuse_a_value_with_one_message(
 ) -> None:
     """Both go through CheckpointSettings' checks: the same words, whichever door (the
     API once accepted ``checkpoint_persist_interval=0``, which the command line refused)."""
-    with pytest.raises(ConfigError) as api:
-        CheckpointSettings(**values)  # type: ignore[arg-type]
-    with pytest.raises(UsageError) as cli:
-        parse_run_args([*flags, "x.py"], {})
-    assert str(cli.value) == str(api.value), (cli.value, api.value)
-    assert str(api.value).startswith(flags[0]), api.value  # it names the flag to change
+    assert_one_message(CheckpointSettings, values, flags)
 
 
 @pytest.mark.parametrize(
@@ -52,10 +48,7 @@ def test_values_of_the_wrong_kind_are_refused_when_made(values: dict[str, object
 
 def test_launch_config_holds_one_settings_object(tmp_path: Path) -> None:
     settings = CheckpointSettings(dir=str(tmp_path), persist_interval=30, requeue=True)
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1, checkpoints=settings)
-    assert config.checkpoints is settings
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        settings.dir = "elsewhere"  # type: ignore[misc]
+    assert_held_as_given("checkpoints", settings)
     with pytest.raises(
         ConfigError, match=r"checkpoints=./d.: need an aelastic\.CheckpointSettings"
     ):
