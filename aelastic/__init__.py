@@ -18,7 +18,7 @@ not for aelastic's own modules); the base helpers are shared by all
 (``tests/test_layers.py`` enforces this, and that no two modules import each other)::
 
     0. base: _dataclass _entry_points _exceptions _features _ids _lazy _net _owned_dirs
-    0. base too: _numbers _stacks_dump _tasks
+    0. base too: _numbers _option_table _stacks_dump _tasks
     1. store errors metrics progress goodput
     2. events integrations
     3. workers rendezvous checkpoint

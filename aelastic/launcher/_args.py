@@ -18,21 +18,21 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .._dataclass import dataclass
+from .._exceptions import ConfigError
 from .._ids import random_uuid4
+from .._option_table import Option
+from ..progress import _settings as _hang_flags
+from ..workers import _settings as _preload_flags
 from . import (
     _checkpoint_args,
     _health_args,
     _node_args,
-    _preload_args,
-    _progress_args,
     _replica_args,
     _restart_args,
     _straggler_args,
 )
 from ._config import DEFAULT_SIGNALS, LaunchConfig
-from ._exceptions import LaunchConfigError
 from ._exceptions import UsageError as UsageError
-from ._option_table import Option
 
 if TYPE_CHECKING:
     from ..replicas._settings import ReplicaGroups
@@ -300,9 +300,9 @@ _OPTIONS: tuple[Option, ...] = (
         False,
         "every worker gets LOCAL_RANK=0 and its own CUDA_VISIBLE_DEVICES",
     ),
-    *_progress_args.OPTIONS,  # hang detection (aelastic.progress)
+    *_hang_flags.OPTIONS,  # hang detection (aelastic.progress), beside HangSettings
     *_restart_args.OPTIONS,  # how a failed group is restarted (aelastic.agent's policy)
-    *_preload_args.OPTIONS,  # what warm interpreters import before a restart
+    *_preload_flags.OPTIONS,  # what warm interpreters import before a restart
     *_checkpoint_args.OPTIONS,  # aelastic.checkpoint's disk copy
     *_node_args.OPTIONS,  # node health checks and exclusion (aelastic.nodes)
     *_replica_args.OPTIONS,  # torchft replica groups (aelastic.replicas)
@@ -621,7 +621,6 @@ def _slurm_defaults(env: Mapping[str, str], address: str | None) -> SlurmDefault
     """The Slurm step's defaults, or None outside one (schedulers loaded only then)."""
     if not env.get("SLURM_JOB_ID"):
         return None
-    from .._exceptions import ConfigError
     from ..schedulers._slurm import slurm_defaults, slurm_job
 
     try:
@@ -692,20 +691,22 @@ def parse_run_args(
             **workers,
             **timeouts,
             log_dir=v.str_("log_dir"),
-            **_progress_args.config_fields(v),
+            **_hang_flags.config_fields(v),
             **_restart_args.config_fields(v),
             **_checkpoint_args.config_fields(v),
             **_node_args.config_fields(v),
             **_straggler_args.config_fields(v),
             **_health_args.config_fields(v, env),
-            **_preload_args.config_fields(
+            **_preload_flags.config_fields(
                 v,
                 python=not program.binary,
                 replica_groups=replicas is not None,
                 warnings=warnings,
             ),
         )
-    except LaunchConfigError as exc:  # pragma: no cover - the checks above come first
+    except UsageError:
+        raise
+    except ConfigError as exc:  # a settings object's check: the flag and the fix
         raise UsageError(str(exc)) from None
     notes: tuple[str, ...] = ()
     if slurm is not None:

@@ -20,9 +20,9 @@ import os
 from typing import Any
 
 from .._exceptions import ConfigError
+from .._option_table import Option, OptionValues
 from ..checkpoint._settings import CheckpointSettings
 from ._exceptions import UsageError
-from ._option_table import Option, OptionValues
 
 __all__ = ("OPTIONS", "config_fields")
 

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._exceptions import ConfigError
+from .._option_table import Option, OptionValues
 from ..health._settings import HealthSettings
 from ._exceptions import UsageError
-from ._option_table import Option, OptionValues
 
 __all__ = ("OPTIONS", "config_fields")
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._exceptions import ConfigError
+from .._option_table import Option, OptionValues
 from ..nodes._settings import BadNodeSettings
 from ._exceptions import UsageError
-from ._option_table import Option, OptionValues
 
 if TYPE_CHECKING:
     from ..nodes._gate import NodeGate

@@ -10,9 +10,9 @@ settings classes (stated once, there).
 
 from __future__ import annotations
 
+from .._option_table import Option, OptionValues
 from ..replicas._settings import LighthouseSettings, ReplicaGroups
 from ._exceptions import UsageError
-from ._option_table import Option, OptionValues
 
 __all__ = ("OPTIONS", "replica_groups")
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._option_table import Option, OptionValues
 from ._exceptions import LaunchConfigError, UsageError
-from ._option_table import Option, OptionValues
 from ._restart_settings import RestartSettings
 
 __all__ = ("OPTIONS", "config_fields")

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._option_table import Option, OptionValues
 from ..stragglers._exceptions import StragglerConfigError
 from ..stragglers._settings import StragglerSettings
 from ._exceptions import UsageError
-from ._option_table import Option, OptionValues
 
 __all__ = ("OPTIONS", "config_fields")
 

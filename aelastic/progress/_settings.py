@@ -1,27 +1,70 @@
-"""``HangSettings``: the hang-detection timeouts a launch asks for, checked once.
+"""``HangSettings``: the hang-detection timeouts a launch asks for, checked once, and
+their ``aelastic run`` flags.
 
 One frozen object per launch: its defaults (every rule off) are stated here and nowhere
 else, and its checks run when it is made, so the command line
 (``--initial-heartbeat-timeout``, ``--heartbeat-timeout``, ``--section-timeouts``,
-``--out-of-section-timeout``, ``--learn-timeouts``: ``aelastic.launcher._progress_args``
-reads the flags into one) and the Python API (``LaunchConfig(hangs=HangSettings(...))``)
-refuse a bad value with the same message. The launcher holds it as
-``LaunchConfig.hangs`` and hands its fields, under the same names, to
-:class:`aelastic.agent.WorkerSpec`, whose fields they are (the agent builds its
-:class:`~aelastic.progress._timeouts.ProgressTimeouts` from those). No anyio, no I/O.
+``--out-of-section-timeout``, ``--learn-timeouts``: :data:`OPTIONS`, read into one by
+:func:`config_fields`) and the Python API (``LaunchConfig(hangs=HangSettings(...))``)
+refuse a bad value with the same message. The launcher's parser only appends
+:data:`OPTIONS` to its table; it holds the object as ``LaunchConfig.hangs`` and hands
+its fields, under the same names, to :class:`aelastic.agent.WorkerSpec`, whose fields
+they are (the agent builds its :class:`~aelastic.progress._timeouts.ProgressTimeouts`
+from those). Every flag also reads ``PET_<NAME>`` like torchrun's own. No anyio, no I/O.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from .._dataclass import dataclass
 from .._numbers import positive_number, shown
+from .._option_table import Option, OptionValues
 from ._exceptions import ProgressTimeoutError
 
-__all__ = ("HangSettings",)
+__all__ = ("OPTIONS", "HangSettings", "config_fields")
+
+#: (flags, dest, kind, default, help), the ``aelastic run`` option table format.
+OPTIONS: tuple[Option, ...] = (
+    (
+        ("--initial-heartbeat-timeout",),
+        "initial_heartbeat_timeout",
+        "str",
+        None,
+        "hang detection (aelastic.progress): seconds from a worker's start to its first heartbeat",
+    ),
+    (
+        ("--heartbeat-timeout",),
+        "heartbeat_timeout",
+        "str",
+        None,
+        "hang detection: longest allowed interval between two heartbeats",
+    ),
+    (
+        ("--section-timeouts",),
+        "section_timeouts",
+        "str",
+        "",
+        "hang detection: name=seconds,... for aelastic.progress.section(name)",
+    ),
+    (
+        ("--out-of-section-timeout",),
+        "out_of_section_timeout",
+        "str",
+        None,
+        "hang detection: longest time outside every section, once sections are used",
+    ),
+    (
+        ("--learn-timeouts",),
+        "learn_timeouts",
+        "str",
+        None,
+        "safety factor (e.g. 5): after a healthy attempt, use factor x the longest interval seen",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -102,3 +145,43 @@ class HangSettings:
                 "(or unset: off)"
             )
         return None
+
+
+def config_fields(v: OptionValues) -> dict[str, Any]:
+    """``{"hangs": HangSettings}`` of the flags of :data:`OPTIONS`, checked.
+
+    Raises:
+        ProgressTimeoutError: a section that is not ``name=seconds``, or a value
+            :class:`HangSettings` refuses (its message; the parser shows it as a usage
+            error). A value that is not a number: the parser's own usage error.
+    """
+    timeouts: dict[str, float | None] = {}
+    for dest in (
+        "initial_heartbeat_timeout",
+        "heartbeat_timeout",
+        "out_of_section_timeout",
+        "learn_timeouts",
+    ):
+        # only the number is read here; its range is HangSettings' check
+        timeouts[dest] = v.float_(dest, minimum=-math.inf)
+    sections = _sections(v.str_("section_timeouts") or "", v.source("section_timeouts"))
+    return {"hangs": HangSettings(section_timeouts=sections, **timeouts)}
+
+
+def _sections(text: str, source: str) -> dict[str, float] | None:
+    """``"fwd=2,checkpoint=600"`` as ``{name: seconds}`` (None: none given); the seconds'
+    range is HangSettings' check, only the shape is read here."""
+    out: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        try:
+            seconds = float(value) if sep and name.strip() else math.nan
+        except ValueError:
+            seconds = math.nan
+        if math.isnan(seconds):
+            raise ProgressTimeoutError(
+                f"{source} {item}: need name=seconds with a name and seconds > 0, "
+                "such as checkpoint=600"
+            )
+        out[name.strip()] = seconds
+    return out or None

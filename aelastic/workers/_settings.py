@@ -1,21 +1,48 @@
-"""``PreloadSettings``: what the idle warm interpreters import before a restart, checked once.
+"""``PreloadSettings``: what the idle warm interpreters import before a restart, checked
+once, and its ``aelastic run`` flags.
 
 One frozen object per launch: its defaults are stated here and nowhere else, and its
 check runs when it is made, so the command line (``--preload``, ``--preload-exclude``:
-``aelastic.launcher._preload_args`` reads the flags into one) and the Python API
+:data:`OPTIONS`, read into one by :func:`config_fields`) and the Python API
 (``LaunchConfig(preload=PreloadSettings(modules=("torch",)))``) refuse a bad name with
-the same message. The launcher holds it as ``LaunchConfig.preload`` and hands its two
-tuples to :class:`aelastic.agent.WorkerSpec` (``preload``, ``preload_exclude``). No
-anyio, no I/O, no agent: ``aelastic run`` parses its flags before it loads the agent.
+the same message. The launcher's parser only appends :data:`OPTIONS` to its table; it
+holds the object as ``LaunchConfig.preload`` and hands its two tuples to
+:class:`aelastic.agent.WorkerSpec` (``preload``, ``preload_exclude``). Every flag also
+reads ``PET_<NAME>`` like torchrun's own. No anyio, no I/O, no agent: ``aelastic run``
+parses its flags before it loads the agent.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._dataclass import dataclass
 from .._exceptions import ConfigError
+from .._option_table import Option, OptionValues
 from ._preload import parse_preload
 
-__all__ = ("PreloadSettings",)
+__all__ = ("OPTIONS", "PreloadSettings", "config_fields")
+
+#: (flags, dest, kind, default, help), the ``aelastic run`` option table format. No
+#: default here: an absent flag is PreloadSettings' default (nothing), told apart by
+#: ``given``.
+OPTIONS: tuple[Option, ...] = (
+    (
+        ("--preload",),
+        "preload",
+        "str",
+        None,
+        "modules the idle worker interpreters import before a restart (comma-separated),"
+        " or auto: the modules the workers imported (Python script/-m workers only)",
+    ),
+    (
+        ("--preload-exclude", "--preload_exclude"),
+        "preload_exclude",
+        "str",
+        None,
+        "modules (and their submodules) never preloaded, comma-separated",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -51,3 +78,26 @@ def _names(value: object, flag: str) -> tuple[str, ...]:
         f"{flag} {value!r}: need module names, as a tuple such as ('torch',) or one "
         "comma-separated string such as 'torch,torch.optim'"
     )
+
+
+def config_fields(
+    v: OptionValues, *, python: bool, replica_groups: bool, warnings: list[str]
+) -> dict[str, Any]:
+    """``{"preload": PreloadSettings}`` of the flags of :data:`OPTIONS`, checked.
+
+    ``python``: the workers run Python (not ``--no-python``); without it a ``--preload``
+    only adds a line to ``warnings``. ``replica_groups``: torchft replica groups are on,
+    where an absent ``--preload`` means ``auto`` (a failed group's restart skips the
+    imports, so it rejoins sooner).
+
+    Raises:
+        ConfigError: a name that is not a module name (PreloadSettings' message; the
+            parser shows it as a usage error).
+    """
+    modules = v.str_("preload")
+    if replica_groups and python and not v.given("preload"):
+        modules = "auto"
+    settings = PreloadSettings(modules=modules or (), exclude=v.str_("preload_exclude") or ())
+    if settings.modules and not python:
+        warnings.append("--preload has no effect with --no-python: nothing runs in Python")
+    return {"preload": settings}

@@ -1,9 +1,10 @@
-"""The launcher's option table: the row format and what a group's checks read.
+"""The ``aelastic run`` option table: the row format and what a group's checks read.
 
 Each group of ``run`` flags (hang detection, checkpoints, node health) keeps its rows
-(:data:`Option`) and its checks in a module of its own; the argument parser appends
-the rows to its table and hands each group's ``config_fields`` the parsed
-:class:`OptionValues`.
+(:data:`Option`) and its checks in a module of its own (a feature's settings module, or
+one beside the launcher's parser); the argument parser appends the rows to its table and
+hands each group's ``config_fields`` the parsed :class:`OptionValues`. In the base layer
+so a feature's settings module can own its flags without importing the launcher.
 """
 
 from __future__ import annotations
