@@ -21,10 +21,10 @@ from .._dataclass import dataclass
 from .._exceptions import ConfigError
 from .._ids import random_uuid4
 from .._option_table import Option
+from ..checkpoint import _settings as _checkpoint_flags
 from ..progress import _settings as _hang_flags
 from ..workers import _settings as _preload_flags
 from . import (
-    _checkpoint_args,
     _health_args,
     _node_args,
     _replica_args,
@@ -303,7 +303,7 @@ _OPTIONS: tuple[Option, ...] = (
     *_hang_flags.OPTIONS,  # hang detection (aelastic.progress), beside HangSettings
     *_restart_args.OPTIONS,  # how a failed group is restarted (aelastic.agent's policy)
     *_preload_flags.OPTIONS,  # what warm interpreters import before a restart
-    *_checkpoint_args.OPTIONS,  # aelastic.checkpoint's disk copy
+    *_checkpoint_flags.OPTIONS,  # aelastic.checkpoint's disk copy, beside CheckpointSettings
     *_node_args.OPTIONS,  # node health checks and exclusion (aelastic.nodes)
     *_replica_args.OPTIONS,  # torchft replica groups (aelastic.replicas)
     *_straggler_args.OPTIONS,  # slow nodes found while the job runs (aelastic.stragglers)
@@ -646,9 +646,10 @@ def parse_run_args(
     ``slurm_address`` is the first node's ``NodeAddr`` when the caller looked it up.
 
     Each group of flags is read by its own function, in the order the flags are checked
-    (so the first wrong one is the one reported); the features with many flags
-    (progress, checkpoints, nodes, stragglers, replica groups) read theirs in their
-    ``_<feature>_args`` module.
+    (so the first wrong one is the one reported); a feature's flags are read beside its
+    settings object (``aelastic.<feature>._settings``: ``OPTIONS`` and
+    ``config_fields``), the restart policy's in ``_restart_args``. A settings object's
+    :class:`ConfigError` becomes this parser's :class:`UsageError`, with its message.
 
     Raises:
         UsageError: a flag or value is wrong; the message is one line naming it and the fix.
@@ -693,7 +694,7 @@ def parse_run_args(
             log_dir=v.str_("log_dir"),
             **_hang_flags.config_fields(v),
             **_restart_args.config_fields(v),
-            **_checkpoint_args.config_fields(v),
+            **_checkpoint_flags.config_fields(v),
             **_node_args.config_fields(v),
             **_straggler_args.config_fields(v),
             **_health_args.config_fields(v, env),
