@@ -23,13 +23,13 @@ from .._ids import random_uuid4
 from .._option_table import Option
 from ..checkpoint import _settings as _checkpoint_flags
 from ..progress import _settings as _hang_flags
+from ..stragglers import _settings as _straggler_flags
 from ..workers import _settings as _preload_flags
 from . import (
     _health_args,
     _node_args,
     _replica_args,
     _restart_args,
-    _straggler_args,
 )
 from ._config import DEFAULT_SIGNALS, LaunchConfig
 from ._exceptions import UsageError as UsageError
@@ -306,7 +306,7 @@ _OPTIONS: tuple[Option, ...] = (
     *_checkpoint_flags.OPTIONS,  # aelastic.checkpoint's disk copy, beside CheckpointSettings
     *_node_args.OPTIONS,  # node health checks and exclusion (aelastic.nodes)
     *_replica_args.OPTIONS,  # torchft replica groups (aelastic.replicas)
-    *_straggler_args.OPTIONS,  # slow nodes found while the job runs (aelastic.stragglers)
+    *_straggler_flags.OPTIONS,  # slow nodes found while the job runs (aelastic.stragglers)
     *_health_args.OPTIONS,  # the health and status endpoint (the job view's /status)
 )
 
@@ -696,7 +696,7 @@ def parse_run_args(
             **_restart_args.config_fields(v),
             **_checkpoint_flags.config_fields(v),
             **_node_args.config_fields(v),
-            **_straggler_args.config_fields(v),
+            **_straggler_flags.config_fields(v),
             **_health_args.config_fields(v, env),
             **_preload_flags.config_fields(
                 v,

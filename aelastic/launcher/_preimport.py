@@ -50,7 +50,6 @@ JOB_MODULES = (
     "aelastic.nodes._gate",
     "aelastic.nodes._policy",
     # straggler detection, on by default (aelastic.stragglers)
-    "aelastic.launcher._straggler_args",
     "aelastic.stragglers._policy",
     "aelastic.stragglers._signal",
     "aelastic.stragglers._watch",

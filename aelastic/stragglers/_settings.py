@@ -1,21 +1,27 @@
-"""``StragglerSettings``: the ``--straggler-*`` values of a launch, checked once.
+"""``StragglerSettings``: the ``--straggler-*`` values of a launch, checked once, and
+their ``aelastic run`` flags.
 
 One frozen object per launch: its defaults are stated here and nowhere else, and its
-checks run when it is made, so the command line (``aelastic.launcher._straggler_args``
-reads the flags into one) and the Python API
+checks run when it is made, so the command line (:data:`OPTIONS`, read into one by
+:func:`config_fields`) and the Python API
 (``LaunchConfig(stragglers=StragglerSettings(...))``) refuse a bad value with the same
-message. The launcher holds it as ``LaunchConfig.stragglers`` and hands it as it is to
-:class:`aelastic.stragglers._watch.StragglerWatch`. Kept apart from the scoring in
-:mod:`._policy` so that ``LaunchConfig`` can hold it without importing ``statistics``
-(about 50 ms of every ``aelastic run``).
+message. The launcher's parser only appends :data:`OPTIONS` to its table; it holds the
+object as ``LaunchConfig.stragglers`` and hands it as it is to
+:class:`aelastic.stragglers._watch.StragglerWatch`. Every flag also reads
+``PET_<NAME>`` like torchrun's own; detection is on by default (``report``). Kept apart
+from the scoring in :mod:`._policy` so that ``LaunchConfig`` can hold it without
+importing ``statistics`` (about 50 ms of every ``aelastic run``).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._dataclass import dataclass
+from .._option_table import Option, OptionValues
 from ._exceptions import StragglerConfigError
 
-__all__ = ("ACTIONS", "StragglerSettings")
+__all__ = ("ACTIONS", "OPTIONS", "StragglerSettings", "config_fields")
 
 #: What to do with a confirmed straggler: ``report`` (default), ``exclude``, ``off``.
 ACTIONS = ("report", "exclude", "off")
@@ -78,3 +84,74 @@ class StragglerSettings:
         ``warmup + min_duration + timeout``, the time new workers take to be scored,
         confirmed slow and excluded (200 s by default). See :mod:`._exclude`."""
         return self.warmup + self.min_duration + self.timeout
+
+
+_DEFAULT = StragglerSettings()
+
+#: (flags, dest, kind, default, help), the ``aelastic run`` option table format.
+OPTIONS: tuple[Option, ...] = (
+    (
+        ("--straggler-action",),
+        "straggler_action",
+        "str",
+        _DEFAULT.action,
+        "what to do with a slow node found while the job runs (aelastic.stragglers): report "
+        "(log 'straggler:', event, status, metrics), exclude (also take it out after "
+        "--straggler-timeout; a spare takes its place) or off",
+    ),
+    (
+        ("--straggler-threshold",),
+        "straggler_threshold",
+        "str",
+        f"{_DEFAULT.threshold:g}",
+        "a rank is slow below this score (fastest rank's time per step / its own; 0 < x < 1)",
+    ),
+    (
+        ("--straggler-window",),
+        "straggler_window",
+        "str",
+        f"{_DEFAULT.window:g}",
+        "seconds of samples whose median scores a rank (sampled every window/10, 0.1-1 s)",
+    ),
+    (
+        ("--straggler-min-duration",),
+        "straggler_min_duration",
+        "str",
+        f"{_DEFAULT.min_duration:g}",
+        "seconds a score must stay below the threshold before the rank is reported",
+    ),
+    (
+        ("--straggler-warmup",),
+        "straggler_warmup",
+        "str",
+        f"{_DEFAULT.warmup:g}",
+        "seconds after the workers start before their ranks are scored (start-up is uneven)",
+    ),
+    (
+        ("--straggler-timeout",),
+        "straggler_timeout",
+        "str",
+        f"{_DEFAULT.timeout:g}",
+        "with --straggler-action exclude: seconds a reported slowdown lasts before the node "
+        "is excluded",
+    ),
+)
+
+
+def config_fields(v: OptionValues) -> dict[str, Any]:
+    """``{"stragglers": StragglerSettings}`` of the flags of :data:`OPTIONS`, checked.
+
+    Raises:
+        StragglerConfigError: a value that is not a number, or one
+            :class:`StragglerSettings` refuses (its message: out of range, an unknown
+            action); the parser shows it as a usage error.
+    """
+    values: dict[str, Any] = {"action": v.str_("straggler_action") or _DEFAULT.action}
+    for name in ("threshold", "window", "min_duration", "timeout", "warmup"):
+        dest = f"straggler_{name}"
+        raw = v.str_(dest)
+        try:
+            values[name] = float(raw)
+        except (TypeError, ValueError):
+            raise StragglerConfigError(f"{v.source(dest)} {raw!r}: expected a number") from None
+    return {"stragglers": StragglerSettings(**values)}
