@@ -23,7 +23,9 @@ slurmctld, slurmd n1..n3 on loopback), started and stopped here. aelastic runs u
 --rdzv-id $SLURM_JOB_ID --rdzv-endpoint <first node>:<port>``). The notice is
 ``scontrol requeue``, what a preemption with ``PreemptMode=REQUEUE`` does: SIGTERM to
 every process of the job, then Slurm requeues it and starts it again when the old
-credential expires (the cluster's ``cred_expire``, 20 s) and the scheduler next looks.
+credential expires (the cluster's ``cred_expire`` + 1 s after the old job's end: 6 s since
+issue 39 item 7, 21 s before) and the scheduler next looks (every second since then;
+before, at the next full or backfill pass, up to 30 s later).
 The batch script writes ``job <restart count> <time>`` first, so the seconds split into
 Slurm's share (the notice to the requeued script's start) and the launcher's (that start
 to the next step).
@@ -117,9 +119,9 @@ def _batch_script(launcher: str, every: int, root: Path, port: int) -> str:
 
     torchrun gets the rendezvous written out as its Slurm recipe does; the first node's
     address comes from Slurm's record because the test cluster's node names (n1..n3) are
-    not in DNS. Both get ``port``, a free one: other test clusters on this host number
-    their jobs from 1 too, so aelastic's port derived from the job id (and torchrun's
-    29500) can be taken by another cluster's job; ``--master-port`` keeps the rest of
+    not in DNS. Both get ``port``, a free one: torchrun's 29500, or aelastic's port
+    derived from the job id, can be taken by another job on this host (a test cluster of
+    an older tree numbers its jobs from 1 too); ``--master-port`` keeps the rest of
     aelastic's values from Slurm."""
     py = sys.executable
     env = f"export OMP_NUM_THREADS=1 LOGLEVEL=ERROR TMPDIR={root / 'tmp'}"

@@ -13,12 +13,19 @@ Use::
 ``cluster.env`` is this process's environment plus ``SLURM_CONF``; it carries no
 ``SLURM_*`` variable of an enclosing job. ``cluster.nodes`` is ``("n1", "n2", "n3")``,
 all with ``NodeAddr=127.0.0.1``.
+
+The cluster reacts as fast as Slurm allows (see ``_write_conf``): a requeued job is held
+``cred_expire`` + 1 = 6 s and the scheduler looks every second. Its job ids start at
+``cluster.first_job_id``, a block of ids no other test cluster on this host uses at the same
+time (``_claim_job_ids``), so jobs of two clusters (two xdist workers, a test beside
+``benchmarks/preemption.py --slurm``) derive different rendezvous ports from their ids.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -30,8 +37,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aelastic.schedulers._slurm import rendezvous_port
+
 NODES = ("n1", "n2", "n3")
 START_TIMEOUT = 60.0
+#: a job's states once it is over (``scontrol show job``'s ``JobState``)
+FINISHED = frozenset(
+    ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL")
+)
+#: job ids this far apart derive the same rendezvous port (375 for 16 * job id modulo
+#: 3000 ports); ids closer together never do, for steps 0..7
+PORT_PERIOD = next(n for n in range(1, 1 << 16) if rendezvous_port(n, 0) == rendezvous_port(0, 0))
+#: job ids per cluster: a cluster's 33rd job runs into the next cluster's ids
+JOB_ID_BLOCK = 32
 
 
 @dataclass
@@ -40,6 +58,7 @@ class SlurmCluster:
 
     root: Path
     env: dict[str, str]
+    first_job_id: int = 1
     nodes: tuple[str, ...] = NODES
     logs: dict[str, Path] = field(default_factory=dict)
 
@@ -53,6 +72,13 @@ class SlurmCluster:
                 f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
             )
         return done
+
+    def job_state(self, job_id: str) -> str:
+        """The job's ``JobState`` (``PENDING``, ``RUNNING``, ``COMPLETED``, ...): Slurm keeps a
+        finished job's record ``MinJobAge`` (300 s)."""
+        out = self.run("scontrol", "show", "job", "-o", job_id).stdout
+        found = re.search(r"\bJobState=(\S+)", out)
+        return found.group(1) if found else f"(no JobState in {out!r})"
 
     def log_tail(self, lines: int = 30) -> str:
         """The last lines of every daemon's log, for a failure message."""
@@ -115,7 +141,36 @@ def until(what: str, done: Callable[[], bool], seconds: float, why: Callable[[],
         time.sleep(0.2)
 
 
-def _write_conf(root: Path, munge_socket: Path, ctld_port: int, slurmd_port: int) -> Path:
+@contextlib.contextmanager
+def _claim_job_ids() -> Iterator[int]:
+    """Hold a block of ``JOB_ID_BLOCK`` job ids whose derived ports no other block's ids
+    derive, and yield its first id (the cluster's ``FirstJobId``); released on exit, or
+    when this process dies.
+
+    The blocks split ``PORT_PERIOD`` ids: 1..10 are handed out (block 0, ids 1..32, is
+    where a cluster that sets no ``FirstJobId`` starts). A block is held by binding a Linux
+    abstract socket named after it: nothing on disk, gone with its holder. With every block
+    held (10 clusters at once) one is picked at random and ports may collide, as before.
+    """
+    blocks = PORT_PERIOD // JOB_ID_BLOCK  # 11 for 375: 0..10
+    for block in range(1, blocks):
+        claim = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            claim.bind(f"\0aelastic-test-slurm-job-ids-{block}")
+        except OSError:  # another cluster holds it
+            claim.close()
+            continue
+        with claim:
+            yield 1 + block * JOB_ID_BLOCK
+        return
+    yield 1 + (1 + secrets.randbelow(blocks - 1)) * JOB_ID_BLOCK
+
+
+def _write_conf(
+    root: Path, munge_socket: Path, ctld_port: int, slurmd_port: int, first_job_id: int
+) -> Path:
+    """The cluster's ``slurm.conf``: Slurm's defaults, except where a test cluster on one
+    machine needs other values (ports, paths, users) or can react faster (the timers)."""
     host = socket.gethostname()
     user = "root" if os.geteuid() == 0 else os.environ.get("USER", "nobody")
     lines = [
@@ -126,9 +181,11 @@ def _write_conf(root: Path, munge_socket: Path, ctld_port: int, slurmd_port: int
         f"SlurmdUser={user}",
         "AuthType=auth/munge",
         # cred_expire: how long a killed job's credential stays revoked, and so how long
-        # Slurm holds a requeued job (120 s by default); starting it sooner is refused.
-        # 20 s, not less: a step's launch must also present its credential within it
-        f"AuthInfo=socket={munge_socket},cred_expire=20",
+        # Slurm holds a requeued job (cred_expire + 1 s from the old job's end; 120 s by
+        # default; starting it sooner got "Job credential revoked"). 5 s, Slurm's minimum
+        # (less is refused and means 120): an srun's launch must also reach the slurmd
+        # within it, which takes well under a second here ("Credential expired" otherwise)
+        f"AuthInfo=socket={munge_socket},cred_expire=5",
         "CredType=cred/munge",
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
@@ -140,6 +197,12 @@ def _write_conf(root: Path, munge_socket: Path, ctld_port: int, slurmd_port: int
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_CPU",
         "SchedulerType=sched/backfill",
+        # nothing wakes the scheduler when a requeued job's hold ends: it waits for the
+        # main loop's full pass (sched_interval, 60 s by default) or the backfill pass
+        # (bf_interval, 30 s); both every second here, and a submitted job is scheduled at
+        # the loop's next second (batch_sched_delay, 3 s by default)
+        "SchedulerParameters=sched_interval=1,bf_interval=1,batch_sched_delay=0",
+        f"FirstJobId={first_job_id}",
         "ReturnToService=2",
         "MinJobAge=300",
         "KillWait=5",
@@ -192,7 +255,9 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     root = Path(tempfile.mkdtemp(prefix="aelastic-slurm-"))
     os.chmod(root, 0o755)
     procs: dict[str, subprocess.Popen[bytes]] = {}
+    claim = contextlib.ExitStack()
     try:
+        first_job_id = claim.enter_context(_claim_job_ids())
         for sub in ("state", "spool", "munge"):
             (root / sub).mkdir(mode=0o755)
         (root / "munge").chmod(0o700)
@@ -202,14 +267,14 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         munge_socket = root / "munge" / "munge.socket"
         ctld_port = _free_ports(1)
         slurmd_port = _free_ports(len(NODES))
-        conf = _write_conf(root, munge_socket, ctld_port, slurmd_port)
+        conf = _write_conf(root, munge_socket, ctld_port, slurmd_port, first_job_id)
         env = {
             k: v
             for k, v in os.environ.items()
             if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))
         }
         env["SLURM_CONF"] = str(conf)
-        cluster = SlurmCluster(root=root, env=env)
+        cluster = SlurmCluster(root=root, env=env, first_job_id=first_job_id)
         cluster.logs["munged"] = root / "munge" / "munged.log"
         cluster.logs["slurmctld"] = root / "slurmctld.log"
         for node in NODES:
@@ -255,3 +320,4 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     finally:
         _stop(procs)
         shutil.rmtree(root, ignore_errors=True)
+        claim.close()

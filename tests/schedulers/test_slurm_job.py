@@ -17,7 +17,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ._slurm_cluster import SlurmCluster
+import pytest
+
+from ._slurm_cluster import FINISHED, SlurmCluster, until
+
+pytestmark = pytest.mark.timeout(300)  # a standalone run beside a 2-node job, loaded machine
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train_ddp.py"
@@ -32,29 +36,6 @@ def _checksums(text: str) -> list[str]:
 def test_two_node_job_needs_no_rendezvous_flag_and_restarts_inside_it(
     slurm: SlurmCluster, tmp_path: Path
 ) -> None:
-    # ground truth: the same 2 ranks as one standalone node, no Slurm
-    env = {k: v for k, v in slurm.env.items() if k != "SLURM_CONF"}
-    standalone = subprocess.run(
-        [
-            PYTHON,
-            "-m",
-            "aelastic",
-            "run",
-            "--standalone",
-            "--nproc-per-node",
-            "2",
-            str(EXAMPLE),
-            *STEPS,
-        ],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert standalone.returncode == 0, standalone.stderr[-3000:]
-    [expected] = _checksums(standalone.stdout)
-
     run = f"srun --ntasks-per-node=1 {PYTHON} -m aelastic run --nproc-per-node 1"
     script = tmp_path / "job.sh"
     script.write_text(
@@ -65,11 +46,44 @@ def test_two_node_job_needs_no_rendezvous_flag_and_restarts_inside_it(
     )
     out = tmp_path / "job.out"
     submitted = slurm.run(
-        "sbatch", "--parsable", "--wait", "-N2", f"--chdir={REPO}", f"--output={out}",
-        str(script), timeout=400,
+        "sbatch", "--parsable", "-N2", f"--chdir={REPO}", f"--output={out}", str(script)
     )  # fmt: skip
     job_id = submitted.stdout.strip().split(";")[0]
+    try:
+        # ground truth, beside the job: the same 2 ranks as one standalone node, no Slurm
+        env = {k: v for k, v in slurm.env.items() if k != "SLURM_CONF"}
+        standalone = subprocess.run(
+            [
+                PYTHON,
+                "-m",
+                "aelastic",
+                "run",
+                "--standalone",
+                "--nproc-per-node",
+                "2",
+                str(EXAMPLE),
+                *STEPS,
+            ],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert standalone.returncode == 0, standalone.stderr[-3000:]
+        [expected] = _checksums(standalone.stdout)
+        # the job's end, seen at once (sbatch --wait polls at 2, 10 and 42 s)
+        until(
+            "the job's end",
+            lambda: slurm.job_state(job_id) in FINISHED,
+            240,
+            lambda: (out.read_text()[-4000:] if out.exists() else "") + slurm.log_tail(),
+        )
+    except BaseException:  # a failed test leaves no job behind
+        subprocess.run(["scancel", job_id], env=slurm.env, capture_output=True, timeout=60)
+        raise
     text = out.read_text()
+    assert slurm.job_state(job_id) == "COMPLETED", text[-4000:]  # both steps exited 0
     assert _checksums(text) == [expected, expected], text[-4000:]
     # the crash restarted inside the allocation, resumed at the newest step both ranks had
     # saved into their agents' memory, and finished
