@@ -22,11 +22,11 @@ from .._exceptions import ConfigError
 from .._ids import random_uuid4
 from .._option_table import Option
 from ..checkpoint import _settings as _checkpoint_flags
+from ..health import _settings as _health_flags
 from ..progress import _settings as _hang_flags
 from ..stragglers import _settings as _straggler_flags
 from ..workers import _settings as _preload_flags
 from . import (
-    _health_args,
     _node_args,
     _replica_args,
     _restart_args,
@@ -307,7 +307,7 @@ _OPTIONS: tuple[Option, ...] = (
     *_node_args.OPTIONS,  # node health checks and exclusion (aelastic.nodes)
     *_replica_args.OPTIONS,  # torchft replica groups (aelastic.replicas)
     *_straggler_flags.OPTIONS,  # slow nodes found while the job runs (aelastic.stragglers)
-    *_health_args.OPTIONS,  # the health and status endpoint (the job view's /status)
+    *_health_flags.OPTIONS,  # the health and status endpoint (the job view's /status)
 )
 
 # Options without a PET_ variable (as in torchrun).
@@ -697,7 +697,7 @@ def parse_run_args(
             **_checkpoint_flags.config_fields(v),
             **_node_args.config_fields(v),
             **_straggler_flags.config_fields(v),
-            **_health_args.config_fields(v, env),
+            **_health_flags.config_fields(v, env),
             **_preload_flags.config_fields(
                 v,
                 python=not program.binary,
