@@ -23,6 +23,7 @@ from .._ids import random_uuid4
 from .._option_table import Option
 from ..checkpoint import _settings as _checkpoint_flags
 from ..health import _settings as _health_flags
+from ..nodes import _settings as _bad_node_flags
 from ..progress import _settings as _hang_flags
 from ..stragglers import _settings as _straggler_flags
 from ..workers import _settings as _preload_flags
@@ -304,7 +305,8 @@ _OPTIONS: tuple[Option, ...] = (
     *_restart_args.OPTIONS,  # how a failed group is restarted (aelastic.agent's policy)
     *_preload_flags.OPTIONS,  # what warm interpreters import before a restart
     *_checkpoint_flags.OPTIONS,  # aelastic.checkpoint's disk copy, beside CheckpointSettings
-    *_node_args.OPTIONS,  # node health checks and exclusion (aelastic.nodes)
+    *_bad_node_flags.OPTIONS,  # node health checks and exclusion (aelastic.nodes)
+    *_node_args.OPTIONS,  # --node-rank-order, the rendezvous's placement
     *_replica_args.OPTIONS,  # torchft replica groups (aelastic.replicas)
     *_straggler_flags.OPTIONS,  # slow nodes found while the job runs (aelastic.stragglers)
     *_health_flags.OPTIONS,  # the health and status endpoint (the job view's /status)
@@ -696,6 +698,7 @@ def parse_run_args(
             **_restart_args.config_fields(v),
             **_checkpoint_flags.config_fields(v),
             **_node_args.config_fields(v),
+            **_bad_node_flags.config_fields(v),
             **_straggler_flags.config_fields(v),
             **_health_flags.config_fields(v, env),
             **_preload_flags.config_fields(

@@ -1,23 +1,20 @@
-"""The ``run`` flags of the node gate and of placement, and the gate a
+"""The ``run`` flag of placement (``--node-rank-order``), and the gate a
 :class:`LaunchConfig` asks for.
 
-Kept here so the launcher's argument module only appends :data:`OPTIONS` to its
-table and passes :func:`config_fields` to ``LaunchConfig``; importing it loads
-neither anyio nor the agent (``aelastic run`` parses its flags before those). Every flag also reads
-``PET_<NAME>`` like torchrun's own (``PET_NODE_HEALTH_CHECK``: one command,
-``PET_NODE_RANK_ORDER``). The health and exclusion flags' defaults and range checks are
-:class:`aelastic.nodes._settings.BadNodeSettings`'s (the Python API gets the same
-messages); this module reads the flags into one. ``--node-rank-order`` is the
-rendezvous's placement and stays a ``LaunchConfig`` field of its own.
+The health and exclusion flags live beside their settings object
+(:mod:`aelastic.nodes._settings`); ``--node-rank-order`` is the rendezvous's placement,
+a ``LaunchConfig`` field of its own, so its row and check stay with the launcher's
+parser (it also reads ``PET_NODE_RANK_ORDER``). :func:`gate_for` builds the node's gate
+from two features' settings (the bad nodes' and the straggler action), which is the
+launcher's to join. Importing this module loads neither anyio nor the agent (``aelastic
+run`` parses its flags before those).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._exceptions import ConfigError
 from .._option_table import Option, OptionValues
-from ..nodes._settings import BadNodeSettings
 from ._exceptions import UsageError
 
 if TYPE_CHECKING:
@@ -26,69 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = ("OPTIONS", "config_fields", "gate_for")
 
-_DEFAULT = BadNodeSettings()
-
-
 #: (flags, dest, kind, default, help), the launcher's option table format.
 OPTIONS: tuple[Option, ...] = (
-    (
-        ("--node-health-check",),
-        "node_health_check",
-        "append",
-        None,
-        "shell command run before this node joins each round; exit 0 = healthy "
-        "(repeatable; an unhealthy node stays out and retries, exit 94 if the job ends)",
-    ),
-    (
-        ("--node-health-timeout",),
-        "node_health_timeout",
-        "str",
-        f"{_DEFAULT.health_timeout:g}",
-        "seconds each health check may take (longer: unhealthy)",
-    ),
-    (
-        ("--node-health-cooldown",),
-        "node_health_cooldown",
-        "str",
-        f"{_DEFAULT.health_cooldown:g}",
-        "seconds an unhealthy node waits before checking again",
-    ),
-    (
-        ("--no-builtin-health-checks",),
-        "no_builtin_health_checks",
-        "flag",
-        False,
-        "skip the built-in checks (log dir writable with 1 GiB free, 512 MiB memory, NVML GPUs)",
-    ),
-    (
-        ("--exclude-node-after",),
-        "exclude_node_after",
-        "str",
-        str(_DEFAULT.exclude_after),
-        "keep this node out of the next rounds after N failed rounds (or hangs) within "
-        "--exclude-node-window; 0: never (exit 95 if the job ends while it is out)",
-    ),
-    (
-        ("--exclude-node-window",),
-        "exclude_node_window",
-        "str",
-        f"{_DEFAULT.exclude_window:g}",
-        "seconds within which --exclude-node-after failures count",
-    ),
-    (
-        ("--exclude-node-cooldown",),
-        "exclude_node_cooldown",
-        "str",
-        f"{_DEFAULT.exclude_cooldown:g}",
-        "seconds an excluded node stays out, doubled on each repeat",
-    ),
-    (
-        ("--exclude-node-cooldown-max",),
-        "exclude_node_cooldown_max",
-        "str",
-        f"{_DEFAULT.exclude_cooldown_max:g}",
-        "the longest exclusion, in seconds",
-    ),
     (
         ("--node-rank-order",),
         "node_rank_order",
@@ -102,12 +38,10 @@ OPTIONS: tuple[Option, ...] = (
 
 
 def config_fields(v: OptionValues) -> dict[str, Any]:
-    """``{"bad_nodes": BadNodeSettings, "node_rank_order": ...}`` of these flags, checked.
+    """``{"node_rank_order": ...}`` of ``--node-rank-order`` (None: not given), checked.
 
     Raises:
-        UsageError: a value that is not a number, one :class:`BadNodeSettings` refuses
-            (its message: an empty command, seconds not > 0, a negative count), or a
-            ``--node-rank-order`` that is neither ``hostname`` nor ``env:VAR``.
+        UsageError: a ``--node-rank-order`` that is neither ``hostname`` nor ``env:VAR``.
     """
     order = v.str_("node_rank_order")
     if order is not None:
@@ -117,30 +51,7 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
             order = check_rank_order(order, v.source("node_rank_order"))
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    raw = v.str_("node_health_check")
-    seconds: dict[str, float] = {}
-    for field, dest in (
-        ("health_timeout", "node_health_timeout"),
-        ("health_cooldown", "node_health_cooldown"),
-        ("exclude_window", "exclude_node_window"),
-        ("exclude_cooldown", "exclude_node_cooldown"),
-        ("exclude_cooldown_max", "exclude_node_cooldown_max"),
-    ):
-        value = v.str_(dest)
-        try:
-            seconds[field] = float(value)
-        except (TypeError, ValueError):
-            raise UsageError(f"{v.source(dest)} {value!r}: expected a number of seconds") from None
-    try:
-        settings = BadNodeSettings(
-            health_checks=(raw,) if isinstance(raw, str) else tuple(raw or ()),
-            builtin_checks=not v.flag("no_builtin_health_checks"),
-            exclude_after=v.int_("exclude_node_after") or 0,
-            **seconds,
-        )
-    except ConfigError as exc:  # NodeHealthConfigError (its module loads the agent)
-        raise UsageError(str(exc)) from None
-    return {"bad_nodes": settings, "node_rank_order": order}
+    return {"node_rank_order": order}
 
 
 def gate_for(config: LaunchConfig) -> NodeGate | None:

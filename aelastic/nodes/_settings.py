@@ -1,22 +1,30 @@
-"""``BadNodeSettings``: the health checks and the exclusion a launch asks for, checked once.
+"""``BadNodeSettings``: the health checks and the exclusion a launch asks for, checked
+once, and their ``aelastic run`` flags.
 
 One frozen object per launch: its defaults are stated here and nowhere else, and its
 checks run when it is made, so the command line (``--node-health-*``,
-``--no-builtin-health-checks``, ``--exclude-node-*``: ``aelastic.launcher._node_args``
-reads the flags into one) and the Python API
-(``LaunchConfig(bad_nodes=BadNodeSettings(...))``) refuse a bad value with the same
-message. The launcher holds it as ``LaunchConfig.bad_nodes`` and builds the node's gate
-from it. No anyio, no I/O, and the agent (which the error class derives from) is imported
-only to raise: ``aelastic run`` parses its flags before it loads the agent.
+``--no-builtin-health-checks``, ``--exclude-node-*``: :data:`OPTIONS`, read into one by
+:func:`config_fields`) and the Python API (``LaunchConfig(bad_nodes=BadNodeSettings(...))``)
+refuse a bad value with the same message. The launcher's parser only appends
+:data:`OPTIONS` to its table; it holds the object as ``LaunchConfig.bad_nodes`` and builds
+the node's gate from it (``aelastic.launcher._node_args.gate_for``, which also reads the
+straggler action). Every flag also reads ``PET_<NAME>`` like torchrun's own
+(``PET_NODE_HEALTH_CHECK``: one command). No anyio, no I/O, and the agent (which the
+error class derives from) is imported only to raise: ``aelastic run`` parses its flags
+before it loads the agent.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._dataclass import dataclass
+from .._exceptions import ConfigError
 from .._numbers import positive_number, shown
+from .._option_table import Option, OptionValues
 from ._policy import ExclusionSettings
 
-__all__ = ("BadNodeSettings",)
+__all__ = ("OPTIONS", "BadNodeSettings", "config_fields")
 
 
 @dataclass(frozen=True)
@@ -92,3 +100,100 @@ class BadNodeSettings:
             self.exclude_cooldown,
             self.exclude_cooldown_max,
         )
+
+
+_DEFAULT = BadNodeSettings()
+
+#: (flags, dest, kind, default, help), the ``aelastic run`` option table format.
+OPTIONS: tuple[Option, ...] = (
+    (
+        ("--node-health-check",),
+        "node_health_check",
+        "append",
+        None,
+        "shell command run before this node joins each round; exit 0 = healthy "
+        "(repeatable; an unhealthy node stays out and retries, exit 94 if the job ends)",
+    ),
+    (
+        ("--node-health-timeout",),
+        "node_health_timeout",
+        "str",
+        f"{_DEFAULT.health_timeout:g}",
+        "seconds each health check may take (longer: unhealthy)",
+    ),
+    (
+        ("--node-health-cooldown",),
+        "node_health_cooldown",
+        "str",
+        f"{_DEFAULT.health_cooldown:g}",
+        "seconds an unhealthy node waits before checking again",
+    ),
+    (
+        ("--no-builtin-health-checks",),
+        "no_builtin_health_checks",
+        "flag",
+        False,
+        "skip the built-in checks (log dir writable with 1 GiB free, 512 MiB memory, NVML GPUs)",
+    ),
+    (
+        ("--exclude-node-after",),
+        "exclude_node_after",
+        "str",
+        str(_DEFAULT.exclude_after),
+        "keep this node out of the next rounds after N failed rounds (or hangs) within "
+        "--exclude-node-window; 0: never (exit 95 if the job ends while it is out)",
+    ),
+    (
+        ("--exclude-node-window",),
+        "exclude_node_window",
+        "str",
+        f"{_DEFAULT.exclude_window:g}",
+        "seconds within which --exclude-node-after failures count",
+    ),
+    (
+        ("--exclude-node-cooldown",),
+        "exclude_node_cooldown",
+        "str",
+        f"{_DEFAULT.exclude_cooldown:g}",
+        "seconds an excluded node stays out, doubled on each repeat",
+    ),
+    (
+        ("--exclude-node-cooldown-max",),
+        "exclude_node_cooldown_max",
+        "str",
+        f"{_DEFAULT.exclude_cooldown_max:g}",
+        "the longest exclusion, in seconds",
+    ),
+)
+
+
+def config_fields(v: OptionValues) -> dict[str, Any]:
+    """``{"bad_nodes": BadNodeSettings}`` of the flags of :data:`OPTIONS`, checked.
+
+    Raises:
+        ConfigError: a number of seconds that is not a number, or a value
+            :class:`BadNodeSettings` refuses (its ``NodeHealthConfigError``: an empty
+            command, seconds not > 0, a negative count); the parser shows it as a usage
+            error. A count that is not a whole number: the parser's own usage error.
+    """
+    raw = v.str_("node_health_check")
+    seconds: dict[str, float] = {}
+    for field, dest in (
+        ("health_timeout", "node_health_timeout"),
+        ("health_cooldown", "node_health_cooldown"),
+        ("exclude_window", "exclude_node_window"),
+        ("exclude_cooldown", "exclude_node_cooldown"),
+        ("exclude_cooldown_max", "exclude_node_cooldown_max"),
+    ):
+        value = v.str_(dest)
+        try:
+            seconds[field] = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{v.source(dest)} {value!r}: expected a number of seconds") from None
+    settings = BadNodeSettings(
+        health_checks=(raw,) if isinstance(raw, str) else tuple(raw or ()),
+        builtin_checks=not v.flag("no_builtin_health_checks"),
+        exclude_after=v.int_("exclude_node_after") or 0,
+        **seconds,
+    )
+    return {"bad_nodes": settings}
