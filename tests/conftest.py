@@ -124,12 +124,17 @@ def anyio_backend(request: pytest.FixtureRequest) -> object:
     return backend
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Give tests marked ``anyio`` back to anyio's plugin.
+@pytest.hookimpl(wrapper=True)  # groups in place before xdist reads them, checked after
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> Iterator[None]:
+    """Give tests marked ``anyio`` back to anyio's plugin; group tests for xdist.
 
     pytest-asyncio's auto mode (the project's default) claims every coroutine test,
     also those anyio's plugin should run on each backend; such an item becomes a plain
     :class:`pytest.Function` again, which anyio's ``pytest_pyfunc_call`` then runs.
+    Then, on an xdist worker only, :func:`_xdist_groups` and, after xdist's own hook,
+    :func:`_xdist_group_ids`.
     """
     for i, item in enumerate(items):
         if isinstance(item, PytestAsyncioFunction) and item.get_closest_marker("anyio") is not None:
@@ -142,6 +147,58 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 keywords=item.keywords,
                 originalname=item.originalname,
             )
+    worker = hasattr(config, "workerinput")  # an xdist worker; nothing to do otherwise
+    if worker:
+        _xdist_groups(items)
+    yield
+    if worker and config.getvalue("loadgroup"):
+        _xdist_group_ids(items)
+
+
+#: the group of every test module that uses the session's real Slurm cluster
+SLURM_GROUP = "slurm"
+
+
+def _xdist_groups(items: list[pytest.Item]) -> None:
+    """Mark each test for ``--dist loadgroup``: one group per module, one for Slurm.
+
+    A module's tests then run on one worker, so its module-scoped fixtures (an etcd
+    server, a built job) are built once, as with ``--dist loadfile``. Every module that
+    uses the ``slurm`` fixture goes to one group: that fixture is session-scoped, so
+    the cluster (munged, slurmctld, three slurmd) starts once, on one worker, and the
+    other workers never start one. A test that names its own ``xdist_group`` keeps it.
+    """
+    slurm_modules = {
+        item.nodeid.split("::")[0] for item in items if "slurm" in getattr(item, "fixturenames", ())
+    }
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        module = item.nodeid.split("::")[0]
+        group = SLURM_GROUP if module in slurm_modules else module
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _xdist_group_ids(items: list[pytest.Item]) -> None:
+    """Give each item the ``<nodeid>@<group>`` id that ``--dist loadgroup`` schedules by.
+
+    xdist (3.8) appends the group by assigning ``item._nodeid``, which pytest 9.2 no
+    longer reads (a node's id is ``item._id`` now): its suffix is lost and every test
+    becomes a group of its own, spread over the workers. Where xdist's suffix did not
+    land, this sets it where this pytest keeps the id; a pytest where xdist's works is
+    left alone.
+    """
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        marker = item.get_closest_marker("xdist_group")
+        if marker is None or "@" in item.nodeid:
+            continue
+        names = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+        item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(sorted(names))}")  # type: ignore[attr-defined]
 
 
 class _SwallowedErrors(logging.Handler):
