@@ -25,13 +25,10 @@ from ..checkpoint import _settings as _checkpoint_flags
 from ..health import _settings as _health_flags
 from ..nodes import _settings as _bad_node_flags
 from ..progress import _settings as _hang_flags
+from ..replicas import _settings as _replica_flags
 from ..stragglers import _settings as _straggler_flags
 from ..workers import _settings as _preload_flags
-from . import (
-    _node_args,
-    _replica_args,
-    _restart_args,
-)
+from . import _node_args, _restart_args
 from ._config import DEFAULT_SIGNALS, LaunchConfig
 from ._exceptions import UsageError as UsageError
 
@@ -307,7 +304,7 @@ _OPTIONS: tuple[Option, ...] = (
     *_checkpoint_flags.OPTIONS,  # aelastic.checkpoint's disk copy, beside CheckpointSettings
     *_bad_node_flags.OPTIONS,  # node health checks and exclusion (aelastic.nodes)
     *_node_args.OPTIONS,  # --node-rank-order, the rendezvous's placement
-    *_replica_args.OPTIONS,  # torchft replica groups (aelastic.replicas)
+    *_replica_flags.OPTIONS,  # torchft replica groups (aelastic.replicas)
     *_straggler_flags.OPTIONS,  # slow nodes found while the job runs (aelastic.stragglers)
     *_health_flags.OPTIONS,  # the health and status endpoint (the job view's /status)
 )
@@ -672,7 +669,14 @@ def parse_run_args(
     workers = _worker_fields(v, nproc, warnings)
     rdzv_conf = parse_rdzv_conf(v.str_("rdzv_conf"), v.source("rdzv_conf"))
     rdzv = _rendezvous_fields(v, slurm, rdzv_conf, master_port, max_nodes)
-    replicas = _replica_args.replica_groups(v, standalone=rdzv.standalone, backend=rdzv.backend)
+    try:
+        replicas = _replica_flags.replica_groups(
+            v, standalone=rdzv.standalone, backend=rdzv.backend
+        )
+    except UsageError:
+        raise
+    except ConfigError as exc:  # the settings' check: the flag and the fix
+        raise UsageError(str(exc)) from None
     endpoint = _static_rank(v, rdzv, rdzv_conf, node_rank, warnings)
     set_env = _worker_env(env, nproc, warnings)
     entrypoint, args = _entrypoint(program, env, python, ns.training_script_args)

@@ -1,9 +1,13 @@
-"""What a replica-group job asks for, and the plain decisions about it (no I/O, no anyio).
+"""What a replica-group job asks for, its ``aelastic run`` flags, and the plain decisions
+about it (no I/O, no anyio).
 
 ``aelastic run`` parses its flags before anyio loads; this module is what it needs
-then: :class:`ReplicaGroups` (the settings), :func:`parse_lighthouse_url`, the
-workers' torchft variables (:func:`group_env`) and what to do when a group has
-spent its restart budget (:func:`after_group_failure`).
+then: :class:`ReplicaGroups` (the settings), the flags (``--replica-groups N`` and
+company: :data:`OPTIONS`, which the launcher's parser appends to its table, read into
+one by :func:`replica_groups`; each also reads ``PET_<NAME>``), :func:`parse_lighthouse_url`,
+the workers' torchft variables (:func:`group_env`) and what to do when a group has
+spent its restart budget (:func:`after_group_failure`). The flags' defaults are read
+from the settings classes (stated once, there).
 """
 
 from __future__ import annotations
@@ -13,15 +17,18 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from .._dataclass import dataclass
+from .._option_table import Option, OptionValues
 from ._exceptions import ReplicaGroupConfigError
 
 __all__ = (
+    "OPTIONS",
     "LighthouseSettings",
     "ReplicaGroups",
     "after_group_failure",
     "group_env",
     "group_run_id",
     "parse_lighthouse_url",
+    "replica_groups",
 )
 
 
@@ -162,3 +169,111 @@ def after_group_failure(spares_left: int) -> bool:
     """Whether a group that spent its restart budget is replaced by a spare (else it
     stays excluded and the job goes on with the others)."""
     return spares_left > 0
+
+
+_LIGHTHOUSE = LighthouseSettings()
+_SPARES = ReplicaGroups(1).spares  # the default: the count is what every instance needs
+
+#: (flags, dest, kind, default, help), the ``aelastic run`` option table format.
+OPTIONS: tuple[Option, ...] = (
+    (
+        ("--replica-groups",),
+        "replica_groups",
+        "str",
+        None,
+        "run a torchft job as N replica groups, each its own rendezvous, stores and restart "
+        "budget; one node with no rendezvous flags runs all N; implies --preload auto "
+        "unless given (see docs/replica-groups.md)",
+    ),
+    (
+        ("--replica-group-id",),
+        "replica_group_id",
+        "str",
+        None,
+        "with --replica-groups on many nodes: the group this node belongs to (0..N-1)",
+    ),
+    (
+        ("--lighthouse",),
+        "lighthouse",
+        "str",
+        None,
+        "URL of a running torchft Lighthouse (http://HOST:PORT); default: aelastic starts "
+        "and supervises one (many nodes: the node hosting the c10d store)",
+    ),
+    (
+        ("--spare-replica-groups",),
+        "spare_replica_groups",
+        "str",
+        str(_SPARES),
+        "times a group that spent its restart budget is replaced by a fresh one before "
+        "it stays excluded",
+    ),
+    (
+        ("--lighthouse-join-timeout",),
+        "lighthouse_join_timeout",
+        "str",
+        f"{_LIGHTHOUSE.join_timeout:g}",
+        "seconds a quorum waits for a replica that heartbeats but has not joined",
+    ),
+    (
+        ("--lighthouse-heartbeat-timeout",),
+        "lighthouse_heartbeat_timeout",
+        "str",
+        f"{_LIGHTHOUSE.heartbeat_timeout:g}",
+        "seconds without a heartbeat after which a replica no longer counts",
+    ),
+)
+
+
+def replica_groups(
+    v: OptionValues, *, standalone: bool, backend: str = "c10d"
+) -> ReplicaGroups | None:
+    """The replica-group settings of the flags of :data:`OPTIONS`, or None without
+    ``--replica-groups``.
+
+    ``standalone``: this node hosts its own stores (no rendezvous flags, or
+    ``--standalone``); only then may every group run here. ``backend``: the rendezvous
+    backend; without ``--lighthouse`` many nodes need c10d (its store's host starts
+    the Lighthouse).
+
+    Raises:
+        ReplicaGroupConfigError: a ``--replica-group-id`` without ``--replica-groups``,
+            or missing with rendezvous flags, a missing ``--lighthouse`` across nodes
+            off the c10d backend, or a value :class:`ReplicaGroups` refuses (a bad id,
+            URL or timeout); the parser shows it as a usage error. A count or timeout
+            that is not a number, or below its minimum: the parser's own usage error.
+    """
+    groups = v.int_("replica_groups", minimum=1)
+    group_id = v.int_("replica_group_id", minimum=0)
+    if groups is None:
+        if group_id is not None:
+            raise ReplicaGroupConfigError(
+                f"{v.source('replica_group_id')} needs --replica-groups N (the number of groups)"
+            )
+        return None
+    if group_id is None and not standalone:
+        raise ReplicaGroupConfigError(
+            f"{v.source('replica_groups')} with rendezvous flags: give --replica-group-id K "
+            "(this node's group), or drop the rendezvous flags to run every group here"
+        )
+    lighthouse = v.str_("lighthouse")
+    if group_id is not None and lighthouse is None and (standalone or backend != "c10d"):
+        where = "standalone" if standalone else f"with --rdzv-backend {backend}"
+        raise ReplicaGroupConfigError(
+            f"{v.source('replica_group_id')} {where}: the groups of a many-node job must "
+            "share one Lighthouse: give --lighthouse http://HOST:PORT (torchft_lighthouse "
+            "running there), or the c10d rendezvous flags shared by every group (the node "
+            "hosting its store then starts one)"
+        )
+    join = v.float_("lighthouse_join_timeout", minimum=0.0)
+    heartbeat = v.float_("lighthouse_heartbeat_timeout", minimum=0.0, strict=True)
+    return ReplicaGroups(
+        groups,
+        group_id,
+        lighthouse,
+        v.int_("spare_replica_groups", minimum=0) or _SPARES,
+        LighthouseSettings(
+            join_timeout=_LIGHTHOUSE.join_timeout if join is None else join,
+            heartbeat_timeout=_LIGHTHOUSE.heartbeat_timeout if heartbeat is None else heartbeat,
+        ),
+    )
