@@ -9,13 +9,14 @@ synchronous code (``launch_agent(config, entrypoint, args)`` as in torch).
 Never imports torch.
 
 Modules, one job each: ``_config`` (:class:`LaunchConfig`), ``_args`` (``aelastic run``
-flags -> config; each ``_*_args`` one group of flags, where a feature's settings module
-does not hold its own, as ``aelastic.progress._settings`` does; ``_exceptions`` the
-launcher's errors), ``_build`` (config -> rendezvous handler, spec, agent), ``_job`` (the
+flags -> config; a feature's flags are read beside its settings object, as in
+``aelastic.progress._settings``; ``_restart_args`` and ``_node_args`` hold the groups
+without one that can load while flags are parsed; ``_exceptions`` the launcher's
+errors), ``_build`` (config -> rendezvous handler, spec, agent), ``_job`` (the
 :class:`Job` handle), ``_launch`` (``launch`` and its synchronous forms), ``_cli``
-(``python -m aelastic run``). Submodules load on first use (PEP 562):
-``aelastic run`` imports this package before it parses its flags, and must reach the
-workers' pre-start without anyio or the agent loaded (see ``_cli``).
+(``python -m aelastic run``). Submodules load on first use (PEP 562): ``aelastic run``
+imports this package before it parses its flags, and must reach the workers' pre-start
+without anyio or the agent loaded (see ``_cli``).
 """
 
 from __future__ import annotations

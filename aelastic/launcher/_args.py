@@ -646,8 +646,9 @@ def parse_run_args(
 
     Each group of flags is read by its own function, in the order the flags are checked
     (so the first wrong one is the one reported); a feature's flags are read beside its
-    settings object (``aelastic.<feature>._settings``: ``OPTIONS`` and
-    ``config_fields``), the restart policy's in ``_restart_args``. A settings object's
+    settings object (``aelastic.<feature>._settings``: ``OPTIONS`` and the function
+    that reads them), the restart policy's in ``_restart_args`` and
+    ``--node-rank-order`` in ``_node_args``. A settings object's
     :class:`ConfigError` becomes this parser's :class:`UsageError`, with its message.
 
     Raises:
