@@ -1,13 +1,14 @@
 """``--preload auto`` on a real gloo DDP job (torch, AdamW, torch.save checkpoints).
 
-One job crashes once (rank 1, ``os._exit``) under ``preload=("auto", ...)``; another
-runs the same training uninterrupted without preload. The restarted workers must
-find torch already imported at their first line, and end with the uninterrupted
-run's parameters and thread count.
+One job crashes once (rank 1, ``os._exit``) under ``preload=("auto", ...)``; another,
+at the same time, runs the same training uninterrupted without preload. The restarted
+workers must find torch already imported at their first line, and end with the
+uninterrupted run's parameters and thread count.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -60,9 +61,21 @@ def boom_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_auto_preload_restarts_with_torch_imported(
     tmp_path: Path, boom_module: None, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    events = await _train(
-        tmp_path, "preload", True, preload=("auto", "boom_mod"), preload_exclude=("wave",)
-    )
+    jobs: dict[str, list[dict]] = {}
+
+    async def train(tag: str, crash: bool, **preload: tuple[str, ...]) -> None:
+        jobs[tag] = await _train(tmp_path, tag, crash, **preload)
+
+    # the ground truth, the same training uninterrupted and without preload, runs beside
+    # the job under test (two independent agents, each its own workers and checkpoint)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(
+            functools.partial(
+                train, "preload", True, preload=("auto", "boom_mod"), preload_exclude=("wave",)
+            )
+        )
+        tg.start_soon(train, "plain", False)
+    events, baseline = jobs["preload"], jobs["plain"]
     tops = {(e["attempt"], e["rank"]): e for e in events if e["event"] == "top"}
     assert sorted(tops) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     for rank in (0, 1):
@@ -77,8 +90,8 @@ async def test_auto_preload_restarts_with_torch_imported(
         assert tops[1, rank]["cuda_initialized"] is False
     assert [e["rank"] for e in events if e["event"] == "crash"] == [1]
     err = capfd.readouterr().err
+    # once, from the preloading job (the plain one preloads nothing)
     assert err.count("--preload: cannot import 'boom_mod' (RuntimeError: boom at import)") == 1
-    baseline = await _train(tmp_path, "plain", False)
     (final,) = (e for e in events if e["event"] == "final")
     (expected,) = (e for e in baseline if e["event"] == "final")
     assert final["attempt"] == 1 and expected["attempt"] == 0
