@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import anyio
 import pytest
+from _ports import free_port  # tests/ is on sys.path
 
 from aelastic.agent import LocalElasticAgent, SignalException, WorkerSpec
 from aelastic.rendezvous import RendezvousParameters, get_rendezvous_handler
@@ -123,9 +123,7 @@ def test_cli_stopped_while_waiting_for_peers_says_no_worker_started(tmp_path: Pa
 def test_cli_stopped_while_waiting_for_the_store_exits_at_once(tmp_path: Path) -> None:
     """SIGTERM while the node waits for a rendezvous store that is not up yet: it stops
     then (it used to ignore the signal until read_timeout, 60 s by default)."""
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     rdzv = ["--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "late-store"]
     rdzv += ["--rdzv-conf", "is_host=0,read_timeout=300,wait_report_interval=0.2"]
     _sigterm_before_any_worker(tmp_path, rdzv, "to accept connections")

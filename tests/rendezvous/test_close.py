@@ -4,9 +4,9 @@ there): the store goes with that node, so the close must reach the members first
 from __future__ import annotations
 
 import signal
-import socket
 
 import anyio
+from _ports import free_port  # tests/ is on sys.path
 from anyio.streams.text import TextReceiveStream
 
 from aelastic.rendezvous import RendezvousHandler
@@ -19,9 +19,7 @@ CONF = {"join_timeout": "60", "heartbeat_timeout": "2", "close_timeout": "30"}
 
 
 def _endpoint() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
+    return f"127.0.0.1:{free_port()}"
 
 
 async def _members_done(host: RendezvousHandler) -> list[int]:

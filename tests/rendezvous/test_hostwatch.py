@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import signal
-import socket
 import sys
 from contextlib import AsyncExitStack
 
 import anyio
 import anyio.abc
 import pytest
+from _ports import free_port  # tests/ is on sys.path
 
 from aelastic.rendezvous import (
     RendezvousConnectionError,
@@ -24,10 +24,7 @@ from .test_c10d import rendezvous_all
 
 
 def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
+    return free_port()  # nothing listens there
 
 
 def test_only_a_refusing_or_silent_host_is_lost() -> None:

@@ -8,13 +8,13 @@ connection closes (a "gone" message to the coordinator, a "lost" tick to members
 from __future__ import annotations
 
 import contextlib
-import socket
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 
 import anyio
 import anyio.abc
 import pytest
+from _ports import free_port  # tests/ is on sys.path
 
 from aelastic.rendezvous import RendezvousConnectionError, RendezvousHandler, RendezvousInfo
 from aelastic.rendezvous._c10d import C10dRendezvousHandler
@@ -120,10 +120,7 @@ async def test_store_host_killed_the_heir_rehosts_and_survivors_go_on(addrs: str
     # this machine). Killing it loses the store and its data: the round's heir hosts
     # a new one at its address (127.0.0.1, same port) and the two survivors form a
     # world of 2 there, long before any heartbeat timeout.
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    endpoint = f"127.0.0.1:{port}"
+    endpoint = f"127.0.0.1:{free_port()}"
     # All three join at once (each holds until told to go): round 0 holds all of them
     # with a short last call, which the round of the two survivors then waits out.
     conf = {**SLOW, "last_call_timeout": "1", "hold": "1"}
@@ -181,9 +178,7 @@ async def test_the_heirs_store_holds_the_round_it_ran_as_dissolved(
 
 
 async def test_store_host_and_heir_lost_the_error_says_no_node_can_go_on() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     endpoint = f"127.0.0.1:{port}"
     async with AsyncExitStack() as stack:
         host = await stack.enter_async_context(node(endpoint, 3, 3, **{**SLOW, "is_host": "1"}))

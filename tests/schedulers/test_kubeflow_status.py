@@ -9,7 +9,6 @@ import http.server
 import json
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _ports import free_port  # tests/ is on sys.path
 
 from aelastic.schedulers._kubeflow import TrainerStatusTarget, status_payload
 
@@ -240,9 +240,7 @@ def test_a_job_posts_its_steps_and_goodput_with_the_rotated_token(
 
 def test_only_one_node_of_a_job_posts(tmp_path: Path, pki: Path, serve: Any) -> None:
     server = serve()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     procs = []
     for index in (0, 1):  # each pod's token names it
         token = tmp_path / f"token-{index}"
@@ -290,9 +288,7 @@ def test_a_wrong_ca_posts_nothing_and_warns_once(tmp_path: Path, pki: Path, serv
 def test_a_refused_connection_is_a_failure_not_an_error() -> None:
     from aelastic.schedulers._kubeflow import post_status
 
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     target = TrainerStatusTarget(url=f"https://127.0.0.1:{port}{STATUS_PATH}")
     with pytest.raises(OSError):
         post_status(target, status_payload(1, 0.5), timeout=10)

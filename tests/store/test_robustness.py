@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import socket
 import struct
 
 import anyio
 import pytest
+from _ports import free_port  # tests/ is on sys.path
 
 from aelastic.store import (
     StoreClosedError,
@@ -213,9 +213,7 @@ def test_non_loopback_needs_explicit_flag() -> None:
 
 @on_every_backend
 async def test_connect_gives_up_naming_endpoint() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     client = TCPStoreClient("127.0.0.1", port, connect_timeout=0.3)
     with anyio.fail_after(5), pytest.raises(StoreConnectionError) as info:
         await client.connect()
@@ -225,9 +223,7 @@ async def test_connect_gives_up_naming_endpoint() -> None:
 
 @on_every_backend
 async def test_connect_retries_until_server_starts() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     done = anyio.Event()
     got: list[bytes] = []
 
