@@ -97,6 +97,9 @@ async def test_the_page_shows_both_nodes_a_chart_and_hostile_strings_as_text(
             done = await anyio.run_process(
                 [
                     chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                    # a profile of its own: not ~/.config/chromium, which another
+                    # chromium (a second test process) would hold locked
+                    f"--user-data-dir={tmp_path / 'chromium'}",
                     "--virtual-time-budget=5000", "--dump-dom", url,
                 ],
                 check=False,
