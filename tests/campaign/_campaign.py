@@ -139,6 +139,10 @@ class Schedule:
     preload: bool = False
     #: how long a ``stop_agent`` keeps the agent stopped
     stop_seconds: float = STOP_SECONDS
+    #: text the last event's target must write to stderr before the job may end (its
+    #: workers hold before the last step until then, or until the deadline): what the
+    #: schedule is about happens whatever the load, not only if it beats the last step
+    hold_until: str = ""
     name: str = ""
 
     @property
@@ -272,9 +276,10 @@ NAMED: dict[str, Schedule] = {
         spares=1,
         max_nodes=2,
         nproc=2,
-        steps=80,
+        steps=30,
         step_seconds=0.1,
         events=(Event("slow_worker", 3, 1),),
+        hold_until="excluding this node",
     ),
     # scale-up: a third node joins a job of two (it fetches its rank's step from a peer);
     # a disk copy too; preloaded interpreters (torch imported before each restart)
@@ -739,6 +744,9 @@ async def run_schedule(schedule: Schedule, tmp: Path) -> Result:
     timed_out: list[str] = []
     async with cluster() as c, anyio.create_task_group() as tg:
         job = Job(schedule, tmp, c, tg)
+        hold = job.control / "hold"
+        if schedule.hold_until:
+            hold.touch()
         try:
             await job.start(0, is_host=True)
             for index in range(1, schedule.agents):
@@ -762,6 +770,13 @@ async def run_schedule(schedule: Schedule, tmp: Path) -> Result:
                         job.fired.append((event, since))
                     else:
                         job.notes.append(f"{event} not fired: its target was gone")
+                if schedule.hold_until and job.fired:
+                    target = job.agents[schedule.events[-1].target].node
+                    try:
+                        await target.wait_for_err(schedule.hold_until)
+                    except AssertionError:  # its stderr closed first: the checks will say
+                        job.notes.append(f"{target.name} ended before {schedule.hold_until!r}")
+            hold.unlink(missing_ok=True)  # (at the deadline too: the job ends, the checks say)
             with anyio.move_on_after(max(1.0, deadline - time.monotonic())):
                 for agent in job.agents.values():
                     for node in agent.nodes:

@@ -35,7 +35,9 @@ Faults, from files in ``CONTROL_DIR`` looked at before each step: ``crash_<rank>
 rank that removes it first exits 1), ``hang_<rank>`` (removed likewise; that rank then
 blocks forever, no more heartbeats), ``slow_<node>`` (every rank of the agent whose
 ``AELASTIC_NODE_ID`` is ``<node>`` does ``--slow-factor`` times the CPU work per step,
-while the file exists: a straggler as busy time sees one).
+while the file exists: a straggler as busy time sees one), ``hold`` (while it exists,
+every rank waits before the last step doing idle steps, slowed likewise, that change
+nothing: the job cannot end before the test saw what it waits for).
 """
 
 from __future__ import annotations
@@ -193,6 +195,26 @@ def _save(state: dict[str, Any], dcp: bool) -> None:
     dcp_api.save(sd, storage_writer=checkpoint.MemoryWriter(step=step))
 
 
+def _hold(control: str, slow_file: str, opts: argparse.Namespace) -> None:
+    """Before the last step, while ``CONTROL_DIR/hold`` exists on any rank: idle steps
+    (the step's CPU work, slowed as a real step would be, a pause and a heartbeat; the
+    state untouched), so the job cannot end before what the test waits for has happened
+    while a straggler stays one. The ranks decide together (an all-reduce of the flag),
+    so they leave the loop at the same idle step."""
+    import torch.distributed as dist
+
+    from aelastic import progress
+
+    while True:
+        flag = torch.tensor([float(os.path.exists(os.path.join(control, "hold")))])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item() == 0:
+            return
+        _spin(opts.work * (opts.slow_factor if os.path.exists(slow_file) else 1))
+        time.sleep(opts.step_seconds)
+        progress.heartbeat()
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
@@ -257,6 +279,8 @@ def main(argv: list[str]) -> int:
             _say(f"HANG rank={rank} gen={gen} step={step}")
             while True:
                 signal.pause()  # until the agent, having seen no heartbeat, stops it
+        if step == opts.steps - 1:
+            _hold(control, slow_file, opts)
         _spin(opts.work * (opts.slow_factor if os.path.exists(slow_file) else 1))
         total = shard_sum(state["params"], step, rank * per, (rank + 1) * per)
         dist.all_reduce(total, op=dist.ReduceOp.SUM)
