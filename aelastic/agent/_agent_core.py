@@ -82,6 +82,9 @@ class AgentCore(AgentTelemetry, abc.ABC):
         self._shutdown_timeout = (
             spec.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
         )
+        #: set when this node left the exit barrier before its peers' workers finished:
+        #: they are still running, so nothing at this node's end should wait for them
+        self._peers_still_running = False
         self._total_execution_time = 0
         #: Worker starts so far (names callable result files; logs use the restart count).
         self._attempt = -1

@@ -90,6 +90,7 @@ class ExitBarrierPhase(AgentCore):
                     )
                 except StoreTimeoutError:  # a peer's workers still run: normal drift
                     lost.append("the other nodes' workers were still running")
+                    self._peers_still_running = True
                 except (StoreError, RendezvousError) as exc:  # e.g. its host already left
                     lost.append(f"the store is unreachable ({exc})")
                 tg.cancel_scope.cancel()

@@ -253,7 +253,9 @@ class StatusPublisher:
         self.failed += 1
         return False
 
-    async def end_view(self, within: float = END_WAIT) -> dict[str, Any] | None:
+    async def end_view(
+        self, within: float = END_WAIT, *, peers_running: bool = False
+    ) -> dict[str, Any] | None:
         """At the job's end, before the rendezvous handler is left: the job's view with
         every node's final ledger, for the one end line that gives the job's goodput.
 
@@ -263,10 +265,20 @@ class StatusPublisher:
         it away before its peers read. All within ``within`` seconds; None when the view
         could not be read in time (no store, a store error, a peer that did not end;
         what happens after the read does not matter). Never raises but cancellation.
+
+        ``peers_running`` (this node left the exit barrier while its peers' workers
+        still ran): their final ledgers cannot come within ``within``, so nothing is
+        waited for (it cost every such node ``within`` seconds): this node writes its
+        last status as read (``"ended": 2``, so no peer waits for it either) and
+        returns None.
         """
         view: dict[str, Any] | None = None
         with anyio.move_on_after(within):
             try:
+                if peers_running:
+                    self._ended = 2
+                    await self.publish_once()
+                    return None
                 self._ended = 1
                 await self.publish_once()
                 view = await self._wait_peers(1)

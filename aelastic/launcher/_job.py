@@ -165,7 +165,11 @@ class Job(JobEvents):
                         self.status_publisher.wake()  # visible while it waits for peers
                     self._outcome = await self._agent.run()
                     if self._want_end_view and self.status_publisher is not None:
-                        self._end_view = await self.status_publisher.end_view()  # bounded
+                        # bounded; not waited for when the peers' workers still run
+                        # (the exit barrier timed out): their final ledgers come later
+                        self._end_view = await self.status_publisher.end_view(
+                            peers_running=self._agent._peers_still_running
+                        )
             except anyio.get_cancelled_exc_class():
                 sig = self._entry_signal
                 if sig is not None and not self._stop_requested:
