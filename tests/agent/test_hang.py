@@ -263,6 +263,9 @@ async def test_a_same_step_hang_blames_the_rank_outside_the_collective(tmp_path:
         initial_heartbeat_timeout=60.0,
         heartbeat_timeout=2.0,
         max_restarts=1,
+        # the warm interpreters import torch while the first attempt runs: the second
+        # starts without the import (seconds on a loaded machine)
+        preload=("torch",),
     )
     hangs = []
     with anyio.fail_after(240):
