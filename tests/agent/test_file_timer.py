@@ -24,8 +24,15 @@ async def test_worker_with_an_expired_torch_timer_is_killed_and_restarted(
 ) -> None:
     monkeypatch.setenv("TORCHELASTIC_ENABLE_FILE_TIMER", "1")
     monkeypatch.delenv("TORCHELASTIC_TIMER_FILE", raising=False)
+    # the warm interpreter imports torch while the first attempt runs: the restarted
+    # worker starts without the import (seconds on a loaded machine)
     spec = local_spec(
-        LocalRendezvous(), ("-u", WORKER), tmp_path, local_world_size=1, max_restarts=1
+        LocalRendezvous(),
+        ("-u", WORKER),
+        tmp_path,
+        local_world_size=1,
+        max_restarts=1,
+        preload=("torch.distributed.elastic.timer",),
     )
     agent = LocalElasticAgent(spec)
     with anyio.fail_after(120):
