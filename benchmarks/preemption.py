@@ -250,7 +250,7 @@ def _idle(cluster: Any) -> bool:
 
 def _cluster() -> Any:
     """The tests' Slurm cluster context manager, imported by path."""
-    sys.path.insert(0, str(REPO / "tests" / "schedulers"))
+    sys.path[:0] = [str(REPO / "tests" / "schedulers"), str(REPO / "tests")]
     from _slurm_cluster import slurm_cluster  # type: ignore[import-not-found]
 
     return slurm_cluster()

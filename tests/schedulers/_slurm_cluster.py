@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from _ports import free_ports
+
 from aelastic.schedulers._slurm import rendezvous_port
 
 NODES = ("n1", "n2", "n3")
@@ -87,25 +89,6 @@ class SlurmCluster:
             text = path.read_text(errors="replace") if path.exists() else "(no log)"
             out.append(f"--- {name}\n" + "\n".join(text.splitlines()[-lines:]))
         return "\n".join(out)
-
-
-def _free_ports(count: int) -> int:
-    """A first port of ``count`` consecutive ports free on 127.0.0.1 and every interface."""
-    for _ in range(200):
-        base = 20000 + secrets.randbelow(30000)
-        held = []
-        try:
-            for port in range(base, base + count):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                held.append(sock)
-                sock.bind(("", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in held:
-                sock.close()
-    raise RuntimeError(f"no {count} consecutive free TCP ports found")
 
 
 def _wait(
@@ -265,8 +248,8 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         key.write_bytes(secrets.token_bytes(1024))
         key.chmod(0o400)
         munge_socket = root / "munge" / "munge.socket"
-        ctld_port = _free_ports(1)
-        slurmd_port = _free_ports(len(NODES))
+        ctld_port = free_ports(1)
+        slurmd_port = free_ports(len(NODES))
         conf = _write_conf(root, munge_socket, ctld_port, slurmd_port, first_job_id)
         env = {
             k: v
