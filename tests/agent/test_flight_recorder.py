@@ -20,7 +20,7 @@ import anyio
 import pytest
 
 from aelastic._stacks_dump import FR_FILE_ENV, FR_TRIGGER_ENV
-from aelastic.agent import LocalElasticAgent, WorkerState
+from aelastic.agent import LocalElasticAgent, WorkerState, _flight_recorder
 from aelastic.agent._flight_recorder import (
     dump_flight_recorder,
     flight_recorder_env,
@@ -33,6 +33,15 @@ from aelastic.agent._stacks import capture_stacks
 from .conftest import SCRIPTS, LocalRendezvous, local_spec, run_until_event
 
 pytest.importorskip("torch.distributed")
+
+
+@pytest.fixture(autouse=True)
+def _patient_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests check what the worker answers, so the agent waits up to 20 s for it
+    instead of its 3 s: on a loaded machine (two xdist workers) a worker without a process
+    group once took longer to answer, the agent gave up, and its FIFO was still there."""
+    monkeypatch.setattr(_flight_recorder, "FR_TIMEOUT", 20.0)
+
 
 # A worker like the agent's: registers from its environment, runs `collectives` gloo
 # all-reduces at world size 1 (0: no process group), says ready once its flight recorder
