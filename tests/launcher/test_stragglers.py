@@ -319,7 +319,7 @@ async def test_a_node_slow_again_after_its_cooldown_is_excluded_again(tmp_path: 
     assert codes == [0, 0], [n.err for n in c.nodes]
     reasons = [str(e["reason"]) for e in _events(events, "aelastic.node.excluded")]
     assert len(reasons) == 2, reasons
-    assert all(r.startswith("straggler: every rank of the node is slow") for r in reasons)
+    assert all(r.startswith("straggler: every rank of the node is slow") for r in reasons), reasons
     assert (
         "b excluded for 1 s (exclusion #1): straggler:" in b.err
         and "b excluded for 2 s (exclusion #2)" in b.err
