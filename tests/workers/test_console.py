@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -194,7 +195,9 @@ def test_sink_feeds_files_whole_when_the_console_is_full(
         os.close(fd)
     assert path.stat().st_size == 50_000 * 100
     # Let the console writer write out what it kept, so that no thread of this test
-    # writes into a later test's sys.stdout.
+    # writes into a later test's sys.stdout (the writer looks the stream up at each
+    # write: under xdist a later test's pipe once got these lines). wait_done() returns
+    # at once while the writer is stalled, so it is asked until every byte is done.
     writer = _console._writers["stdout"]
     drained = threading.Event()
 
@@ -202,9 +205,18 @@ def test_sink_feeds_files_whole_when_the_console_is_full(
         while not drained.is_set():
             os.read(pipe[0], 1 << 16)
 
-    threading.Thread(target=drain, daemon=True).start()
-    assert writer.wait_done(writer.enqueued, 60)
+    drainer = threading.Thread(target=drain, daemon=True)
+    drainer.start()
+    deadline = time.monotonic() + 60
+    while writer.done < writer.enqueued:
+        assert time.monotonic() < deadline, "the console writer never wrote out its queue"
+        writer.wait_done(writer.enqueued, 1)
+    # and the drain thread ends before the fixture closes the pipe, whose descriptor
+    # numbers a later test's pipe may get
     drained.set()
+    os.write(pipe[1], b"\n")
+    drainer.join(60)
+    assert not drainer.is_alive()
 
 
 def test_a_broken_console_is_skipped_until_sys_stdout_changes(
