@@ -23,7 +23,6 @@ No torch, no anyio.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from .._dataclass import dataclass
@@ -164,7 +163,7 @@ def config_fields(v: OptionValues) -> dict[str, Any]:
         source = v.source("checkpoint_persist_interval")
         raise ConfigError(f"{source} {raw!r}: expected a number of seconds") from None
     copies = _peer_copies(v)
-    secret = v.str_("job_secret_file") or os.environ.get(SECRET_FILE_ENV) or None
+    secret = v.str_("job_secret_file") or v.env(SECRET_FILE_ENV) or None
     settings = CheckpointSettings(
         dir=directory,
         persist_interval=interval,

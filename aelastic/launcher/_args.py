@@ -381,6 +381,9 @@ class _Values:
     def given(self, dest: str) -> bool:
         return getattr(self._ns, dest) is not None or self._from_env(dest) is not None
 
+    def env(self, name: str) -> str | None:
+        return self._env.get(name)
+
     def _from_env(self, dest: str) -> str | None:
         if dest in _NO_ENV:
             return None

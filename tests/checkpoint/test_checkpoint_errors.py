@@ -149,8 +149,13 @@ def test_job_secret_file_flag_reaches_the_config_or_exit_2(
     assert parsed.config.checkpoints.job_secret_file == str(secret)
     from_pet = parse_run_args(["x.py"], {"PET_JOB_SECRET_FILE": str(secret)})
     assert from_pet.config.checkpoints.job_secret_file == str(secret)
+    from_ours = parse_run_args(["x.py"], {"AELASTIC_JOB_SECRET_FILE": str(secret)})
+    assert from_ours.config.checkpoints.job_secret_file == str(secret)
+    # the parser reads the environment it is handed, not its own process's (it read
+    # os.environ for this one variable before)
     monkeypatch.setenv("AELASTIC_JOB_SECRET_FILE", str(secret))
-    assert parse_run_args(["x.py"], {}).config.checkpoints.job_secret_file == str(secret)
+    assert parse_run_args(["x.py"], {}).config.checkpoints.job_secret_file is None
+    assert parse_run_args(["x.py"]).config.checkpoints.job_secret_file == str(secret)
     monkeypatch.delenv("AELASTIC_JOB_SECRET_FILE")
     # the file is read when the job starts, not while parsing (check_paths below)
     missing = str(tmp_path / "missing")
