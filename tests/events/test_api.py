@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from aelastic import AelasticError, events
 from aelastic.events import Event, EventSource, NodeState, RdzvEvent
-from aelastic.events._dispatch import arecord, flush, statistics
+from aelastic.events._dispatch import arecord, flush, flush_blocking, statistics
 from aelastic.events._event import EventMetadataValue
 from aelastic.events._exceptions import EventFormatError, UnknownDestinationError
 from aelastic.events._handlers import get_logging_handler
@@ -91,7 +92,7 @@ def test_enums() -> None:
     assert EventSource.AGENT == "AGENT"
 
 
-def test_logging_handlers_and_loggers() -> None:
+def test_logging_handlers_and_loggers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(get_logging_handler(), logging.NullHandler)
     assert isinstance(get_logging_handler("null"), logging.NullHandler)
     assert isinstance(get_logging_handler("dynamic_rendezvous"), logging.NullHandler)
@@ -99,7 +100,14 @@ def test_logging_handlers_and_loggers() -> None:
     assert type(console) is logging.StreamHandler
     with pytest.raises(UnknownDestinationError, match="'nowhere'"):
         get_logging_handler("nowhere")
-    events.record(Event("x", EventSource.AGENT), "console")
+    # the console handler's stream is the one sys.stderr was when it was made; the
+    # test reads the line there instead of printing it into pytest's output
+    shown = io.StringIO()
+    monkeypatch.setattr(console, "stream", shown)
+    event = Event("x", EventSource.AGENT)
+    events.record(event, "console")
+    assert flush_blocking(10)
+    assert shown.getvalue().splitlines() == [event.serialize()]
     logger = logging.getLogger("aelastic-events-console")
     assert logger.propagate is False
     assert console in logger.handlers
