@@ -60,6 +60,14 @@ def _make_dataclass(cls: type[_T], *, frozen: bool, init: bool) -> type[_T]:
         class_hash is _MISSING or (class_hash is None and "__eq__" in cls.__dict__)
     )
     documented = bool(cls.__dict__.get("__doc__"))
+    if not documented:
+        # @dataclass writes an undocumented class's docstring from inspect.signature, which
+        # for this still init-less class parses object's text signature with ast.parse: on
+        # CPython 3.11.7 two threads building ASTs at once can fail with "SystemError: AST
+        # constructor recursion depth mismatch" (cpython#106905), and the launcher imports
+        # modules in a worker thread while its loop runs (launcher/_preimport.py). So no
+        # AST is built here; _Doc below gives the docstring @dataclass would, when asked.
+        cls.__doc__ = cls.__name__
     # Fields, defaults and the class attributes as @dataclass sets them; no method made.
     dataclasses.dataclass(cls, init=False, repr=False, eq=False)
     params = cls.__dataclass_params__  # type: ignore[attr-defined]

@@ -14,7 +14,16 @@ import sys
 from collections.abc import Mapping
 from typing import Protocol
 
+import anyio.abc  # here, not first in an import thread: see below
 import anyio.to_thread
+
+# anyio.abc builds its lazy-import table from its own source with ast at import. The
+# worker thread of import_features (and launcher/_preimport.py's) imports modules that
+# import anyio.abc; building an AST there while the loop's thread builds one can fail on
+# CPython 3.11.7 ("SystemError: AST constructor recursion depth mismatch", cpython#106905;
+# seen once, an ``aelastic run`` ending with it at its start). Imported here, on the
+# importing thread, it is loaded before any such thread starts: an import thread then
+# builds no AST (tests/launcher/test_loop_imports.py).
 
 __all__ = (
     "FILE_TIMER_ENV",

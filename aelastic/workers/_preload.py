@@ -84,13 +84,17 @@ def script_imports(path: str) -> list[str]:
     ``from x import y``; not relative, not inside ``if``/``try``/functions).
 
     Read with :mod:`ast`, nothing is run; [] for a file that cannot be read or parsed.
+    The agent calls this in a worker thread: on CPython 3.11.7 an AST built there while
+    another thread builds one can fail with ``SystemError: AST constructor recursion depth
+    mismatch`` (cpython#106905); that is [] too (the workers' imports are learned anyway),
+    and the agent's own imports build no AST (``aelastic/_features.py``).
     """
     import ast
 
     try:
         with open(path, "rb") as f:
             tree = ast.parse(f.read(), path)
-    except (OSError, SyntaxError, ValueError):
+    except (OSError, SyntaxError, ValueError, SystemError):
         return []
     names: list[str] = []
     for node in tree.body:

@@ -79,3 +79,42 @@ def test_the_cli_imports_the_jobs_modules_before_its_loop(tmp_path: Path, file_t
     )
     assert optional == wanted
     assert set(wanted) <= set(main_thread)
+
+
+#: Imports the CLI's modules as ``aelastic run`` does, then, watching every AST that is built
+#: (``ast.parse``, ``compile(..., PyCF_ONLY_AST)``), each module a job may import.
+_AST_WATCH = """
+import ast, builtins, importlib, json
+import aelastic.launcher._cli
+from aelastic.launcher._preimport import JOB_MODULES
+built = []
+parse, compile_ = ast.parse, builtins.compile
+def watched_parse(source, filename="<unknown>", *args, **kwargs):
+    built.append(str(filename))
+    return parse(source, filename, *args, **kwargs)
+def watched_compile(source, filename, mode, flags=0, *args, **kwargs):
+    if flags & ast.PyCF_ONLY_AST:
+        built.append(str(filename))
+    return compile_(source, filename, mode, flags, *args, **kwargs)
+ast.parse, builtins.compile = watched_parse, watched_compile
+extra = ["aelastic.agent._hang", "aelastic.agent._learned", "aelastic.agent._file_timer",
+         "aelastic.health._server", "aelastic.jobview._http", "aelastic.replicas"]
+for name in [*JOB_MODULES, *extra]:
+    importlib.import_module(name)
+print(json.dumps(built))
+"""
+
+
+def test_importing_a_jobs_modules_builds_no_ast() -> None:
+    """The launcher imports a job's modules in a worker thread while its loop runs
+    (``import_off_loop``); on CPython 3.11.7 two threads building ASTs at once can fail
+    with ``SystemError: AST constructor recursion depth mismatch`` (seen once at the start
+    of an ``aelastic run``). So those imports build none: ``@dataclass`` on a class
+    without a docstring parsed a signature with ``ast`` (``aelastic/_dataclass.py`` now
+    avoids it), and ``anyio.abc`` parses its own source when first imported
+    (``aelastic/_features.py`` imports it before any such thread)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _AST_WATCH], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == []
