@@ -113,7 +113,7 @@ async def store_server_process() -> AsyncIterator[tuple[str, int]]:
 def pytest_configure(config: pytest.Config) -> None:
     """Write the bytecode of aelastic and of the tests once, before any test starts.
 
-    Machines like CI's set ``PYTHONDONTWRITEBYTECODE=1``, so no process writes a
+    This project's machines set ``PYTHONDONTWRITEBYTECODE=1``, so no process writes a
     ``__pycache__``, and every agent, CLI and worker process of the suite (hundreds) compiled
     each aelastic module it imported again: 0.43 CPU-s for one ``aelastic run`` against 0.22
     with the bytecode cached, on a suite bound by its CPU (issue 39). Python reads a cache
